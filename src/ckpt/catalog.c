@@ -1,0 +1,390 @@
+#include "catalog.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../util/json_strict.h"
+#include "index.h"
+
+#define INDEX_NAME "model.safetensors.index.json"
+#define MAX_INDEX_BYTES (256u << 20)
+#define MAX_CONFIG_BYTES (16u << 20)
+
+int ck_natural_cmp(const char *a, const char *b)
+{
+	while (*a && *b) {
+		if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+			while (*a == '0' && a[1] >= '0' && a[1] <= '9')
+				a++;
+			while (*b == '0' && b[1] >= '0' && b[1] <= '9')
+				b++;
+			size_t la = 0, lb = 0;
+			while (a[la] >= '0' && a[la] <= '9')
+				la++;
+			while (b[lb] >= '0' && b[lb] <= '9')
+				lb++;
+			if (la != lb)
+				return la < lb ? -1 : 1;
+			int c = memcmp(a, b, la);
+			if (c)
+				return c;
+			a += la, b += lb;
+			continue;
+		}
+		if (*a != *b)
+			return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+		a++, b++;
+	}
+	if (*a || *b)
+		return *a ? 1 : -1;
+	return 0;
+}
+
+static int cmp_entry(const void *x, const void *y)
+{
+	const struct ck_catalog_entry *a = x, *b = y;
+	int c = ck_natural_cmp(a->t.name, b->t.name);
+	return c ? c : strcmp(a->t.name, b->t.name);
+}
+
+void ck_catalog_free(struct ck_catalog *cat)
+{
+	if (!cat)
+		return;
+	for (size_t i = 0; i < cat->n_files; i++) {
+		if (cat->files[i].fd >= 0)
+			close(cat->files[i].fd);
+		free(cat->files[i].name);
+		free(cat->files[i].path);
+	}
+	for (size_t i = 0; i < cat->n_entries; i++)
+		free(cat->entries[i].t.name);
+	free(cat->files);
+	free(cat->entries);
+	ck_strmap_free(&cat->by_name);
+	cJSON_Delete(cat->config);
+	free(cat->source);
+	free(cat);
+}
+
+const struct ck_catalog_entry *ck_catalog_find(const struct ck_catalog *cat, const char *name)
+{
+	uint32_t i;
+	return ck_strmap_get(&cat->by_name, name, &i) == 0 ? &cat->entries[i] : NULL;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = malloc(n);
+	if (p)
+		snprintf(p, n, "%s/%s", dir, name);
+	return p;
+}
+
+/* Open one weights file (following symlinks: the Hugging Face cache keeps
+ * snapshots as links into blobs/) and parse its header. */
+static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
+		    struct ck_st_header *hdr, struct ck_err *err)
+{
+	struct ck_source_file *f = &cat->files[cat->n_files];
+	memset(f, 0, sizeof *f);
+	f->fd = -1;
+	f->name = strdup(name);
+	f->path = dir ? join(dir, name) : strdup(name);
+	if (!f->name || !f->path) {
+		free(f->name);
+		free(f->path);
+		return ck_fail_sys(err, ENOMEM, "%s", name);
+	}
+	cat->n_files++;
+	f->fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (f->fd < 0)
+		return errno == ENOENT ? ck_fail(err, CK_E_SOURCE, "%s: file does not exist", f->path)
+				       : ck_fail_sys(err, errno, "%s: cannot open", f->path);
+	struct stat st;
+	if (fstat(f->fd, &st) < 0)
+		return ck_fail_sys(err, errno, "%s: cannot stat", f->path);
+	if (!S_ISREG(st.st_mode))
+		return ck_fail(err, CK_E_SOURCE, "%s: not a regular file", f->path);
+	/* O_NONBLOCK only guarded the open against FIFOs; reads must block. */
+	fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
+	f->size = (uint64_t)st.st_size;
+	f->mtime = st.st_mtim;
+	if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0)
+		return -1;
+	f->header_len = hdr->header_len;
+	return 0;
+}
+
+/* Move a file's tensors into the catalog, refusing a key already present. */
+static int merge_header(struct ck_catalog *cat, struct ck_st_header *hdr, uint32_t file,
+			struct ck_err *err)
+{
+	size_t need = cat->n_entries + hdr->n_tensors;
+	struct ck_catalog_entry *e = realloc(cat->entries, (need ? need : 1) * sizeof *e);
+	if (!e)
+		return ck_fail_sys(err, ENOMEM, "catalog");
+	cat->entries = e;
+	for (size_t i = 0; i < hdr->n_tensors; i++) {
+		struct ck_catalog_entry *ent = &cat->entries[cat->n_entries];
+		ent->t = hdr->tensors[i];
+		ent->file = file;
+		hdr->tensors[i].name = NULL; /* ownership moved */
+		cat->n_entries++;
+		cat->total_bytes += ent->t.nbytes;
+	}
+	return 0;
+}
+
+static int build_index_map(struct ck_catalog *cat, struct ck_err *err)
+{
+	qsort(cat->entries, cat->n_entries, sizeof *cat->entries, cmp_entry);
+	if (ck_strmap_init(&cat->by_name, cat->n_entries) < 0)
+		return ck_fail_sys(err, ENOMEM, "catalog");
+	for (size_t i = 0; i < cat->n_entries; i++) {
+		uint32_t other;
+		int r = ck_strmap_put(&cat->by_name, cat->entries[i].t.name, (uint32_t)i, &other);
+		if (r < 0)
+			return ck_fail_sys(err, ENOMEM, "catalog");
+		if (r == 1)
+			return ck_fail(err, CK_E_SOURCE, "key \"%s\" is in both %s and %s",
+				       cat->entries[i].t.name,
+				       cat->files[cat->entries[other].file].path,
+				       cat->files[cat->entries[i].file].path);
+	}
+	return 0;
+}
+
+static int load_config(struct ck_catalog *cat, const char *dir, struct ck_err *err)
+{
+	char *path = join(dir, "config.json");
+	if (!path)
+		return ck_fail_sys(err, ENOMEM, "config.json");
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		free(path);
+		return 0; /* optional */
+	}
+	char *buf;
+	size_t len;
+	int rc = ck_read_file(path, MAX_CONFIG_BYTES, &buf, &len, CK_E_SOURCE, err);
+	if (rc == 0) {
+		cat->config = ck_json_parse(buf, len, 0, CK_E_SOURCE, path, err);
+		free(buf);
+		if (!cat->config)
+			rc = -1;
+		else if (!cJSON_IsObject(cat->config))
+			rc = ck_fail(err, CK_E_SOURCE, "%s: not a JSON object", path);
+	}
+	free(path);
+	return rc;
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A directory without an index: every *.safetensors in it. */
+static int list_weight_files(const char *dir, char ***names, size_t *n, struct ck_err *err)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return ck_fail_sys(err, errno, "%s: cannot list directory", dir);
+	size_t cap = 16;
+	*n = 0;
+	*names = malloc(cap * sizeof **names);
+	struct dirent *de;
+	while (*names && (de = readdir(d))) {
+		if (de->d_name[0] == '.' || !has_suffix(de->d_name, ".safetensors"))
+			continue;
+		if (*n == cap) {
+			char **nn = realloc(*names, (cap *= 2) * sizeof **names);
+			if (!nn)
+				break;
+			*names = nn;
+		}
+		if (!((*names)[*n] = strdup(de->d_name)))
+			break;
+		(*n)++;
+	}
+	int failed = !*names || de != NULL;
+	closedir(d);
+	if (failed)
+		return ck_fail_sys(err, ENOMEM, "%s", dir);
+	qsort(*names, *n, sizeof **names, cmp_str);
+	if (*n == 0)
+		return ck_fail(err, CK_E_SOURCE, "%s: no *.safetensors files in the directory", dir);
+	return 0;
+}
+
+/* With an index, every listed key must be in the file it names and every key
+ * of those files must be listed, mapped to that file. */
+static int check_against_index(const struct ck_catalog *cat, const struct ck_index *idx,
+			       const char *what, struct ck_err *err)
+{
+	for (size_t i = 0; i < idx->n_entries; i++) {
+		const struct ck_catalog_entry *e = ck_catalog_find(cat, idx->entries[i].key);
+		const char *want = idx->files[idx->entries[i].file];
+		if (!e)
+			return ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" is listed in %s but not in it",
+				       what, idx->entries[i].key, want);
+		if (strcmp(cat->files[e->file].name, want) != 0)
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: key \"%s\" is listed in %s but stored in %s", what,
+				       idx->entries[i].key, want, cat->files[e->file].name);
+	}
+	if (cat->n_entries != idx->n_entries) {
+		/* some file key is not listed: name the first one */
+		struct ck_strmap listed;
+		if (ck_strmap_init(&listed, idx->n_entries) < 0)
+			return ck_fail_sys(err, ENOMEM, "%s", what);
+		for (size_t i = 0; i < idx->n_entries; i++)
+			ck_strmap_put(&listed, idx->entries[i].key, 0, NULL);
+		uint32_t v;
+		size_t i = 0;
+		while (i < cat->n_entries && ck_strmap_get(&listed, cat->entries[i].t.name, &v) == 0)
+			i++;
+		ck_strmap_free(&listed);
+		if (i < cat->n_entries)
+			return ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" in %s is not listed in the index",
+				       what, cat->entries[i].t.name,
+				       cat->files[cat->entries[i].file].name);
+	}
+	return 0;
+}
+
+static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
+{
+	int rc = -1;
+	struct ck_index idx = {0};
+	char **names = NULL;
+	size_t n_names = 0;
+	int have_index = 0;
+	char *index_path = join(dir, INDEX_NAME);
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!index_path) {
+		ck_fail_sys(err, ENOMEM, "%s", dir);
+		goto out;
+	}
+	if (dirfd < 0) {
+		ck_fail_sys(err, errno, "%s: cannot open directory", dir);
+		goto out;
+	}
+	struct stat st;
+	if (stat(index_path, &st) == 0) {
+		char *buf;
+		size_t len;
+		if (ck_read_file(index_path, MAX_INDEX_BYTES, &buf, &len, CK_E_SOURCE, err) < 0)
+			goto out;
+		rc = ck_index_parse(buf, len, index_path, &idx, err);
+		free(buf);
+		if (rc < 0)
+			goto out;
+		rc = -1;
+		have_index = 1;
+		names = idx.files;
+		n_names = idx.n_files;
+		if (n_names == 0) {
+			ck_fail(err, CK_E_SOURCE, "%s: weight_map is empty", index_path);
+			goto out;
+		}
+	} else if (list_weight_files(dir, &names, &n_names, err) < 0) {
+		goto out;
+	}
+	cat->files = calloc(n_names, sizeof *cat->files);
+	if (!cat->files) {
+		ck_fail_sys(err, ENOMEM, "%s", dir);
+		goto out;
+	}
+	for (size_t i = 0; i < n_names; i++) {
+		struct ck_st_header hdr = {0};
+		int r = add_file(cat, dirfd, dir, names[i], &hdr, err);
+		if (r == 0)
+			r = merge_header(cat, &hdr, (uint32_t)i, err);
+		ck_st_header_free(&hdr);
+		if (r < 0)
+			goto out;
+	}
+	if (build_index_map(cat, err) < 0)
+		goto out;
+	if (have_index && check_against_index(cat, &idx, index_path, err) < 0)
+		goto out;
+	rc = load_config(cat, dir, err);
+out:
+	if (!have_index && names) {
+		for (size_t i = 0; i < n_names; i++)
+			free(names[i]);
+		free(names);
+	}
+	ck_index_free(&idx);
+	free(index_path);
+	if (dirfd >= 0)
+		close(dirfd);
+	return rc;
+}
+
+static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *err)
+{
+	cat->files = calloc(1, sizeof *cat->files);
+	if (!cat->files)
+		return ck_fail_sys(err, ENOMEM, "%s", path);
+	struct ck_st_header hdr = {0};
+	int r = add_file(cat, AT_FDCWD, NULL, path, &hdr, err);
+	if (r == 0)
+		r = merge_header(cat, &hdr, 0, err);
+	ck_st_header_free(&hdr);
+	if (r == 0)
+		r = build_index_map(cat, err);
+	if (r == 0) {
+		/* config.json beside a single weights file, as in an HF repo */
+		char *dir = strdup(path);
+		if (!dir)
+			return ck_fail_sys(err, ENOMEM, "%s", path);
+		char *slash = strrchr(dir, '/');
+		if (slash)
+			*slash = '\0';
+		r = load_config(cat, slash ? (dir[0] ? dir : "/") : ".", err);
+		free(dir);
+	}
+	return r;
+}
+
+int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *err)
+{
+	*out = NULL;
+	struct ck_catalog *cat = calloc(1, sizeof *cat);
+	if (!cat || !(cat->source = strdup(source))) {
+		free(cat);
+		return ck_fail_sys(err, ENOMEM, "%s", source);
+	}
+	cat->format = "safetensors";
+	struct stat st;
+	int r;
+	if (stat(source, &st) < 0)
+		r = errno == ENOENT ? ck_fail(err, CK_E_SOURCE, "%s: no such file or directory", source)
+				    : ck_fail_sys(err, errno, "%s: cannot stat", source);
+	else if (S_ISDIR(st.st_mode))
+		r = open_dir(cat, source, err);
+	else
+		r = open_file(cat, source, err);
+	if (r < 0) {
+		ck_catalog_free(cat);
+		return -1;
+	}
+	*out = cat;
+	return 0;
+}

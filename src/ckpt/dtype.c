@@ -1,0 +1,62 @@
+#include "dtype.h"
+
+#include <string.h>
+
+static const struct {
+	const char *name;
+	unsigned size;
+} dtypes[CK_DT_COUNT] = {
+	[CK_DT_INVALID] = {"?", 0},
+	[CK_DT_BOOL] = {"BOOL", 1},
+	[CK_DT_U8] = {"U8", 1},
+	[CK_DT_I8] = {"I8", 1},
+	[CK_DT_F8_E5M2] = {"F8_E5M2", 1},
+	[CK_DT_F8_E4M3] = {"F8_E4M3", 1},
+	[CK_DT_F8_E8M0] = {"F8_E8M0", 1},
+	[CK_DT_F8_E4M3FNUZ] = {"F8_E4M3FNUZ", 1},
+	[CK_DT_F8_E5M2FNUZ] = {"F8_E5M2FNUZ", 1},
+	[CK_DT_I16] = {"I16", 2},
+	[CK_DT_U16] = {"U16", 2},
+	[CK_DT_F16] = {"F16", 2},
+	[CK_DT_BF16] = {"BF16", 2},
+	[CK_DT_I32] = {"I32", 4},
+	[CK_DT_U32] = {"U32", 4},
+	[CK_DT_F32] = {"F32", 4},
+	[CK_DT_C64] = {"C64", 8},
+	[CK_DT_F64] = {"F64", 8},
+	[CK_DT_I64] = {"I64", 8},
+	[CK_DT_U64] = {"U64", 8},
+};
+
+/* Known to safetensors but packed below one byte per element: a byte range
+ * cannot hold a whole element, so slicing and casting are undefined for us. */
+static const char *const subbyte_names[] = {"F4", "F6_E2M3", "F6_E3M2"};
+
+const char *ck_dtype_name(enum ck_dtype dt)
+{
+	return (dt > CK_DT_INVALID && dt < CK_DT_COUNT) ? dtypes[dt].name : "?";
+}
+
+size_t ck_dtype_size(enum ck_dtype dt)
+{
+	return (dt > CK_DT_INVALID && dt < CK_DT_COUNT) ? dtypes[dt].size : 0;
+}
+
+enum ck_dtype ck_dtype_parse(const char *s, int *subbyte)
+{
+	if (subbyte)
+		*subbyte = 0;
+	for (int i = 1; i < CK_DT_COUNT; i++)
+		if (strcmp(s, dtypes[i].name) == 0)
+			return (enum ck_dtype)i;
+	for (size_t i = 0; i < sizeof subbyte_names / sizeof *subbyte_names; i++)
+		if (subbyte && strcmp(s, subbyte_names[i]) == 0)
+			*subbyte = 1;
+	return CK_DT_INVALID;
+}
+
+int ck_dtype_is_castable_float(enum ck_dtype dt)
+{
+	return dt == CK_DT_F32 || dt == CK_DT_F16 || dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 ||
+	       dt == CK_DT_F8_E5M2;
+}

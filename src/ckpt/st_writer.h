@@ -1,0 +1,29 @@
+/* Builds safetensors headers: the 8-byte length, compact JSON with
+ * "__metadata__" first and tensors in the given order, padded with spaces to
+ * a multiple of 8 as safetensors' own writer does. Shared by `convert`, the
+ * mount's virtual model.safetensors and the test-checkpoint tool. */
+#ifndef CK_ST_WRITER_H
+#define CK_ST_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/error.h"
+#include "dtype.h"
+
+struct ck_st_out {
+	const char *name;
+	enum ck_dtype dtype;
+	int ndim;
+	const int64_t *shape;
+	uint64_t nbytes;
+};
+
+/* On success *out holds header_len bytes (prefix + JSON + padding); tensor i's
+ * data goes at file offset header_len + data_off[i] (packed back to back).
+ * meta is n_meta key/value pairs (keys[i], vals[i]). */
+int ck_st_build_header(const struct ck_st_out *t, size_t n, const char *const *meta_keys,
+		       const char *const *meta_vals, size_t n_meta, char **out, size_t *header_len,
+		       uint64_t *data_off, struct ck_err *err);
+
+#endif

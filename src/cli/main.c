@@ -1,0 +1,45 @@
+/* ckptfs: mount ML checkpoints through a mapping, inspect and convert them. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: ckptfs COMMAND [ARGS]\n"
+		   "commands:\n"
+		   "  inspect SOURCE [--json]   list tensors (name, dtype, shape, bytes, file)\n"
+		   "  help                      this text\n"
+		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
+		   "             4 invalid mapping, 5 --expect mismatch\n");
+}
+
+int ck_cli_report(const struct ck_err *err)
+{
+	fprintf(stderr, "ckptfs: %s\n", err->msg);
+	switch (err->kind) {
+	case CK_E_USAGE: return 2;
+	case CK_E_SOURCE: return 3;
+	case CK_E_MAPPING: return 4;
+	case CK_E_MISMATCH: return 5;
+	default: return 1;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "inspect"))
+		return ck_cmd_inspect(argc - 1, argv + 1);
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "ckptfs: unknown command \"%s\"\n", cmd);
+	usage(stderr);
+	return 2;
+}

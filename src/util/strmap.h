@@ -1,0 +1,26 @@
+/* Open-addressing hash map from NUL-terminated strings (not owned; they must
+ * outlive the map) to uint32 values. Used wherever key lookup must stay O(1):
+ * a 100,000-key checkpoint must never cost O(n^2). */
+#ifndef CK_STRMAP_H
+#define CK_STRMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct ck_strmap {
+	const char **keys;
+	uint32_t *vals;
+	size_t cap; /* power of two */
+	size_t len;
+};
+
+uint64_t ck_hash_str(const char *s);
+int ck_strmap_init(struct ck_strmap *m, size_t expected);
+void ck_strmap_free(struct ck_strmap *m);
+/* Insert key -> val. Returns 0 when inserted, 1 when the key was already
+ * present (*existing gets its value, the map is unchanged), -1 on ENOMEM. */
+int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *existing);
+/* Returns 0 and sets *val when found, -1 when absent. */
+int ck_strmap_get(const struct ck_strmap *m, const char *key, uint32_t *val);
+
+#endif

@@ -1,0 +1,385 @@
+#include "ckgen.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/ckpt/safetensors.h"
+#include "../src/ckpt/st_writer.h"
+#include "../src/kern/fpconv.h"
+
+uint64_t ckgen_splitmix64(uint64_t x)
+{
+	uint64_t z = x + 0x9E3779B97F4A7C15ULL;
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+	return z ^ (z >> 31);
+}
+
+uint64_t ckgen_fnv1a64(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
+	return h;
+}
+
+double ckgen_value(const char *key, uint64_t i)
+{
+	return ((double)(ckgen_splitmix64(ckgen_fnv1a64(key) + i) % 255) - 127.0) / 64.0;
+}
+
+struct preset {
+	const char *arch, *name;
+	int64_t hidden, intermediate, layers, heads, kv_heads, vocab, experts, positions;
+	int tie;
+};
+
+static const struct preset presets[] = {
+	{"llama", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+	{"llama", "small", 512, 1408, 4, 8, 2, 4096, 0, 0, 0},
+	{"llama", "1b", 2048, 8192, 16, 32, 8, 128256, 0, 0, 1},
+	{"llama", "8b", 4096, 14336, 32, 32, 8, 128256, 0, 0, 0},
+	{"llama", "70b", 8192, 28672, 80, 64, 8, 128256, 0, 0, 0},
+	{"gpt2", "tiny", 64, 256, 2, 4, 4, 256, 0, 128, 1},
+	{"gpt2", "124m", 768, 3072, 12, 12, 12, 50257, 0, 1024, 1},
+	{"mixtral", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+	{"mixtral", "8x7b", 4096, 14336, 32, 32, 8, 32000, 8, 0, 0},
+};
+
+int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
+		 struct ck_err *err)
+{
+	for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
+		const struct preset *p = &presets[i];
+		if (strcmp(p->arch, arch) || strcmp(p->name, preset))
+			continue;
+		memset(spec, 0, sizeof *spec);
+		snprintf(spec->arch, sizeof spec->arch, "%s", arch);
+		spec->hidden = p->hidden;
+		spec->intermediate = p->intermediate;
+		spec->layers = p->layers;
+		spec->heads = p->heads;
+		spec->kv_heads = p->kv_heads;
+		spec->vocab = p->vocab;
+		spec->experts = p->experts;
+		spec->positions = p->positions;
+		spec->tie = p->tie;
+		spec->dtype = CK_DT_F32;
+		spec->shards = 1;
+		return 0;
+	}
+	return ck_fail(err, CK_E_USAGE, "no preset \"%s\" for model \"%s\"", preset, arch);
+}
+
+struct gtensor {
+	char name[192];
+	int ndim;
+	int64_t shape[3];
+};
+
+struct glist {
+	struct gtensor *t;
+	size_t n, cap;
+};
+
+static int add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t d1,
+	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+static int add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t d1,
+	       const char *fmt, ...)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 64;
+		struct gtensor *t = realloc(l->t, cap * sizeof *t);
+		if (!t)
+			return -1;
+		l->t = t;
+		l->cap = cap;
+	}
+	struct gtensor *g = &l->t[l->n++];
+	int k = snprintf(g->name, sizeof g->name, "%s", prefix);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g->name + k, sizeof g->name - (size_t)k, fmt, ap);
+	va_end(ap);
+	g->ndim = ndim;
+	g->shape[0] = d0;
+	g->shape[1] = d1;
+	return 0;
+}
+
+static int64_t head_dim(const struct ckgen_spec *s)
+{
+	return s->head_dim ? s->head_dim : s->hidden / s->heads;
+}
+
+static int build_llama(const struct ckgen_spec *s, struct glist *l)
+{
+	const char *p = s->prefix;
+	int64_t H = s->hidden, I = s->intermediate, hd = head_dim(s);
+	int r = add(l, p, 2, s->vocab, H, "model.embed_tokens.weight");
+	for (int64_t L = 0; L < s->layers && !r; L++) {
+		const char *a = "model.layers.%" PRId64 ".self_attn.%s.weight";
+		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".input_layernorm.weight", L);
+		r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj");
+		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj");
+		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj");
+		r |= add(l, p, 2, H, s->heads * hd, a, L, "o_proj");
+		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
+			 L);
+		if (!strcmp(s->arch, "mixtral")) {
+			const char *e = "model.layers.%" PRId64
+					".block_sparse_moe.experts.%" PRId64 ".%s.weight";
+			r |= add(l, p, 2, s->experts, H,
+				 "model.layers.%" PRId64 ".block_sparse_moe.gate.weight", L);
+			for (int64_t x = 0; x < s->experts; x++) {
+				r |= add(l, p, 2, I, H, e, L, x, "w1");
+				r |= add(l, p, 2, H, I, e, L, x, "w2");
+				r |= add(l, p, 2, I, H, e, L, x, "w3");
+			}
+		} else {
+			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
+			r |= add(l, p, 2, I, H, m, L, "gate_proj");
+			r |= add(l, p, 2, I, H, m, L, "up_proj");
+			r |= add(l, p, 2, H, I, m, L, "down_proj");
+		}
+	}
+	r |= add(l, p, 1, H, 0, "model.norm.weight");
+	if (!s->tie)
+		r |= add(l, p, 2, s->vocab, H, "lm_head.weight");
+	return r;
+}
+
+static int build_gpt2(const struct ckgen_spec *s, struct glist *l)
+{
+	const char *p = s->prefix;
+	int64_t E = s->hidden, F = s->intermediate;
+	int r = add(l, p, 2, s->vocab, E, "wte.weight");
+	r |= add(l, p, 2, s->positions, E, "wpe.weight");
+	for (int64_t L = 0; L < s->layers && !r; L++) {
+		const char *w = "h.%" PRId64 ".%s.weight", *b = "h.%" PRId64 ".%s.bias";
+		r |= add(l, p, 1, E, 0, w, L, "ln_1");
+		r |= add(l, p, 1, E, 0, b, L, "ln_1");
+		r |= add(l, p, 2, E, 3 * E, w, L, "attn.c_attn");
+		r |= add(l, p, 1, 3 * E, 0, b, L, "attn.c_attn");
+		r |= add(l, p, 2, E, E, w, L, "attn.c_proj");
+		r |= add(l, p, 1, E, 0, b, L, "attn.c_proj");
+		r |= add(l, p, 1, E, 0, w, L, "ln_2");
+		r |= add(l, p, 1, E, 0, b, L, "ln_2");
+		r |= add(l, p, 2, E, F, w, L, "mlp.c_fc");
+		r |= add(l, p, 1, F, 0, b, L, "mlp.c_fc");
+		r |= add(l, p, 2, F, E, w, L, "mlp.c_proj");
+		r |= add(l, p, 1, E, 0, b, L, "mlp.c_proj");
+	}
+	r |= add(l, p, 1, E, 0, "ln_f.weight");
+	r |= add(l, p, 1, E, 0, "ln_f.bias");
+	return r;
+}
+
+static int write_config(const struct ckgen_spec *s, const char *outdir, struct ck_err *err)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/config.json", outdir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return ck_fail_sys(err, errno, "%s", path);
+	const char *tdt = s->dtype == CK_DT_BF16  ? "bfloat16"
+			  : s->dtype == CK_DT_F16 ? "float16"
+						  : "float32";
+	if (!strcmp(s->arch, "gpt2")) {
+		fprintf(f,
+			"{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": "
+			"\"gpt2\",\n  \"n_embd\": %" PRId64 ",\n  \"n_inner\": %" PRId64
+			",\n  \"n_layer\": %" PRId64 ",\n  \"n_head\": %" PRId64
+			",\n  \"n_positions\": %" PRId64 ",\n  \"vocab_size\": %" PRId64
+			",\n  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n"
+			"  \"torch_dtype\": \"%s\"\n}\n",
+			s->hidden, s->intermediate, s->layers, s->heads, s->positions, s->vocab,
+			tdt);
+	} else {
+		int moe = !strcmp(s->arch, "mixtral");
+		fprintf(f,
+			"{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
+			"  \"hidden_size\": %" PRId64 ",\n  \"intermediate_size\": %" PRId64
+			",\n  \"num_hidden_layers\": %" PRId64 ",\n  \"num_attention_heads\": %" PRId64
+			",\n  \"num_key_value_heads\": %" PRId64 ",\n  \"vocab_size\": %" PRId64
+			",\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
+			"  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
+			moe ? "MixtralForCausalLM" : "LlamaForCausalLM", s->arch, s->hidden,
+			s->intermediate, s->layers, s->heads, s->kv_heads, s->vocab,
+			s->tie ? "true" : "false", tdt);
+		if (s->head_dim)
+			fprintf(f, ",\n  \"head_dim\": %" PRId64, s->head_dim);
+		if (moe)
+			fprintf(f, ",\n  \"num_local_experts\": %" PRId64
+				   ",\n  \"num_experts_per_tok\": 2",
+				s->experts);
+		fprintf(f, "\n}\n");
+	}
+	if (fclose(f) != 0)
+		return ck_fail_sys(err, errno, "%s", path);
+	return 0;
+}
+
+static void encode(enum ck_dtype dt, double v, unsigned char *out)
+{
+	float f = (float)v;
+	uint16_t h;
+	switch (dt) {
+	case CK_DT_F16:
+		h = ck_f32_to_f16(f, 0);
+		memcpy(out, &h, 2);
+		break;
+	case CK_DT_BF16:
+		h = ck_f32_to_bf16(f, 0);
+		memcpy(out, &h, 2);
+		break;
+	default:
+		memcpy(out, &f, 4);
+	}
+}
+
+static int write_data(int fd, const struct gtensor *t, enum ck_dtype dt, uint64_t off,
+		      uint64_t numel, const char *path, struct ck_err *err)
+{
+	enum { CHUNK = 1 << 16 };
+	size_t es = ck_dtype_size(dt);
+	unsigned char *buf = malloc(CHUNK * es);
+	if (!buf)
+		return ck_fail_sys(err, ENOMEM, "%s", path);
+	uint64_t h = ckgen_fnv1a64(t->name);
+	for (uint64_t i = 0; i < numel; i += CHUNK) {
+		uint64_t n = numel - i < CHUNK ? numel - i : CHUNK;
+		for (uint64_t j = 0; j < n; j++) {
+			double v = ((double)(ckgen_splitmix64(h + i + j) % 255) - 127.0) / 64.0;
+			encode(dt, v, buf + j * es);
+		}
+		if (pwrite(fd, buf, n * es, (off_t)(off + i * es)) != (ssize_t)(n * es)) {
+			free(buf);
+			return ck_fail_sys(err, errno ? errno : EIO, "%s: write failed", path);
+		}
+	}
+	free(buf);
+	return 0;
+}
+
+static int write_shard(const struct ckgen_spec *s, const struct gtensor *t, size_t n,
+		       const char *path, struct ck_err *err)
+{
+	struct ck_st_out *o = calloc(n ? n : 1, sizeof *o);
+	uint64_t *off = calloc(n ? n : 1, sizeof *off);
+	char *hdr = NULL;
+	size_t hl = 0;
+	int rc = -1, fd = -1;
+	if (!o || !off) {
+		ck_fail_sys(err, ENOMEM, "%s", path);
+		goto out;
+	}
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		o[i].name = t[i].name;
+		o[i].dtype = s->dtype;
+		o[i].ndim = t[i].ndim;
+		o[i].shape = t[i].shape;
+		ck_shape_bytes(t[i].shape, t[i].ndim, s->dtype, &o[i].nbytes);
+		total += o[i].nbytes;
+	}
+	const char *mk[] = {"format"}, *mv[] = {"pt"};
+	if (ck_st_build_header(o, n, mk, mv, 1, &hdr, &hl, off, err) < 0)
+		goto out;
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		ck_fail_sys(err, errno, "%s", path);
+		goto out;
+	}
+	if (write(fd, hdr, hl) != (ssize_t)hl || ftruncate(fd, (off_t)(hl + total)) < 0) {
+		ck_fail_sys(err, errno ? errno : EIO, "%s: write failed", path);
+		goto out;
+	}
+	for (size_t i = 0; i < n && !s->sparse; i++)
+		if (write_data(fd, &t[i], s->dtype, hl + off[i], o[i].nbytes / ck_dtype_size(s->dtype),
+			       path, err) < 0)
+			goto out;
+	rc = 0;
+out:
+	if (fd >= 0 && close(fd) < 0 && rc == 0)
+		rc = ck_fail_sys(err, errno, "%s", path);
+	free(hdr);
+	free(o);
+	free(off);
+	return rc;
+}
+
+int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *err)
+{
+	if (s->hidden <= 0 || s->layers < 0 || s->heads <= 0 || s->vocab <= 0 ||
+	    s->kv_heads <= 0 || s->heads % s->kv_heads || s->shards < 1 ||
+	    (!s->head_dim && s->hidden % s->heads))
+		return ck_fail(err, CK_E_USAGE, "inconsistent model sizes");
+	if (mkdir(outdir, 0755) < 0 && errno != EEXIST)
+		return ck_fail_sys(err, errno, "%s", outdir);
+	struct glist l = {0};
+	int r = !strcmp(s->arch, "gpt2") ? build_gpt2(s, &l) : build_llama(s, &l);
+	if (r) {
+		free(l.t);
+		return ck_fail_sys(err, ENOMEM, "tensor list");
+	}
+	uint64_t total = 0;
+	for (size_t i = 0; i < l.n; i++) {
+		uint64_t nb;
+		ck_shape_bytes(l.t[i].shape, l.t[i].ndim, s->dtype, &nb);
+		total += nb;
+	}
+	int shards = (size_t)s->shards > l.n ? (int)l.n : s->shards;
+	char path[4096];
+	FILE *idx = NULL;
+	if (shards > 1) {
+		snprintf(path, sizeof path, "%s/model.safetensors.index.json", outdir);
+		if (!(idx = fopen(path, "w"))) {
+			free(l.t);
+			return ck_fail_sys(err, errno, "%s", path);
+		}
+		fprintf(idx, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64
+			     "\n  },\n  \"weight_map\": {",
+			total);
+	}
+	/* Fill shards in key order, each up to an even share of the bytes. */
+	size_t start = 0;
+	int rc = 0;
+	uint64_t done = 0;
+	for (int k = 0; k < shards && rc == 0; k++) {
+		size_t end = start;
+		uint64_t goal = total / (uint64_t)shards * (uint64_t)(k + 1);
+		while (end < l.n && (end == start || done < goal || k == shards - 1) &&
+		       l.n - end > (size_t)(shards - k - 1)) {
+			uint64_t nb;
+			ck_shape_bytes(l.t[end].shape, l.t[end].ndim, s->dtype, &nb);
+			done += nb;
+			end++;
+		}
+		char name[64];
+		if (shards == 1)
+			snprintf(name, sizeof name, "model.safetensors");
+		else
+			snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, shards);
+		snprintf(path, sizeof path, "%s/%s", outdir, name);
+		rc = write_shard(s, l.t + start, end - start, path, err);
+		for (size_t i = start; idx && i < end; i++)
+			fprintf(idx, "%s\n    \"%s\": \"%s\"", i ? "," : "", l.t[i].name, name);
+		start = end;
+	}
+	if (idx) {
+		fprintf(idx, "\n  }\n}\n");
+		if (fclose(idx) != 0 && rc == 0)
+			rc = ck_fail_sys(err, errno, "index");
+	}
+	free(l.t);
+	return rc ? rc : write_config(s, outdir, err);
+}

@@ -1,0 +1,39 @@
+/* Deterministic HF-style test checkpoints (llama, gpt2, mixtral).
+ *
+ * Values are a documented function of (key, flat index i), so any test can
+ * recompute any element independently (README: "Test checkpoints"):
+ *     v(key, i) = ((splitmix64(fnv1a64(key) + i) mod 255) - 127) / 64
+ * Every such value is exact in F32, F16 and BF16 (at most 7 significant
+ * bits), so the same formula holds for every dtype the tool writes. */
+#ifndef CK_CKGEN_H
+#define CK_CKGEN_H
+
+#include <stdint.h>
+
+#include "../src/ckpt/dtype.h"
+#include "../src/util/error.h"
+
+struct ckgen_spec {
+	char arch[16]; /* llama | gpt2 | mixtral */
+	int64_t hidden, intermediate, layers, heads, kv_heads, vocab, experts, positions;
+	int64_t head_dim; /* 0: hidden / heads, and not written to config.json */
+	int tie;	  /* tie_word_embeddings: no lm_head.weight */
+	enum ck_dtype dtype;
+	int shards; /* 1: model.safetensors; >1: model-0000k-of-0000n + index */
+	int sparse; /* headers only, data left as file holes */
+	char prefix[64]; /* prepended to every key (e.g. "module." for wrapper tests) */
+};
+
+uint64_t ckgen_splitmix64(uint64_t x);
+uint64_t ckgen_fnv1a64(const char *s);
+/* The value of element i of tensor `key`, as a double (exact in every dtype). */
+double ckgen_value(const char *key, uint64_t i);
+
+/* Fill spec with a preset ("tiny", "small", "1b", "8b", "70b", "124m",
+ * "8x7b"); returns -1 with err for an unknown arch/preset pair. */
+int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
+		 struct ck_err *err);
+/* Write the checkpoint and config.json into outdir (created if missing). */
+int ckgen_write(const struct ckgen_spec *spec, const char *outdir, struct ck_err *err);
+
+#endif

@@ -1,0 +1,108 @@
+/* mkckpt: write a deterministic test checkpoint (see tools/ckgen.h). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckgen.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: mkckpt [options] OUTDIR\n"
+		"  --model llama|gpt2|mixtral   architecture (default llama)\n"
+		"  --preset NAME                llama: tiny small 1b 8b 70b; gpt2: tiny 124m;\n"
+		"                               mixtral: tiny 8x7b (default tiny)\n"
+		"  --dtype F32|BF16|F16         element type (default F32)\n"
+		"  --shards N                   N files + model.safetensors.index.json\n"
+		"  --sparse                     headers only; data left as file holes\n"
+		"  --layers N --hidden N --intermediate N --heads N --kv-heads N\n"
+		"  --vocab N --experts N --head-dim N --tie --untie --prefix STR\n"
+		"Element i of tensor KEY is ((splitmix64(fnv1a64(KEY) + i) %% 255) - 127) / 64.\n");
+}
+
+static int64_t num(const char *s)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || v < 0) {
+		fprintf(stderr, "mkckpt: not a non-negative integer: %s\n", s);
+		exit(2);
+	}
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_LAYERS = 256, O_HIDDEN, O_INTER, O_HEADS, O_KV, O_VOCAB, O_EXPERTS, O_HD,
+	       O_TIE, O_UNTIE, O_PREFIX, O_SPARSE };
+	static const struct option opts[] = {
+		{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
+		{"dtype", required_argument, 0, 'd'}, {"shards", required_argument, 0, 's'},
+		{"sparse", no_argument, 0, O_SPARSE}, {"layers", required_argument, 0, O_LAYERS},
+		{"hidden", required_argument, 0, O_HIDDEN},
+		{"intermediate", required_argument, 0, O_INTER},
+		{"heads", required_argument, 0, O_HEADS}, {"kv-heads", required_argument, 0, O_KV},
+		{"vocab", required_argument, 0, O_VOCAB},
+		{"experts", required_argument, 0, O_EXPERTS},
+		{"head-dim", required_argument, 0, O_HD}, {"tie", no_argument, 0, O_TIE},
+		{"untie", no_argument, 0, O_UNTIE}, {"prefix", required_argument, 0, O_PREFIX},
+		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+	const char *model = "llama", *preset = "tiny";
+	/* first pass: model and preset, so overrides apply on top of the preset */
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (c == 'm')
+			model = optarg;
+		else if (c == 'p')
+			preset = optarg;
+		else if (c == 'h') {
+			usage(stdout);
+			return 0;
+		} else if (c == '?') {
+			usage(stderr);
+			return 2;
+		}
+	}
+	struct ck_err err;
+	struct ckgen_spec s;
+	if (ckgen_preset(&s, model, preset, &err) < 0) {
+		fprintf(stderr, "mkckpt: %s\n", err.msg);
+		return 2;
+	}
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			s.dtype = ck_dtype_parse(optarg, NULL);
+			if (s.dtype != CK_DT_F32 && s.dtype != CK_DT_BF16 && s.dtype != CK_DT_F16) {
+				fprintf(stderr, "mkckpt: --dtype must be F32, BF16 or F16\n");
+				return 2;
+			}
+			break;
+		case 's': s.shards = (int)num(optarg); break;
+		case O_SPARSE: s.sparse = 1; break;
+		case O_LAYERS: s.layers = num(optarg); break;
+		case O_HIDDEN: s.hidden = num(optarg); break;
+		case O_INTER: s.intermediate = num(optarg); break;
+		case O_HEADS: s.heads = num(optarg); break;
+		case O_KV: s.kv_heads = num(optarg); break;
+		case O_VOCAB: s.vocab = num(optarg); break;
+		case O_EXPERTS: s.experts = num(optarg); break;
+		case O_HD: s.head_dim = num(optarg); break;
+		case O_TIE: s.tie = 1; break;
+		case O_UNTIE: s.tie = 0; break;
+		case O_PREFIX: snprintf(s.prefix, sizeof s.prefix, "%s", optarg); break;
+		default: break;
+		}
+	}
+	if (optind != argc - 1) {
+		usage(stderr);
+		return 2;
+	}
+	if (ckgen_write(&s, argv[optind], &err) < 0) {
+		fprintf(stderr, "mkckpt: %s\n", err.msg);
+		return err.kind == CK_E_USAGE ? 2 : 1;
+	}
+	return 0;
+}
