@@ -96,7 +96,8 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 	struct ck_source_file *f = &cat->files[cat->n_files];
 	memset(f, 0, sizeof *f);
 	f->fd = -1;
-	f->name = strdup(name);
+	const char *base = strrchr(name, '/');
+	f->name = strdup(dir || !base ? name : base + 1);
 	f->path = dir ? join(dir, name) : strdup(name);
 	if (!f->name || !f->path) {
 		free(f->name);

@@ -39,7 +39,6 @@ int main(int argc, char **argv)
 		usage(stdout);
 		return 0;
 	}
-	fprintf(stderr, "ckptfs: unknown command \"%s\"\n", cmd);
-	usage(stderr);
+	fprintf(stderr, "ckptfs: unknown command \"%s\" (see 'ckptfs help')\n", cmd);
 	return 2;
 }

@@ -1,0 +1,92 @@
+"""Independent reference code for the CLI tests: a safetensors reader and
+writer written from the format description (not ckptfs's C code), and the
+test-checkpoint value formula computed with numpy."""
+import json
+import os
+import struct
+import subprocess
+
+import numpy as np
+
+DTYPES = {  # name -> (numpy dtype of the raw element, size)
+    "BOOL": ("u1", 1), "U8": ("u1", 1), "I8": ("i1", 1), "F8_E5M2": ("u1", 1),
+    "F8_E4M3": ("u1", 1), "I16": ("<i2", 2), "U16": ("<u2", 2), "F16": ("<f2", 2),
+    "BF16": ("<u2", 2), "I32": ("<i4", 4), "U32": ("<u4", 4), "F32": ("<f4", 4),
+    "F64": ("<f8", 8), "I64": ("<i8", 8), "U64": ("<u8", 8),
+}
+# safetensors' save_file order: dtype enum descending, then name
+ENUM_ORDER = ["BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
+              "I32", "U32", "F32", "F64", "I64", "U64"]
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: dict name -> (dtype, shape, raw bytes)."""
+    names = sorted(tensors, key=lambda n: (-ENUM_ORDER.index(tensors[n][0]), n))
+    header, off = {}, 0
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for n in names:
+        dt, shape, raw = tensors[n]
+        header[n] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for n in names:
+            f.write(tensors[n][2])
+
+
+def read_safetensors(path):
+    """Returns dict name -> (dtype, shape, numpy array of raw elements)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, e in header.items():
+        b, en = e["data_offsets"]
+        raw = data[8 + n + b:8 + n + en]
+        out[name] = (e["dtype"], tuple(e["shape"]),
+                     np.frombuffer(raw, dtype=DTYPES[e["dtype"]][0]).reshape(e["shape"]))
+    return out
+
+
+def read_checkpoint_dir(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            out.update(read_safetensors(os.path.join(d, f)))
+    return out
+
+
+def as_f32(dtype, arr):
+    if dtype == "BF16":
+        return (arr.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return arr.astype(np.float32)
+
+
+def fnv1a64(s):
+    h = 0xcbf29ce484222325
+    for c in s.encode():
+        h = ((h ^ c) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def gen_values(key, n):
+    """v(key, i) = ((splitmix64(fnv1a64(key) + i) mod 255) - 127) / 64"""
+    z = np.arange(n, dtype=np.uint64) + np.uint64(fnv1a64(key))
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return ((z % np.uint64(255)).astype(np.int64) - 127).astype(np.float32) / np.float32(64)
+
+
+def run(*args, check=True):
+    p = subprocess.run(list(args), capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{args} exited {p.returncode}: {p.stderr}")
+    return p

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Every malformed-safetensors class through the real CLI: exit status 3, one
+# line on stderr naming the file and the rule, nothing on stdout, no crash.
+set -u
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
+"$MKMALFORMED" "$d" || { echo "mkmalformed failed"; exit 1; }
+fail=0 n=0
+check() { # expected-status expected-fragment args...
+	local want_rc=$1 want=$2
+	shift 2
+	"$CKPTFS" "$@" >"$d/out" 2>"$d/err"
+	local rc=$? lines
+	lines=$(wc -l <"$d/err")
+	if [ "$rc" -ne "$want_rc" ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$want" "$d/err" ||
+		[ -s "$d/out" ]; then
+		echo "FAIL: ckptfs $* -> status $rc (want $want_rc), stderr:"
+		cat "$d/err"
+		fail=1
+	fi
+}
+for f in "$d"/*.safetensors; do
+	n=$((n + 1))
+	want=$(cat "${f%.safetensors}.expect")
+	check 3 "$want" inspect "$f"
+	check 3 "$f" inspect --json "$f"
+done
+# a malformed file inside an otherwise valid directory spoils the directory
+mkdir "$d/model"
+"$MKCKPT" --preset tiny "$d/model" || exit 1
+cp "$d/offsets_gap.safetensors" "$d/model/extra.safetensors"
+check 3 "extra.safetensors" inspect "$d/model"
+check 3 "no such file or directory" inspect "$d/does-not-exist"
+check 2 "usage" inspect
+check 2 "unknown option --bogus" inspect --bogus "$d/model"
+check 2 "unknown command" frobnicate
+echo "$n malformed classes refused by the CLI"
+exit $fail

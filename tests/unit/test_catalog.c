@@ -1,0 +1,258 @@
+/* Opening sources: directories with and without an index, index rules,
+ * symlinks (the Hugging Face cache layout), config.json. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/catalog.h"
+#include "testutil.h"
+
+static char *dir;
+
+static void setup(void)
+{
+	dir = tu_mkdtemp();
+}
+
+static void teardown(void)
+{
+	tu_rmtree(dir);
+	free(dir);
+}
+
+static void put_st(const char *name, const struct tu_tensor *t, size_t n)
+{
+	char *p = tu_path(dir, name);
+	tu_write_st(p, t, n);
+	free(p);
+}
+
+static void put_str(const char *name, const char *s)
+{
+	char *p = tu_path(dir, name);
+	tu_write_str(p, s);
+	free(p);
+}
+
+static const struct tu_tensor A[] = {{"layers.10.w", CK_DT_F32, 2, {3, 4}},
+				     {"layers.2.w", CK_DT_BF16, 1, {5}}};
+static const struct tu_tensor B[] = {{"embed", CK_DT_F16, 2, {6, 2}},
+				     {"layers.9.w", CK_DT_I64, 0, {0}}};
+
+/* Open dir and expect failure with a message containing `want`. */
+static void expect_refused(const char *src, const char *want)
+{
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_int_eq(ck_catalog_open(src, &cat, &err), -1);
+	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
+	ck_assert_int_eq(err.kind, CK_E_SOURCE);
+	ck_assert_ptr_null(strchr(err.msg, '\n'));
+}
+
+START_TEST(dir_without_index_merges_files)
+{
+	put_st("a.safetensors", A, 2);
+	put_st("b.safetensors", B, 2);
+	put_str("notes.txt", "ignored");
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(cat->n_files, 2);
+	ck_assert_uint_eq(cat->n_entries, 4);
+	const char *order[] = {"embed", "layers.2.w", "layers.9.w", "layers.10.w"};
+	for (int i = 0; i < 4; i++)
+		ck_assert_str_eq(cat->entries[i].t.name, order[i]);
+	const struct ck_catalog_entry *e = ck_catalog_find(cat, "embed");
+	ck_assert_ptr_nonnull(e);
+	ck_assert_str_eq(cat->files[e->file].name, "b.safetensors");
+	ck_assert_uint_eq(e->t.nbytes, 24);
+	ck_assert_uint_eq(cat->total_bytes, 48 + 10 + 24 + 8);
+	ck_assert_ptr_null(ck_catalog_find(cat, "EMBED"));
+	ck_assert_ptr_null(cat->config);
+	ck_catalog_free(cat);
+}
+END_TEST
+
+START_TEST(key_in_two_files_refused)
+{
+	put_st("a.safetensors", A, 2);
+	put_st("c.safetensors", A, 1);
+	expect_refused(dir, "key \"layers.10.w\" is in both");
+}
+END_TEST
+
+START_TEST(empty_dir_refused)
+{
+	expect_refused(dir, "no *.safetensors files");
+}
+END_TEST
+
+START_TEST(missing_source_refused)
+{
+	char *p = tu_path(dir, "nope");
+	expect_refused(p, "no such file or directory");
+	free(p);
+}
+END_TEST
+
+static const char *IDX = "{\"metadata\":{\"total_size\":90},\"weight_map\":{"
+			 "\"layers.10.w\":\"a.safetensors\",\"layers.2.w\":\"a.safetensors\","
+			 "\"embed\":\"b.safetensors\",\"layers.9.w\":\"b.safetensors\"}}";
+
+START_TEST(index_valid)
+{
+	put_st("a.safetensors", A, 2);
+	put_st("b.safetensors", B, 2);
+	put_st("stray.safetensors", B, 1); /* not listed: not part of the source */
+	put_str("model.safetensors.index.json", IDX);
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(cat->n_files, 2);
+	ck_assert_uint_eq(cat->n_entries, 4);
+	ck_catalog_free(cat);
+}
+END_TEST
+
+static void with_index(const char *json, const char *want)
+{
+	put_st("a.safetensors", A, 2);
+	put_st("b.safetensors", B, 2);
+	put_str("model.safetensors.index.json", json);
+	expect_refused(dir, want);
+}
+
+START_TEST(index_rules)
+{
+	with_index("{\"weight_map\":{\"embed\":\"sub/b.safetensors\"}}", "not a plain file name");
+	with_index("{\"weight_map\":{\"embed\":\"..\"}}", "not a plain file name");
+	with_index("{\"weight_map\":{\"embed\":\"/etc/passwd\"}}", "not a plain file name");
+	with_index("{\"weight_map\":{\"embed\":\"\"}}", "not a plain file name");
+	with_index("{\"weight_map\":{\"embed\":\"gone.safetensors\"}}", "file does not exist");
+	with_index("{\"weight_map\":{\"embed\":7}}", "is not a string");
+	with_index("{\"metadata\":{}}", "no \"weight_map\"");
+	with_index("{\"weight_map\":[]}", "\"weight_map\" is not an object");
+	with_index("{\"weight_map\":{}}", "weight_map is empty");
+	with_index("{\"weight_map\":{\"embed\":\"b.safetensors\"", "invalid JSON");
+	with_index("[]", "not a JSON object");
+	with_index("{\"weight_map\":{\"embed\":\"b.safetensors\",\"embed\":\"b.safetensors\"}}",
+		   "listed twice");
+	/* listed key absent from its file */
+	with_index("{\"weight_map\":{\"embed\":\"b.safetensors\",\"ghost\":\"b.safetensors\","
+		   "\"layers.9.w\":\"b.safetensors\"}}",
+		   "key \"ghost\" is listed in b.safetensors but not in it");
+	/* key of a listed file not listed */
+	with_index("{\"weight_map\":{\"embed\":\"b.safetensors\"}}",
+		   "key \"layers.9.w\" in b.safetensors is not listed in the index");
+	/* key listed under the wrong file */
+	with_index("{\"weight_map\":{\"embed\":\"a.safetensors\",\"layers.9.w\":\"b.safetensors\","
+		   "\"layers.10.w\":\"a.safetensors\",\"layers.2.w\":\"a.safetensors\"}}",
+		   "key \"embed\" is listed in a.safetensors but stored in b.safetensors");
+}
+END_TEST
+
+/* snapshots/REV/x.safetensors are symlinks into ../../blobs/ */
+START_TEST(hf_cache_symlinks_followed)
+{
+	char *blobs = tu_path(dir, "blobs"), *snaps = tu_path(dir, "snapshots");
+	char *rev = tu_path(snaps, "0123abcd");
+	ck_assert_int_eq(mkdir(blobs, 0755), 0);
+	ck_assert_int_eq(mkdir(snaps, 0755), 0);
+	ck_assert_int_eq(mkdir(rev, 0755), 0);
+	char *b1 = tu_path(blobs, "9f86d081884c7d65"), *b2 = tu_path(blobs, "60303ae22b998861");
+	char *b3 = tu_path(blobs, "fd61a03af4f77d87");
+	tu_write_st(b1, A, 2);
+	tu_write_st(b2, B, 2);
+	tu_write_str(b3, IDX);
+	const char *links[][2] = {{"../../blobs/9f86d081884c7d65", "a.safetensors"},
+				  {"../../blobs/60303ae22b998861", "b.safetensors"},
+				  {"../../blobs/fd61a03af4f77d87", "model.safetensors.index.json"}};
+	for (int i = 0; i < 3; i++) {
+		char *l = tu_path(rev, links[i][1]);
+		ck_assert_int_eq(symlink(links[i][0], l), 0);
+		free(l);
+	}
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(rev, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(cat->n_entries, 4);
+	ck_catalog_free(cat);
+	free(b1), free(b2), free(b3), free(blobs), free(snaps), free(rev);
+}
+END_TEST
+
+START_TEST(non_regular_refused)
+{
+	put_st("a.safetensors", A, 2);
+	char *sub = tu_path(dir, "sub"), *l = tu_path(dir, "z.safetensors");
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	ck_assert_int_eq(symlink("sub", l), 0); /* a link to a directory */
+	expect_refused(dir, "z.safetensors: not a regular file");
+	unlink(l);
+	ck_assert_int_eq(mkfifo(l, 0644), 0); /* must not block on open */
+	expect_refused(dir, "z.safetensors: not a regular file");
+	unlink(l);
+	ck_assert_int_eq(symlink("missing-target", l), 0);
+	expect_refused(dir, "z.safetensors: file does not exist");
+	free(sub);
+	free(l);
+}
+END_TEST
+
+START_TEST(config_loaded_and_validated)
+{
+	put_st("model.safetensors", A, 2);
+	put_str("config.json", "{\"hidden_size\": 64, \"text_config\": {\"head_dim\": 16}}");
+	struct ck_catalog *cat;
+	struct ck_err err;
+	char *file = tu_path(dir, "model.safetensors");
+	ck_assert_msg(ck_catalog_open(file, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_ptr_nonnull(cat->config);
+	ck_assert_int_eq(cJSON_GetObjectItemCaseSensitive(cat->config, "hidden_size")->valueint,
+			 64);
+	ck_catalog_free(cat);
+	put_str("config.json", "{\"hidden_size\": 64,}");
+	expect_refused(file, "config.json: invalid JSON");
+	put_str("config.json", "[1]");
+	expect_refused(dir, "config.json: not a JSON object");
+	free(file);
+}
+END_TEST
+
+START_TEST(natural_order)
+{
+	ck_assert_int_lt(ck_natural_cmp("layers.2.w", "layers.10.w"), 0);
+	ck_assert_int_gt(ck_natural_cmp("layers.10", "layers.9"), 0);
+	ck_assert_int_eq(ck_natural_cmp("a.007", "a.7"), 0); /* ties broken by strcmp */
+	ck_assert_int_lt(ck_natural_cmp("a", "a.0"), 0);
+	ck_assert_int_lt(ck_natural_cmp("A", "a"), 0);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("catalog");
+	TCase *tc = tcase_create("sources");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, dir_without_index_merges_files);
+	tcase_add_test(tc, key_in_two_files_refused);
+	tcase_add_test(tc, empty_dir_refused);
+	tcase_add_test(tc, missing_source_refused);
+	tcase_add_test(tc, index_valid);
+	tcase_add_test(tc, index_rules);
+	tcase_add_test(tc, hf_cache_symlinks_followed);
+	tcase_add_test(tc, non_regular_refused);
+	tcase_add_test(tc, config_loaded_and_validated);
+	tcase_add_test(tc, natural_order);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

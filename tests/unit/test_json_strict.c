@@ -1,0 +1,144 @@
+/* The places where cJSON is lenient and ckptfs must not be. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../malformed.h"
+#include "ckpt/catalog.h"
+#include "ckpt/safetensors.h"
+#include "testutil.h"
+#include "util/json_strict.h"
+
+static int parses(const char *s, unsigned flags)
+{
+	struct ck_err err;
+	cJSON *j = ck_json_parse(s, strlen(s), flags, CK_E_SOURCE, "t", &err);
+	cJSON_Delete(j);
+	return j != NULL;
+}
+
+START_TEST(trailing_garbage_refused)
+{
+	ck_assert(parses("{\"a\": 1}  \n\t ", 0));
+	ck_assert(!parses("{\"a\": 1} x", 0));
+	ck_assert(!parses("{\"a\": 1}{}", 0));
+	ck_assert(!parses("{\"a\": 1}]", 0));
+}
+END_TEST
+
+START_TEST(non_integer_numbers_refused)
+{
+	ck_assert(parses("[1, 0, -3, 9007199254740992]", CK_JSON_INTEGERS_ONLY));
+	ck_assert(!parses("[2.0]", CK_JSON_INTEGERS_ONLY));
+	ck_assert(!parses("[1e3]", CK_JSON_INTEGERS_ONLY));
+	ck_assert(!parses("[1E3]", CK_JSON_INTEGERS_ONLY));
+	ck_assert(!parses("[9007199254740993]", CK_JSON_INTEGERS_ONLY));
+	ck_assert(!parses("[18446744073709551617]", CK_JSON_INTEGERS_ONLY));
+	/* numbers inside strings are not numbers */
+	ck_assert(parses("[\"2.5e3\"]", CK_JSON_INTEGERS_ONLY));
+	/* config.json may hold floats */
+	ck_assert(parses("{\"rms_norm_eps\": 1e-05, \"rope_theta\": 500000.0}", 0));
+	int64_t v;
+	cJSON *n = cJSON_CreateNumber(2.5);
+	ck_assert_int_eq(ck_json_int(n, 0, 10, &v), -1);
+	cJSON_SetNumberValue(n, 7);
+	ck_assert_int_eq(ck_json_int(n, 0, 10, &v), 0);
+	ck_assert_int_eq(v, 7);
+	ck_assert_int_eq(ck_json_int(n, 0, 5, &v), -1);
+	cJSON_Delete(n);
+}
+END_TEST
+
+START_TEST(nul_and_utf8_refused)
+{
+	ck_assert(!parses("{\"a\\u0000b\": 1}", 0));
+	ck_assert(parses("{\"a\\u0001b\": 1}", 0));
+	ck_assert(!parses("{\"a\xc0\xaf\": 1}", 0));	 /* overlong '/' */
+	ck_assert(!parses("{\"a\xed\xa0\x80\": 1}", 0)); /* surrogate */
+	ck_assert(!parses("{\"a\xf4\x90\x80\x80\": 1}", 0)); /* > U+10FFFF */
+	ck_assert(parses("{\"\xce\xba\xf0\x9f\x98\x80\": 1}", 0));
+	/* a NUL byte ends cJSON's view of the text: must not pass as "{}" */
+	const char s[] = "{}\0 junk";
+	struct ck_err err;
+	ck_assert_ptr_null(ck_json_parse(s, sizeof s - 1, 0, CK_E_SOURCE, "t", &err));
+	ck_assert_ptr_nonnull(strstr(err.msg, "NUL byte"));
+}
+END_TEST
+
+START_TEST(keys_are_case_sensitive)
+{
+	/* cJSON_GetObjectItem would find "DTYPE" for "dtype" */
+	const char *json = "{\"t\":{\"DTYPE\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+	size_t len;
+	unsigned char *img = st_image(json, 4, &len);
+	struct ck_st_header h;
+	struct ck_err err;
+	ck_assert_int_eq(ck_st_parse_buffer(img, len, "case", &h, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.msg, "missing field \"dtype\""));
+	free(img);
+	/* and tensor names differing only in case are two tensors */
+	json = "{\"w\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+	       "\"W\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}";
+	img = st_image(json, 2, &len);
+	ck_assert_int_eq(ck_st_parse_buffer(img, len, "case", &h, &err), 0);
+	ck_assert_uint_eq(h.n_tensors, 2);
+	ck_st_header_free(&h);
+	free(img);
+}
+END_TEST
+
+/* 100,000 keys, parsed and catalogued; with an O(n^2) lookup (cJSON's object
+ * lookup per key) this runs for minutes and hits the test timeout. */
+START_TEST(hundred_thousand_keys)
+{
+	enum { N = 100000 };
+	size_t cap = (size_t)N * 128 + 64, k = 0;
+	char *json = malloc(cap);
+	ck_assert_ptr_nonnull(json);
+	k += (size_t)snprintf(json + k, cap - k, "{");
+	for (int i = 0; i < N; i++)
+		k += (size_t)snprintf(json + k, cap - k,
+				      "%s\"layers.%d.experts.w\":{\"dtype\":\"U8\",\"shape\":[1],"
+				      "\"data_offsets\":[%d,%d]}",
+				      i ? "," : "", N - 1 - i, i, i + 1);
+	snprintf(json + k, cap - k, "}");
+	size_t len;
+	unsigned char *img = st_image(json, N, &len);
+	char *dir = tu_mkdtemp();
+	char *path = tu_path(dir, "many.safetensors");
+	tu_write(path, img, len);
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(path, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(cat->n_entries, N);
+	ck_assert_str_eq(cat->entries[2].t.name, "layers.2.experts.w"); /* natural order */
+	const struct ck_catalog_entry *e = ck_catalog_find(cat, "layers.77777.experts.w");
+	ck_assert_ptr_nonnull(e);
+	ck_assert_uint_eq(e->t.offset - (8 + strlen(json)), N - 1 - 77777);
+	ck_catalog_free(cat);
+	tu_rmtree(dir);
+	free(path);
+	free(dir);
+	free(img);
+	free(json);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("json_strict");
+	TCase *tc = tcase_create("strict");
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, trailing_garbage_refused);
+	tcase_add_test(tc, non_integer_numbers_refused);
+	tcase_add_test(tc, nul_and_utf8_refused);
+	tcase_add_test(tc, keys_are_case_sensitive);
+	tcase_add_test(tc, hundred_thousand_keys);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

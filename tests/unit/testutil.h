@@ -1,0 +1,28 @@
+/* Helpers shared by the unit tests: temp directories and fixture files. */
+#ifndef CK_TESTUTIL_H
+#define CK_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/dtype.h"
+
+/* Create a fresh temp directory; returns its path (static storage per call
+ * slot is not shared: the result is malloc'd). */
+char *tu_mkdtemp(void);
+/* rm -rf path (no shell). */
+void tu_rmtree(const char *path);
+char *tu_path(const char *dir, const char *name); /* malloc'd dir/name */
+void tu_write(const char *path, const void *data, size_t len);
+void tu_write_str(const char *path, const char *s);
+
+struct tu_tensor {
+	const char *name;
+	enum ck_dtype dtype;
+	int ndim;
+	int64_t shape[4];
+};
+/* Write a valid safetensors file; data bytes are byte index mod 251. */
+void tu_write_st(const char *path, const struct tu_tensor *t, size_t n);
+
+#endif

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh Debian 12 machine: installs the dependencies,
+# builds, runs `meson test`, then runs the whole suite again in an
+# AddressSanitizer + UndefinedBehaviorSanitizer build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh
+export PATH="/usr/local/cuda/bin:$PATH"
+# Where nvcc exists the CUDA code must build: force it on so a detection
+# failure fails the run instead of silently dropping the backend.
+cuda=disabled
+command -v nvcc >/dev/null 2>&1 && cuda=enabled
+
+setup() { # dir options...
+	local dir=$1
+	shift
+	if [ -f "$dir/build.ninja" ]; then
+		meson setup --reconfigure "$dir" "$@" >/dev/null
+	else
+		meson setup "$dir" "$@" >/dev/null
+	fi
+}
+
+rc=0
+echo "== build-test: -Wall -Wextra -Werror, CUDA $cuda"
+setup build-test -Dcuda=$cuda
+meson compile -C build-test >/dev/null
+meson test -C build-test --print-errorlogs || rc=1
+
+echo "== build-asan: AddressSanitizer + UndefinedBehaviorSanitizer"
+setup build-asan -Dcuda=$cuda -Db_sanitize=address,undefined -Db_lundef=false
+meson compile -C build-asan >/dev/null
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	meson test -C build-asan --print-errorlogs --timeout-multiplier 3 || rc=1
+
+/usr/bin/python3 tools/test_summary.py build-test build-asan || rc=1
+exit $rc
