@@ -1,73 +1,291 @@
-/* ckptfs inspect: the catalog as a table or JSON, from headers alone. */
+/* ckptfs inspect: the source or target view as a table or JSON, from headers
+ * and the plan alone; --groups shows dependency groups, --expect compares the
+ * view with a model's expected keys like a strict load_state_dict. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "../ckpt/catalog.h"
+#include "../util/json_strict.h"
 #include "../util/jsonw.h"
 #include "cli.h"
 
-static int fmt_shape(char *buf, size_t n, const struct ck_tensor_info *t)
+struct row {
+	const char *name, *file;
+	enum ck_dtype dtype;
+	int ndim;
+	const int64_t *shape;
+	uint64_t bytes;
+	int64_t group; /* -1 for the source view */
+};
+
+static void fput_shape(FILE *f, int ndim, const int64_t *shape, const char *sep)
+{
+	fputc('[', f);
+	for (int d = 0; d < ndim; d++)
+		fprintf(f, "%s%" PRId64, d ? sep : "", shape[d]);
+	fputc(']', f);
+}
+
+static int shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 {
 	size_t k = (size_t)snprintf(buf, n, "[");
-	for (int d = 0; d < t->ndim && k < n; d++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", t->shape[d]);
+	for (int d = 0; d < ndim && k < n; d++)
+		k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", shape[d]);
 	if (k < n)
 		k += (size_t)snprintf(buf + k, n - k, "]");
 	return (int)k;
 }
 
-static void print_json(const struct ck_catalog *cat)
+static void rows_of(const struct ck_view *v, int target_view, struct row *rows, size_t *n)
 {
-	FILE *f = stdout;
-	fprintf(f, "{\"format\": \"%s\", \"source\": ", cat->format);
-	ck_json_fput_str(f, cat->source);
-	fprintf(f, ", \"tensors\": [");
-	for (size_t i = 0; i < cat->n_entries; i++) {
-		const struct ck_catalog_entry *e = &cat->entries[i];
-		fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
-		ck_json_fput_str(f, e->t.name);
-		fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", ck_dtype_name(e->t.dtype));
-		for (int d = 0; d < e->t.ndim; d++)
-			fprintf(f, "%s%" PRId64, d ? ", " : "", e->t.shape[d]);
-		fprintf(f, "], \"bytes\": %" PRIu64 ", \"file\": ", e->t.nbytes);
-		ck_json_fput_str(f, cat->files[e->file].name);
-		fprintf(f, ", \"offset\": %" PRIu64 "}", e->t.offset);
+	const struct ck_catalog *cat = v->cat;
+	if (!target_view) {
+		for (size_t i = 0; i < cat->n_entries; i++) {
+			const struct ck_catalog_entry *e = &cat->entries[i];
+			rows[i] = (struct row){e->t.name, cat->files[e->file].name, e->t.dtype, e->t.ndim,
+					       e->t.shape, e->t.nbytes, -1};
+		}
+		*n = cat->n_entries;
+		return;
 	}
-	fprintf(f, "\n], \"n_tensors\": %zu, \"n_files\": %zu, \"total_bytes\": %" PRIu64 "}\n",
-		cat->n_entries, cat->n_files, cat->total_bytes);
+	for (size_t i = 0; i < v->plan->n; i++) {
+		const struct ck_target *t = &v->plan->t[i];
+		/* the file where the target's first source lives */
+		const char *file = t->v.n ? cat->files[cat->entries[t->v.p[0].src].file].name : "";
+		rows[i] = (struct row){t->name, file, t->v.dtype, t->v.ndim, t->v.shape, t->nbytes,
+				       t->group};
+	}
+	*n = v->plan->n;
 }
 
-static void print_table(const struct ck_catalog *cat)
+static void print_groups_json(const struct ck_view *v)
+{
+	const struct ck_plan *p = v->plan;
+	printf(", \"groups\": [");
+	for (size_t g = 0; g < p->n_groups; g++) {
+		const struct ck_group *gr = &p->g[g];
+		printf("%s\n  {\"id\": %zu, \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
+		       ", \"sources\": [",
+		       g ? "," : "", g, gr->in_bytes, gr->out_bytes);
+		for (size_t k = 0; k < gr->n_sources; k++) {
+			printf("%s", k ? ", " : "");
+			ck_json_fput_str(stdout, v->cat->entries[gr->sources[k]].t.name);
+		}
+		printf("], \"targets\": [");
+		for (size_t k = 0; k < gr->n_targets; k++) {
+			printf("%s", k ? ", " : "");
+			ck_json_fput_str(stdout, p->t[gr->targets[k]].name);
+		}
+		printf("]}");
+	}
+	printf("\n]");
+}
+
+static void print_groups_table(const struct ck_view *v)
+{
+	const struct ck_plan *p = v->plan;
+	printf("\n%zu dependency groups\n", p->n_groups);
+	for (size_t g = 0; g < p->n_groups; g++) {
+		const struct ck_group *gr = &p->g[g];
+		printf("group %zu: %zu source%s (%" PRIu64 " bytes) -> %zu target%s (%" PRIu64
+		       " bytes)\n",
+		       g, gr->n_sources, gr->n_sources == 1 ? "" : "s", gr->in_bytes, gr->n_targets,
+		       gr->n_targets == 1 ? "" : "s", gr->out_bytes);
+		for (size_t k = 0; k < gr->n_sources; k++)
+			printf("  < %s\n", v->cat->entries[gr->sources[k]].t.name);
+		for (size_t k = 0; k < gr->n_targets; k++)
+			printf("  > %s\n", p->t[gr->targets[k]].name);
+	}
+}
+
+static void print_json(const struct ck_view *v, const struct row *rows, size_t n, int target,
+		       int groups)
+{
+	uint64_t total = 0;
+	printf("{\"format\": \"%s\", \"view\": \"%s\", \"source\": ", v->cat->format,
+	       target ? "target" : "source");
+	ck_json_fput_str(stdout, v->cat->source);
+	printf(", \"tensors\": [");
+	for (size_t i = 0; i < n; i++) {
+		printf("%s\n  {\"name\": ", i ? "," : "");
+		ck_json_fput_str(stdout, rows[i].name);
+		printf(", \"dtype\": \"%s\", \"shape\": ", ck_dtype_name(rows[i].dtype));
+		fput_shape(stdout, rows[i].ndim, rows[i].shape, ", ");
+		printf(", \"bytes\": %" PRIu64 ", \"file\": ", rows[i].bytes);
+		ck_json_fput_str(stdout, rows[i].file);
+		if (rows[i].group >= 0)
+			printf(", \"group\": %" PRId64, rows[i].group);
+		else
+			printf(", \"offset\": %" PRIu64, v->cat->entries[i].t.offset);
+		printf("}");
+		total += rows[i].bytes;
+	}
+	printf("\n], \"n_tensors\": %zu, \"n_files\": %zu, \"total_bytes\": %" PRIu64, n,
+	       v->cat->n_files, total);
+	if (groups)
+		print_groups_json(v);
+	printf("}\n");
+}
+
+static void print_table(const struct ck_view *v, const struct row *rows, size_t n, int groups)
 {
 	int wn = 4, ws = 5;
 	char shape[512];
-	for (size_t i = 0; i < cat->n_entries; i++) {
-		int n = (int)strlen(cat->entries[i].t.name);
-		int s = fmt_shape(shape, sizeof shape, &cat->entries[i].t);
-		wn = n > wn ? n : wn;
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++) {
+		int l = (int)strlen(rows[i].name), s = shape_str(shape, sizeof shape, rows[i].ndim,
+								 rows[i].shape);
+		wn = l > wn ? l : wn;
 		ws = s > ws ? s : ws;
 	}
 	printf("%-*s  %-11s  %-*s  %14s  %s\n", wn, "NAME", "DTYPE", ws, "SHAPE", "BYTES", "FILE");
-	for (size_t i = 0; i < cat->n_entries; i++) {
-		const struct ck_catalog_entry *e = &cat->entries[i];
-		fmt_shape(shape, sizeof shape, &e->t);
-		printf("%-*s  %-11s  %-*s  %14" PRIu64 "  %s\n", wn, e->t.name,
-		       ck_dtype_name(e->t.dtype), ws, shape, e->t.nbytes, cat->files[e->file].name);
+	for (size_t i = 0; i < n; i++) {
+		shape_str(shape, sizeof shape, rows[i].ndim, rows[i].shape);
+		printf("%-*s  %-11s  %-*s  %14" PRIu64 "  %s\n", wn, rows[i].name,
+		       ck_dtype_name(rows[i].dtype), ws, shape, rows[i].bytes, rows[i].file);
+		total += rows[i].bytes;
 	}
-	printf("%zu tensors, %" PRIu64 " bytes (%.2f GiB) in %zu file%s, format %s\n",
-	       cat->n_entries, cat->total_bytes, (double)cat->total_bytes / (1 << 30), cat->n_files,
-	       cat->n_files == 1 ? "" : "s", cat->format);
+	printf("%zu tensors, %" PRIu64 " bytes (%.2f GiB) from %zu file%s, format %s\n", n, total,
+	       (double)total / (1 << 30), v->cat->n_files, v->cat->n_files == 1 ? "" : "s",
+	       v->cat->format);
+	if (groups)
+		print_groups_table(v);
+}
+
+/* torch and safetensors dtype spellings of an expected key. */
+static enum ck_dtype expect_dtype(const char *s)
+{
+	static const struct {
+		const char *torch;
+		enum ck_dtype dt;
+	} names[] = {{"float32", CK_DT_F32}, {"float", CK_DT_F32},     {"float16", CK_DT_F16},
+		     {"half", CK_DT_F16},    {"bfloat16", CK_DT_BF16}, {"float64", CK_DT_F64},
+		     {"double", CK_DT_F64},  {"int64", CK_DT_I64},     {"long", CK_DT_I64},
+		     {"int32", CK_DT_I32},   {"int", CK_DT_I32},       {"int16", CK_DT_I16},
+		     {"int8", CK_DT_I8},     {"uint8", CK_DT_U8},      {"bool", CK_DT_BOOL},
+		     {"float8_e4m3fn", CK_DT_F8_E4M3}, {"float8_e5m2", CK_DT_F8_E5M2}};
+	if (!strncmp(s, "torch.", 6))
+		s += 6;
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!strcmp(s, names[i].torch))
+			return names[i].dt;
+	return ck_dtype_parse(s, NULL);
+}
+
+/* Compare rows with KEYS.json; print a strict load_state_dict style report. */
+static int check_expect(const char *path, const struct row *rows, size_t n, struct ck_err *err)
+{
+	char *buf;
+	size_t len;
+	if (ck_read_file(path, 256u << 20, &buf, &len, CK_E_USAGE, err) < 0)
+		return -1;
+	cJSON *root = ck_json_parse(buf, len, 0, CK_E_USAGE, path, err);
+	free(buf);
+	if (!root)
+		return -1;
+	int rc = -1;
+	struct ck_strmap have, want;
+	memset(&have, 0, sizeof have);
+	memset(&want, 0, sizeof want);
+	const cJSON *list = cJSON_IsArray(root) ? root : NULL;
+	if (!list) {
+		ck_fail(err, CK_E_USAGE, "%s: expected a list of {name, dtype, shape}", path);
+		goto out;
+	}
+	if (ck_strmap_init(&have, n) < 0 || ck_strmap_init(&want, 64) < 0) {
+		ck_fail_sys(err, ENOMEM, "expect");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++)
+		ck_strmap_put(&have, rows[i].name, (uint32_t)i, NULL);
+	size_t missing = 0, mismatched = 0, unexpected = 0, idx = 0;
+	for (const cJSON *e = list->child; e; e = e->next, idx++) {
+		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+		const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+		const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+		if (!cJSON_IsString(nm) || (dt && !cJSON_IsString(dt)) || (sh && !cJSON_IsArray(sh))) {
+			ck_fail(err, CK_E_USAGE, "%s: entry %zu needs \"name\" (string), optional "
+						 "\"dtype\" (string) and \"shape\" (list)",
+				path, idx);
+			goto out;
+		}
+		ck_strmap_put(&want, nm->valuestring, 0, NULL);
+		uint32_t r;
+		if (ck_strmap_get(&have, nm->valuestring, &r) < 0) {
+			printf("%s \"%s\"", missing++ ? "," : "Missing key(s) in the view:",
+			       nm->valuestring);
+			continue;
+		}
+		int bad = 0;
+		if (dt && expect_dtype(dt->valuestring) != rows[r].dtype)
+			bad = 1;
+		if (sh) {
+			int d = 0;
+			for (const cJSON *x = sh->child; x; x = x->next, d++) {
+				int64_t v;
+				if (d >= rows[r].ndim || ck_json_int(x, 0, INT64_MAX / 2, &v) < 0 ||
+				    v != rows[r].shape[d])
+					bad = 1;
+			}
+			bad |= d != rows[r].ndim;
+		}
+		if (bad) {
+			if (missing && !mismatched)
+				printf("\n");
+			char s[256];
+			char *ws = sh ? cJSON_PrintUnformatted(sh) : NULL;
+			shape_str(s, sizeof s, rows[r].ndim, rows[r].shape);
+			printf("size or dtype mismatch for %s: the view has %s %s, expected %s %s\n",
+			       nm->valuestring, ck_dtype_name(rows[r].dtype), s,
+			       dt ? dt->valuestring : "(any dtype)", ws ? ws : "(any shape)");
+			free(ws);
+			mismatched++;
+		}
+	}
+	if (missing)
+		printf("\n");
+	for (size_t i = 0; i < n; i++) {
+		uint32_t r;
+		if (ck_strmap_get(&want, rows[i].name, &r) < 0)
+			printf("%s \"%s\"", unexpected++ ? "," : "Unexpected key(s) in the view:",
+			       rows[i].name);
+	}
+	if (unexpected)
+		printf("\n");
+	if (missing || mismatched || unexpected)
+		ck_fail(err, CK_E_MISMATCH, "view differs from %s: %zu missing, %zu unexpected, %zu "
+					    "mismatched",
+			path, missing, unexpected, mismatched);
+	else {
+		printf("all %zu keys match %s\n", n, path);
+		rc = 0;
+	}
+out:
+	ck_strmap_free(&have);
+	ck_strmap_free(&want);
+	cJSON_Delete(root);
+	return rc;
 }
 
 int ck_cmd_inspect(int argc, char **argv)
 {
-	const char *source = NULL;
-	int json = 0;
+	const char *source = NULL, *expect = NULL;
+	char *maps[CK_MAX_MAPPINGS];
+	int n_maps = 0, json = 0, groups = 0;
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = 1;
+		else if (!strcmp(argv[i], "--groups"))
+			groups = 1;
+		else if (!strcmp(argv[i], "--mapping") && i + 1 < argc) {
+			if (n_maps == CK_MAX_MAPPINGS)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
+			maps[n_maps++] = argv[++i];
+		} else if (!strcmp(argv[i], "--expect") && i + 1 < argc)
+			expect = argv[++i];
 		else if (argv[i][0] == '-' && argv[i][1])
 			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "inspect: unknown option %s",
 						      argv[i]),
@@ -80,15 +298,32 @@ int ck_cmd_inspect(int argc, char **argv)
 			source = argv[i];
 	}
 	if (!source)
-		return ck_cli_report(
-			(ck_fail(&err, CK_E_USAGE, "usage: ckptfs inspect SOURCE [--json]"), &err));
-	struct ck_catalog *cat;
-	if (ck_catalog_open(source, &cat, &err) < 0)
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "usage: ckptfs inspect SOURCE [--mapping MAP]... [--json] "
+					      "[--groups] [--expect KEYS.json]"),
+				      &err));
+	struct ck_view v;
+	if (ck_view_open(&v, source, maps, n_maps, &err) < 0)
 		return ck_cli_report(&err);
-	if (json)
-		print_json(cat);
+	int target = n_maps > 0;
+	size_t cap = target ? v.plan->n : v.cat->n_entries, n;
+	struct row *rows = malloc((cap ? cap : 1) * sizeof *rows);
+	if (!rows) {
+		ck_view_close(&v);
+		return ck_cli_report((ck_fail_sys(&err, ENOMEM, "inspect"), &err));
+	}
+	rows_of(&v, target, rows, &n);
+	int rc = 0;
+	if (expect) {
+		if (check_expect(expect, rows, n, &err) < 0)
+			rc = ck_cli_report(&err);
+	} else if (json)
+		print_json(&v, rows, n, target, groups);
 	else
-		print_table(cat);
-	ck_catalog_free(cat);
-	return fflush(stdout) == 0 ? 0 : 1;
+		print_table(&v, rows, n, groups);
+	free(rows);
+	ck_view_close(&v);
+	if (fflush(stdout) != 0 && rc == 0)
+		rc = 1;
+	return rc;
 }

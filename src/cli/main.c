@@ -8,7 +8,11 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: ckptfs COMMAND [ARGS]\n"
 		   "commands:\n"
-		   "  inspect SOURCE [--json]   list tensors (name, dtype, shape, bytes, file)\n"
+		   "  inspect SOURCE [--mapping MAP]... [--json] [--groups] [--expect KEYS.json]\n"
+		   "      list tensors of the source, or of the target view through mappings\n"
+		   "  convert SOURCE OUTDIR [--mapping MAP]... [--max-shard-size SIZE]\n"
+		   "          [--dtype DTYPE] [--threads N] [--no-uring] [--progress|--quiet]\n"
+		   "      write the target view as a safetensors checkpoint\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
 		   "             4 invalid mapping, 5 --expect mismatch\n");
@@ -35,6 +39,8 @@ int main(int argc, char **argv)
 	const char *cmd = argv[1];
 	if (!strcmp(cmd, "inspect"))
 		return ck_cmd_inspect(argc - 1, argv + 1);
+	if (!strcmp(cmd, "convert"))
+		return ck_cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		usage(stdout);
 		return 0;

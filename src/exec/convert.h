@@ -1,0 +1,28 @@
+/* Materialise a plan as an HF-style safetensors checkpoint. Targets stream
+ * through the engine in bounded chunks into temporary files, which are
+ * renamed into place only when everything succeeded: a failed convert leaves
+ * no partial output. */
+#ifndef CK_CONVERT_H
+#define CK_CONVERT_H
+
+#include <stdint.h>
+
+#include "../plan/plan.h"
+
+struct ck_convert_opts {
+	uint64_t max_shard_size; /* 0: one model.safetensors */
+	int threads;		 /* 0: one per core */
+	int use_uring;
+	int progress; /* draw a progress bar on stderr */
+	const char *config_src; /* config.json to copy, or NULL */
+};
+
+struct ck_convert_stats {
+	uint64_t bytes_written, source_bytes_read;
+	int n_files;
+};
+
+int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
+	       struct ck_convert_stats *stats, struct ck_err *err);
+
+#endif

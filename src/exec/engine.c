@@ -1,0 +1,306 @@
+#include "engine.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../kern/cpu.h"
+
+void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uring)
+{
+	memset(e, 0, sizeof *e);
+	e->plan = plan;
+	e->use_uring = use_uring;
+}
+
+void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e)
+{
+	memset(c, 0, sizeof *c);
+	c->eng = e;
+	ck_io_init(&c->io, e->use_uring, 64, &c->uring_fell_back);
+}
+
+void ck_eval_ctx_free(struct ck_eval_ctx *c)
+{
+	ck_io_close(&c->io);
+	free(c->win);
+	free(c->reqs);
+	memset(c, 0, sizeof *c);
+}
+
+/* What one evaluation step needs: a piece restricted to a sub-box. */
+struct step {
+	const struct ck_piece *p;
+	const struct ck_catalog_entry *src;
+	int ndim;
+	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
+	const int64_t *cstride; /* C-order strides of the target, elements */
+	int64_t e0;		/* first target element of the output buffer */
+	unsigned char *out;
+	enum ck_dtype tdt;
+};
+
+static int64_t src_at(const struct step *s, const int64_t *idx)
+{
+	int64_t o = s->p->base;
+	for (int d = 0; d < s->ndim; d++)
+		o += s->p->stride[d] * (idx[d] - s->p->lo[d]);
+	return o;
+}
+
+struct reqlist {
+	struct ck_io_req *r;
+	size_t n, cap;
+};
+
+static int push_req(struct ck_eval_ctx *c, struct reqlist *l, int fd, uint64_t off,
+		    uint64_t len, unsigned char *buf, struct ck_err *err)
+{
+	if (l->n && l->r[l->n - 1].fd == fd) {
+		struct ck_io_req *last = &l->r[l->n - 1];
+		uint64_t end = last->off + last->len;
+		if (off >= end && off - end < CK_COALESCE_GAP &&
+		    buf == (unsigned char *)last->buf + (off - last->off)) {
+			last->len = off + len - last->off; /* coalesce, gap included */
+			return 0;
+		}
+	}
+	if (l->n == l->cap) {
+		size_t nc = l->cap ? l->cap * 2 : 64;
+		struct ck_io_req *nr = realloc(l->r, nc * sizeof *nr);
+		if (!nr)
+			return ck_fail_sys(err, ENOMEM, "read requests");
+		l->r = nr;
+		l->cap = nc;
+		c->reqs = nr;
+		c->reqs_cap = nc;
+	}
+	l->r[l->n++] = (struct ck_io_req){fd, off, len, buf};
+	return 0;
+}
+
+static int cmp_dim_stride(const void *a, const void *b, void *ctx)
+{
+	const int64_t *st = ctx;
+	int64_t x = st[*(const int *)a], y = st[*(const int *)b];
+	return x < y ? -1 : x > y;
+}
+
+/* Read the source elements of the step into the window (window[0] is source
+ * element wlo), as runs in source order, coalescing small gaps. */
+static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
+		       struct ck_err *err)
+{
+	const struct ck_catalog *cat = c->eng->plan->cat;
+	size_t ses = ck_dtype_size(s->src->t.dtype);
+	int fd = cat->files[s->src->file].fd;
+	uint64_t fbase = s->src->t.offset;
+	int dims[CK_MAX_DIMS], nd = 0;
+	for (int d = 0; d < s->ndim; d++)
+		if (s->hi[d] - s->lo[d] > 1)
+			dims[nd++] = d;
+	qsort_r(dims, (size_t)nd, sizeof *dims, cmp_dim_stride, (void *)s->p->stride);
+	/* innermost contiguous run */
+	int64_t run = 1;
+	int k = 0;
+	while (k < nd && s->p->stride[dims[k]] == run) {
+		run *= s->hi[dims[k]] - s->lo[dims[k]];
+		k++;
+	}
+	int64_t nruns = 1;
+	for (int j = k; j < nd; j++)
+		nruns *= s->hi[dims[j]] - s->lo[dims[j]];
+	struct reqlist l = {c->reqs, 0, c->reqs_cap};
+	uint64_t wbytes = (uint64_t)(whi - wlo) * ses;
+	/* Many runs, or small runs that fill most of the window anyway: one
+	 * read of the whole window beats thousands of requests. */
+	int dense = (uint64_t)(whi - wlo) <= (uint64_t)nruns * (uint64_t)run * 2;
+	if (nruns > 65536 || (nruns > 1 && dense && (uint64_t)run * ses < CK_COALESCE_GAP)) {
+		/* many tiny or dense runs: one read of the whole window */
+		if (push_req(c, &l, fd, fbase + (uint64_t)wlo * ses, wbytes, c->win, err) < 0)
+			return -1;
+	} else {
+		int64_t idx[CK_MAX_DIMS];
+		for (int d = 0; d < s->ndim; d++)
+			idx[d] = s->lo[d];
+		/* enumerate outer dims, outermost (largest stride) varying slowest */
+		for (;;) {
+			int64_t so = src_at(s, idx);
+			if (push_req(c, &l, fd, fbase + (uint64_t)so * ses, (uint64_t)run * ses,
+				     c->win + (uint64_t)(so - wlo) * ses, err) < 0)
+				return -1;
+			int j = k;
+			while (j < nd && ++idx[dims[j]] == s->hi[dims[j]]) {
+				idx[dims[j]] = s->lo[dims[j]];
+				j++;
+			}
+			if (j == nd)
+				break;
+		}
+	}
+	uint64_t total = 0;
+	for (size_t i = 0; i < l.n; i++)
+		total += l.r[i].len;
+	atomic_fetch_add(&c->eng->source_bytes_read, total);
+	atomic_fetch_add(&c->eng->read_requests, l.n);
+	int r = ck_io_read(&c->io, l.r, l.n);
+	if (r < 0)
+		return ck_fail_sys(err, -r, "%s: reading tensor \"%s\"",
+				   cat->files[s->src->file].path, s->src->t.name);
+	return 0;
+}
+
+static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
+{
+	size_t ses = ck_dtype_size(s->src->t.dtype);
+	/* source span of the sub-box (strides are never negative) */
+	int64_t wlo = src_at(s, s->lo), whi = wlo + 1;
+	int split = -1;
+	int64_t widest = 0;
+	for (int d = 0; d < s->ndim; d++) {
+		int64_t span = s->p->stride[d] * (s->hi[d] - s->lo[d] - 1);
+		whi += span;
+		if (s->hi[d] - s->lo[d] > 1 && span >= widest)
+			widest = span, split = d;
+	}
+	if ((uint64_t)(whi - wlo) * ses > CK_WINDOW_MAX && split >= 0) {
+		/* too wide for the window: halve along the widest dim */
+		int64_t lo = s->lo[split], hi = s->hi[split], mid = lo + (hi - lo) / 2;
+		s->hi[split] = mid;
+		int r = run_step(c, s, err);
+		s->hi[split] = hi;
+		if (r < 0)
+			return r;
+		s->lo[split] = mid;
+		r = run_step(c, s, err);
+		s->lo[split] = lo;
+		return r;
+	}
+	size_t need = (size_t)(whi - wlo) * ses;
+	if (need > c->win_cap) {
+		unsigned char *w = realloc(c->win, need);
+		if (!w)
+			return ck_fail_sys(err, ENOMEM, "evaluation window");
+		c->win = w;
+		c->win_cap = need;
+	}
+	if (read_window(c, s, wlo, whi, err) < 0)
+		return -1;
+	/* gather rows along the innermost target dim */
+	int last = s->ndim - 1;
+	size_t des = ck_dtype_size(s->tdt);
+	int64_t idx[CK_MAX_DIMS];
+	for (int d = 0; d < s->ndim; d++)
+		idx[d] = s->lo[d];
+	int64_t n = last >= 0 ? s->hi[last] - s->lo[last] : 1;
+	int64_t sstride = last >= 0 ? s->p->stride[last] : 1;
+	for (;;) {
+		int64_t so = src_at(s, idx), lin = 0;
+		for (int d = 0; d < s->ndim; d++)
+			lin += idx[d] * s->cstride[d];
+		ck_cpu_convert_run(c->win + (size_t)(so - wlo) * ses, sstride, s->src->t.dtype,
+				   s->p->casts, s->p->n_casts, s->out + (size_t)(lin - s->e0) * des, n);
+		int d = last - 1;
+		while (d >= 0 && ++idx[d] == s->hi[d]) {
+			idx[d] = s->lo[d];
+			d--;
+		}
+		if (d < 0)
+			break;
+	}
+	return 0;
+}
+
+/* Evaluate one box of the target into out (out[0] is element e0). */
+static int eval_box(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
+		    const int64_t *hi, const int64_t *cstride, int64_t e0, unsigned char *out,
+		    struct ck_err *err)
+{
+	const struct ck_catalog *cat = c->eng->plan->cat;
+	for (size_t i = 0; i < t->v.n; i++) {
+		const struct ck_piece *p = &t->v.p[i];
+		struct step s = {p, &cat->entries[p->src], t->v.ndim, {0}, {0}, cstride, e0, out,
+				 t->v.dtype};
+		int empty = 0;
+		for (int d = 0; d < t->v.ndim; d++) {
+			s.lo[d] = lo[d] > p->lo[d] ? lo[d] : p->lo[d];
+			s.hi[d] = hi[d] < p->hi[d] ? hi[d] : p->hi[d];
+			empty |= s.lo[d] >= s.hi[d];
+		}
+		if (!empty && run_step(c, &s, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Split the linear element range [p0, p1) into boxes and evaluate each. */
+static int eval_range(struct ck_eval_ctx *c, const struct ck_target *t, int dim, int64_t *lo,
+		      int64_t *hi, int64_t p0, int64_t p1, int64_t base, const int64_t *cstride,
+		      int64_t e0, unsigned char *out, struct ck_err *err)
+{
+	const int64_t *shape = t->v.shape;
+	int nd = t->v.ndim;
+	if (p0 >= p1)
+		return 0;
+	int64_t inner = cstride[dim];
+	if (dim == nd - 1 || (p0 % inner == 0 && p1 % inner == 0)) {
+		lo[dim] = p0 / inner;
+		hi[dim] = p1 / inner;
+		for (int d = dim + 1; d < nd; d++)
+			lo[d] = 0, hi[d] = shape[d];
+		(void)base;
+		return eval_box(c, t, lo, hi, cstride, e0, out, err);
+	}
+	int64_t h = (p0 + inner - 1) / inner * inner, tl = p1 / inner * inner;
+	if (h > p1)
+		h = p1;
+	if (p0 < h) {
+		int64_t o = p0 / inner;
+		lo[dim] = o, hi[dim] = o + 1;
+		if (eval_range(c, t, dim + 1, lo, hi, p0 - o * inner, h - o * inner, base, cstride,
+			       e0, out, err) < 0)
+			return -1;
+	}
+	if (h < tl && eval_range(c, t, dim, lo, hi, h, tl, base, cstride, e0, out, err) < 0)
+		return -1;
+	if (tl >= h && tl < p1) {
+		int64_t o = tl / inner;
+		lo[dim] = o, hi[dim] = o + 1;
+		if (eval_range(c, t, dim + 1, lo, hi, 0, p1 - tl, base, cstride, e0, out, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t len, void *dst,
+		   struct ck_err *err)
+{
+	const struct ck_target *t = &c->eng->plan->t[ti];
+	if (off > t->nbytes || len > t->nbytes - off)
+		return ck_fail(err, CK_E_USAGE, "read past the end of \"%s\"", t->name);
+	if (len == 0)
+		return 0;
+	size_t es = ck_dtype_size(t->v.dtype);
+	int64_t e0 = (int64_t)(off / es), e1 = (int64_t)((off + len + es - 1) / es);
+	int aligned = off % es == 0 && len % es == 0;
+	unsigned char *buf = aligned ? dst : malloc((size_t)(e1 - e0) * es);
+	if (!buf)
+		return ck_fail_sys(err, ENOMEM, "evaluation");
+	int64_t cstride[CK_MAX_DIMS], lo[CK_MAX_DIMS] = {0}, hi[CK_MAX_DIMS] = {0};
+	int64_t s = 1;
+	for (int d = t->v.ndim - 1; d >= 0; d--) {
+		cstride[d] = s;
+		s *= t->v.shape[d];
+	}
+	int r;
+	if (t->v.ndim == 0)
+		r = eval_box(c, t, lo, hi, cstride, 0, buf, err);
+	else
+		r = eval_range(c, t, 0, lo, hi, e0, e1, 0, cstride, e0, buf, err);
+	if (!aligned) {
+		if (r == 0)
+			memcpy(dst, buf + (off - (uint64_t)e0 * es), len);
+		free(buf);
+	}
+	return r;
+}

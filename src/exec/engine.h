@@ -1,0 +1,45 @@
+/* The evaluation engine: any byte range of any target is pushed back through
+ * its layout to the source elements it needs, which are read (io_uring
+ * batches, coalescing only gaps under a page) into a bounded window and
+ * converted by the kernels. Memory per evaluation is bounded by
+ * CK_WINDOW_MAX plus the output; a huge target streams in pieces. */
+#ifndef CK_ENGINE_H
+#define CK_ENGINE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../plan/plan.h"
+#include "io.h"
+
+#define CK_WINDOW_MAX (32u << 20) /* source bytes staged per read step */
+#define CK_COALESCE_GAP 4096	  /* merge source runs closer than a page */
+
+struct ck_engine {
+	const struct ck_plan *plan;
+	int use_uring;
+	atomic_uint_fast64_t source_bytes_read; /* bytes requested from source files */
+	atomic_uint_fast64_t read_requests;
+};
+
+/* Per-thread scratch: the I/O ring and the staging window. */
+struct ck_eval_ctx {
+	struct ck_engine *eng;
+	struct ck_io io;
+	unsigned char *win;
+	size_t win_cap;
+	struct ck_io_req *reqs;
+	size_t reqs_cap;
+	int uring_fell_back; /* io_uring was asked for but is unavailable */
+};
+
+void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uring);
+void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e);
+void ck_eval_ctx_free(struct ck_eval_ctx *c);
+
+/* Fill dst with bytes [off, off+len) of target t (C order, little endian).
+ * Returns 0, or -1 with err (a source read failure is CK_E_SYS with errno). */
+int ck_engine_read(struct ck_eval_ctx *c, uint32_t t, uint64_t off, uint64_t len, void *dst,
+		   struct ck_err *err);
+
+#endif

@@ -1,0 +1,21 @@
+/* CPU kernels behind the engine's device-neutral interface: a strided run of
+ * source elements becomes a contiguous run of target elements, passing
+ * through a chain of casts. Contiguous copies are memcpy; casts use the shared
+ * conversions of fpconv.h so every backend gives the same bits. */
+#ifndef CK_KERN_CPU_H
+#define CK_KERN_CPU_H
+
+#include <stdint.h>
+
+#include "../ckpt/dtype.h"
+
+/* n elements: src element i at src + i*sstride*size(sdt); dst contiguous.
+ * casts[0..nc) are applied in order (nc = 0: plain copy). */
+void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype sdt,
+			const enum ck_dtype *casts, int nc, unsigned char *dst, int64_t n);
+
+/* Element conversions through F32, exposed for the tests' oracles. */
+float ck_cpu_load_f32(const unsigned char *p, enum ck_dtype dt);
+void ck_cpu_store_f32(unsigned char *p, enum ck_dtype dt, float v, int saturate);
+
+#endif

@@ -1,0 +1,866 @@
+#include "expr.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPTH 64 /* nesting bound for untrusted mapping text */
+#define MAX_ARGS 64
+
+enum node { N_INT, N_NAME, N_CALL, N_LIST, N_INDEX, N_ATTR, N_BIN, N_UN };
+
+struct ck_expr {
+	enum node kind;
+	int64_t i;
+	char *name; /* N_NAME, N_CALL, N_ATTR; operator text for N_BIN/N_UN */
+	struct ck_expr **args;
+	int n;
+};
+
+/* ---- parsing ---- */
+
+struct parser {
+	const char *s, *p;
+	int depth;
+	struct ck_err *err;
+};
+
+static void skip_ws(struct parser *ps)
+{
+	while (isspace((unsigned char)*ps->p))
+		ps->p++;
+}
+
+static struct ck_expr *mk(enum node k, struct parser *ps)
+{
+	struct ck_expr *e = calloc(1, sizeof *e);
+	if (!e)
+		ck_fail_sys(ps->err, ENOMEM, "expression");
+	else
+		e->kind = k;
+	return e;
+}
+
+void ck_expr_free(struct ck_expr *e)
+{
+	if (!e)
+		return;
+	for (int i = 0; i < e->n; i++)
+		ck_expr_free(e->args[i]);
+	free(e->args);
+	free(e->name);
+	free(e);
+}
+
+static int add_arg(struct ck_expr *e, struct ck_expr *a, struct parser *ps)
+{
+	if (e->n == MAX_ARGS) {
+		ck_expr_free(a);
+		return ck_fail(ps->err, CK_E_MAPPING, "more than %d arguments", MAX_ARGS);
+	}
+	struct ck_expr **na = realloc(e->args, (size_t)(e->n + 1) * sizeof *na);
+	if (!na) {
+		ck_expr_free(a);
+		return ck_fail_sys(ps->err, ENOMEM, "expression");
+	}
+	e->args = na;
+	e->args[e->n++] = a;
+	return 0;
+}
+
+static int perr(struct parser *ps, const char *what)
+{
+	return ck_fail(ps->err, CK_E_MAPPING, "expression \"%s\": %s at offset %d", ps->s, what,
+		       (int)(ps->p - ps->s));
+}
+
+static struct ck_expr *parse_expr(struct parser *ps);
+
+static int accept(struct parser *ps, const char *tok)
+{
+	skip_ws(ps);
+	size_t n = strlen(tok);
+	if (strncmp(ps->p, tok, n) != 0)
+		return 0;
+	/* do not split "//" into "/" or "<=" into "<", "==" into "=" */
+	if ((n == 1 && (tok[0] == '/' || tok[0] == '<' || tok[0] == '>' || tok[0] == '!') &&
+	     (ps->p[1] == '=' || (tok[0] == '/' && ps->p[1] == '/'))))
+		return 0;
+	ps->p += n;
+	return 1;
+}
+
+/* args until `close`; the list node e gets them */
+static int parse_args(struct parser *ps, struct ck_expr *e, const char *close)
+{
+	if (accept(ps, close))
+		return 0;
+	for (;;) {
+		struct ck_expr *a = parse_expr(ps);
+		if (!a || add_arg(e, a, ps) < 0)
+			return -1;
+		if (accept(ps, close))
+			return 0;
+		if (!accept(ps, ","))
+			return perr(ps, close[0] == ')' ? "expected ',' or ')'" : "expected ',' or ']'");
+	}
+}
+
+static char *parse_name(struct parser *ps)
+{
+	skip_ws(ps);
+	const char *b = ps->p;
+	if (!(isalpha((unsigned char)*b) || *b == '_'))
+		return NULL;
+	while (isalnum((unsigned char)*ps->p) || *ps->p == '_')
+		ps->p++;
+	char *n = strndup(b, (size_t)(ps->p - b));
+	if (!n)
+		ck_fail_sys(ps->err, ENOMEM, "expression");
+	return n;
+}
+
+static struct ck_expr *parse_primary(struct parser *ps)
+{
+	skip_ws(ps);
+	struct ck_expr *e = NULL;
+	if (isdigit((unsigned char)*ps->p)) {
+		int64_t v = 0;
+		while (isdigit((unsigned char)*ps->p)) {
+			if (__builtin_mul_overflow(v, 10, &v) ||
+			    __builtin_add_overflow(v, *ps->p - '0', &v)) {
+				perr(ps, "integer too large");
+				return NULL;
+			}
+			ps->p++;
+		}
+		if ((e = mk(N_INT, ps)))
+			e->i = v;
+		return e;
+	}
+	if (accept(ps, "(")) {
+		e = parse_expr(ps);
+		if (e && !accept(ps, ")")) {
+			perr(ps, "expected ')'");
+			ck_expr_free(e);
+			return NULL;
+		}
+		return e;
+	}
+	if (accept(ps, "[")) {
+		if (!(e = mk(N_LIST, ps)))
+			return NULL;
+		if (parse_args(ps, e, "]") < 0) {
+			ck_expr_free(e);
+			return NULL;
+		}
+		return e;
+	}
+	char *name = parse_name(ps);
+	if (!name) {
+		perr(ps, *ps->p ? "unexpected character" : "unexpected end");
+		return NULL;
+	}
+	if (accept(ps, "(")) {
+		if (!(e = mk(N_CALL, ps))) {
+			free(name);
+			return NULL;
+		}
+		e->name = name;
+		if (parse_args(ps, e, ")") < 0) {
+			ck_expr_free(e);
+			return NULL;
+		}
+		return e;
+	}
+	if (!(e = mk(N_NAME, ps))) {
+		free(name);
+		return NULL;
+	}
+	e->name = name;
+	return e;
+}
+
+static struct ck_expr *parse_postfix(struct parser *ps)
+{
+	struct ck_expr *e = parse_primary(ps);
+	while (e) {
+		if (accept(ps, ".")) {
+			char *name = parse_name(ps);
+			if (!name) {
+				perr(ps, "expected a name after '.'");
+				ck_expr_free(e);
+				return NULL;
+			}
+			int call = accept(ps, "(");
+			struct ck_expr *c = mk(call ? N_CALL : N_ATTR, ps);
+			if (!c) {
+				free(name);
+				ck_expr_free(e);
+				return NULL;
+			}
+			c->name = name;
+			if (add_arg(c, e, ps) < 0 || (call && parse_args(ps, c, ")") < 0)) {
+				ck_expr_free(c);
+				return NULL;
+			}
+			e = c;
+		} else if (accept(ps, "[")) {
+			struct ck_expr *c = mk(N_INDEX, ps), *i = NULL;
+			if (!c || add_arg(c, e, ps) < 0) {
+				if (!c)
+					ck_expr_free(e);
+				ck_expr_free(c);
+				return NULL;
+			}
+			if (!(i = parse_expr(ps)) || add_arg(c, i, ps) < 0 || !accept(ps, "]")) {
+				if (i && c->n == 2)
+					perr(ps, "expected ']'");
+				ck_expr_free(c);
+				return NULL;
+			}
+			e = c;
+		} else {
+			break;
+		}
+	}
+	return e;
+}
+
+static struct ck_expr *binary(struct parser *ps, const char *op, struct ck_expr *a,
+			      struct ck_expr *b)
+{
+	struct ck_expr *e = mk(N_BIN, ps);
+	if (!e || !(e->name = strdup(op)) || add_arg(e, a, ps) < 0) {
+		ck_expr_free(e);
+		ck_expr_free(a);
+		ck_expr_free(b);
+		return NULL;
+	}
+	if (add_arg(e, b, ps) < 0) {
+		ck_expr_free(e);
+		return NULL;
+	}
+	return e;
+}
+
+static struct ck_expr *parse_unary(struct parser *ps)
+{
+	if (++ps->depth > MAX_DEPTH) {
+		perr(ps, "nested too deeply");
+		return NULL;
+	}
+	struct ck_expr *e;
+	const char *op = accept(ps, "-") ? "-" : accept(ps, "!") ? "!" : NULL;
+	if (op) {
+		struct ck_expr *a = parse_unary(ps);
+		e = a ? mk(N_UN, ps) : NULL;
+		if (!e || !(e->name = strdup(op)) || add_arg(e, a, ps) < 0) {
+			ck_expr_free(e);
+			ck_expr_free(a);
+			e = NULL;
+		}
+	} else {
+		e = parse_postfix(ps);
+	}
+	ps->depth--;
+	return e;
+}
+
+/* Binary levels, loosest first. */
+static const char *const levels[][7] = {
+	{"??", NULL},
+	{"||", NULL},
+	{"&&", NULL},
+	{"==", "!=", "<=", ">=", "<", ">", NULL},
+	{"+", "-", NULL},
+	{"*", "//", "/", "%", NULL},
+};
+#define N_LEVELS ((int)(sizeof levels / sizeof *levels))
+
+static struct ck_expr *parse_level(struct parser *ps, int lv)
+{
+	if (lv == N_LEVELS)
+		return parse_unary(ps);
+	if (++ps->depth > MAX_DEPTH) {
+		perr(ps, "nested too deeply");
+		return NULL;
+	}
+	struct ck_expr *e = parse_level(ps, lv + 1);
+	while (e) {
+		const char *op = NULL;
+		for (int k = 0; levels[lv][k] && !op; k++)
+			if (accept(ps, levels[lv][k]))
+				op = levels[lv][k];
+		if (!op)
+			break;
+		struct ck_expr *b = parse_level(ps, lv + 1);
+		if (!b) {
+			ck_expr_free(e);
+			e = NULL;
+			break;
+		}
+		e = binary(ps, op, e, b);
+	}
+	ps->depth--;
+	return e;
+}
+
+static struct ck_expr *parse_expr(struct parser *ps)
+{
+	return parse_level(ps, 0);
+}
+
+struct ck_expr *ck_expr_parse(const char *text, struct ck_err *err)
+{
+	struct parser ps = {text, text, 0, err};
+	struct ck_expr *e = parse_expr(&ps);
+	skip_ws(&ps);
+	if (e && *ps.p) {
+		perr(&ps, "unexpected text");
+		ck_expr_free(e);
+		return NULL;
+	}
+	return e;
+}
+
+void ck_expr_names(const struct ck_expr *e, void (*fn)(void *, const char *), void *ctx)
+{
+	if (e->kind == N_NAME)
+		fn(ctx, e->name);
+	for (int i = 0; i < e->n; i++)
+		ck_expr_names(e->args[i], fn, ctx);
+}
+
+/* ---- values ---- */
+
+void ck_xval_free(struct ck_xval *v)
+{
+	if (v->kind == XV_TENSOR)
+		ck_value_free(&v->t);
+	for (int i = 0; i < v->n; i++)
+		ck_xval_free(&v->items[i]);
+	free(v->items);
+	free(v->s);
+	memset(v, 0, sizeof *v);
+}
+
+int ck_xval_copy(struct ck_xval *dst, const struct ck_xval *src, struct ck_err *err)
+{
+	memset(dst, 0, sizeof *dst);
+	dst->kind = src->kind;
+	dst->i = src->i;
+	if (src->s && !(dst->s = strdup(src->s)))
+		return ck_fail_sys(err, ENOMEM, "expression");
+	if (src->kind == XV_TENSOR && ck_value_copy(&dst->t, &src->t, err) < 0) {
+		ck_xval_free(dst);
+		return -1;
+	}
+	if (src->n) {
+		if (!(dst->items = calloc((size_t)src->n, sizeof *dst->items))) {
+			ck_xval_free(dst);
+			return ck_fail_sys(err, ENOMEM, "expression");
+		}
+		for (int i = 0; i < src->n; i++, dst->n++)
+			if (ck_xval_copy(&dst->items[i], &src->items[i], err) < 0) {
+				ck_xval_free(dst);
+				return -1;
+			}
+	}
+	return 0;
+}
+
+static const char *kind_name(enum ck_xkind k)
+{
+	static const char *const n[] = {"nothing", "integer", "tensor", "list", "dtype", "string"};
+	return n[k];
+}
+
+/* ---- evaluation ---- */
+
+struct ev {
+	ck_xlookup lookup;
+	void *ctx;
+	struct ck_err *err;
+};
+
+static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out);
+
+static int want(struct ev *ev, const struct ck_xval *v, enum ck_xkind k, const char *fn, int argi)
+{
+	if (v->kind == k)
+		return 0;
+	return ck_fail(ev->err, CK_E_MAPPING, "%s: argument %d is a %s, expected a %s", fn, argi,
+		       kind_name(v->kind), kind_name(k));
+}
+
+/* Normalise a possibly negative dim against ndim (extra allows ndim itself). */
+static int dim_arg(struct ev *ev, const char *fn, int64_t d, int ndim, int extra, int *out)
+{
+	int64_t lim = ndim + extra;
+	if (d < -lim || d >= lim)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: dim %lld out of range for %d dims", fn,
+			       (long long)d, ndim);
+	*out = (int)(d < 0 ? d + lim : d);
+	return 0;
+}
+
+/* Integers from args[from..] or from a single list argument. */
+static int int_list(struct ev *ev, const char *fn, struct ck_xval *a, int na, int from,
+		    int64_t *out, int *n)
+{
+	const struct ck_xval *items = a + from;
+	int cnt = na - from;
+	if (cnt == 1 && a[from].kind == XV_LIST) {
+		items = a[from].items;
+		cnt = a[from].n;
+	}
+	if (cnt > CK_MAX_DIMS)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: more than %d sizes", fn, CK_MAX_DIMS);
+	for (int k = 0; k < cnt; k++) {
+		if (want(ev, &items[k], XV_INT, fn, from + k) < 0)
+			return -1;
+		out[k] = items[k].i;
+	}
+	*n = cnt;
+	return 0;
+}
+
+static int tensor_list(struct ev *ev, const char *fn, struct ck_xval *a, struct ck_value **out,
+		       int *n)
+{
+	if (a->kind != XV_LIST)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: first argument must be a list of tensors",
+			       fn);
+	for (int k = 0; k < a->n; k++)
+		if (a->items[k].kind != XV_TENSOR)
+			return ck_fail(ev->err, CK_E_MAPPING, "%s: list item %d is a %s", fn, k,
+				       kind_name(a->items[k].kind));
+	*out = calloc(a->n > 0 ? (size_t)a->n : 1, sizeof **out);
+	if (!*out)
+		return ck_fail_sys(ev->err, ENOMEM, "expression");
+	for (int k = 0; k < a->n; k++) { /* move the tensors out of the list */
+		(*out)[k] = a->items[k].t;
+		a->items[k].t.p = NULL;
+		a->items[k].t.n = 0;
+	}
+	*n = a->n;
+	return 0;
+}
+
+static int nargs(struct ev *ev, const char *fn, int na, int lo, int hi)
+{
+	if (na < lo || na > hi)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: takes %d%s%d arguments, got %d", fn, lo,
+			       hi > lo ? " to " : "", hi > lo ? hi : lo, na);
+	return 0;
+}
+
+/* chunk/split: build a list of narrowed copies of t along dim. */
+static int pieces_list(struct ev *ev, struct ck_value *t, int dim, const int64_t *sizes, int cnt,
+		       struct ck_xval *out)
+{
+	out->kind = XV_LIST;
+	out->items = calloc((size_t)(cnt ? cnt : 1), sizeof *out->items);
+	if (!out->items)
+		return ck_fail_sys(ev->err, ENOMEM, "expression");
+	int64_t off = 0;
+	for (int k = 0; k < cnt; k++) {
+		struct ck_xval *it = &out->items[out->n++];
+		it->kind = XV_TENSOR;
+		if (ck_value_copy(&it->t, t, ev->err) < 0 ||
+		    ck_value_narrow(&it->t, dim, off, sizes[k], ev->err) < 0)
+			return -1;
+		off += sizes[k];
+	}
+	return 0;
+}
+
+static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct ck_xval *out)
+{
+	struct ck_err *err = ev->err;
+	int64_t ints[CK_MAX_DIMS];
+	int ni = 0, d = 0;
+	if (!strcmp(fn, "cat") || !strcmp(fn, "stack")) {
+		if (nargs(ev, fn, na, 1, 2) < 0 || (na == 2 && want(ev, &a[1], XV_INT, fn, 1) < 0))
+			return -1;
+		struct ck_value *vals;
+		int n = 0;
+		if (tensor_list(ev, fn, &a[0], &vals, &n) < 0)
+			return -1;
+		int64_t dim = na == 2 ? a[1].i : 0;
+		int stack = fn[0] == 's';
+		int ndim = n ? vals[0].ndim : 0;
+		int rc = dim_arg(ev, fn, dim, ndim, stack, &d);
+		for (int k = 0; k < n && rc == 0 && stack; k++)
+			rc = ck_value_unsqueeze(&vals[k], d, err);
+		if (rc < 0) {
+			for (int k = 0; k < n; k++)
+				ck_value_free(&vals[k]);
+			free(vals);
+			return -1;
+		}
+		out->kind = XV_TENSOR;
+		rc = ck_value_cat(&out->t, vals, n, d, err);
+		free(vals);
+		return rc;
+	}
+	if (na < 1 || a[0].kind != XV_TENSOR) {
+		if (!strcmp(fn, "len") && na == 1 && a[0].kind == XV_LIST) {
+			out->kind = XV_INT;
+			out->i = a[0].n;
+			return 0;
+		}
+		return ck_fail(err, CK_E_MAPPING, "unknown function \"%s\" for a %s", fn,
+			       na ? kind_name(a[0].kind) : "call without arguments");
+	}
+	struct ck_value *t = &a[0].t;
+	if (!strcmp(fn, "view") || !strcmp(fn, "reshape")) {
+		if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || ck_value_reshape(t, ints, ni, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "transpose")) {
+		int d0 = 0, d1 = 0, perm[CK_MAX_DIMS];
+		if (nargs(ev, fn, na, 3, 3) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
+		    want(ev, &a[2], XV_INT, fn, 2) < 0 || dim_arg(ev, fn, a[1].i, t->ndim, 0, &d0) < 0 ||
+		    dim_arg(ev, fn, a[2].i, t->ndim, 0, &d1) < 0)
+			return -1;
+		for (int k = 0; k < t->ndim; k++)
+			perm[k] = k;
+		perm[d0] = d1, perm[d1] = d0;
+		if (ck_value_permute(t, perm, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "t")) {
+		int perm[2] = {1, 0};
+		if (nargs(ev, fn, na, 1, 1) < 0)
+			return -1;
+		if (t->ndim != 2)
+			return ck_fail(err, CK_E_MAPPING, "t: tensor has %d dims, not 2", t->ndim);
+		if (ck_value_permute(t, perm, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "permute")) {
+		int perm[CK_MAX_DIMS];
+		if (int_list(ev, fn, a, na, 1, ints, &ni) < 0)
+			return -1;
+		if (ni != t->ndim)
+			return ck_fail(err, CK_E_MAPPING, "permute: %d dims given for %d", ni, t->ndim);
+		for (int k = 0; k < ni; k++)
+			if (dim_arg(ev, fn, ints[k], t->ndim, 0, &perm[k]) < 0)
+				return -1;
+		if (ck_value_permute(t, perm, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "narrow")) {
+		if (nargs(ev, fn, na, 4, 4) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
+		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0 ||
+		    ck_value_narrow(t, d, ints[1], ints[2], err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "select")) {
+		if (nargs(ev, fn, na, 3, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
+		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0 ||
+		    ck_value_narrow(t, d, ints[1] < 0 ? ints[1] + t->shape[d] : ints[1], 1, err) < 0 ||
+		    ck_value_squeeze(t, d, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "unsqueeze") || !strcmp(fn, "squeeze")) {
+		int un = fn[0] == 'u';
+		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
+		    dim_arg(ev, fn, a[1].i, t->ndim, un, &d) < 0 ||
+		    (un ? ck_value_unsqueeze(t, d, err) : ck_value_squeeze(t, d, err)) < 0)
+			return -1;
+	} else if (!strcmp(fn, "flatten")) {
+		int64_t m1 = -1;
+		if (nargs(ev, fn, na, 1, 1) < 0 || ck_value_reshape(t, &m1, 1, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "to") || !strcmp(fn, "cast")) {
+		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_DTYPE, fn, 1) < 0 ||
+		    ck_value_cast(t, (enum ck_dtype)a[1].i, err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "chunk")) {
+		/* torch.chunk: pieces of ceil(size/n); the last may be smaller */
+		if (nargs(ev, fn, na, 2, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0)
+			return -1;
+		int64_t n = ints[0];
+		if (dim_arg(ev, fn, ni > 1 ? ints[1] : 0, t->ndim, 0, &d) < 0)
+			return -1;
+		if (n < 1 || n > CK_MAX_PIECES)
+			return ck_fail(err, CK_E_MAPPING, "chunk: %lld chunks", (long long)n);
+		int64_t sz = (t->shape[d] + n - 1) / n, *sizes = malloc((size_t)n * sizeof *sizes);
+		if (!sizes)
+			return ck_fail_sys(err, ENOMEM, "expression");
+		int cnt = 0;
+		for (int64_t off = 0; off < t->shape[d] || (cnt == 0 && off == 0); off += sz) {
+			sizes[cnt++] = t->shape[d] - off < sz ? t->shape[d] - off : sz;
+			if (sz == 0)
+				break;
+		}
+		int rc = pieces_list(ev, t, d, sizes, cnt, out);
+		free(sizes);
+		return rc;
+	} else if (!strcmp(fn, "split")) {
+		/* torch.split: a size per piece, or a list of sizes */
+		if (nargs(ev, fn, na, 2, 3) < 0 ||
+		    (na == 3 && want(ev, &a[2], XV_INT, fn, 2) < 0) ||
+		    dim_arg(ev, fn, na == 3 ? a[2].i : 0, t->ndim, 0, &d) < 0)
+			return -1;
+		if (a[1].kind == XV_LIST) {
+			int64_t sizes[MAX_ARGS], sum = 0;
+			if (int_list(ev, fn, a, 2, 1, sizes, &ni) < 0)
+				return -1;
+			for (int k = 0; k < ni; k++)
+				sum += sizes[k];
+			if (sum != t->shape[d])
+				return ck_fail(err, CK_E_MAPPING,
+					       "split: sizes sum to %lld, dim %d has %lld",
+					       (long long)sum, d, (long long)t->shape[d]);
+			return pieces_list(ev, t, d, sizes, ni, out);
+		}
+		if (want(ev, &a[1], XV_INT, fn, 1) < 0)
+			return -1;
+		if (a[1].i < 1)
+			return ck_fail(err, CK_E_MAPPING, "split: size %lld", (long long)a[1].i);
+		int64_t n = (t->shape[d] + a[1].i - 1) / a[1].i;
+		if (n > CK_MAX_PIECES)
+			return ck_fail(err, CK_E_MAPPING, "split: too many pieces");
+		int64_t *sizes = malloc((size_t)(n ? n : 1) * sizeof *sizes);
+		if (!sizes)
+			return ck_fail_sys(err, ENOMEM, "expression");
+		for (int64_t k = 0; k < n; k++)
+			sizes[k] = t->shape[d] - k * a[1].i < a[1].i ? t->shape[d] - k * a[1].i : a[1].i;
+		int rc = pieces_list(ev, t, d, sizes, (int)n, out);
+		free(sizes);
+		return rc;
+	} else if (!strcmp(fn, "unbind")) {
+		if (nargs(ev, fn, na, 1, 2) < 0 || (na == 2 && want(ev, &a[1], XV_INT, fn, 1) < 0) ||
+		    dim_arg(ev, fn, na == 2 ? a[1].i : 0, t->ndim, 0, &d) < 0)
+			return -1;
+		if (t->shape[d] > CK_MAX_PIECES)
+			return ck_fail(err, CK_E_MAPPING, "unbind: too many pieces");
+		int64_t *ones = malloc((size_t)(t->shape[d] ? t->shape[d] : 1) * sizeof *ones);
+		if (!ones)
+			return ck_fail_sys(err, ENOMEM, "expression");
+		for (int64_t k = 0; k < t->shape[d]; k++)
+			ones[k] = 1;
+		int rc = pieces_list(ev, t, d, ones, (int)t->shape[d], out);
+		free(ones);
+		for (int k = 0; rc == 0 && k < out->n; k++)
+			rc = ck_value_squeeze(&out->items[k].t, d, err);
+		return rc;
+	} else if (!strcmp(fn, "size")) {
+		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
+		    dim_arg(ev, fn, a[1].i, t->ndim, 0, &d) < 0)
+			return -1;
+		out->kind = XV_INT;
+		out->i = t->shape[d];
+		return 0;
+	} else {
+		return ck_fail(err, CK_E_MAPPING, "unknown function \"%s\"", fn);
+	}
+	/* tensor result: move a[0] out */
+	out->kind = XV_TENSOR;
+	out->t = *t;
+	t->p = NULL;
+	t->n = 0;
+	return 0;
+}
+
+static int arith(struct ev *ev, const char *op, int64_t x, int64_t y, int64_t *r)
+{
+	int ovf = 0;
+	if (!strcmp(op, "+"))
+		ovf = __builtin_add_overflow(x, y, r);
+	else if (!strcmp(op, "-"))
+		ovf = __builtin_sub_overflow(x, y, r);
+	else if (!strcmp(op, "*"))
+		ovf = __builtin_mul_overflow(x, y, r);
+	else if (!strcmp(op, "/") || !strcmp(op, "//") || !strcmp(op, "%")) {
+		if (y == 0)
+			return ck_fail(ev->err, CK_E_MAPPING, "division by zero (%lld %s 0)",
+				       (long long)x, op);
+		if (x == INT64_MIN && y == -1)
+			return ck_fail(ev->err, CK_E_MAPPING, "integer overflow");
+		if (op[0] == '%')
+			*r = x % y;
+		else if (op[1] == '/') /* floor division */
+			*r = x / y - ((x % y != 0) && ((x < 0) != (y < 0)));
+		else if (x % y)
+			return ck_fail(ev->err, CK_E_MAPPING,
+				       "%lld / %lld does not divide exactly (use // to floor)",
+				       (long long)x, (long long)y);
+		else
+			*r = x / y;
+	} else if (!strcmp(op, "=="))
+		*r = x == y;
+	else if (!strcmp(op, "!="))
+		*r = x != y;
+	else if (!strcmp(op, "<"))
+		*r = x < y;
+	else if (!strcmp(op, "<="))
+		*r = x <= y;
+	else if (!strcmp(op, ">"))
+		*r = x > y;
+	else if (!strcmp(op, ">="))
+		*r = x >= y;
+	else if (!strcmp(op, "&&"))
+		*r = x && y;
+	else if (!strcmp(op, "||"))
+		*r = x || y;
+	if (ovf)
+		return ck_fail(ev->err, CK_E_MAPPING, "integer overflow in %lld %s %lld",
+			       (long long)x, op, (long long)y);
+	return 0;
+}
+
+static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
+{
+	memset(out, 0, sizeof *out);
+	switch (e->kind) {
+	case N_INT:
+		out->kind = XV_INT;
+		out->i = e->i;
+		return 0;
+	case N_NAME: {
+		int r = ev->lookup(ev->ctx, e->name, out, ev->err);
+		if (r <= 0)
+			return r;
+		int sub;
+		enum ck_dtype dt = ck_dtype_parse(e->name, &sub);
+		if (dt != CK_DT_INVALID) {
+			out->kind = XV_DTYPE;
+			out->i = dt;
+			return 0;
+		}
+		return ck_fail(ev->err, CK_E_MAPPING, "unknown name \"%s\"", e->name);
+	}
+	case N_LIST:
+		out->kind = XV_LIST;
+		out->items = calloc((size_t)(e->n ? e->n : 1), sizeof *out->items);
+		if (!out->items)
+			return ck_fail_sys(ev->err, ENOMEM, "expression");
+		for (int k = 0; k < e->n; k++, out->n++)
+			if (eval(ev, e->args[k], &out->items[k]) < 0) {
+				ck_xval_free(out);
+				return -1;
+			}
+		return 0;
+	case N_CALL: {
+		struct ck_xval a[MAX_ARGS];
+		int n = 0, rc = 0;
+		for (; n < e->n && rc == 0; n++)
+			rc = eval(ev, e->args[n], &a[n]);
+		if (rc == 0)
+			rc = call(ev, e->name, a, e->n, out);
+		for (int k = 0; k < n; k++)
+			ck_xval_free(&a[k]);
+		if (rc < 0) {
+			ck_xval_free(out);
+			ck_err_prefix(ev->err, "%s()", e->name);
+		}
+		return rc;
+	}
+	case N_ATTR: {
+		struct ck_xval x;
+		if (eval(ev, e->args[0], &x) < 0)
+			return -1;
+		int rc = 0;
+		if (!strcmp(e->name, "shape") && x.kind == XV_TENSOR) {
+			out->kind = XV_LIST;
+			out->items = calloc((size_t)(x.t.ndim ? x.t.ndim : 1), sizeof *out->items);
+			if (!out->items)
+				rc = ck_fail_sys(ev->err, ENOMEM, "expression");
+			for (int k = 0; rc == 0 && k < x.t.ndim; k++, out->n++)
+				out->items[k].kind = XV_INT, out->items[k].i = x.t.shape[k];
+		} else if (!strcmp(e->name, "T") && x.kind == XV_TENSOR && x.t.ndim == 2) {
+			int perm[2] = {1, 0};
+			rc = ck_value_permute(&x.t, perm, ev->err);
+			*out = x;
+			return rc;
+		} else {
+			rc = ck_fail(ev->err, CK_E_MAPPING, "no attribute \"%s\" on a %s", e->name,
+				     kind_name(x.kind));
+		}
+		ck_xval_free(&x);
+		return rc;
+	}
+	case N_INDEX: {
+		struct ck_xval x, i;
+		if (eval(ev, e->args[0], &x) < 0)
+			return -1;
+		if (eval(ev, e->args[1], &i) < 0) {
+			ck_xval_free(&x);
+			return -1;
+		}
+		int rc = 0;
+		if (i.kind != XV_INT) {
+			rc = ck_fail(ev->err, CK_E_MAPPING, "index is a %s, not an integer",
+				     kind_name(i.kind));
+		} else if (x.kind == XV_LIST) {
+			int64_t k = i.i < 0 ? i.i + x.n : i.i;
+			if (k < 0 || k >= x.n)
+				rc = ck_fail(ev->err, CK_E_MAPPING, "index %lld out of range for %d items",
+					     (long long)i.i, x.n);
+			else {
+				*out = x.items[k];
+				memset(&x.items[k], 0, sizeof x.items[k]);
+			}
+		} else if (x.kind == XV_TENSOR) { /* t[i]: select along dim 0 */
+			struct ck_xval args[3] = {x, {.kind = XV_INT, .i = 0}, i};
+			rc = call(ev, "select", args, 3, out);
+			x = args[0];
+		} else {
+			rc = ck_fail(ev->err, CK_E_MAPPING, "cannot index a %s", kind_name(x.kind));
+		}
+		ck_xval_free(&x);
+		return rc;
+	}
+	case N_UN: {
+		if (eval(ev, e->args[0], out) < 0)
+			return -1;
+		if (out->kind != XV_INT) {
+			ck_xval_free(out);
+			return ck_fail(ev->err, CK_E_MAPPING, "'%s' needs an integer", e->name);
+		}
+		if (e->name[0] == '!')
+			out->i = !out->i;
+		else if (out->i == INT64_MIN)
+			return ck_fail(ev->err, CK_E_MAPPING, "integer overflow");
+		else
+			out->i = -out->i;
+		return 0;
+	}
+	case N_BIN: {
+		if (!strcmp(e->name, "??")) {
+			/* fallback: the left side if it evaluates (a config key may
+			 * be absent), else the right */
+			if (eval(ev, e->args[0], out) == 0)
+				return 0;
+			return eval(ev, e->args[1], out);
+		}
+		struct ck_xval x, y;
+		if (eval(ev, e->args[0], &x) < 0)
+			return -1;
+		if (eval(ev, e->args[1], &y) < 0) {
+			ck_xval_free(&x);
+			return -1;
+		}
+		int rc;
+		if (x.kind != XV_INT || y.kind != XV_INT)
+			rc = ck_fail(ev->err, CK_E_MAPPING, "'%s' needs integers, got %s and %s",
+				     e->name, kind_name(x.kind), kind_name(y.kind));
+		else {
+			out->kind = XV_INT;
+			rc = arith(ev, e->name, x.i, y.i, &out->i);
+		}
+		ck_xval_free(&x);
+		ck_xval_free(&y);
+		return rc;
+	}
+	}
+	return ck_fail(ev->err, CK_E_MAPPING, "bad expression node");
+}
+
+int ck_expr_eval(const struct ck_expr *e, ck_xlookup lookup, void *ctx, struct ck_xval *out,
+		 struct ck_err *err)
+{
+	struct ev ev = {lookup, ctx, err};
+	return eval(&ev, e, out);
+}

@@ -1,0 +1,456 @@
+#include "mapping.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/json_strict.h"
+
+#define MAX_MAPPING_BYTES (64u << 20)
+
+static void free_named_expr(struct ck_named_expr *e, int n)
+{
+	if (!e)
+		return;
+	for (int i = 0; i < n; i++) {
+		free(e[i].name);
+		ck_expr_free(e[i].expr);
+	}
+	free(e);
+}
+
+static void free_named_pat(struct ck_named_pat *p, int n)
+{
+	if (!p)
+		return;
+	for (int i = 0; i < n; i++) {
+		free(p[i].name);
+		ck_pattern_free(&p[i].pat);
+	}
+	free(p);
+}
+
+static void free_rule(struct ck_rule *r)
+{
+	free(r->desc);
+	ck_expr_free(r->cond);
+	free_named_pat(r->in, r->n_in);
+	free_named_pat(r->out, r->n_out);
+	free_named_expr(r->expr, r->n_out);
+	free_named_expr(r->let, r->n_let);
+	for (int i = 0; i < r->n_reduce; i++)
+		free(r->reduce[i]);
+	free(r->for_name);
+	ck_expr_free(r->for_count);
+}
+
+void ck_mapping_free(struct ck_mapping *m)
+{
+	if (!m)
+		return;
+	for (int i = 0; i < m->n_rules; i++)
+		free_rule(&m->rules[i]);
+	free(m->rules);
+	free_named_expr(m->params, m->n_params);
+	for (int i = 0; i < m->n_strip_prefixes; i++)
+		free(m->strip_prefixes[i]);
+	for (int i = 0; i < m->n_strip_segments; i++)
+		free(m->strip_segments[i]);
+	free(m->strip_prefixes);
+	free(m->strip_segments);
+	free(m->add_prefix);
+	free(m->path);
+	free(m);
+}
+
+static int is_ident(const char *s)
+{
+	if (!(isalpha((unsigned char)*s) || *s == '_'))
+		return 0;
+	for (; *s; s++)
+		if (!(isalnum((unsigned char)*s) || *s == '_'))
+			return 0;
+	return 1;
+}
+
+struct pctx {
+	const char *what;
+	struct ck_err *err;
+};
+
+static int fail_at(struct pctx *c, const struct ck_rule *r, const char *fmt, const char *a,
+		   const char *b)
+{
+	char msg[600];
+	snprintf(msg, sizeof msg, fmt, a ? a : "", b ? b : "");
+	if (r)
+		return ck_fail(c->err, CK_E_MAPPING, "%s: rule %d: %s", c->what, r->index, msg);
+	return ck_fail(c->err, CK_E_MAPPING, "%s: %s", c->what, msg);
+}
+
+/* An expression given as a JSON string, integer or boolean. */
+static int parse_expr_json(struct pctx *c, const struct ck_rule *r, const cJSON *j,
+			   const char *field, struct ck_expr **out)
+{
+	char buf[64];
+	const char *text;
+	if (cJSON_IsString(j))
+		text = j->valuestring;
+	else if (cJSON_IsBool(j))
+		text = cJSON_IsTrue(j) ? "1" : "0";
+	else if (cJSON_IsNumber(j) && j->valuedouble == (double)(long long)j->valuedouble &&
+		 j->valuedouble >= 0 && j->valuedouble < 9e15) {
+		snprintf(buf, sizeof buf, "%lld", (long long)j->valuedouble);
+		text = buf;
+	} else
+		return fail_at(c, r, "\"%s\" must be an expression string%s", field, NULL);
+	*out = ck_expr_parse(text, c->err);
+	if (!*out) {
+		char m[sizeof c->err->msg];
+		memcpy(m, c->err->msg, sizeof m);
+		return fail_at(c, r, "\"%s\": %s", field, m);
+	}
+	return 0;
+}
+
+static int parse_pat(struct pctx *c, struct ck_rule *r, const char *name, const cJSON *j,
+		     struct ck_named_pat *out)
+{
+	if (!cJSON_IsString(j))
+		return fail_at(c, r, "pattern \"%s\" must be a string", name, NULL);
+	out->name = strdup(name);
+	if (!out->name)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (ck_pattern_compile(j->valuestring, &out->pat, c->err) < 0) {
+		char m[sizeof c->err->msg];
+		memcpy(m, c->err->msg, sizeof m);
+		return fail_at(c, r, "%s%s", m, NULL);
+	}
+	return 0;
+}
+
+/* "from"/"to": a string (one name, `dflt`) or an object of named patterns. */
+static int parse_pats(struct pctx *c, struct ck_rule *r, const cJSON *j, const char *field,
+		      const char *dflt, struct ck_named_pat **out, int *n)
+{
+	int cnt = cJSON_IsString(j) ? 1 : cJSON_IsObject(j) ? cJSON_GetArraySize(j) : -1;
+	if (cnt < 1 || cnt > 64)
+		return fail_at(c, r, "\"%s\" must be a pattern string or an object of 1..64 named "
+				     "patterns",
+			       field, NULL);
+	*out = calloc((size_t)cnt, sizeof **out);
+	if (!*out)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (cJSON_IsString(j)) {
+		*n = 1;
+		return parse_pat(c, r, dflt, j, &(*out)[0]);
+	}
+	for (const cJSON *e = j->child; e; e = e->next) {
+		if (!is_ident(e->string))
+			return fail_at(c, r, "\"%s\" name \"%s\" is not an identifier", field,
+				       e->string);
+		for (int k = 0; k < *n; k++)
+			if (!strcmp((*out)[k].name, e->string))
+				return fail_at(c, r, "\"%s\" names \"%s\" twice", field, e->string);
+		if (parse_pat(c, r, e->string, e, &(*out)[(*n)++]) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int set_desc(struct ck_rule *r, const cJSON *from, const cJSON *to)
+{
+	char buf[512];
+	const char *f = cJSON_IsString(from) ? from->valuestring
+			: (from && from->child && cJSON_IsString(from->child)) ? from->child->valuestring
+										: "?";
+	const char *t = cJSON_IsString(to) ? to->valuestring
+			: (to && to->child && cJSON_IsString(to->child)) ? to->child->valuestring
+									 : "";
+	if (to)
+		snprintf(buf, sizeof buf, "\"%s\" -> \"%s\"", f, t);
+	else
+		snprintf(buf, sizeof buf, "drop \"%s\"", f);
+	r->desc = strdup(buf);
+	return r->desc ? 0 : -1;
+}
+
+static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
+{
+	if (!cJSON_IsObject(j))
+		return fail_at(c, r, "a rule must be an object%s%s", NULL, NULL);
+	const cJSON *from = NULL, *to = NULL, *expr = NULL, *let = NULL, *reduce = NULL,
+		    *forj = NULL, *cond = NULL, *drop = NULL;
+	for (const cJSON *e = j->child; e; e = e->next) {
+		const cJSON **slot = !strcmp(e->string, "from")	    ? &from
+				     : !strcmp(e->string, "to")	    ? &to
+				     : !strcmp(e->string, "expr")    ? &expr
+				     : !strcmp(e->string, "let")     ? &let
+				     : !strcmp(e->string, "reduce")  ? &reduce
+				     : !strcmp(e->string, "for")     ? &forj
+				     : !strcmp(e->string, "if")	    ? &cond
+				     : !strcmp(e->string, "drop")    ? &drop
+									    : NULL;
+		if (!strcmp(e->string, "share") || !strcmp(e->string, "optional")) {
+			if (!cJSON_IsBool(e))
+				return fail_at(c, r, "\"%s\" must be true or false", e->string, NULL);
+			*(e->string[0] == 's' ? &r->share : &r->optional) = cJSON_IsTrue(e);
+			continue;
+		}
+		if (!strcmp(e->string, "comment"))
+			continue;
+		if (!slot)
+			return fail_at(c, r, "unknown field \"%s\"", e->string, NULL);
+		if (*slot)
+			return fail_at(c, r, "field \"%s\" given twice", e->string, NULL);
+		*slot = e;
+	}
+	if (set_desc(r, drop ? drop : from, drop ? NULL : to) < 0)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (cond && parse_expr_json(c, r, cond, "if", &r->cond) < 0)
+		return -1;
+	if (drop) {
+		if (from || to || expr || let || reduce || forj)
+			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
+				       NULL, NULL);
+		r->drop = 1;
+		return parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in);
+	}
+	if (!from || !to)
+		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s",
+			       from ? "from" : "from", NULL);
+	if (parse_pats(c, r, from, "from", "x", &r->in, &r->n_in) < 0 ||
+	    parse_pats(c, r, to, "to", "out", &r->out, &r->n_out) < 0)
+		return -1;
+	r->expr = calloc((size_t)r->n_out, sizeof *r->expr);
+	if (!r->expr)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (int k = 0; k < r->n_out; k++)
+		if (!(r->expr[k].name = strdup(r->out[k].name)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (cJSON_IsString(to)) {
+		if (expr && parse_expr_json(c, r, expr, "expr", &r->expr[0].expr) < 0)
+			return -1;
+		if (!expr && r->n_in != 1)
+			return fail_at(c, r, "several inputs need an \"expr\"%s%s", NULL, NULL);
+	} else {
+		if (!cJSON_IsObject(expr))
+			return fail_at(c, r, "named outputs need \"expr\" as an object with an "
+					     "expression per output%s%s",
+				       NULL, NULL);
+		for (const cJSON *e = expr->child; e; e = e->next) {
+			int k = 0;
+			while (k < r->n_out && strcmp(r->out[k].name, e->string))
+				k++;
+			if (k == r->n_out)
+				return fail_at(c, r, "\"expr\" names \"%s\", which is not an output",
+					       e->string, NULL);
+			if (r->expr[k].expr)
+				return fail_at(c, r, "\"expr\" names \"%s\" twice", e->string, NULL);
+			if (parse_expr_json(c, r, e, e->string, &r->expr[k].expr) < 0)
+				return -1;
+		}
+		for (int k = 0; k < r->n_out; k++)
+			if (!r->expr[k].expr)
+				return fail_at(c, r, "output \"%s\" has no expression", r->out[k].name,
+					       NULL);
+	}
+	if (let) {
+		if (!cJSON_IsObject(let))
+			return fail_at(c, r, "\"let\" must be an object of named expressions%s%s",
+				       NULL, NULL);
+		int n = cJSON_GetArraySize(let);
+		if (!(r->let = calloc((size_t)(n ? n : 1), sizeof *r->let)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+		for (const cJSON *e = let->child; e; e = e->next) {
+			if (!is_ident(e->string))
+				return fail_at(c, r, "\"let\" name \"%s\" is not an identifier",
+					       e->string, NULL);
+			struct ck_named_expr *l = &r->let[r->n_let++];
+			if (!(l->name = strdup(e->string)))
+				return ck_fail_sys(c->err, ENOMEM, "mapping");
+			if (parse_expr_json(c, r, e, e->string, &l->expr) < 0)
+				return -1;
+		}
+	}
+	if (reduce) {
+		const cJSON *items = cJSON_IsArray(reduce) ? reduce->child : reduce;
+		for (const cJSON *e = items; e; e = cJSON_IsArray(reduce) ? e->next : NULL) {
+			if (!cJSON_IsString(e) || r->n_reduce == CK_MAX_CAPTURES)
+				return fail_at(c, r, "\"reduce\" must name captures%s%s", NULL, NULL);
+			int found = 0;
+			for (int k = 0; k < r->n_in; k++)
+				found |= ck_pattern_has_capture(&r->in[k].pat, e->valuestring);
+			if (!found)
+				return fail_at(c, r, "\"reduce\" names {%s}, which no input pattern has",
+					       e->valuestring, NULL);
+			if (!(r->reduce[r->n_reduce++] = strdup(e->valuestring)))
+				return ck_fail_sys(c->err, ENOMEM, "mapping");
+		}
+	}
+	if (forj) {
+		if (!cJSON_IsObject(forj) || cJSON_GetArraySize(forj) != 1)
+			return fail_at(c, r, "\"for\" must be {\"CAPTURE\": count}%s%s", NULL, NULL);
+		if (!(r->for_name = strdup(forj->child->string)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+		if (parse_expr_json(c, r, forj->child, "for", &r->for_count) < 0)
+			return -1;
+	}
+	/* every output capture must come from an input pattern or "for" */
+	for (int k = 0; k < r->n_out; k++)
+		for (int t = 0; t < r->out[k].pat.n; t++) {
+			const struct ck_ptok *tok = &r->out[k].pat.tok[t];
+			if (tok->lit || (r->for_name && !strcmp(tok->name, r->for_name)))
+				continue;
+			int found = 0;
+			for (int i = 0; i < r->n_in; i++)
+				found |= ck_pattern_has_capture(&r->in[i].pat, tok->name);
+			for (int i = 0; i < r->n_reduce; i++)
+				found &= strcmp(r->reduce[i], tok->name) != 0;
+			if (!found)
+				return fail_at(c, r, "output pattern uses {%s}, which no input binds",
+					       tok->name, NULL);
+		}
+	return 0;
+}
+
+static int str_list(struct pctx *c, const cJSON *j, const char *field, char ***out, int *n)
+{
+	if (!cJSON_IsArray(j))
+		return fail_at(c, NULL, "\"%s\" must be a list of strings", field, NULL);
+	int cnt = cJSON_GetArraySize(j);
+	*out = calloc((size_t)(cnt ? cnt : 1), sizeof **out);
+	if (!*out)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *e = j->child; e; e = e->next) {
+		if (!cJSON_IsString(e) || !e->valuestring[0])
+			return fail_at(c, NULL, "\"%s\" must be a list of non-empty strings", field,
+				       NULL);
+		if (!((*out)[(*n)++] = strdup(e->valuestring)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+	}
+	return 0;
+}
+
+int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_mapping **out,
+		     struct ck_err *err)
+{
+	*out = NULL;
+	struct pctx c = {what, err};
+	cJSON *root = ck_json_parse(json, len, 0, CK_E_MAPPING, what, err);
+	if (!root)
+		return -1;
+	struct ck_mapping *m = calloc(1, sizeof *m);
+	int rc = -1;
+	if (!m || !(m->path = strdup(what))) {
+		ck_fail_sys(err, ENOMEM, "mapping");
+		goto out;
+	}
+	m->unused = CK_UNUSED_DEFAULT;
+	if (!cJSON_IsObject(root)) {
+		fail_at(&c, NULL, "a mapping is a JSON object%s%s", NULL, NULL);
+		goto out;
+	}
+	const cJSON *rules = NULL;
+	for (const cJSON *e = root->child; e; e = e->next) {
+		const char *k = e->string;
+		if (!strcmp(k, "ckptfs_mapping")) {
+			int64_t v;
+			if (ck_json_int(e, 1, 1, &v) < 0) {
+				fail_at(&c, NULL, "\"ckptfs_mapping\" must be 1 (the version)%s%s",
+					NULL, NULL);
+				goto out;
+			}
+		} else if (!strcmp(k, "description") || !strcmp(k, "comment")) {
+			continue;
+		} else if (!strcmp(k, "params")) {
+			if (!cJSON_IsObject(e)) {
+				fail_at(&c, NULL, "\"params\" must be an object%s%s", NULL, NULL);
+				goto out;
+			}
+			int n = cJSON_GetArraySize(e);
+			if (!(m->params = calloc((size_t)(n ? n : 1), sizeof *m->params))) {
+				ck_fail_sys(err, ENOMEM, "mapping");
+				goto out;
+			}
+			for (const cJSON *p = e->child; p; p = p->next) {
+				struct ck_named_expr *ne = &m->params[m->n_params++];
+				if (!is_ident(p->string)) {
+					fail_at(&c, NULL, "param name \"%s\" is not an identifier",
+						p->string, NULL);
+					goto out;
+				}
+				if (!(ne->name = strdup(p->string))) {
+					ck_fail_sys(err, ENOMEM, "mapping");
+					goto out;
+				}
+				if (parse_expr_json(&c, NULL, p, p->string, &ne->expr) < 0)
+					goto out;
+			}
+		} else if (!strcmp(k, "unused")) {
+			const char *v = cJSON_IsString(e) ? e->valuestring : "";
+			m->unused = !strcmp(v, "error")	 ? CK_UNUSED_ERROR
+				    : !strcmp(v, "drop") ? CK_UNUSED_DROP
+				    : !strcmp(v, "keep") ? CK_UNUSED_KEEP
+							 : CK_UNUSED_DEFAULT;
+			if (m->unused == CK_UNUSED_DEFAULT) {
+				fail_at(&c, NULL, "\"unused\" must be \"error\", \"drop\" or \"keep\"%s%s",
+					NULL, NULL);
+				goto out;
+			}
+		} else if (!strcmp(k, "strip_prefixes")) {
+			if (str_list(&c, e, k, &m->strip_prefixes, &m->n_strip_prefixes) < 0)
+				goto out;
+		} else if (!strcmp(k, "strip_segments")) {
+			if (str_list(&c, e, k, &m->strip_segments, &m->n_strip_segments) < 0)
+				goto out;
+		} else if (!strcmp(k, "add_prefix")) {
+			if (!cJSON_IsString(e) || !(m->add_prefix = strdup(e->valuestring))) {
+				fail_at(&c, NULL, "\"add_prefix\" must be a string%s%s", NULL, NULL);
+				goto out;
+			}
+		} else if (!strcmp(k, "rules")) {
+			rules = e;
+		} else {
+			fail_at(&c, NULL, "unknown field \"%s\"", k, NULL);
+			goto out;
+		}
+	}
+	if (rules && !cJSON_IsArray(rules)) {
+		fail_at(&c, NULL, "\"rules\" must be a list%s%s", NULL, NULL);
+		goto out;
+	}
+	int n = rules ? cJSON_GetArraySize(rules) : 0;
+	m->rules = calloc((size_t)(n ? n : 1), sizeof *m->rules);
+	if (!m->rules) {
+		ck_fail_sys(err, ENOMEM, "mapping");
+		goto out;
+	}
+	for (const cJSON *r = rules ? rules->child : NULL; r; r = r->next) {
+		struct ck_rule *rule = &m->rules[m->n_rules++];
+		rule->index = m->n_rules;
+		if (parse_rule(&c, r, rule) < 0)
+			goto out;
+	}
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	if (rc < 0)
+		ck_mapping_free(m);
+	else
+		*out = m;
+	return rc;
+}
+
+int ck_mapping_load(const char *path, struct ck_mapping **out, struct ck_err *err)
+{
+	char *buf;
+	size_t len;
+	if (ck_read_file(path, MAX_MAPPING_BYTES, &buf, &len, CK_E_MAPPING, err) < 0)
+		return -1;
+	int rc = ck_mapping_parse(buf, len, path, out, err);
+	free(buf);
+	return rc;
+}

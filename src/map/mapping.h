@@ -1,0 +1,57 @@
+/* Mapping files (JSON; the language is documented in mappings/README.md).
+ * Parsing checks structure, names, patterns and expression syntax; whether
+ * the rules fit a checkpoint is the planner's job. */
+#ifndef CK_MAPPING_H
+#define CK_MAPPING_H
+
+#include "../util/error.h"
+#include "expr.h"
+#include "pattern.h"
+
+enum ck_unused { CK_UNUSED_DEFAULT = -1, CK_UNUSED_ERROR, CK_UNUSED_DROP, CK_UNUSED_KEEP };
+
+struct ck_named_pat {
+	char *name;
+	struct ck_pattern pat;
+};
+
+struct ck_named_expr {
+	char *name;
+	struct ck_expr *expr; /* NULL: the rule's single input, unchanged */
+};
+
+struct ck_rule {
+	int index; /* 1-based, as people count rules in a file */
+	char *desc; /* short text for messages: `from "..." -> "..."` */
+	struct ck_expr *cond;
+	int drop; /* a drop rule: inputs consumed, nothing produced */
+	struct ck_named_pat *in, *out;
+	int n_in, n_out;
+	struct ck_named_expr *expr; /* one per output, same order */
+	struct ck_named_expr *let;
+	int n_let;
+	char *reduce[CK_MAX_CAPTURES];
+	int n_reduce;
+	char *for_name;
+	struct ck_expr *for_count;
+	int share, optional;
+};
+
+struct ck_mapping {
+	char *path;
+	struct ck_named_expr *params;
+	int n_params;
+	enum ck_unused unused;
+	char **strip_prefixes, **strip_segments;
+	int n_strip_prefixes, n_strip_segments;
+	char *add_prefix;
+	struct ck_rule *rules;
+	int n_rules;
+};
+
+int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_mapping **out,
+		     struct ck_err *err);
+int ck_mapping_load(const char *path, struct ck_mapping **out, struct ck_err *err);
+void ck_mapping_free(struct ck_mapping *m);
+
+#endif

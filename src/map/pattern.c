@@ -1,0 +1,259 @@
+#include "pattern.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ck_pattern_free(struct ck_pattern *p)
+{
+	for (int i = 0; i < p->n; i++) {
+		free(p->tok[i].lit);
+		free(p->tok[i].name);
+	}
+	free(p->tok);
+	free(p->text);
+	memset(p, 0, sizeof *p);
+}
+
+static int add_tok(struct ck_pattern *p, char *lit, char *name, enum ck_cap_type t)
+{
+	struct ck_ptok *n = realloc(p->tok, (size_t)(p->n + 1) * sizeof *n);
+	if (!n)
+		return -1;
+	p->tok = n;
+	p->tok[p->n++] = (struct ck_ptok){lit, name, t};
+	return 0;
+}
+
+int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *err)
+{
+	memset(p, 0, sizeof *p);
+	size_t len = strlen(text);
+	char *lit = malloc(len + 1);
+	size_t ll = 0;
+	int ncap = 0;
+	if (!lit || !(p->text = strdup(text)))
+		goto nomem;
+	for (const char *s = text; *s;) {
+		if ((s[0] == '{' && s[1] == '{') || (s[0] == '}' && s[1] == '}')) {
+			lit[ll++] = *s;
+			s += 2;
+			continue;
+		}
+		if (*s == '}') {
+			ck_fail(err, CK_E_MAPPING, "pattern \"%s\": unmatched '}'", text);
+			goto fail;
+		}
+		if (*s != '{') {
+			lit[ll++] = *s++;
+			continue;
+		}
+		const char *e = strchr(s, '}');
+		if (!e) {
+			ck_fail(err, CK_E_MAPPING, "pattern \"%s\": unterminated '{'", text);
+			goto fail;
+		}
+		char *name = strndup(s + 1, (size_t)(e - s - 1));
+		if (!name)
+			goto nomem;
+		enum ck_cap_type t = CK_CAP_SEG;
+		char *colon = strchr(name, ':');
+		if (colon) {
+			*colon = '\0';
+			if (!strcmp(colon + 1, "int"))
+				t = CK_CAP_INT;
+			else if (!strcmp(colon + 1, "path"))
+				t = CK_CAP_PATH;
+			else {
+				ck_fail(err, CK_E_MAPPING, "pattern \"%s\": unknown capture type \"%s\"",
+					text, colon + 1);
+				free(name);
+				goto fail;
+			}
+		}
+		int ok = name[0] && (isalpha((unsigned char)name[0]) || name[0] == '_');
+		for (char *c = name; *c && ok; c++)
+			ok = isalnum((unsigned char)*c) || *c == '_';
+		if (!ok || ++ncap > CK_MAX_CAPTURES) {
+			ck_fail(err, CK_E_MAPPING,
+				ok ? "pattern \"%s\": more than %d captures"
+				   : "pattern \"%s\": capture names are identifiers (%d max)",
+				text, CK_MAX_CAPTURES);
+			free(name);
+			goto fail;
+		}
+		if (ll) {
+			char *l = strndup(lit, ll);
+			if (!l || add_tok(p, l, NULL, 0) < 0) {
+				free(l);
+				free(name);
+				goto nomem;
+			}
+			ll = 0;
+		} else if (p->n && !p->tok[p->n - 1].lit) {
+			ck_fail(err, CK_E_MAPPING, "pattern \"%s\": two captures must be separated by "
+					       "literal text", text);
+			free(name);
+			goto fail;
+		}
+		if (add_tok(p, NULL, name, t) < 0) {
+			free(name);
+			goto nomem;
+		}
+		s = e + 1;
+	}
+	if (ll) {
+		char *l = strndup(lit, ll);
+		if (!l || add_tok(p, l, NULL, 0) < 0) {
+			free(l);
+			goto nomem;
+		}
+	}
+	free(lit);
+	return 0;
+nomem:
+	ck_fail_sys(err, ENOMEM, "pattern");
+fail:
+	free(lit);
+	ck_pattern_free(p);
+	return -1;
+}
+
+int ck_pattern_has_capture(const struct ck_pattern *p, const char *name)
+{
+	for (int i = 0; i < p->n; i++)
+		if (!p->tok[i].lit && !strcmp(p->tok[i].name, name))
+			return 1;
+	return 0;
+}
+
+const char *ck_binding_get(const struct ck_binding *b, const char *name)
+{
+	for (int i = 0; i < b->n; i++)
+		if (!strcmp(b->name[i], name))
+			return b->val[i];
+	return NULL;
+}
+
+int ck_binding_set(struct ck_binding *b, const char *name, const char *val)
+{
+	for (int i = 0; i < b->n; i++)
+		if (!strcmp(b->name[i], name)) {
+			char *v = strdup(val);
+			if (!v)
+				return -1;
+			free(b->val[i]);
+			b->val[i] = v;
+			return 0;
+		}
+	if (b->n == CK_MAX_CAPTURES)
+		return -1;
+	if (!(b->val[b->n] = strdup(val)))
+		return -1;
+	b->name[b->n++] = name;
+	return 0;
+}
+
+void ck_binding_clear(struct ck_binding *b)
+{
+	for (int i = 0; i < b->n; i++)
+		free(b->val[i]);
+	b->n = 0;
+}
+
+int ck_binding_copy(struct ck_binding *dst, const struct ck_binding *src)
+{
+	dst->n = 0;
+	for (int i = 0; i < src->n; i++)
+		if (ck_binding_set(dst, src->name[i], src->val[i]) < 0) {
+			ck_binding_clear(dst);
+			return -1;
+		}
+	return 0;
+}
+
+static int cap_char_ok(enum ck_cap_type t, char c)
+{
+	if (t == CK_CAP_INT)
+		return c >= '0' && c <= '9';
+	if (t == CK_CAP_SEG)
+		return c != '.';
+	return 1;
+}
+
+static void unbind_from(struct ck_binding *b, int k)
+{
+	while (b->n > k)
+		free(b->val[--b->n]);
+}
+
+/* Backtracking matcher; captures go into b as they bind. 1 match, 0 none. */
+static int match_from(const struct ck_pattern *p, int ti, const char *s, struct ck_binding *b)
+{
+	if (ti == p->n)
+		return *s == '\0';
+	const struct ck_ptok *t = &p->tok[ti];
+	if (t->lit) {
+		size_t n = strlen(t->lit);
+		return strncmp(s, t->lit, n) == 0 ? match_from(p, ti + 1, s + n, b) : 0;
+	}
+	const char *prev = ck_binding_get(b, t->name);
+	if (prev) { /* same capture twice: must repeat the value */
+		size_t n = strlen(prev);
+		return strncmp(s, prev, n) == 0 ? match_from(p, ti + 1, s + n, b) : 0;
+	}
+	size_t max = 0;
+	while (s[max] && cap_char_ok(t->type, s[max]))
+		max++;
+	const char *next = ti + 1 < p->n ? p->tok[ti + 1].lit : NULL;
+	for (size_t len = max; len >= 1; len--) {
+		/* only lengths after which the next literal (or the end) follows */
+		if (next ? s[len] != next[0] : (ti + 1 == p->n && s[len] != '\0'))
+			continue;
+		if (b->n == CK_MAX_CAPTURES)
+			return -1;
+		char *v = strndup(s, len);
+		if (!v)
+			return -1;
+		int k = b->n;
+		b->name[k] = t->name;
+		b->val[k] = v;
+		b->n++;
+		int r = match_from(p, ti + 1, s + len, b);
+		if (r != 0)
+			return r;
+		unbind_from(b, k);
+	}
+	return 0;
+}
+
+int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
+{
+	b->n = 0;
+	int r = match_from(p, 0, key, b);
+	if (r <= 0)
+		ck_binding_clear(b);
+	return r;
+}
+
+int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,
+		     struct ck_err *err)
+{
+	size_t len = 1;
+	for (int i = 0; i < p->n; i++) {
+		const char *v = p->tok[i].lit ? p->tok[i].lit : ck_binding_get(b, p->tok[i].name);
+		if (!v)
+			return ck_fail(err, CK_E_MAPPING, "pattern \"%s\": capture {%s} is not bound",
+				       p->text, p->tok[i].name);
+		len += strlen(v);
+	}
+	char *s = malloc(len);
+	if (!s)
+		return ck_fail_sys(err, ENOMEM, "pattern");
+	s[0] = '\0';
+	for (int i = 0; i < p->n; i++)
+		strcat(s, p->tok[i].lit ? p->tok[i].lit : ck_binding_get(b, p->tok[i].name));
+	*out = s;
+	return 0;
+}

@@ -1,0 +1,47 @@
+/* Key patterns with named captures, anchored at both ends:
+ *   model.layers.{L}.self_attn.q_proj.weight
+ * {name}       one dot-free segment (at least one character)
+ * {name:int}   a decimal integer (sorts numerically)
+ * {name:path}  any non-empty text, dots included (for prefixes)
+ * Everything else is literal; "{{" and "}}" stand for braces. */
+#ifndef CK_PATTERN_H
+#define CK_PATTERN_H
+
+#include "../util/error.h"
+
+#define CK_MAX_CAPTURES 8
+
+enum ck_cap_type { CK_CAP_SEG, CK_CAP_INT, CK_CAP_PATH };
+
+struct ck_ptok {
+	char *lit;  /* literal text, or NULL for a capture */
+	char *name; /* capture name */
+	enum ck_cap_type type;
+};
+
+struct ck_pattern {
+	char *text;
+	struct ck_ptok *tok;
+	int n;
+};
+
+struct ck_binding {
+	int n;
+	const char *name[CK_MAX_CAPTURES]; /* points into a pattern */
+	char *val[CK_MAX_CAPTURES];
+};
+
+int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *err);
+void ck_pattern_free(struct ck_pattern *p);
+/* 1 on match (b filled: free with ck_binding_clear), 0 otherwise, -1 ENOMEM. */
+int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b);
+/* Substitute b into p. Returns -1 with err naming the capture if unbound. */
+int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,
+		     struct ck_err *err);
+int ck_pattern_has_capture(const struct ck_pattern *p, const char *name);
+const char *ck_binding_get(const struct ck_binding *b, const char *name);
+int ck_binding_set(struct ck_binding *b, const char *name, const char *val);
+void ck_binding_clear(struct ck_binding *b);
+int ck_binding_copy(struct ck_binding *dst, const struct ck_binding *src);
+
+#endif

@@ -1,0 +1,472 @@
+#include "layout.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int oom(struct ck_err *err)
+{
+	return ck_fail_sys(err, ENOMEM, "planning");
+}
+
+static int push(struct ck_value *v, size_t *cap, const struct ck_piece *p, struct ck_err *err)
+{
+	if (v->n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 8;
+		struct ck_piece *np = realloc(v->p, nc * sizeof *np);
+		if (!np)
+			return oom(err);
+		v->p = np;
+		*cap = nc;
+	}
+	if (v->n >= CK_MAX_PIECES)
+		return ck_fail(err, CK_E_MAPPING,
+			       "layout needs more than %u pieces (a reshape of a strided or sliced "
+			       "layout that does not stay contiguous)",
+			       CK_MAX_PIECES);
+	v->p[v->n++] = *p;
+	return 0;
+}
+
+uint64_t ck_value_numel(const struct ck_value *v)
+{
+	uint64_t n = 1;
+	for (int d = 0; d < v->ndim; d++)
+		n *= (uint64_t)v->shape[d];
+	return n;
+}
+
+void ck_value_free(struct ck_value *v)
+{
+	free(v->p);
+	v->p = NULL;
+	v->n = 0;
+}
+
+int ck_value_leaf(struct ck_value *v, uint32_t src, enum ck_dtype dt, int ndim,
+		  const int64_t *shape, struct ck_err *err)
+{
+	memset(v, 0, sizeof *v);
+	v->dtype = dt;
+	v->ndim = ndim;
+	memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
+	if (ck_value_numel(v) == 0)
+		return 0; /* an empty tensor reads nothing */
+	struct ck_piece p;
+	memset(&p, 0, sizeof p);
+	p.src = src;
+	int64_t s = 1;
+	for (int d = ndim - 1; d >= 0; d--) {
+		p.hi[d] = shape[d];
+		p.stride[d] = s;
+		s *= shape[d];
+	}
+	size_t cap = 0;
+	return push(v, &cap, &p, err);
+}
+
+int ck_value_copy(struct ck_value *dst, const struct ck_value *src, struct ck_err *err)
+{
+	*dst = *src;
+	dst->p = NULL;
+	if (src->n) {
+		dst->p = malloc(src->n * sizeof *dst->p);
+		if (!dst->p) {
+			dst->n = 0;
+			return oom(err);
+		}
+		memcpy(dst->p, src->p, src->n * sizeof *dst->p);
+	}
+	return 0;
+}
+
+int ck_value_permute(struct ck_value *v, const int *perm, struct ck_err *err)
+{
+	int seen[CK_MAX_DIMS] = {0};
+	for (int d = 0; d < v->ndim; d++) {
+		if (perm[d] < 0 || perm[d] >= v->ndim || seen[perm[d]]++)
+			return ck_fail(err, CK_E_MAPPING, "permute: not a permutation of %d dims",
+				       v->ndim);
+	}
+	int64_t shape[CK_MAX_DIMS];
+	for (int d = 0; d < v->ndim; d++)
+		shape[d] = v->shape[perm[d]];
+	memcpy(v->shape, shape, sizeof shape);
+	for (size_t i = 0; i < v->n; i++) {
+		struct ck_piece q = v->p[i];
+		for (int d = 0; d < v->ndim; d++) {
+			q.lo[d] = v->p[i].lo[perm[d]];
+			q.hi[d] = v->p[i].hi[perm[d]];
+			q.stride[d] = v->p[i].stride[perm[d]];
+		}
+		v->p[i] = q;
+	}
+	return 0;
+}
+
+int ck_value_narrow(struct ck_value *v, int dim, int64_t start, int64_t len, struct ck_err *err)
+{
+	if (dim < 0 || dim >= v->ndim)
+		return ck_fail(err, CK_E_MAPPING, "narrow: dim %d out of range for %d dims", dim,
+			       v->ndim);
+	if (start < 0 || len < 0 || start > v->shape[dim] || len > v->shape[dim] - start)
+		return ck_fail(err, CK_E_MAPPING,
+			       "narrow: [%lld, %lld) is outside dim %d of size %lld",
+			       (long long)start, (long long)(start + len), dim,
+			       (long long)v->shape[dim]);
+	size_t k = 0;
+	for (size_t i = 0; i < v->n; i++) {
+		struct ck_piece q = v->p[i];
+		int64_t lo = q.lo[dim] > start ? q.lo[dim] : start;
+		int64_t hi = q.hi[dim] < start + len ? q.hi[dim] : start + len;
+		if (lo >= hi)
+			continue;
+		q.base += q.stride[dim] * (lo - q.lo[dim]);
+		q.lo[dim] = lo - start;
+		q.hi[dim] = hi - start;
+		v->p[k++] = q;
+	}
+	v->n = k;
+	v->shape[dim] = len;
+	if (len == 0)
+		v->n = 0;
+	return 0;
+}
+
+int ck_value_unsqueeze(struct ck_value *v, int dim, struct ck_err *err)
+{
+	if (dim < 0 || dim > v->ndim || v->ndim >= CK_MAX_DIMS)
+		return ck_fail(err, CK_E_MAPPING, "unsqueeze: dim %d out of range", dim);
+	for (int d = v->ndim; d > dim; d--)
+		v->shape[d] = v->shape[d - 1];
+	v->shape[dim] = 1;
+	for (size_t i = 0; i < v->n; i++) {
+		struct ck_piece *q = &v->p[i];
+		for (int d = v->ndim; d > dim; d--) {
+			q->lo[d] = q->lo[d - 1];
+			q->hi[d] = q->hi[d - 1];
+			q->stride[d] = q->stride[d - 1];
+		}
+		q->lo[dim] = 0;
+		q->hi[dim] = 1;
+		q->stride[dim] = 0;
+	}
+	v->ndim++;
+	return 0;
+}
+
+int ck_value_squeeze(struct ck_value *v, int dim, struct ck_err *err)
+{
+	if (dim < 0 || dim >= v->ndim || v->shape[dim] != 1)
+		return ck_fail(err, CK_E_MAPPING, "squeeze: dim %d is not of size 1", dim);
+	for (size_t i = 0; i < v->n; i++) {
+		struct ck_piece *q = &v->p[i];
+		for (int d = dim; d < v->ndim - 1; d++) {
+			q->lo[d] = q->lo[d + 1];
+			q->hi[d] = q->hi[d + 1];
+			q->stride[d] = q->stride[d + 1];
+		}
+	}
+	for (int d = dim; d < v->ndim - 1; d++)
+		v->shape[d] = v->shape[d + 1];
+	v->ndim--;
+	return 0;
+}
+
+int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, struct ck_err *err)
+{
+	int rc = -1;
+	memset(out, 0, sizeof *out);
+	if (n < 1) {
+		ck_fail(err, CK_E_MAPPING, "cat/stack of no tensors");
+		goto done;
+	}
+	if (dim < 0 || dim >= vals[0].ndim) {
+		ck_fail(err, CK_E_MAPPING, "cat: dim %d out of range for %d dims", dim,
+			vals[0].ndim);
+		goto done;
+	}
+	*out = vals[0];
+	out->p = NULL;
+	out->n = 0;
+	out->shape[dim] = 0;
+	size_t cap = 0;
+	for (int k = 0; k < n; k++) {
+		const struct ck_value *x = &vals[k];
+		if (x->dtype != vals[0].dtype) {
+			ck_fail(err, CK_E_MAPPING, "cat/stack: input %d is %s, input 0 is %s", k,
+				ck_dtype_name(x->dtype), ck_dtype_name(vals[0].dtype));
+			goto done;
+		}
+		if (x->ndim != vals[0].ndim) {
+			ck_fail(err, CK_E_MAPPING, "cat/stack: input %d has %d dims, input 0 has %d",
+				k, x->ndim, vals[0].ndim);
+			goto done;
+		}
+		for (int d = 0; d < x->ndim; d++)
+			if (d != dim && x->shape[d] != vals[0].shape[d]) {
+				ck_fail(err, CK_E_MAPPING,
+					"cat/stack: input %d has size %lld in dim %d, input 0 has "
+					"%lld",
+					k, (long long)x->shape[d], d, (long long)vals[0].shape[d]);
+				goto done;
+			}
+		for (size_t i = 0; i < x->n; i++) {
+			struct ck_piece q = x->p[i];
+			q.lo[dim] += out->shape[dim];
+			q.hi[dim] += out->shape[dim];
+			if (push(out, &cap, &q, err) < 0)
+				goto done;
+		}
+		out->shape[dim] += x->shape[dim];
+	}
+	rc = 0;
+done:
+	for (int k = 0; k < n; k++)
+		ck_value_free(&vals[k]);
+	if (rc < 0)
+		ck_value_free(out);
+	return rc;
+}
+
+/* ---- reshape ---- */
+
+struct rgroup {
+	int a, b; /* old dims [a, b) */
+	int c, d; /* new dims [c, d) */
+};
+
+struct reshape_ctx {
+	const int64_t *oshape, *nshape; /* squeezed old dims; new dims (with 1s) */
+	const int *nmap;		/* new non-1 dim index -> full new dim index */
+	int n_new_full;
+	struct rgroup *g;
+	int ng;
+	struct ck_value *out;
+	size_t cap;
+	struct ck_err *err;
+};
+
+/* Emit the boxes covering linear range [p0, p1) of new dims [c, d) (non-1
+ * dims, sizes in nsz), into piece q, then continue with group gi + 1. */
+static int emit_groups(struct reshape_ctx *x, const struct ck_piece *in, struct ck_piece *q,
+		       int gi);
+
+static int emit_range(struct reshape_ctx *x, const struct ck_piece *in, struct ck_piece *q,
+		      int gi, int c, int d, int64_t p0, int64_t p1, int64_t base, int64_t s)
+{
+	/* dims c..d-1 are indices into the non-1 new dims; x->nmap maps them */
+	if (p0 >= p1)
+		return 0;
+	int64_t inner = 1;
+	for (int m = c + 1; m < d; m++)
+		inner *= x->nshape[x->nmap[m]];
+	int fd = x->nmap[c];
+	if (c == d - 1 || (p0 % inner == 0 && p1 % inner == 0)) {
+		/* one box: dim c over [p0/inner, p1/inner), inner dims full */
+		q->lo[fd] = p0 / inner;
+		q->hi[fd] = p1 / inner;
+		q->stride[fd] = s * inner;
+		int64_t sub = inner;
+		for (int m = c + 1; m < d; m++) {
+			int f = x->nmap[m];
+			sub /= x->nshape[f];
+			q->lo[f] = 0;
+			q->hi[f] = x->nshape[f];
+			q->stride[f] = s * sub;
+		}
+		int64_t save = q->base;
+		q->base += base;
+		int r = emit_groups(x, in, q, gi + 1);
+		q->base = save;
+		return r;
+	}
+	int64_t h = (p0 + inner - 1) / inner * inner, t = p1 / inner * inner;
+	if (h > p1)
+		h = p1;
+	if (p0 < h) { /* head: one outer index, partial inner range */
+		int64_t o = p0 / inner;
+		q->lo[fd] = o, q->hi[fd] = o + 1, q->stride[fd] = s * inner;
+		if (emit_range(x, in, q, gi, c + 1, d, p0 - o * inner, h - o * inner, base, s) < 0)
+			return -1;
+	}
+	if (h < t && emit_range(x, in, q, gi, c, d, h, t, base + s * (h - p0), s) < 0)
+		return -1;
+	if (t >= h && t < p1) { /* tail */
+		int64_t o = t / inner;
+		q->lo[fd] = o, q->hi[fd] = o + 1, q->stride[fd] = s * inner;
+		if (emit_range(x, in, q, gi, c + 1, d, 0, p1 - t, base + s * (t - p0), s) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int emit_groups(struct reshape_ctx *x, const struct ck_piece *in, struct ck_piece *q,
+		       int gi)
+{
+	if (gi == x->ng)
+		return push(x->out, &x->cap, q, x->err);
+	const struct rgroup *g = &x->g[gi];
+	/* Find the run: dims j..b-1 full (except j) and chained by stride. */
+	int j = g->b - 1;
+	while (j > g->a) {
+		int k = j - 1;
+		int full_j = in->lo[j] == 0 && in->hi[j] == x->oshape[j];
+		if (!full_j || in->stride[k] != in->stride[j] * x->oshape[j])
+			break;
+		j = k;
+	}
+	/* Dims a..j-1 must be single indices: enumerate their combinations. */
+	int64_t idx[CK_MAX_DIMS];
+	for (int k = g->a; k < j; k++)
+		idx[k] = in->lo[k];
+	for (;;) {
+		int64_t lin = 0, base = 0;
+		for (int k = g->a; k < g->b; k++) {
+			int64_t start = k < j ? idx[k] : in->lo[k];
+			lin = lin * x->oshape[k] + start;
+			base += in->stride[k] * (start - in->lo[k]);
+		}
+		int64_t n = 1;
+		for (int k = j; k < g->b; k++)
+			n *= in->hi[k] - in->lo[k];
+		/* linear positions within the group: lin is the first; the run
+		 * advances by stride[b-1] per position */
+		int64_t s = in->stride[g->b - 1];
+		/* lin counts in units of the group's old linear index, which is
+		 * also the new linear index */
+		if (emit_range(x, in, q, gi, g->c, g->d, lin, lin + n, base, s) < 0)
+			return -1;
+		int k = j - 1;
+		while (k >= g->a && ++idx[k] == in->hi[k]) {
+			idx[k] = in->lo[k];
+			k--;
+		}
+		if (k < g->a)
+			break;
+	}
+	return 0;
+}
+
+int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, struct ck_err *err)
+{
+	if (ndim > CK_MAX_DIMS)
+		return ck_fail(err, CK_E_MAPPING, "reshape: more than %d dims", CK_MAX_DIMS);
+	int64_t shape[CK_MAX_DIMS];
+	uint64_t numel = ck_value_numel(v), known = 1;
+	int infer = -1;
+	for (int d = 0; d < ndim; d++) {
+		shape[d] = shape_in[d];
+		if (shape[d] == -1) {
+			if (infer >= 0)
+				return ck_fail(err, CK_E_MAPPING, "reshape: more than one -1");
+			infer = d;
+		} else if (shape[d] < 0) {
+			return ck_fail(err, CK_E_MAPPING, "reshape: negative size %lld",
+				       (long long)shape[d]);
+		} else if (__builtin_mul_overflow(known, (uint64_t)shape[d], &known)) {
+			return ck_fail(err, CK_E_MAPPING, "reshape: size overflows");
+		}
+	}
+	if (infer >= 0) {
+		if (known == 0 || numel % known)
+			return ck_fail(err, CK_E_MAPPING,
+				       "reshape: %llu elements do not divide into the known sizes "
+				       "(product %llu)",
+				       (unsigned long long)numel, (unsigned long long)known);
+		shape[infer] = (int64_t)(numel / known);
+		known = numel;
+	}
+	if (known != numel) {
+		char a[160] = "", b[160] = "";
+		for (int d = 0; d < v->ndim; d++)
+			snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+				 (long long)v->shape[d]);
+		for (int d = 0; d < ndim; d++)
+			snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+				 (long long)shape[d]);
+		return ck_fail(err, CK_E_MAPPING, "reshape: [%s] (%llu elements) cannot view as [%s]",
+			       a, (unsigned long long)numel, b);
+	}
+	if (numel == 0 || v->n == 0) {
+		memcpy(v->shape, shape, sizeof shape);
+		v->ndim = ndim;
+		v->n = 0;
+		return 0;
+	}
+	/* Drop size-1 old dims from the pieces; group the non-1 dims. */
+	int oz = 0, nz = 0, nmap[CK_MAX_DIMS];
+	int64_t osh[CK_MAX_DIMS];
+	for (int d = 0; d < v->ndim; d++)
+		if (v->shape[d] != 1)
+			osh[oz++] = v->shape[d];
+	for (int d = 0; d < ndim; d++)
+		if (shape[d] != 1)
+			nmap[nz++] = d;
+	struct rgroup g[CK_MAX_DIMS];
+	int ng = 0, i = 0, j = 0;
+	while (i < oz && j < nz) {
+		int64_t pa = osh[i], pb = shape[nmap[j]];
+		g[ng].a = i, g[ng].c = j;
+		while (pa != pb) {
+			if (pa < pb)
+				pa *= osh[++i];
+			else
+				pb *= shape[nmap[++j]];
+		}
+		g[ng].b = ++i, g[ng].d = ++j;
+		ng++;
+	}
+	struct ck_value out = *v;
+	out.p = NULL;
+	out.n = 0;
+	out.ndim = ndim;
+	memcpy(out.shape, shape, sizeof shape);
+	struct reshape_ctx x = {osh, shape, nmap, ndim, g, ng, &out, 0, err};
+	for (size_t k = 0; k < v->n; k++) {
+		struct ck_piece in = v->p[k], q;
+		int o = 0;
+		for (int d = 0; d < v->ndim; d++)
+			if (v->shape[d] != 1) {
+				in.lo[o] = v->p[k].lo[d];
+				in.hi[o] = v->p[k].hi[d];
+				in.stride[o] = v->p[k].stride[d];
+				o++;
+			}
+		memset(&q, 0, sizeof q);
+		q.src = in.src;
+		q.n_casts = in.n_casts;
+		memcpy(q.casts, in.casts, sizeof q.casts);
+		q.base = in.base;
+		for (int d = 0; d < ndim; d++)
+			q.lo[d] = 0, q.hi[d] = 1, q.stride[d] = 0; /* size-1 new dims */
+		if (emit_groups(&x, &in, &q, 0) < 0) {
+			ck_value_free(&out);
+			return -1;
+		}
+	}
+	free(v->p);
+	*v = out;
+	return 0;
+}
+
+int ck_value_cast(struct ck_value *v, enum ck_dtype to, struct ck_err *err)
+{
+	if (to == v->dtype)
+		return 0;
+	if (!ck_dtype_is_castable_float(v->dtype) || !ck_dtype_is_castable_float(to))
+		return ck_fail(err, CK_E_MAPPING,
+			       "cast %s -> %s: casts are defined among F32, F16, BF16, F8_E4M3 and "
+			       "F8_E5M2",
+			       ck_dtype_name(v->dtype), ck_dtype_name(to));
+	for (size_t i = 0; i < v->n; i++) {
+		struct ck_piece *q = &v->p[i];
+		if (q->n_casts == CK_MAX_CASTS)
+			return ck_fail(err, CK_E_MAPPING, "more than %d chained casts",
+				       CK_MAX_CASTS);
+		q->casts[q->n_casts++] = to;
+	}
+	v->dtype = to;
+	return 0;
+}

@@ -1,0 +1,58 @@
+/* Layout algebra: a tensor value during planning is a list of pieces. Each
+ * piece is a box of the value's index space whose elements come from one
+ * source tensor through an affine map
+ *     source element = base + sum_d stride[d] * (t[d] - lo[d])
+ * followed by a chain of dtype casts. Rename, permute, narrow, cat, stack,
+ * select and reshape are exact transformations of piece lists, so any region
+ * of a target maps back to exactly the source elements it needs. Reshape of a
+ * non-contiguous layout splits pieces; CK_MAX_PIECES bounds that. */
+#ifndef CK_LAYOUT_H
+#define CK_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../ckpt/dtype.h"
+#include "../ckpt/safetensors.h"
+#include "../util/error.h"
+
+#define CK_MAX_CASTS 4
+#define CK_MAX_PIECES (1u << 16) /* per value */
+
+struct ck_piece {
+	uint32_t src; /* catalog entry */
+	uint8_t n_casts;
+	enum ck_dtype casts[CK_MAX_CASTS]; /* applied in order after reading */
+	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
+	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
+	int64_t base;		     /* source element at lo */
+};
+
+struct ck_value {
+	enum ck_dtype dtype;
+	int ndim;
+	int64_t shape[CK_MAX_DIMS];
+	struct ck_piece *p;
+	size_t n;
+};
+
+/* All functions return 0, or -1 with err (kind CK_E_MAPPING) naming the
+ * problem; `v` is left valid (possibly unchanged) either way. */
+int ck_value_leaf(struct ck_value *v, uint32_t src, enum ck_dtype dt, int ndim,
+		  const int64_t *shape, struct ck_err *err);
+int ck_value_copy(struct ck_value *dst, const struct ck_value *src, struct ck_err *err);
+void ck_value_free(struct ck_value *v);
+
+int ck_value_permute(struct ck_value *v, const int *perm, struct ck_err *err);
+int ck_value_narrow(struct ck_value *v, int dim, int64_t start, int64_t len, struct ck_err *err);
+int ck_value_unsqueeze(struct ck_value *v, int dim, struct ck_err *err);
+int ck_value_squeeze(struct ck_value *v, int dim, struct ck_err *err);
+/* Concatenate vals along dim into *out (vals are consumed and freed). */
+int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, struct ck_err *err);
+/* shape may hold one -1. */
+int ck_value_reshape(struct ck_value *v, const int64_t *shape, int ndim, struct ck_err *err);
+int ck_value_cast(struct ck_value *v, enum ck_dtype to, struct ck_err *err);
+
+uint64_t ck_value_numel(const struct ck_value *v);
+
+#endif

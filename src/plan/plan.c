@@ -1,0 +1,882 @@
+#include "plan.h"
+
+#include "../util/json_strict.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A key alive during one stage. */
+struct skey {
+	char *name;
+	struct ck_value v;
+	int consumed_by; /* rule index that consumed it, 0 if none */
+	int produced_by; /* rule index, 0 for the stage's inputs */
+};
+
+struct stage {
+	const struct ck_mapping *m;
+	const struct ck_catalog *cat;
+	struct skey *in; /* the stage's inputs and intermediates */
+	size_t n_in, cap_in;
+	struct ck_strmap in_map;
+	struct skey *out;
+	size_t n_out, cap_out;
+	struct ck_strmap out_map;
+	struct ck_xval *params;
+	int n_params;
+	struct ck_err *err;
+};
+
+/* ---- helpers ---- */
+
+static int nomem(struct ck_err *err)
+{
+	return ck_fail_sys(err, ENOMEM, "planning");
+}
+
+static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *map, char *name,
+		   struct ck_value *v, int rule, uint32_t *existing, struct ck_err *err)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		struct skey *na = realloc(*arr, nc * sizeof *na);
+		if (!na)
+			return nomem(err);
+		*arr = na;
+		*cap = nc;
+	}
+	int r = ck_strmap_put(map, name, (uint32_t)*n, existing);
+	if (r < 0)
+		return nomem(err);
+	if (r == 1)
+		return 1;
+	(*arr)[*n] = (struct skey){name, *v, 0, rule};
+	(*n)++;
+	return 0;
+}
+
+static void keys_free(struct skey *k, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		free(k[i].name);
+		ck_value_free(&k[i].v);
+	}
+	free(k);
+}
+
+/* ---- names in expressions: params, config, rule environment ---- */
+
+static int config_value(const cJSON *cfg, const char *name, struct ck_xval *out, struct ck_err *err)
+{
+	const cJSON *j = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, name) : NULL;
+	if (!j && cfg) { /* multimodal configs nest the language model */
+		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
+		j = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, name) : NULL;
+	}
+	if (!j || cJSON_IsNull(j))
+		return 1;
+	memset(out, 0, sizeof *out);
+	if (cJSON_IsBool(j)) {
+		out->kind = XV_INT;
+		out->i = cJSON_IsTrue(j);
+		return 0;
+	}
+	if (cJSON_IsString(j)) {
+		out->kind = XV_STR;
+		return (out->s = strdup(j->valuestring)) ? 0 : nomem(err);
+	}
+	int64_t v;
+	if (ck_json_int(j, INT64_MIN / 2, INT64_MAX / 2, &v) == 0) {
+		out->kind = XV_INT;
+		out->i = v;
+		return 0;
+	}
+	return ck_fail(err, CK_E_MAPPING, "config.json: \"%s\" is not an integer, boolean or string",
+		       name);
+}
+
+struct pctx {
+	struct stage *st;
+	int upto; /* params visible: [0, upto) */
+};
+
+static int param_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
+{
+	struct pctx *c = vctx;
+	for (int i = c->upto - 1; i >= 0; i--)
+		if (!strcmp(c->st->m->params[i].name, name))
+			return ck_xval_copy(out, &c->st->params[i], err);
+	return config_value(c->st->cat->config, name, out, err);
+}
+
+struct env {
+	struct stage *st;
+	const struct ck_rule *r;
+	const struct ck_binding *b;
+	struct ck_xval *inputs; /* one per rule input */
+	struct ck_xval *lets;
+	int n_lets;
+};
+
+static int env_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
+{
+	struct env *e = vctx;
+	for (int i = e->n_lets - 1; i >= 0; i--)
+		if (!strcmp(e->r->let[i].name, name))
+			return ck_xval_copy(out, &e->lets[i], err);
+	for (int i = 0; i < e->r->n_in; i++)
+		if (!strcmp(e->r->in[i].name, name))
+			return ck_xval_copy(out, &e->inputs[i], err);
+	const char *cap = e->b ? ck_binding_get(e->b, name) : NULL;
+	if (cap) {
+		memset(out, 0, sizeof *out);
+		char *end;
+		long long v = strtoll(cap, &end, 10);
+		if (*cap && !*end && cap[0] != '-' && cap[0] != '+') {
+			out->kind = XV_INT;
+			out->i = v;
+			return 0;
+		}
+		out->kind = XV_STR;
+		return (out->s = strdup(cap)) ? 0 : nomem(err);
+	}
+	struct pctx pc = {e->st, e->st->m ? e->st->m->n_params : 0};
+	return param_lookup(&pc, name, out, err);
+}
+
+static int eval_int(struct stage *st, const struct ck_expr *x, struct env *env, int64_t *out)
+{
+	struct ck_xval v;
+	if (ck_expr_eval(x, env_lookup, env, &v, st->err) < 0)
+		return -1;
+	int ok = v.kind == XV_INT;
+	*out = v.i;
+	ck_xval_free(&v);
+	return ok ? 0 : ck_fail(st->err, CK_E_MAPPING, "expected an integer");
+}
+
+/* ---- errors naming the mapping and rule ---- */
+
+static int rule_fail(struct stage *st, const struct ck_rule *r, const char *key)
+{
+	char m[sizeof st->err->msg];
+	memcpy(m, st->err->msg, sizeof m);
+	if (key)
+		return ck_fail(st->err, CK_E_MAPPING, "%s: rule %d (%s): key \"%s\": %s",
+			       st->m->path, r->index, r->desc, key, m);
+	return ck_fail(st->err, CK_E_MAPPING, "%s: rule %d (%s): %s", st->m->path, r->index,
+		       r->desc, m);
+}
+
+/* ---- consuming inputs ---- */
+
+static int consume(struct stage *st, const struct ck_rule *r, const char *key, int want_share,
+		   struct skey **out)
+{
+	uint32_t i;
+	if (ck_strmap_get(&st->in_map, key, &i) < 0) {
+		ck_fail(st->err, CK_E_MAPPING, "missing source key");
+		return rule_fail(st, r, key);
+	}
+	struct skey *k = &st->in[i];
+	if (k->produced_by && k->produced_by >= r->index) {
+		ck_fail(st->err, CK_E_MAPPING,
+			"consumes the output of rule %d; a rule may only consume intermediates of "
+			"earlier rules (this also rules out cycles)",
+			k->produced_by);
+		return rule_fail(st, r, key);
+	}
+	if (k->consumed_by && k->consumed_by != r->index && !want_share) {
+		ck_fail(st->err, CK_E_MAPPING,
+			"already consumed by rule %d (add \"share\": true to use a source twice)",
+			k->consumed_by);
+		return rule_fail(st, r, key);
+	}
+	if (!k->consumed_by)
+		k->consumed_by = r->index;
+	*out = k;
+	return 0;
+}
+
+/* ---- one instance of a rule: bound captures, evaluate, emit outputs ---- */
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int is_reduced(const struct ck_rule *r, const char *cap)
+{
+	for (int i = 0; i < r->n_reduce; i++)
+		if (!strcmp(r->reduce[i], cap))
+			return 1;
+	return 0;
+}
+
+static int pat_reduced(const struct ck_rule *r, const struct ck_pattern *p)
+{
+	for (int i = 0; i < r->n_reduce; i++)
+		if (ck_pattern_has_capture(p, r->reduce[i]))
+			return 1;
+	return 0;
+}
+
+static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct ck_binding *b,
+		       struct env *env)
+{
+	char *name;
+	if (ck_pattern_subst(&r->out[k].pat, b, &name, st->err) < 0)
+		return rule_fail(st, r, NULL);
+	struct ck_xval v;
+	if (r->expr[k].expr) {
+		if (ck_expr_eval(r->expr[k].expr, env_lookup, env, &v, st->err) < 0) {
+			rule_fail(st, r, name);
+			free(name);
+			return -1;
+		}
+	} else if (ck_xval_copy(&v, &env->inputs[0], st->err) < 0) {
+		free(name);
+		return -1;
+	}
+	if (v.kind != XV_TENSOR) {
+		ck_fail(st->err, CK_E_MAPPING, "expression for output \"%s\" is not a tensor",
+			r->out[k].name);
+		ck_xval_free(&v);
+		rule_fail(st, r, name);
+		free(name);
+		return -1;
+	}
+	int interm = name[0] == '~';
+	uint32_t prev;
+	int rc = interm ? key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, &v.t,
+				  r->index, &prev, st->err)
+			: key_add(&st->out, &st->n_out, &st->cap_out, &st->out_map, name, &v.t,
+				  r->index, &prev, st->err);
+	if (rc == 1) {
+		int other = interm ? st->in[prev].produced_by : st->out[prev].produced_by;
+		ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by %s %d)",
+			other ? "rule" : "the inputs of the stage, rule", other);
+		rule_fail(st, r, name);
+	}
+	if (rc != 0) {
+		ck_xval_free(&v);
+		free(name);
+		return -1;
+	}
+	return 0;
+}
+
+/* b binds every non-reduced capture; rvals are the reduced capture's values */
+static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_binding *b,
+			const int64_t *rvals, int n_rvals)
+{
+	int rc = -1;
+	struct ck_xval *inputs = calloc((size_t)r->n_in, sizeof *inputs);
+	struct ck_xval *lets = calloc((size_t)(r->n_let ? r->n_let : 1), sizeof *lets);
+	struct env env = {st, r, b, inputs, lets, 0};
+	if (!inputs || !lets) {
+		nomem(st->err);
+		goto out;
+	}
+	for (int i = 0; i < r->n_in; i++) {
+		int red = pat_reduced(r, &r->in[i].pat);
+		int cnt = red ? n_rvals : 1;
+		if (red) {
+			inputs[i].kind = XV_LIST;
+			if (!(inputs[i].items = calloc((size_t)cnt, sizeof *inputs[i].items))) {
+				nomem(st->err);
+				goto out;
+			}
+		}
+		for (int j = 0; j < cnt; j++) {
+			char num[32], *key;
+			struct ck_binding bb = {0};
+			if (ck_binding_copy(&bb, b) < 0) {
+				nomem(st->err);
+				goto out;
+			}
+			snprintf(num, sizeof num, "%lld", red ? (long long)rvals[j] : 0LL);
+			if (red && ck_binding_set(&bb, r->reduce[0], num) < 0) {
+				ck_binding_clear(&bb);
+				nomem(st->err);
+				goto out;
+			}
+			int s = ck_pattern_subst(&r->in[i].pat, &bb, &key, st->err);
+			ck_binding_clear(&bb);
+			if (s < 0) {
+				rule_fail(st, r, NULL);
+				goto out;
+			}
+			struct skey *k;
+			s = consume(st, r, key, r->share, &k);
+			free(key);
+			struct ck_xval *slot = red ? &inputs[i].items[inputs[i].n++] : &inputs[i];
+			if (s < 0)
+				goto out;
+			slot->kind = XV_TENSOR;
+			if (ck_value_copy(&slot->t, &k->v, st->err) < 0)
+				goto out;
+		}
+	}
+	for (int i = 0; i < r->n_let; i++) {
+		if (ck_expr_eval(r->let[i].expr, env_lookup, &env, &lets[i], st->err) < 0) {
+			rule_fail(st, r, r->let[i].name);
+			goto out;
+		}
+		env.n_lets++;
+	}
+	if (r->for_name) {
+		int64_t n;
+		if (eval_int(st, r->for_count, &env, &n) < 0) {
+			rule_fail(st, r, NULL);
+			goto out;
+		}
+		for (int64_t v = 0; v < n; v++) {
+			char num[32];
+			snprintf(num, sizeof num, "%lld", (long long)v);
+			struct ck_binding bb = {0};
+			if (ck_binding_copy(&bb, b) < 0 || ck_binding_set(&bb, r->for_name, num) < 0) {
+				ck_binding_clear(&bb);
+				nomem(st->err);
+				goto out;
+			}
+			env.b = &bb;
+			int s = 0;
+			for (int k = 0; k < r->n_out && s == 0; k++)
+				s = emit_output(st, r, k, &bb, &env);
+			ck_binding_clear(&bb);
+			env.b = b;
+			if (s < 0)
+				goto out;
+		}
+	} else {
+		for (int k = 0; k < r->n_out; k++)
+			if (emit_output(st, r, k, b, &env) < 0)
+				goto out;
+	}
+	rc = 0;
+out:
+	for (int i = 0; inputs && i < r->n_in; i++)
+		ck_xval_free(&inputs[i]);
+	for (int i = 0; i < env.n_lets; i++)
+		ck_xval_free(&lets[i]);
+	free(inputs);
+	free(lets);
+	return rc;
+}
+
+/* ---- a whole rule ---- */
+
+struct match {
+	struct ck_binding b;
+	char *group; /* non-reduced capture values joined */
+	int64_t rval;
+};
+
+static int run_rule(struct stage *st, const struct ck_rule *r)
+{
+	if (r->cond) {
+		struct env env = {st, r, NULL, NULL, NULL, 0};
+		int64_t v;
+		if (eval_int(st, r->cond, &env, &v) < 0)
+			return rule_fail(st, r, NULL);
+		if (!v)
+			return 0;
+	}
+	if (r->n_reduce > 1) {
+		ck_fail(st->err, CK_E_MAPPING, "reduce over more than one capture is not supported");
+		return rule_fail(st, r, NULL);
+	}
+	struct match *ms = NULL;
+	size_t nm = 0, cap = 0;
+	int rc = -1;
+	size_t n_keys = st->n_in; /* keys produced by this rule are not its inputs */
+	for (size_t i = 0; i < n_keys; i++) {
+		struct skey *k = &st->in[i];
+		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
+			continue;
+		struct match m = {0};
+		int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
+		if (hit < 0) {
+			nomem(st->err);
+			goto out;
+		}
+		if (!hit)
+			continue;
+		if (nm == cap) {
+			cap = cap ? cap * 2 : 64;
+			struct match *n = realloc(ms, cap * sizeof *n);
+			if (!n) {
+				ck_binding_clear(&m.b);
+				nomem(st->err);
+				goto out;
+			}
+			ms = n;
+		}
+		ms[nm++] = m;
+	}
+	if (nm == 0) {
+		if (r->optional)
+			return 0;
+		ck_fail(st->err, CK_E_MAPPING, "matches no %skey",
+			st->m == NULL ? "" : "unconsumed ");
+		rc = rule_fail(st, r, NULL);
+		goto out;
+	}
+	if (r->drop) {
+		for (size_t i = 0; i < nm; i++) {
+			char *key;
+			struct skey *k;
+			if (ck_pattern_subst(&r->in[0].pat, &ms[i].b, &key, st->err) < 0)
+				goto out;
+			int s = consume(st, r, key, 1, &k);
+			free(key);
+			if (s < 0)
+				goto out;
+		}
+		rc = 0;
+		goto out;
+	}
+	if (!r->n_reduce) {
+		for (size_t i = 0; i < nm; i++)
+			if (run_instance(st, r, &ms[i].b, NULL, 0) < 0)
+				goto out;
+		rc = 0;
+		goto out;
+	}
+	/* Reduction: group matches by the other captures, collect the reduced
+	 * capture's integer values, demand 0..n-1. */
+	const char *rc_name = r->reduce[0];
+	for (size_t i = 0; i < nm; i++) {
+		const char *v = ck_binding_get(&ms[i].b, rc_name);
+		char *end;
+		if (!v || !*v || (ms[i].rval = strtoll(v, &end, 10), *end) || v[0] == '-') {
+			ck_fail(st->err, CK_E_MAPPING, "reduced capture {%s} = \"%s\" is not an integer",
+				rc_name, v ? v : "");
+			rule_fail(st, r, NULL);
+			goto out;
+		}
+		size_t len = 1;
+		for (int j = 0; j < ms[i].b.n; j++)
+			len += strlen(ms[i].b.val[j]) + 1;
+		if (!(ms[i].group = calloc(1, len))) {
+			nomem(st->err);
+			goto out;
+		}
+		for (int j = 0; j < ms[i].b.n; j++)
+			if (strcmp(ms[i].b.name[j], rc_name)) {
+				strcat(ms[i].group, ms[i].b.val[j]);
+				strcat(ms[i].group, "\x1f");
+			}
+	}
+	struct ck_strmap seen;
+	if (ck_strmap_init(&seen, nm) < 0) {
+		nomem(st->err);
+		goto out;
+	}
+	int64_t *vals = malloc(nm * sizeof *vals);
+	if (!vals) {
+		ck_strmap_free(&seen);
+		nomem(st->err);
+		goto out;
+	}
+	rc = 0;
+	for (size_t i = 0; i < nm && rc == 0; i++) {
+		if (ck_strmap_put(&seen, ms[i].group, 0, NULL) != 0)
+			continue; /* group done (or ENOMEM, caught below on the next put) */
+		int n = 0;
+		for (size_t j = i; j < nm; j++)
+			if (!strcmp(ms[j].group, ms[i].group))
+				vals[n++] = ms[j].rval;
+		qsort(vals, (size_t)n, sizeof *vals, cmp_i64);
+		for (int j = 0; j < n && rc == 0; j++)
+			if (vals[j] != j) {
+				ck_fail(st->err, CK_E_MAPPING,
+					"reduce over {%s}: values must run 0..%d without gaps or "
+					"repeats, found %lld at position %d",
+					rc_name, n - 1, (long long)vals[j], j);
+				rc = rule_fail(st, r, NULL);
+			}
+		struct ck_binding b = {0};
+		for (int j = 0; rc == 0 && j < ms[i].b.n; j++)
+			if (!is_reduced(r, ms[i].b.name[j]) &&
+			    ck_binding_set(&b, ms[i].b.name[j], ms[i].b.val[j]) < 0)
+				rc = nomem(st->err);
+		if (rc == 0)
+			rc = run_instance(st, r, &b, vals, n);
+		ck_binding_clear(&b);
+	}
+	free(vals);
+	ck_strmap_free(&seen);
+out:
+	for (size_t i = 0; i < nm; i++) {
+		ck_binding_clear(&ms[i].b);
+		free(ms[i].group);
+	}
+	free(ms);
+	return rc;
+}
+
+/* ---- stage set-up: names rewritten by strip/add prefix ---- */
+
+static char *rename_key(const struct ck_mapping *m, const char *name)
+{
+	const char *s = name;
+	for (int again = 1; again;) {
+		again = 0;
+		for (int i = 0; i < m->n_strip_prefixes; i++) {
+			size_t n = strlen(m->strip_prefixes[i]);
+			if (!strncmp(s, m->strip_prefixes[i], n) && s[n]) {
+				s += n;
+				again = 1;
+			}
+		}
+	}
+	size_t pre = m->add_prefix ? strlen(m->add_prefix) : 0;
+	char *out = malloc(pre + strlen(s) + 1);
+	if (!out)
+		return NULL;
+	memcpy(out, m->add_prefix ? m->add_prefix : "", pre);
+	char *w = out + pre;
+	/* drop whole dot-separated segments named in strip_segments */
+	const char *seg = s;
+	int first = 1;
+	while (seg) {
+		const char *dot = strchr(seg, '.');
+		size_t len = dot ? (size_t)(dot - seg) : strlen(seg);
+		int drop = 0;
+		for (int i = 0; i < m->n_strip_segments && !drop; i++)
+			drop = strlen(m->strip_segments[i]) == len &&
+			       !strncmp(seg, m->strip_segments[i], len);
+		if (!drop) {
+			if (!first)
+				*w++ = '.';
+			memcpy(w, seg, len);
+			w += len;
+			first = 0;
+		}
+		seg = dot ? dot + 1 : NULL;
+	}
+	*w = '\0';
+	return out;
+}
+
+static int stage_params(struct stage *st)
+{
+	const struct ck_mapping *m = st->m;
+	st->params = calloc((size_t)(m->n_params ? m->n_params : 1), sizeof *st->params);
+	if (!st->params)
+		return nomem(st->err);
+	for (int i = 0; i < m->n_params; i++) {
+		struct pctx c = {st, i};
+		if (ck_expr_eval(m->params[i].expr, param_lookup, &c, &st->params[i], st->err) < 0) {
+			char msg[sizeof st->err->msg];
+			memcpy(msg, st->err->msg, sizeof msg);
+			return ck_fail(st->err, CK_E_MAPPING, "%s: param \"%s\": %s", m->path,
+				       m->params[i].name, msg);
+		}
+		st->n_params++;
+	}
+	return 0;
+}
+
+static void stage_free(struct stage *st)
+{
+	keys_free(st->in, st->n_in);
+	keys_free(st->out, st->n_out);
+	ck_strmap_free(&st->in_map);
+	ck_strmap_free(&st->out_map);
+	for (int i = 0; i < st->n_params; i++)
+		ck_xval_free(&st->params[i]);
+	free(st->params);
+}
+
+/* Run one mapping over keys (consumed: they move into the stage). */
+static int run_stage(const struct ck_mapping *m, int first, const struct ck_catalog *cat,
+		     struct skey **keys, size_t *n_keys, struct ck_err *err)
+{
+	struct stage st = {0};
+	st.m = m;
+	st.cat = cat;
+	st.err = err;
+	int rc = -1;
+	if (ck_strmap_init(&st.in_map, *n_keys) < 0 || ck_strmap_init(&st.out_map, *n_keys) < 0) {
+		nomem(err);
+		goto out;
+	}
+	rc = -1;
+	for (size_t i = 0; i < *n_keys; i++) {
+		struct skey *k = &(*keys)[i];
+		char *name = rename_key(m, k->name);
+		uint32_t prev;
+		int r = name ? key_add(&st.in, &st.n_in, &st.cap_in, &st.in_map, name, &k->v, 0,
+				       &prev, err)
+			     : nomem(err);
+		if (r == 1)
+			ck_fail(err, CK_E_MAPPING, "%s: keys \"%s\" and \"%s\" both become \"%s\"",
+				m->path, (*keys)[prev].name, k->name, name);
+		if (r != 0) {
+			free(name);
+			goto out;
+		}
+		k->v.p = NULL; /* moved into the stage */
+	}
+	rc = 0;
+out:
+	keys_free(*keys, *n_keys);
+	*keys = NULL;
+	*n_keys = 0;
+	if (rc < 0) {
+		stage_free(&st);
+		return -1;
+	}
+	rc = -1;
+	if (stage_params(&st) < 0)
+		goto fail;
+	for (int i = 0; i < m->n_rules; i++)
+		if (run_rule(&st, &m->rules[i]) < 0)
+			goto fail;
+	enum ck_unused pol = m->unused != CK_UNUSED_DEFAULT ? m->unused
+			     : first			       ? CK_UNUSED_ERROR
+							       : CK_UNUSED_KEEP;
+	size_t unused = 0, first_unused = 0;
+	for (size_t i = 0; i < st.n_in; i++) {
+		struct skey *k = &st.in[i];
+		if (k->consumed_by)
+			continue;
+		if (k->produced_by) {
+			ck_fail(err, CK_E_MAPPING, "%s: rule %d: intermediate \"%s\" is never used",
+				m->path, k->produced_by, k->name);
+			goto fail;
+		}
+		if (!unused++)
+			first_unused = i;
+		if (pol == CK_UNUSED_KEEP) {
+			uint32_t prev;
+			char *name = strdup(k->name);
+			int r = name ? key_add(&st.out, &st.n_out, &st.cap_out, &st.out_map, name,
+					       &k->v, 0, &prev, err)
+				     : nomem(err);
+			if (r == 1)
+				ck_fail(err, CK_E_MAPPING,
+					"%s: unused key \"%s\" is kept but rule %d also produces it",
+					m->path, name, st.out[prev].produced_by);
+			if (r != 0) {
+				free(name);
+				goto fail;
+			}
+			k->v.p = NULL;
+			k->v.n = 0;
+		}
+	}
+	if (unused && pol == CK_UNUSED_ERROR) {
+		ck_fail(err, CK_E_MAPPING,
+			"%s: %zu source key%s used by no rule, first \"%s\" (set \"unused\": "
+			"\"drop\" or \"keep\" to allow)",
+			m->path, unused, unused == 1 ? " is" : "s are", st.in[first_unused].name);
+		goto fail;
+	}
+	*keys = st.out;
+	*n_keys = st.n_out;
+	st.out = NULL;
+	st.n_out = 0;
+	rc = 0;
+fail:
+	stage_free(&st);
+	return rc;
+}
+
+/* ---- the plan ---- */
+
+void ck_plan_free(struct ck_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++) {
+		free(p->t[i].name);
+		ck_value_free(&p->t[i].v);
+	}
+	for (size_t i = 0; i < p->n_groups; i++) {
+		free(p->g[i].targets);
+		free(p->g[i].sources);
+	}
+	free(p->t);
+	free(p->g);
+	ck_strmap_free(&p->by_name);
+	free(p);
+}
+
+const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name)
+{
+	uint32_t i;
+	return ck_strmap_get(&p->by_name, name, &i) == 0 ? &p->t[i] : NULL;
+}
+
+static int cmp_target(const void *a, const void *b)
+{
+	const struct ck_target *x = a, *y = b;
+	int c = ck_natural_cmp(x->name, y->name);
+	return c ? c : strcmp(x->name, y->name);
+}
+
+static uint32_t uf_find(uint32_t *par, uint32_t x)
+{
+	while (par[x] != x) {
+		par[x] = par[par[x]];
+		x = par[x];
+	}
+	return x;
+}
+
+static int build_groups(struct ck_plan *p, struct ck_err *err)
+{
+	size_t ns = p->cat->n_entries, n = ns + p->n;
+	uint32_t *par = malloc(n * sizeof *par), *gid = malloc(n * sizeof *gid);
+	if (!par || !gid) {
+		free(par);
+		free(gid);
+		return nomem(err);
+	}
+	for (size_t i = 0; i < n; i++)
+		par[i] = (uint32_t)i, gid[i] = UINT32_MAX;
+	for (size_t t = 0; t < p->n; t++)
+		for (size_t k = 0; k < p->t[t].v.n; k++) {
+			uint32_t a = uf_find(par, (uint32_t)(ns + t)),
+				 b = uf_find(par, p->t[t].v.p[k].src);
+			par[a] = b;
+		}
+	/* groups numbered in target order; sources without targets get none */
+	p->g = calloc(p->n ? p->n : 1, sizeof *p->g);
+	if (!p->g) {
+		free(par);
+		free(gid);
+		return nomem(err);
+	}
+	for (size_t t = 0; t < p->n; t++) {
+		uint32_t root = uf_find(par, (uint32_t)(ns + t));
+		if (gid[root] == UINT32_MAX)
+			gid[root] = (uint32_t)p->n_groups++;
+		p->t[t].group = gid[root];
+	}
+	for (size_t pass = 0; pass < 2; pass++) {
+		for (size_t t = 0; t < p->n; t++) {
+			struct ck_group *g = &p->g[p->t[t].group];
+			if (pass)
+				g->targets[g->n_targets] = (uint32_t)t;
+			g->n_targets++;
+			g->out_bytes += pass ? 0 : p->t[t].nbytes;
+		}
+		for (size_t s = 0; s < ns; s++) {
+			uint32_t root = uf_find(par, (uint32_t)s);
+			if (gid[root] == UINT32_MAX)
+				continue;
+			struct ck_group *g = &p->g[gid[root]];
+			if (pass)
+				g->sources[g->n_sources] = (uint32_t)s;
+			g->n_sources++;
+			g->in_bytes += pass ? 0 : p->cat->entries[s].t.nbytes;
+		}
+		for (size_t i = 0; i < p->n_groups && !pass; i++) {
+			struct ck_group *g = &p->g[i];
+			g->targets = malloc((g->n_targets ? g->n_targets : 1) * sizeof *g->targets);
+			g->sources = malloc((g->n_sources ? g->n_sources : 1) * sizeof *g->sources);
+			if (!g->targets || !g->sources) {
+				free(par);
+				free(gid);
+				return nomem(err);
+			}
+			g->n_targets = g->n_sources = 0;
+		}
+	}
+	free(par);
+	free(gid);
+	return 0;
+}
+
+static int finish(struct ck_plan *p, struct ck_err *err)
+{
+	qsort(p->t, p->n, sizeof *p->t, cmp_target);
+	if (ck_strmap_init(&p->by_name, p->n) < 0)
+		return nomem(err);
+	p->total_bytes = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		if (t->name[0] == '\0')
+			return ck_fail(err, CK_E_MAPPING, "a target has an empty name");
+		uint64_t bytes;
+		if (ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &bytes) < 0)
+			return ck_fail(err, CK_E_MAPPING, "target \"%s\": size overflows", t->name);
+		t->nbytes = bytes;
+		p->total_bytes += bytes;
+		if (ck_strmap_put(&p->by_name, t->name, (uint32_t)i, NULL) < 0)
+			return nomem(err);
+	}
+	return build_groups(p, err);
+}
+
+int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
+		  struct ck_plan **out, struct ck_err *err)
+{
+	*out = NULL;
+	size_t n = cat->n_entries;
+	struct skey *keys = calloc(n ? n : 1, sizeof *keys);
+	if (!keys)
+		return nomem(err);
+	for (size_t i = 0; i < n; i++) {
+		const struct ck_tensor_info *t = &cat->entries[i].t;
+		int bad = !(keys[i].name = strdup(t->name));
+		if (bad ? nomem(err) < 0
+			: ck_value_leaf(&keys[i].v, (uint32_t)i, t->dtype, t->ndim, t->shape, err) < 0) {
+			keys_free(keys, i + 1);
+			return -1;
+		}
+	}
+	for (int s = 0; s < n_maps; s++)
+		if (run_stage(maps[s], s == 0, cat, &keys, &n, err) < 0)
+			return -1;
+	struct ck_plan *p = calloc(1, sizeof *p);
+	struct ck_target *t = calloc(n ? n : 1, sizeof *t);
+	if (!p || !t) {
+		free(p);
+		free(t);
+		keys_free(keys, n);
+		return nomem(err);
+	}
+	p->cat = cat;
+	p->t = t;
+	p->n = n;
+	for (size_t i = 0; i < n; i++) {
+		t[i].name = keys[i].name;
+		t[i].v = keys[i].v;
+		t[i].rule = keys[i].produced_by;
+		t[i].stage = n_maps;
+	}
+	free(keys);
+	if (finish(p, err) < 0) {
+		ck_plan_free(p);
+		return -1;
+	}
+	*out = p;
+	return 0;
+}
+
+int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err)
+{
+	p->total_bytes = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		if (ck_dtype_is_castable_float(t->v.dtype) && ck_value_cast(&t->v, dt, err) < 0)
+			return -1;
+		ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &t->nbytes);
+		p->total_bytes += t->nbytes;
+	}
+	for (size_t i = 0; i < p->n_groups; i++) {
+		p->g[i].out_bytes = 0;
+		for (size_t k = 0; k < p->g[i].n_targets; k++)
+			p->g[i].out_bytes += p->t[p->g[i].targets[k]].nbytes;
+	}
+	return 0;
+}

@@ -1,0 +1,48 @@
+/* The plan: every target tensor of the (possibly chained) mapping, with its
+ * dtype, shape and layout over source tensors, known before any data is read;
+ * and the dependency groups, the smallest sets {sources -> targets} that can
+ * be evaluated alone (connected components: targets sharing a source share a
+ * group). The group is the unit of caching and of sharding across processes. */
+#ifndef CK_PLAN_H
+#define CK_PLAN_H
+
+#include "../ckpt/catalog.h"
+#include "../map/mapping.h"
+#include "../util/strmap.h"
+#include "layout.h"
+
+struct ck_target {
+	char *name;
+	struct ck_value v;
+	uint64_t nbytes;
+	uint32_t group;
+	int stage, rule; /* what produced it (0, 0: identity) */
+};
+
+struct ck_group {
+	uint32_t *targets, *sources;
+	size_t n_targets, n_sources;
+	uint64_t in_bytes, out_bytes;
+};
+
+struct ck_plan {
+	const struct ck_catalog *cat;
+	struct ck_target *t; /* natural name order */
+	size_t n;
+	struct ck_strmap by_name;
+	struct ck_group *g;
+	size_t n_groups;
+	uint64_t total_bytes;
+};
+
+/* Build the plan for maps applied in order (none: the identity view).
+ * Fails with CK_E_MAPPING and a message naming the mapping file, the rule
+ * and the key; nothing is read. */
+int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
+		  struct ck_plan **out, struct ck_err *err);
+void ck_plan_free(struct ck_plan *p);
+const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name);
+/* Cast every floating-point target to dt (convert --dtype). */
+int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
+
+#endif
