@@ -11,6 +11,7 @@ void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uri
 	memset(e, 0, sizeof *e);
 	e->plan = plan;
 	e->use_uring = use_uring;
+	e->window_max = CK_WINDOW_MAX;
 }
 
 void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e)
@@ -163,7 +164,7 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 		if (s->hi[d] - s->lo[d] > 1 && span >= widest)
 			widest = span, split = d;
 	}
-	if ((uint64_t)(whi - wlo) * ses > CK_WINDOW_MAX && split >= 0) {
+	if ((uint64_t)(whi - wlo) * ses > c->eng->window_max && split >= 0) {
 		/* too wide for the window: halve along the widest dim */
 		int64_t lo = s->lo[split], hi = s->hi[split], mid = lo + (hi - lo) / 2;
 		s->hi[split] = mid;

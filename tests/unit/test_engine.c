@@ -1,0 +1,230 @@
+/* The engine: bytes of targets equal an independent computation from the
+ * source file, and a region costs only the source bytes it needs. */
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/catalog.h"
+#include "exec/engine.h"
+#include "kern/fpconv.h"
+#include "map/mapping.h"
+#include "plan/plan.h"
+#include "testutil.h"
+
+static char *dir;
+static struct ck_catalog *cat;
+static unsigned char *file; /* the whole source file */
+static size_t file_len;
+
+enum { R = 64, C = 4096, BR = 48, BC = 40 };
+
+static void setup(void)
+{
+	dir = tu_mkdtemp();
+	static const struct tu_tensor t[] = {{"big", CK_DT_F32, 2, {R, C}},
+					     {"b16", CK_DT_BF16, 2, {BR, BC}},
+					     {"other", CK_DT_F32, 2, {R, C}}};
+	char *p = tu_path(dir, "model.safetensors");
+	tu_write_st(p, t, 3);
+	FILE *f = fopen(p, "rb");
+	fseek(f, 0, SEEK_END);
+	file_len = (size_t)ftell(f);
+	rewind(f);
+	file = malloc(file_len);
+	ck_assert_uint_eq(fread(file, 1, file_len, f), file_len);
+	fclose(f);
+	free(p);
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+	ck_catalog_free(cat);
+	tu_rmtree(dir);
+	free(dir);
+	free(file);
+}
+
+static struct ck_plan *plan_of(const char *text)
+{
+	struct ck_err err;
+	struct ck_mapping *m;
+	struct ck_plan *p;
+	ck_assert_msg(ck_mapping_parse(text, strlen(text), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &p, &err) == 0, "%s", err.msg);
+	ck_mapping_free(m);
+	return p;
+}
+
+static const unsigned char *src_bytes(const char *name)
+{
+	return file + ck_catalog_find(cat, name)->t.offset;
+}
+
+static float f32_at(const char *name, size_t i)
+{
+	float v;
+	memcpy(&v, src_bytes(name) + 4 * i, 4);
+	return v;
+}
+
+static uint32_t tidx(const struct ck_plan *p, const char *name)
+{
+	return (uint32_t)(ck_plan_find(p, name) - p->t);
+}
+
+static const char *MAP =
+	"{\"unused\": \"drop\", \"rules\": ["
+	"{\"from\": \"big\", \"to\": \"rows\", \"expr\": \"x.narrow(0, 10, 20)\", \"share\": true},"
+	"{\"from\": \"big\", \"to\": \"cols\", \"expr\": \"x.narrow(1, 1024, 1024)\", \"share\": true},"
+	"{\"from\": \"big\", \"to\": \"tr\", \"expr\": \"x.t()\", \"share\": true},"
+	"{\"from\": {\"a\": \"big\", \"b\": \"other\"}, \"to\": \"cat\", \"expr\": \"cat([a, b], 0)\","
+	" \"share\": true},"
+	"{\"from\": \"b16\", \"to\": \"wide\", \"expr\": \"x.to(F32)\"}]}";
+
+START_TEST(values_match_reference)
+{
+	struct ck_plan *p = plan_of(MAP);
+	struct ck_engine e;
+	ck_engine_init(&e, p, _i); /* loop: 0 pread, 1 io_uring */
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	struct ck_err err;
+	float *out = malloc((size_t)R * C * 2 * 4);
+	/* rows: a row range of big */
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "rows"), 0, 20 * C * 4, out, &err), 0);
+	for (size_t i = 0; i < 20 * C; i++)
+		ck_assert(out[i] == f32_at("big", 10 * C + i));
+	/* cols: a dim-1 slice */
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "cols"), 0, R * 1024 * 4, out, &err), 0);
+	for (size_t r = 0; r < R; r++)
+		for (size_t k = 0; k < 1024; k++)
+			ck_assert(out[r * 1024 + k] == f32_at("big", r * C + 1024 + k));
+	/* tr: transpose */
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "tr"), 0, R * C * 4, out, &err), 0);
+	for (size_t k = 0; k < C; k++)
+		for (size_t r = 0; r < R; r++)
+			ck_assert(out[k * R + r] == f32_at("big", r * C + k));
+	/* cat across two sources, read from the middle at an odd byte offset */
+	unsigned char bytes[4096];
+	uint64_t off = (uint64_t)R * C * 4 - 1001;
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "cat"), off, sizeof bytes, bytes, &err), 0);
+	for (size_t i = 0; i < sizeof bytes; i++) {
+		uint64_t b = off + i, half = (uint64_t)R * C * 4;
+		unsigned char want = b < half ? src_bytes("big")[b] : src_bytes("other")[b - half];
+		ck_assert_uint_eq(bytes[i], want);
+	}
+	/* wide: BF16 -> F32 */
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "wide"), 0, BR * BC * 4, out, &err), 0);
+	for (size_t i = 0; i < BR * BC; i++) {
+		uint16_t h;
+		memcpy(&h, src_bytes("b16") + 2 * i, 2);
+		float want = ck_bf16_to_f32(h);
+		ck_assert(memcmp(&out[i], &want, 4) == 0);
+	}
+	free(out);
+	ck_eval_ctx_free(&c);
+	ck_plan_free(p);
+}
+END_TEST
+
+/* A partial region costs exactly its source bytes. */
+START_TEST(regions_read_only_what_they_need)
+{
+	struct ck_plan *p = plan_of(MAP);
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	struct ck_err err;
+	unsigned char *buf = malloc((size_t)R * C * 8);
+	/* 3 rows out of the middle of "rows" */
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "rows"), 5 * C * 4, 3 * C * 4, buf, &err), 0);
+	ck_assert_uint_eq(atomic_load(&e.source_bytes_read), 3 * C * 4);
+	/* a dim-1 slice: one 4 KiB run per row, gaps of 12 KiB are not read */
+	atomic_store(&e.source_bytes_read, 0);
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "cols"), 0, R * 1024 * 4, buf, &err), 0);
+	ck_assert_uint_eq(atomic_load(&e.source_bytes_read), R * 1024 * 4);
+	/* the second half of "cat" touches only "other" */
+	atomic_store(&e.source_bytes_read, 0);
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "cat"), (uint64_t)R * C * 4 + 400, 800, buf,
+				       &err), 0);
+	ck_assert_uint_eq(atomic_load(&e.source_bytes_read), 800);
+	free(buf);
+	ck_eval_ctx_free(&c);
+	ck_plan_free(p);
+}
+END_TEST
+
+/* A window smaller than one row forces the evaluation to split; bytes stay
+ * the same. */
+START_TEST(small_window_same_bytes)
+{
+	struct ck_plan *p = plan_of(MAP);
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	struct ck_err err;
+	size_t n = (size_t)R * C * 4;
+	unsigned char *a = malloc(n), *b = malloc(n);
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "tr"), 0, n, a, &err), 0);
+	e.window_max = 1000;
+	struct ck_eval_ctx c2;
+	ck_eval_ctx_init(&c2, &e);
+	ck_assert_int_eq(ck_engine_read(&c2, tidx(p, "tr"), 0, n, b, &err), 0);
+	ck_assert(memcmp(a, b, n) == 0);
+	ck_assert_uint_le(c2.win_cap, 1000);
+	ck_eval_ctx_free(&c2);
+	free(a);
+	free(b);
+	ck_eval_ctx_free(&c);
+	ck_plan_free(p);
+}
+END_TEST
+
+/* A source truncated after planning: EIO for the reads that need it. */
+START_TEST(truncated_source_is_eio)
+{
+	struct ck_plan *p = plan_of(MAP);
+	struct ck_engine e;
+	ck_engine_init(&e, p, _i);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	char *path = tu_path(dir, "model.safetensors");
+	ck_assert_int_eq(truncate(path, (off_t)(file_len - 100)), 0);
+	struct ck_err err;
+	unsigned char buf[4096];
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "cat"), (uint64_t)R * C * 8 - 4096, 4096, buf,
+				       &err), -1);
+	ck_assert_int_eq(err.sys_errno, 5 /* EIO */);
+	ck_assert_ptr_nonnull(strstr(err.msg, "reading tensor \"other\""));
+	/* other tensors are still served */
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "rows"), 0, 4096, buf, &err), 0);
+	free(path);
+	ck_eval_ctx_free(&c);
+	ck_plan_free(p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("engine");
+	TCase *tc = tcase_create("eval");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, values_match_reference, 0, 2);
+	tcase_add_test(tc, regions_read_only_what_they_need);
+	tcase_add_test(tc, small_window_same_bytes);
+	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 2);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

@@ -1,0 +1,332 @@
+/* Layout algebra against a dense reference: random sequences of permute,
+ * narrow, reshape, cat, unsqueeze and squeeze are applied both to piece lists
+ * and to dense arrays of source element ids; evaluating the pieces element
+ * by element must give the same ids, each target element covered once. */
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/layout.h"
+
+#define MAXN 4096
+
+struct dense {
+	int ndim;
+	int64_t shape[CK_MAX_DIMS];
+	int64_t *d; /* src * 1e6 + element */
+};
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+	rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+	return rng_state >> 33;
+}
+static int64_t rr(int64_t n)
+{
+	return n > 0 ? (int64_t)(rnd() % (uint64_t)n) : 0;
+}
+
+static int64_t numel(const int64_t *s, int nd)
+{
+	int64_t n = 1;
+	for (int i = 0; i < nd; i++)
+		n *= s[i];
+	return n;
+}
+
+static void cstrides(const int64_t *s, int nd, int64_t *st)
+{
+	int64_t k = 1;
+	for (int i = nd - 1; i >= 0; i--)
+		st[i] = k, k *= s[i];
+}
+
+static void unravel(int64_t lin, const int64_t *s, int nd, int64_t *idx)
+{
+	for (int i = nd - 1; i >= 0; i--) {
+		idx[i] = lin % s[i];
+		lin /= s[i];
+	}
+}
+
+static struct dense dense_leaf(uint32_t src, const int64_t *s, int nd)
+{
+	struct dense x = {nd, {0}, NULL};
+	memcpy(x.shape, s, (size_t)nd * sizeof *s);
+	int64_t n = numel(s, nd);
+	x.d = malloc((size_t)(n ? n : 1) * sizeof *x.d);
+	for (int64_t i = 0; i < n; i++)
+		x.d[i] = (int64_t)src * 1000000 + i;
+	return x;
+}
+
+/* Dense result of the pieces: every element from exactly one piece. */
+static void check_equal(const struct ck_value *v, const struct dense *x)
+{
+	ck_assert_int_eq(v->ndim, x->ndim);
+	for (int i = 0; i < v->ndim; i++)
+		ck_assert_int_eq(v->shape[i], x->shape[i]);
+	int64_t n = numel(v->shape, v->ndim), st[CK_MAX_DIMS];
+	cstrides(v->shape, v->ndim, st);
+	int64_t *got = malloc((size_t)(n ? n : 1) * sizeof *got);
+	for (int64_t i = 0; i < n; i++)
+		got[i] = -1;
+	for (size_t k = 0; k < v->n; k++) {
+		const struct ck_piece *p = &v->p[k];
+		int64_t idx[CK_MAX_DIMS], cnt = 1;
+		for (int d = 0; d < v->ndim; d++) {
+			ck_assert(p->lo[d] >= 0 && p->lo[d] < p->hi[d] && p->hi[d] <= v->shape[d]);
+			idx[d] = p->lo[d];
+			cnt *= p->hi[d] - p->lo[d];
+		}
+		for (int64_t c = 0; c < cnt; c++) {
+			int64_t lin = 0, src = p->base;
+			for (int d = 0; d < v->ndim; d++) {
+				lin += idx[d] * st[d];
+				src += p->stride[d] * (idx[d] - p->lo[d]);
+			}
+			ck_assert_msg(got[lin] == -1, "element %lld covered twice", (long long)lin);
+			got[lin] = (int64_t)p->src * 1000000 + src;
+			for (int d = v->ndim - 1; d >= 0; d--) {
+				if (++idx[d] < p->hi[d])
+					break;
+				idx[d] = p->lo[d];
+			}
+		}
+	}
+	for (int64_t i = 0; i < n; i++)
+		ck_assert_msg(got[i] == x->d[i], "element %lld: pieces give %lld, dense %lld",
+			      (long long)i, (long long)got[i], (long long)x->d[i]);
+	free(got);
+}
+
+/* dense[out_idx] = dense_in[map(out_idx)] helpers */
+static void dense_permute(struct dense *x, const int *perm)
+{
+	struct dense y = *x;
+	for (int i = 0; i < x->ndim; i++)
+		y.shape[i] = x->shape[perm[i]];
+	int64_t n = numel(y.shape, y.ndim), sx[CK_MAX_DIMS], idx[CK_MAX_DIMS];
+	cstrides(x->shape, x->ndim, sx);
+	y.d = malloc((size_t)(n ? n : 1) * sizeof *y.d);
+	for (int64_t i = 0; i < n; i++) {
+		unravel(i, y.shape, y.ndim, idx);
+		int64_t o = 0;
+		for (int k = 0; k < y.ndim; k++)
+			o += idx[k] * sx[perm[k]];
+		y.d[i] = x->d[o];
+	}
+	free(x->d);
+	*x = y;
+}
+
+static void dense_narrow(struct dense *x, int dim, int64_t start, int64_t len)
+{
+	struct dense y = *x;
+	y.shape[dim] = len;
+	int64_t n = numel(y.shape, y.ndim), sx[CK_MAX_DIMS], idx[CK_MAX_DIMS];
+	cstrides(x->shape, x->ndim, sx);
+	y.d = malloc((size_t)(n ? n : 1) * sizeof *y.d);
+	for (int64_t i = 0; i < n; i++) {
+		unravel(i, y.shape, y.ndim, idx);
+		idx[dim] += start;
+		int64_t o = 0;
+		for (int k = 0; k < y.ndim; k++)
+			o += idx[k] * sx[k];
+		y.d[i] = x->d[o];
+	}
+	free(x->d);
+	*x = y;
+}
+
+static void dense_cat(struct dense *x, struct dense *b, int dim)
+{
+	struct dense y = *x;
+	y.shape[dim] += b->shape[dim];
+	int64_t n = numel(y.shape, y.ndim), sa[CK_MAX_DIMS], sb[CK_MAX_DIMS], idx[CK_MAX_DIMS];
+	cstrides(x->shape, x->ndim, sa);
+	cstrides(b->shape, b->ndim, sb);
+	y.d = malloc((size_t)(n ? n : 1) * sizeof *y.d);
+	for (int64_t i = 0; i < n; i++) {
+		unravel(i, y.shape, y.ndim, idx);
+		const struct dense *src = x;
+		const int64_t *s = sa;
+		if (idx[dim] >= x->shape[dim]) {
+			idx[dim] -= x->shape[dim];
+			src = b, s = sb;
+		}
+		int64_t o = 0;
+		for (int k = 0; k < y.ndim; k++)
+			o += idx[k] * s[k];
+		y.d[i] = src->d[o];
+	}
+	free(x->d);
+	free(b->d);
+	*x = y;
+}
+
+static void random_shape(int64_t n, int64_t *s, int *nd)
+{
+	/* random factorisation of n into 1..4 dims, size-1 dims allowed */
+	*nd = 1 + (int)rr(4);
+	for (int i = 0; i < *nd; i++)
+		s[i] = 1;
+	int64_t left = n;
+	for (int i = 0; i < *nd - 1; i++) {
+		int64_t divs[64];
+		int nd2 = 0;
+		for (int64_t f = 1; f <= left && nd2 < 64; f++)
+			if (left % f == 0)
+				divs[nd2++] = f;
+		s[i] = divs[rr(nd2)];
+		left /= s[i];
+	}
+	s[*nd - 1] = left;
+}
+
+START_TEST(random_op_sequences)
+{
+	rng_state = 0x1234567ULL + (uint64_t)_i * 7919;
+	static const int64_t starts[][4] = {{4, 6, 5, 0}, {8, 9, 0, 0}, {2, 3, 4, 5}, {12, 10, 0, 0}};
+	static const int nds[] = {3, 2, 4, 2};
+	int si = (int)rr(4);
+	struct ck_err err;
+	struct ck_value v;
+	ck_assert_int_eq(ck_value_leaf(&v, 0, CK_DT_F32, nds[si], starts[si], &err), 0);
+	struct dense x = dense_leaf(0, starts[si], nds[si]);
+	int nops = 1 + (int)rr(6);
+	for (int op = 0; op < nops; op++) {
+		int kind = (int)rr(6);
+		if (kind == 0 && v.ndim > 0) { /* permute */
+			int perm[CK_MAX_DIMS];
+			for (int i = 0; i < v.ndim; i++)
+				perm[i] = i;
+			for (int i = v.ndim - 1; i > 0; i--) {
+				int j = (int)rr(i + 1), t = perm[i];
+				perm[i] = perm[j], perm[j] = t;
+			}
+			ck_assert_int_eq(ck_value_permute(&v, perm, &err), 0);
+			dense_permute(&x, perm);
+		} else if (kind == 1 && v.ndim > 0) { /* narrow */
+			int d = (int)rr(v.ndim);
+			if (v.shape[d] < 1)
+				continue;
+			int64_t start = rr(v.shape[d]), len = 1 + rr(v.shape[d] - start);
+			ck_assert_int_eq(ck_value_narrow(&v, d, start, len, &err), 0);
+			dense_narrow(&x, d, start, len);
+		} else if (kind == 2) { /* reshape */
+			int64_t s[CK_MAX_DIMS];
+			int nd;
+			random_shape(numel(v.shape, v.ndim), s, &nd);
+			ck_assert_msg(ck_value_reshape(&v, s, nd, &err) == 0, "%s", err.msg);
+			x.ndim = nd;
+			memcpy(x.shape, s, sizeof s); /* dense data is C-order already */
+		} else if (kind == 3 && v.ndim > 0) { /* cat with a fresh source */
+			int d = (int)rr(v.ndim);
+			int64_t s[CK_MAX_DIMS];
+			memcpy(s, v.shape, sizeof s);
+			s[d] = 1 + rr(3);
+			struct ck_value vals[2];
+			vals[0] = v;
+			ck_assert_int_eq(ck_value_leaf(&vals[1], 1 + (uint32_t)op, CK_DT_F32, v.ndim, s, &err), 0);
+			ck_assert_int_eq(ck_value_cat(&v, vals, 2, d, &err), 0);
+			struct dense b = dense_leaf(1 + (uint32_t)op, s, x.ndim);
+			dense_cat(&x, &b, d);
+		} else if (kind == 4 && v.ndim < 6) { /* unsqueeze */
+			int d = (int)rr(v.ndim + 1);
+			ck_assert_int_eq(ck_value_unsqueeze(&v, d, &err), 0);
+			for (int i = x.ndim; i > d; i--)
+				x.shape[i] = x.shape[i - 1];
+			x.shape[d] = 1;
+			x.ndim++;
+		} else if (kind == 5) { /* squeeze the first size-1 dim */
+			for (int d = 0; d < v.ndim; d++)
+				if (v.shape[d] == 1) {
+					ck_assert_int_eq(ck_value_squeeze(&v, d, &err), 0);
+					for (int i = d; i < x.ndim - 1; i++)
+						x.shape[i] = x.shape[i + 1];
+					x.ndim--;
+					break;
+				}
+		}
+		check_equal(&v, &x);
+	}
+	ck_value_free(&v);
+	free(x.d);
+}
+END_TEST
+
+/* The Megatron QKV layout as pieces: 3 pieces per KV group, exact rows. */
+START_TEST(qkv_interleave_pieces)
+{
+	struct ck_err err;
+	const int64_t ng = 2, hpg = 3, hd = 4, H = 5;
+	int64_t sq[] = {ng * hpg * hd, H}, skv[] = {ng * hd, H};
+	struct ck_value q[3];
+	ck_value_leaf(&q[0], 0, CK_DT_BF16, 2, sq, &err);
+	ck_value_leaf(&q[1], 1, CK_DT_BF16, 2, skv, &err);
+	ck_value_leaf(&q[2], 2, CK_DT_BF16, 2, skv, &err);
+	int64_t v3[] = {ng, -1, H};
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(ck_value_reshape(&q[i], v3, 3, &err), 0);
+	struct ck_value out;
+	ck_assert_int_eq(ck_value_cat(&out, q, 3, 1, &err), 0);
+	int64_t v2[] = {-1, H};
+	ck_assert_int_eq(ck_value_reshape(&out, v2, 2, &err), 0);
+	ck_assert_int_eq(out.shape[0], (hpg + 2) * ng * hd);
+	ck_assert_uint_eq(out.n, 3 * ng);
+	/* rows of group 1's k block come from k rows [hd, 2hd) */
+	int found = 0;
+	for (size_t i = 0; i < out.n; i++)
+		if (out.p[i].src == 1 && out.p[i].lo[0] == (hpg + 2) * hd + hpg * hd) {
+			ck_assert_int_eq(out.p[i].base, hd * H);
+			found = 1;
+		}
+	ck_assert(found);
+	ck_value_free(&out);
+}
+END_TEST
+
+START_TEST(errors)
+{
+	struct ck_err err;
+	struct ck_value v;
+	int64_t s[] = {6, 4};
+	ck_value_leaf(&v, 0, CK_DT_F32, 2, s, &err);
+	int64_t bad[] = {5, -1};
+	ck_assert_int_eq(ck_value_reshape(&v, bad, 2, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.msg, "do not divide"));
+	int64_t two[] = {-1, -1};
+	ck_assert_int_eq(ck_value_reshape(&v, two, 2, &err), -1);
+	ck_assert_int_eq(ck_value_narrow(&v, 0, 4, 3, &err), -1);
+	ck_assert_int_eq(ck_value_narrow(&v, 2, 0, 1, &err), -1);
+	int perm[] = {0, 0};
+	ck_assert_int_eq(ck_value_permute(&v, perm, &err), -1);
+	ck_assert_int_eq(ck_value_cast(&v, CK_DT_I32, &err), -1);
+	struct ck_value pair[2], out;
+	ck_value_copy(&pair[0], &v, &err);
+	int64_t s2[] = {6, 5};
+	ck_value_leaf(&pair[1], 1, CK_DT_F32, 2, s2, &err);
+	ck_assert_int_eq(ck_value_cat(&out, pair, 2, 0, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.msg, "size 5 in dim 1"));
+	ck_value_free(&v);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("layout");
+	TCase *tc = tcase_create("algebra");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, random_op_sequences, 0, 400);
+	tcase_add_test(tc, qkv_interleave_pieces);
+	tcase_add_test(tc, errors);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_set_fork_status(sr, CK_NOFORK); /* 400 small loop tests: no fork each */
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

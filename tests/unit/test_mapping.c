@@ -1,0 +1,238 @@
+/* The mapping language and the planner: parsing errors, plan validation
+ * errors (each naming the mapping, rule and key), and planned shapes. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/catalog.h"
+#include "map/mapping.h"
+#include "plan/plan.h"
+#include "testutil.h"
+
+static char *dir;
+static struct ck_catalog *cat;
+
+/* A small model: 2 layers with q,k,v and 3 experts, plus config.json. */
+static void setup(void)
+{
+	dir = tu_mkdtemp();
+	static const struct tu_tensor t[] = {
+		{"layers.0.q", CK_DT_F32, 2, {8, 4}},	  {"layers.0.k", CK_DT_F32, 2, {4, 4}},
+		{"layers.0.v", CK_DT_F32, 2, {4, 4}},	  {"layers.1.q", CK_DT_F32, 2, {8, 4}},
+		{"layers.1.k", CK_DT_F32, 2, {4, 4}},	  {"layers.1.v", CK_DT_F32, 2, {4, 4}},
+		{"layers.0.experts.0.w", CK_DT_BF16, 2, {3, 4}},
+		{"layers.0.experts.1.w", CK_DT_BF16, 2, {3, 4}},
+		{"layers.0.experts.2.w", CK_DT_BF16, 2, {3, 4}},
+		{"embed", CK_DT_F32, 2, {10, 4}},	  {"norm", CK_DT_F16, 1, {4}},
+	};
+	char *p = tu_path(dir, "model.safetensors");
+	tu_write_st(p, t, sizeof t / sizeof *t);
+	free(p);
+	p = tu_path(dir, "config.json");
+	tu_write_str(p, "{\"hidden_size\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+			" \"tie\": true, \"text_config\": {\"head_dim\": 2}}");
+	free(p);
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+	ck_catalog_free(cat);
+	tu_rmtree(dir);
+	free(dir);
+}
+
+/* Build a plan from mapping texts; returns the plan or NULL with err. */
+static struct ck_plan *plan_of(const char *const *texts, int n, struct ck_err *err)
+{
+	struct ck_mapping *maps[4];
+	int k = 0;
+	struct ck_plan *p = NULL;
+	for (; k < n; k++)
+		if (ck_mapping_parse(texts[k], strlen(texts[k]), "m.json", &maps[k], err) < 0)
+			goto out;
+	ck_plan_build(cat, maps, n, &p, err);
+out:
+	for (int i = 0; i < k; i++)
+		ck_mapping_free(maps[i]);
+	return p;
+}
+
+static void expect_fail(const char *text, const char *want)
+{
+	struct ck_err err;
+	struct ck_plan *p = plan_of(&text, 1, &err);
+	ck_assert_msg(p == NULL, "mapping accepted: %s", text);
+	ck_assert_int_eq(err.kind, CK_E_MAPPING);
+	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
+	ck_assert_msg(strncmp(err.msg, "m.json", 6) == 0, "not named: %s", err.msg);
+	ck_assert_ptr_null(strchr(err.msg, '\n'));
+}
+
+#define KEEP "\"unused\": \"keep\", "
+
+START_TEST(parse_errors)
+{
+	expect_fail("{\"rules\": [{\"from\": \"a\"}]}", "rule 1: a rule needs");
+	expect_fail("{\"rulez\": []}", "unknown field \"rulez\"");
+	expect_fail("{\"rules\": [{\"from\": \"a\", \"to\": \"b\", \"bogus\": 1}]}",
+		    "rule 1: unknown field \"bogus\"");
+	expect_fail("{\"rules\": [{\"from\": \"a.{L\", \"to\": \"b\"}]}", "unterminated '{'");
+	expect_fail("{\"rules\": [{\"from\": \"a.{L:float}\", \"to\": \"b\"}]}",
+		    "unknown capture type");
+	expect_fail("{\"rules\": [{\"from\": \"a\", \"to\": \"b.{L}\"}]}",
+		    "output pattern uses {L}, which no input binds");
+	expect_fail("{\"rules\": [{\"from\": \"a\", \"to\": \"b\", \"expr\": \"x.view(2,\"}]}",
+		    "rule 1: \"expr\": expression");
+	expect_fail("{\"rules\": [{\"from\": {\"a\": \"x\", \"b\": \"y\"}, \"to\": \"b\"}]}",
+		    "several inputs need an \"expr\"");
+	expect_fail("{\"unused\": \"maybe\"}", "\"unused\" must be");
+	expect_fail("{\"ckptfs_mapping\": 2}", "\"ckptfs_mapping\" must be 1");
+	expect_fail("[1]", "a mapping is a JSON object");
+	expect_fail("{\"rules\": [{\"from\": \"a\", \"to\": \"b\", \"reduce\": \"Q\"}]}",
+		    "\"reduce\" names {Q}");
+	/* deep nesting and huge numbers are refused, not crashed on */
+	char deep[600] = "{\"rules\": [{\"from\": \"embed\", \"to\": \"e\", \"expr\": \"";
+	for (int i = 0; i < 100; i++)
+		strcat(deep, "(");
+	strcat(deep, "\"}]}");
+	expect_fail(deep, "nested too deeply");
+	expect_fail("{\"params\": {\"a\": \"99999999999999999999\"}}", "integer too large");
+}
+END_TEST
+
+START_TEST(plan_errors)
+{
+	expect_fail("{\"rules\": [{\"from\": \"nothing.{x}\", \"to\": \"y.{x}\"}]}",
+		    "rule 1 (\"nothing.{x}\" -> \"y.{x}\"): matches no");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": {\"q\": \"layers.{L}.q\", \"z\": \"layers.{L}.z\"},"
+		    " \"to\": \"o.{L}\", \"expr\": \"q\"}]}",
+		    "key \"layers.0.z\": missing source key");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"out\"},"
+		    " {\"from\": \"norm\", \"to\": \"out\"}]}",
+		    "rule 2 (\"norm\" -> \"out\"): key \"out\": target produced twice (also by rule 1)");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"a\"},"
+		    " {\"from\": {\"n\": \"norm\", \"e\": \"embed\"}, \"to\": \"b\", \"expr\": \"n\"}]}",
+		    "rule 2 (\"norm\" -> \"b\"): key \"embed\": already consumed by rule 1");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": {\"q\": \"layers.{L}.q\", \"k\": \"layers.{L}.k\"},"
+		    " \"to\": \"o.{L}\", \"expr\": \"cat([q, k], 1)\"}]}",
+		    "size 4 in dim 0, input 0 has 8");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"o.{L}\","
+		    " \"expr\": \"x.view(3, -1)\"}]}",
+		    "do not divide");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"e\", \"expr\": \"x.to(I32)\"}]}",
+		    "casts are defined among");
+	expect_fail("{\"rules\": [{\"from\": \"embed\", \"to\": \"e\"}]}",
+		    "10 source keys are used by no rule, first \"layers.0.experts.0.w\"");
+	/* a cycle: rule 1 consumes what rule 2 produces */
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"~t\", \"to\": \"a\"},"
+		    " {\"from\": \"embed\", \"to\": \"~t\"}]}",
+		    "rule 1 (\"~t\" -> \"a\"): matches no");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"~t\"}]}",
+		    "intermediate \"~t\" is never used");
+	expect_fail("{" KEEP "\"rules\": [{\"drop\": \"layers.0.experts.1.w\"},"
+		    " {\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\","
+		    " \"to\": \"s.{L}\", \"expr\": \"stack(x, 0)\"}]}",
+		    "values must run 0..1 without gaps or repeats, found 2 at position 1");
+}
+END_TEST
+
+static const struct ck_target *find(const struct ck_plan *p, const char *name)
+{
+	const struct ck_target *t = ck_plan_find(p, name);
+	ck_assert_msg(t != NULL, "target %s missing", name);
+	return t;
+}
+
+START_TEST(plans)
+{
+	struct ck_err err;
+	/* fused QKV with params from config.json (head_dim nested in text_config) */
+	const char *m1 = "{" KEEP "\"params\": {\"H\": \"hidden_size\", \"ng\": \"num_key_value_heads\","
+			 " \"hd\": \"head_dim\", \"seven\": \"missing_key ?? 7\"},"
+			 "\"rules\": [{\"from\": {\"q\": \"layers.{L}.q\", \"k\": \"layers.{L}.k\","
+			 " \"v\": \"layers.{L}.v\"}, \"to\": \"qkv.{L}\","
+			 " \"expr\": \"cat([q.view(ng, -1, H), k.view(ng, -1, H), v.view(ng, -1, H)], 1)"
+			 ".view(-1, H * hd / 2 + seven - 7)\"}]}";
+	struct ck_plan *p = plan_of(&m1, 1, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	const struct ck_target *t = find(p, "qkv.1");
+	ck_assert_int_eq(t->v.ndim, 2);
+	ck_assert_int_eq(t->v.shape[0], 16);
+	ck_assert_int_eq(t->v.shape[1], 4);
+	ck_assert_uint_eq(t->v.n, 6); /* 3 blocks per KV group */
+	ck_assert_uint_eq(p->g[t->group].n_sources, 3);
+	ck_assert_ptr_nonnull(find(p, "embed")); /* kept */
+	ck_plan_free(p);
+
+	/* reduce (stack) and its inverse (for + index), through an intermediate */
+	const char *m2 = "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\","
+			 " \"to\": \"~s.{L}\", \"expr\": \"stack(x, 0)\"},"
+			 " {\"from\": \"~s.{L}\", \"to\": \"stacked.{L}\", \"expr\": \"x.to(F32)\","
+			 " \"share\": true},"
+			 " {\"from\": \"~s.{L}\", \"for\": {\"E\": 3}, \"to\": \"e.{L}.{E}\","
+			 " \"expr\": \"x[E]\", \"share\": true}]}";
+	p = plan_of(&m2, 1, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	t = find(p, "stacked.0");
+	ck_assert_int_eq(t->v.dtype, CK_DT_F32);
+	ck_assert_int_eq(t->v.shape[0], 3);
+	ck_assert_int_eq(t->v.shape[2], 4);
+	t = find(p, "e.0.2");
+	ck_assert_int_eq(t->v.dtype, CK_DT_BF16);
+	ck_assert_int_eq(t->v.ndim, 2);
+	ck_assert_uint_eq(t->v.n, 1);
+	ck_assert_str_eq(cat->entries[t->v.p[0].src].t.name, "layers.0.experts.2.w");
+	ck_assert_ptr_null(ck_plan_find(p, "~s.0")); /* intermediates are not exposed */
+	ck_plan_free(p);
+
+	/* conditions, shared sources (tied embeddings), chained stages; names
+	 * wrapped by one stage and canonicalised by the next */
+	const char *st1 = "{" KEEP "\"rules\": [{\"if\": \"tie\", \"from\": \"embed\", \"to\": \"lm_head\"},"
+			  " {\"if\": \"tie && 1\", \"from\": \"embed\", \"to\": \"tok\", \"share\": true},"
+			  " {\"if\": \"!tie\", \"from\": \"norm\", \"to\": \"never\"}]}";
+	const char *st3 = "{\"rules\": [{\"from\": \"tok\", \"to\": \"final_tok\"}]}";
+	const char *chain[] = {st1, st3};
+	p = plan_of(chain, 2, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	ck_assert_ptr_nonnull(find(p, "final_tok"));
+	ck_assert_ptr_nonnull(find(p, "lm_head"));
+	ck_assert_ptr_nonnull(find(p, "norm")); /* untouched keys pass through */
+	ck_assert_ptr_null(ck_plan_find(p, "never"));
+	ck_assert_uint_eq(p->g[find(p, "final_tok")->group].n_targets, 2); /* tied: one group */
+	ck_assert_uint_eq(p->n, 12); /* lm_head, final_tok and 10 untouched keys */
+	ck_plan_free(p);
+	/* the prefixes added by a stage are removed by the canonicalising one */
+	const char *wrap = "{\"add_prefix\": \"module._orig_mod.\", \"unused\": \"keep\","
+			   " \"rules\": [{\"from\": \"module._orig_mod.layers.{L}.q\","
+			   " \"to\": \"module._orig_mod.layers.{L}._fsdp_wrapped_module.q\"}]}";
+	const char *canon = "{\"strip_prefixes\": [\"module.\", \"_orig_mod.\"],"
+			    " \"strip_segments\": [\"_fsdp_wrapped_module\"]}";
+	const char *chain2[] = {wrap, canon};
+	p = plan_of(chain2, 2, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	ck_assert_ptr_nonnull(find(p, "layers.1.q"));
+	ck_assert_ptr_nonnull(find(p, "embed"));
+	ck_assert_uint_eq(p->n, cat->n_entries);
+	ck_plan_free(p);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("mapping");
+	TCase *tc = tcase_create("plan");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, parse_errors);
+	tcase_add_test(tc, plan_errors);
+	tcase_add_test(tc, plans);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}
