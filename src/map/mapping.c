@@ -356,6 +356,12 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 	const cJSON *rules = NULL;
 	for (const cJSON *e = root->child; e; e = e->next) {
 		const char *k = e->string;
+		/* cJSON keeps duplicated keys; a field given twice is an error */
+		for (const cJSON *prev = root->child; prev != e; prev = prev->next)
+			if (!strcmp(prev->string, k)) {
+				fail_at(&c, NULL, "field \"%s\" given twice", k, NULL);
+				goto out;
+			}
 		if (!strcmp(k, "ckptfs_mapping")) {
 			int64_t v;
 			if (ck_json_int(e, 1, 1, &v) < 0) {

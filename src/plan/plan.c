@@ -334,6 +334,12 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 			rule_fail(st, r, NULL);
 			goto out;
 		}
+		if (n < 0 || n > CK_MAX_PIECES) {
+			ck_fail(st->err, CK_E_MAPPING, "\"for\" count %lld is outside 0..%u",
+				(long long)n, CK_MAX_PIECES);
+			rule_fail(st, r, NULL);
+			goto out;
+		}
 		for (int64_t v = 0; v < n; v++) {
 			char num[32];
 			snprintf(num, sizeof num, "%lld", (long long)v);

@@ -250,9 +250,5 @@ int main(void)
 	tcase_add_test(tc, config_loaded_and_validated);
 	tcase_add_test(tc, natural_order);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s, 1);
 }

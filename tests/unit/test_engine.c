@@ -1,6 +1,7 @@
 /* The engine: bytes of targets equal an independent computation from the
  * source file, and a region costs only the source bytes it needs. */
 #include <check.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <unistd.h>
 
 #include "ckpt/catalog.h"
+#include "exec/convert.h"
 #include "exec/engine.h"
 #include "kern/fpconv.h"
 #include "map/mapping.h"
@@ -211,6 +213,36 @@ START_TEST(truncated_source_is_eio)
 }
 END_TEST
 
+/* A convert that fails half way (a source shrank after planning) leaves
+ * no file behind, temporary or final; the same convert succeeds before. */
+START_TEST(failed_convert_leaves_nothing)
+{
+	struct ck_plan *p = plan_of(MAP);
+	struct ck_err err;
+	char *ok = tu_path(dir, "ok"), *out = tu_path(dir, "out");
+	struct ck_convert_opts o = {100000, 2, 1, 0, NULL};
+	struct ck_convert_stats st;
+	ck_assert_msg(ck_convert(p, ok, &o, &st, &err) == 0, "%s", err.msg);
+	ck_assert_int_gt(st.n_files, 1);
+	char *src = tu_path(dir, "model.safetensors");
+	ck_assert_int_eq(truncate(src, (off_t)(file_len - 100)), 0);
+	ck_assert_int_eq(ck_convert(p, out, &o, &st, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.msg, "reading tensor"));
+	DIR *d = opendir(out);
+	ck_assert_ptr_nonnull(d);
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		n += de->d_name[0] != '.' || strncmp(de->d_name, ".ckptfs", 7) == 0;
+	closedir(d);
+	ck_assert_int_eq(n, 0);
+	free(src);
+	free(ok);
+	free(out);
+	ck_plan_free(p);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -221,10 +253,7 @@ int main(void)
 	tcase_add_test(tc, regions_read_only_what_they_need);
 	tcase_add_test(tc, small_window_same_bytes);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 2);
+	tcase_add_test(tc, failed_convert_leaves_nothing);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s, 1);
 }

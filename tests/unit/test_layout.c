@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "plan/layout.h"
+#include "testutil.h"
 
 #define MAXN 4096
 
@@ -323,10 +324,5 @@ int main(void)
 	tcase_add_test(tc, qkv_interleave_pieces);
 	tcase_add_test(tc, errors);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_set_fork_status(sr, CK_NOFORK); /* 400 small loop tests: no fork each */
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed ? 1 : 0;
+	return tu_run_suite(s, 0); /* 400 small loop tests: no fork each */
 }

@@ -90,3 +90,14 @@ void tu_write_st(const char *path, const struct tu_tensor *t, size_t n)
 	free(img);
 	free(hdr);
 }
+
+int tu_run_suite(Suite *s, int fork)
+{
+	SRunner *sr = srunner_create(s);
+	if (!fork)
+		srunner_set_fork_status(sr, CK_NOFORK);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? 1 : 0;
+}

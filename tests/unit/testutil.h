@@ -25,4 +25,8 @@ struct tu_tensor {
 /* Write a valid safetensors file; data bytes are byte index mod 251. */
 void tu_write_st(const char *path, const struct tu_tensor *t, size_t n);
 
+/* Run a suite in Check's normal mode; returns the process exit status. */
+#include <check.h>
+int tu_run_suite(Suite *s, int fork);
+
 #endif
