@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../util/fileio.h"
 #include "../util/json_strict.h"
 #include "../util/strmap.h"
 
@@ -295,29 +296,13 @@ int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
 	return parse_header_json((const char *)buf + 8, n, len - 8 - n, what, out, err);
 }
 
-static int pread_all(int fd, void *buf, size_t len, uint64_t off)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t r = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO;
-		got += (size_t)r;
-	}
-	return 0;
-}
-
 int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_st_header *out,
 		  struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
 	unsigned char p8[8] = {0};
 	uint64_t n;
-	int r = file_size >= 8 ? pread_all(fd, p8, 8, 0) : 0;
+	int r = file_size >= 8 ? ck_pread_full(fd, p8, 8, 0) : 0;
 	if (r < 0)
 		return ck_fail_sys(err, -r, "%s: cannot read header length", what);
 	if (check_prefix(p8, file_size, what, &n, err) < 0)
@@ -325,7 +310,7 @@ int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_st_hea
 	char *json = malloc(n + 1);
 	if (!json)
 		return ck_fail_sys(err, ENOMEM, "%s", what);
-	if ((r = pread_all(fd, json, n, 8)) < 0) {
+	if ((r = ck_pread_full(fd, json, n, 8)) < 0) {
 		free(json);
 		return ck_fail_sys(err, -r, "%s: cannot read header", what);
 	}

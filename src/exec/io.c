@@ -1,5 +1,7 @@
 #include "io.h"
 
+#include "../util/fileio.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,23 +30,6 @@ void ck_io_close(struct ck_io *io)
 	io->uring_ok = 0;
 }
 
-static int pread_all(const struct ck_io_req *r)
-{
-	uint64_t got = 0;
-	while (got < r->len) {
-		size_t want = r->len - got > MAX_CHUNK ? MAX_CHUNK : (size_t)(r->len - got);
-		ssize_t n = pread(r->fd, (char *)r->buf + got, want, (off_t)(r->off + got));
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		got += (uint64_t)n;
-	}
-	return 0;
-}
-
 /* In-flight state of one request: how much is done. */
 struct slot {
 	const struct ck_io_req *r;
@@ -66,7 +51,7 @@ int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
 {
 	if (!io->uring_ok) {
 		for (size_t i = 0; i < n; i++) {
-			int r = pread_all(&reqs[i]);
+			int r = ck_pread_full(reqs[i].fd, reqs[i].buf, reqs[i].len, reqs[i].off);
 			if (r < 0)
 				return r;
 		}

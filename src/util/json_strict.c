@@ -1,5 +1,7 @@
 #include "json_strict.h"
 
+#include "fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -175,18 +177,11 @@ int ck_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len
 		close(fd);
 		return ck_fail_sys(err, ENOMEM, "%s", path);
 	}
-	size_t got = 0;
-	while (got < n) {
-		ssize_t r = pread(fd, buf + got, n - got, (off_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			int e = r < 0 ? errno : EIO;
-			free(buf);
-			close(fd);
-			return ck_fail_sys(err, e, "%s: read failed", path);
-		}
-		got += (size_t)r;
+	int r = ck_pread_full(fd, buf, n, 0);
+	if (r < 0) {
+		free(buf);
+		close(fd);
+		return ck_fail_sys(err, -r, "%s: read failed", path);
 	}
 	close(fd);
 	buf[n] = '\0';

@@ -1,0 +1,23 @@
+#include "fileio.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#define MAX_CHUNK (1u << 30) /* one pread at most; Linux caps reads near 2 GiB */
+
+int ck_pread_full(int fd, void *buf, uint64_t len, uint64_t off)
+{
+	uint64_t got = 0;
+	while (got < len) {
+		size_t want = len - got > MAX_CHUNK ? MAX_CHUNK : (size_t)(len - got);
+		ssize_t n = pread(fd, (char *)buf + got, want, (off_t)(off + got));
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		got += (uint64_t)n;
+	}
+	return 0;
+}

@@ -1,0 +1,12 @@
+/* The one full-read loop: pread until len bytes are in, retrying EINTR and
+ * EAGAIN; end of file before len is EIO (the file is shorter than we were
+ * told). Returns 0 or a negative errno. */
+#ifndef CK_FILEIO_H
+#define CK_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+int ck_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+
+#endif
