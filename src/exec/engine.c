@@ -200,7 +200,7 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 		for (int d = 0; d < s->ndim; d++)
 			lin += idx[d] * s->cstride[d];
 		ck_cpu_convert_run(c->win + (size_t)(so - wlo) * ses, sstride, s->src->t.dtype,
-				   s->p->casts, s->p->n_casts, s->out + (size_t)(lin - s->e0) * des, n);
+				   s->p->casts, s->p->n_casts, s->p->saturate, s->out + (size_t)(lin - s->e0) * des, n);
 		int d = last - 1;
 		while (d >= 0 && ++idx[d] == s->hi[d]) {
 			idx[d] = s->lo[d];

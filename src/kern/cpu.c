@@ -114,14 +114,15 @@ static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 }
 
 void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype sdt,
-			const enum ck_dtype *casts, int nc, unsigned char *dst, int64_t n)
+			const enum ck_dtype *casts, int nc, unsigned saturate, unsigned char *dst,
+			int64_t n)
 {
 	size_t ses = ck_dtype_size(sdt);
 	if (nc == 0) {
 		copy_strided(src, sstride, ses, dst, n);
 		return;
 	}
-	if (nc == 1 && sstride == 1 && fast_cast(src, sdt, casts[0], dst, n))
+	if (nc == 1 && !saturate && sstride == 1 && fast_cast(src, sdt, casts[0], dst, n))
 		return;
 	enum ck_dtype last = casts[nc - 1];
 	size_t des = ck_dtype_size(last);
@@ -130,9 +131,9 @@ void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype
 		/* intermediate casts round through their format */
 		for (int k = 0; k < nc - 1; k++) {
 			unsigned char tmp[4];
-			ck_cpu_store_f32(tmp, casts[k], v, 0);
+			ck_cpu_store_f32(tmp, casts[k], v, (saturate >> k) & 1);
 			v = ck_cpu_load_f32(tmp, casts[k]);
 		}
-		ck_cpu_store_f32(dst + (size_t)i * des, last, v, 0);
+		ck_cpu_store_f32(dst + (size_t)i * des, last, v, (saturate >> (nc - 1)) & 1);
 	}
 }

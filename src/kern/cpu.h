@@ -10,9 +10,11 @@
 #include "../ckpt/dtype.h"
 
 /* n elements: src element i at src + i*sstride*size(sdt); dst contiguous.
- * casts[0..nc) are applied in order (nc = 0: plain copy). */
+ * casts[0..nc) are applied in order (nc = 0: plain copy); bit k of saturate
+ * makes cast k clamp to the largest finite value. */
 void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype sdt,
-			const enum ck_dtype *casts, int nc, unsigned char *dst, int64_t n);
+			const enum ck_dtype *casts, int nc, unsigned saturate, unsigned char *dst,
+			int64_t n);
 
 /* Element conversions through F32, exposed for the tests' oracles. */
 float ck_cpu_load_f32(const unsigned char *p, enum ck_dtype dt);

@@ -572,8 +572,11 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 		if (nargs(ev, fn, na, 1, 1) < 0 || ck_value_reshape(t, &m1, 1, err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "to") || !strcmp(fn, "cast")) {
-		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_DTYPE, fn, 1) < 0 ||
-		    ck_value_cast(t, (enum ck_dtype)a[1].i, err) < 0)
+		/* to(x, DTYPE[, saturate]): saturate clamps overflow to the largest
+		 * finite value instead of PyTorch's inf / NaN */
+		if (nargs(ev, fn, na, 2, 3) < 0 || want(ev, &a[1], XV_DTYPE, fn, 1) < 0 ||
+		    (na == 3 && want(ev, &a[2], XV_INT, fn, 2) < 0) ||
+		    ck_value_cast(t, (enum ck_dtype)a[1].i, na == 3 && a[2].i, err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "chunk")) {
 		/* torch.chunk: pieces of ceil(size/n); the last may be smaller */

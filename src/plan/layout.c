@@ -437,6 +437,7 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 		memset(&q, 0, sizeof q);
 		q.src = in.src;
 		q.n_casts = in.n_casts;
+		q.saturate = in.saturate;
 		memcpy(q.casts, in.casts, sizeof q.casts);
 		q.base = in.base;
 		for (int d = 0; d < ndim; d++)
@@ -451,7 +452,7 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 	return 0;
 }
 
-int ck_value_cast(struct ck_value *v, enum ck_dtype to, struct ck_err *err)
+int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_err *err)
 {
 	if (to == v->dtype)
 		return 0;
@@ -465,6 +466,8 @@ int ck_value_cast(struct ck_value *v, enum ck_dtype to, struct ck_err *err)
 		if (q->n_casts == CK_MAX_CASTS)
 			return ck_fail(err, CK_E_MAPPING, "more than %d chained casts",
 				       CK_MAX_CASTS);
+		if (saturate)
+			q->saturate |= (uint8_t)(1u << q->n_casts);
 		q->casts[q->n_casts++] = to;
 	}
 	v->dtype = to;

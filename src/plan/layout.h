@@ -23,6 +23,7 @@ struct ck_piece {
 	uint32_t src; /* catalog entry */
 	uint8_t n_casts;
 	enum ck_dtype casts[CK_MAX_CASTS]; /* applied in order after reading */
+	uint8_t saturate;		   /* bit k: cast k clamps instead of inf/NaN */
 	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
 	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
 	int64_t base;		     /* source element at lo */
@@ -51,7 +52,7 @@ int ck_value_squeeze(struct ck_value *v, int dim, struct ck_err *err);
 int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, struct ck_err *err);
 /* shape may hold one -1. */
 int ck_value_reshape(struct ck_value *v, const int64_t *shape, int ndim, struct ck_err *err);
-int ck_value_cast(struct ck_value *v, enum ck_dtype to, struct ck_err *err);
+int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_err *err);
 
 uint64_t ck_value_numel(const struct ck_value *v);
 

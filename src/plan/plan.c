@@ -874,7 +874,7 @@ int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err)
 	p->total_bytes = 0;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
-		if (ck_dtype_is_castable_float(t->v.dtype) && ck_value_cast(&t->v, dt, err) < 0)
+		if (ck_dtype_is_castable_float(t->v.dtype) && ck_value_cast(&t->v, dt, 0, err) < 0)
 			return -1;
 		ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &t->nbytes);
 		p->total_bytes += t->nbytes;

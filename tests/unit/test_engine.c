@@ -86,7 +86,9 @@ static const char *MAP =
 	"{\"from\": \"big\", \"to\": \"tr\", \"expr\": \"x.t()\", \"share\": true},"
 	"{\"from\": {\"a\": \"big\", \"b\": \"other\"}, \"to\": \"cat\", \"expr\": \"cat([a, b], 0)\","
 	" \"share\": true},"
-	"{\"from\": \"b16\", \"to\": \"wide\", \"expr\": \"x.to(F32)\"}]}";
+	"{\"from\": \"b16\", \"to\": \"e4s\", \"expr\": \"x.t().to(F8_E4M3, 1)\", \"share\": true},"
+	"{\"from\": \"b16\", \"to\": \"e4\", \"expr\": \"x.t().to(F8_E4M3)\", \"share\": true},"
+	"{\"from\": \"b16\", \"to\": \"wide\", \"expr\": \"x.to(F32)\", \"share\": true}]}";
 
 START_TEST(values_match_reference)
 {
@@ -128,6 +130,22 @@ START_TEST(values_match_reference)
 		float want = ck_bf16_to_f32(h);
 		ck_assert(memcmp(&out[i], &want, 4) == 0);
 	}
+	/* e4 / e4s: transposed BF16 -> E4M3, PyTorch overflow rule and saturating;
+	 * the raw bytes make every kind of value: huge, tiny, inf, NaN */
+	unsigned char e4[BR * BC], e4s[BR * BC];
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "e4"), 0, BR * BC, e4, &err), 0);
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "e4s"), 0, BR * BC, e4s, &err), 0);
+	int differ = 0;
+	for (size_t j = 0; j < BC; j++)
+		for (size_t r = 0; r < BR; r++) {
+			uint16_t h;
+			memcpy(&h, src_bytes("b16") + 2 * (r * BC + j), 2);
+			float f = ck_bf16_to_f32(h);
+			ck_assert_uint_eq(e4[j * BR + r], ck_f32_to_e4m3(f, 0));
+			ck_assert_uint_eq(e4s[j * BR + r], ck_f32_to_e4m3(f, 1));
+			differ += e4[j * BR + r] != e4s[j * BR + r];
+		}
+	ck_assert_int_gt(differ, 0); /* the data does exercise saturation */
 	free(out);
 	ck_eval_ctx_free(&c);
 	ck_plan_free(p);

@@ -304,7 +304,7 @@ START_TEST(errors)
 	ck_assert_int_eq(ck_value_narrow(&v, 2, 0, 1, &err), -1);
 	int perm[] = {0, 0};
 	ck_assert_int_eq(ck_value_permute(&v, perm, &err), -1);
-	ck_assert_int_eq(ck_value_cast(&v, CK_DT_I32, &err), -1);
+	ck_assert_int_eq(ck_value_cast(&v, CK_DT_I32, 0, &err), -1);
 	struct ck_value pair[2], out;
 	ck_value_copy(&pair[0], &v, &err);
 	int64_t s2[] = {6, 5};

@@ -1,0 +1,222 @@
+/* Element conversions against a brute-force oracle written independently of
+ * fpconv.h: every value of each narrow format is decoded with ldexp from its
+ * bit fields; a float converts to the nearest of them, ties to the even code,
+ * and anything at or past the midpoint above the largest finite value
+ * overflows (to infinity, or NaN for E4M3FN, or the largest finite value when
+ * saturating). Every F16 and BF16 code round-trips exactly; F32 inputs are
+ * every 97th bit pattern (44 million values) plus the edges. */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern/fpconv.h"
+#include "testutil.h"
+
+struct fmt {
+	const char *name;
+	int ebits, mbits, bias;
+	int e4m3; /* E4M3FN: no infinity; S.1111.111 is NaN */
+	uint32_t (*conv)(float, int);
+	float (*widen)(uint32_t);
+	double *pos;	 /* sorted finite non-negative values */
+	uint32_t *code;	 /* their codes */
+	int n;
+	double overflow; /* the virtual next value above the largest finite */
+};
+
+static uint32_t c_f16(float f, int s) { return ck_f32_to_f16(f, s); }
+static uint32_t c_bf16(float f, int s) { return ck_f32_to_bf16(f, s); }
+static uint32_t c_e4m3(float f, int s) { return ck_f32_to_e4m3(f, s); }
+static uint32_t c_e5m2(float f, int s) { return ck_f32_to_e5m2(f, s); }
+static float w_f16(uint32_t c) { return ck_f16_to_f32((uint16_t)c); }
+static float w_bf16(uint32_t c) { return ck_bf16_to_f32((uint16_t)c); }
+static float w_e4m3(uint32_t c) { return ck_e4m3_to_f32((uint8_t)c); }
+static float w_e5m2(uint32_t c) { return ck_e5m2_to_f32((uint8_t)c); }
+
+static struct fmt fmts[] = {
+	{"F16", 5, 10, 15, 0, c_f16, w_f16, NULL, NULL, 0, 0},
+	{"BF16", 8, 7, 127, 0, c_bf16, w_bf16, NULL, NULL, 0, 0},
+	{"F8_E4M3", 4, 3, 7, 1, c_e4m3, w_e4m3, NULL, NULL, 0, 0},
+	{"F8_E5M2", 5, 2, 15, 0, c_e5m2, w_e5m2, NULL, NULL, 0, 0},
+};
+
+/* Decode a non-negative code from its fields; returns 0 for inf/NaN. */
+static int decode(const struct fmt *f, uint32_t c, double *v)
+{
+	uint32_t e = c >> f->mbits, m = c & ((1u << f->mbits) - 1);
+	uint32_t emax = (1u << f->ebits) - 1;
+	if (!f->e4m3 && e == emax)
+		return 0;
+	if (f->e4m3 && e == emax && m == (1u << f->mbits) - 1)
+		return 0;
+	if (e == 0)
+		*v = ldexp((double)m, 1 - f->bias - f->mbits);
+	else
+		*v = ldexp(1.0 + ldexp((double)m, -f->mbits), (int)e - f->bias);
+	return 1;
+}
+
+static void build(struct fmt *f)
+{
+	uint32_t ncodes = 1u << (f->ebits + f->mbits);
+	f->pos = malloc(ncodes * sizeof *f->pos);
+	f->code = malloc(ncodes * sizeof *f->code);
+	f->n = 0;
+	for (uint32_t c = 0; c < ncodes; c++) { /* codes ascend with value */
+		double v;
+		if (decode(f, c, &v)) {
+			f->pos[f->n] = v;
+			f->code[f->n++] = c;
+		}
+	}
+	double top = f->pos[f->n - 1], below = f->pos[f->n - 2];
+	f->overflow = top + (top - below);
+}
+
+/* Oracle for |x| (finite, non-negative): code, or -1 for overflow. */
+static int64_t nearest(const struct fmt *f, double x)
+{
+	int lo = 0, hi = f->n - 1;
+	if (x >= f->pos[hi]) {
+		double mid = (f->pos[hi] + f->overflow) / 2;
+		/* the virtual next code is the largest code + 1: its parity decides ties */
+		int next_even = ((f->code[hi] + 1) & 1) == 0;
+		if (x > mid || (x == mid && next_even))
+			return -1;
+		return f->code[hi];
+	}
+	while (hi - lo > 1) {
+		int m = (lo + hi) / 2;
+		if (f->pos[m] <= x)
+			lo = m;
+		else
+			hi = m;
+	}
+	double dl = x - f->pos[lo], dh = f->pos[hi] - x;
+	if (dl < dh)
+		return f->code[lo];
+	if (dh < dl)
+		return f->code[hi];
+	return (f->code[lo] & 1) == 0 ? f->code[lo] : f->code[hi];
+}
+
+static uint32_t sign_bit(const struct fmt *f)
+{
+	return 1u << (f->ebits + f->mbits);
+}
+
+/* Hot loops must not call ck_assert (Check reports each pass through a pipe):
+ * count mismatches, keep the first message, assert once. */
+static long bad;
+static char first_bad[256];
+
+static void mismatch(const struct fmt *f, int sat, float x, uint32_t got, const char *want)
+{
+	if (!bad++)
+		snprintf(first_bad, sizeof first_bad, "%s%s: %a -> %#x, oracle %s", f->name,
+			 sat ? " (saturating)" : "", (double)x, got, want);
+}
+
+static void check_one(const struct fmt *f, float x)
+{
+	uint32_t sign = signbit(x) ? sign_bit(f) : 0;
+	for (int sat = 0; sat < 2; sat++) {
+		uint32_t got = f->conv(x, sat);
+		if (isnan(x)) {
+			if (!isnan(f->widen(got)))
+				mismatch(f, sat, x, got, "NaN");
+			continue;
+		}
+		int64_t want = isinf(x) ? -1 : nearest(f, fabs((double)x));
+		if (want < 0 && !sat) { /* overflow: inf, or NaN for E4M3FN */
+			float g = f->widen(got);
+			if (f->e4m3 ? !isnan(g) : !(isinf(g) && signbit(g) == signbit(x)))
+				mismatch(f, sat, x, got, f->e4m3 ? "NaN" : "infinity");
+			continue;
+		}
+		uint32_t w = sign | (want >= 0 ? (uint32_t)want : f->code[f->n - 1]);
+		if (got != w) {
+			char buf[32];
+			snprintf(buf, sizeof buf, "%#x", w);
+			mismatch(f, sat, x, got, buf);
+		}
+	}
+}
+
+START_TEST(narrow_formats_match_oracle)
+{
+	struct fmt *f = &fmts[_i];
+	build(f);
+	for (uint64_t u = 0; u <= 0xFFFFFFFFu; u += 97) {
+		float x;
+		uint32_t b = (uint32_t)u;
+		memcpy(&x, &b, 4);
+		check_one(f, x);
+	}
+	/* every representable value, its neighbours and the midpoints */
+	for (int i = 0; i < f->n; i++) {
+		double v = f->pos[i];
+		check_one(f, (float)v);
+		check_one(f, -(float)v);
+		check_one(f, nextafterf((float)v, INFINITY));
+		check_one(f, nextafterf((float)v, 0));
+		double nxt = i + 1 < f->n ? f->pos[i + 1] : f->overflow;
+		float mid = (float)((v + nxt) / 2);
+		if ((double)mid == (v + nxt) / 2) {
+			check_one(f, mid);
+			check_one(f, nextafterf(mid, INFINITY));
+			check_one(f, nextafterf(mid, 0));
+		}
+	}
+	check_one(f, INFINITY);
+	check_one(f, -INFINITY);
+	ck_assert_msg(bad == 0, "%ld mismatches, first: %s", bad, first_bad);
+	free(f->pos);
+	free(f->code);
+}
+END_TEST
+
+/* Every F16 and BF16 code widens exactly and narrows back to itself (NaN
+ * to the canonical NaN). */
+START_TEST(every_half_code_round_trips)
+{
+	long wrong = 0;
+	uint32_t first = 0;
+	for (uint32_t c = 0; c < 65536; c++) {
+		float h = ck_f16_to_f32((uint16_t)c), b = ck_bf16_to_f32((uint16_t)c);
+		int ok = ck_f32_to_f16(h, 0) == (isnan(h) ? ((c & 0x8000) | 0x7E00) : c) &&
+			 ck_f32_to_bf16(b, 0) == (isnan(b) ? 0x7FC0 : c);
+		/* the widening agrees with an independent decode */
+		double v;
+		if (decode(&fmts[0], c & 0x7FFF, &v))
+			ok &= fabs((double)h) == v;
+		if (decode(&fmts[1], c & 0x7FFF, &v))
+			ok &= fabs((double)b) == v;
+		if (c < 256) {
+			float e4 = ck_e4m3_to_f32((uint8_t)c), e5 = ck_e5m2_to_f32((uint8_t)c);
+			ok &= isnan(e4) || ck_f32_to_e4m3(e4, 0) == c;
+			ok &= isnan(e5) || ck_f32_to_e5m2(e5, 0) == c;
+			if (decode(&fmts[2], c & 0x7F, &v))
+				ok &= fabs((double)e4) == v;
+			if (decode(&fmts[3], c & 0x7F, &v))
+				ok &= fabs((double)e5) == v;
+		}
+		if (!ok && !wrong++)
+			first = c;
+	}
+	ck_assert_msg(wrong == 0, "%ld codes do not round-trip, first %#x", wrong, first);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("fpconv");
+	TCase *tc = tcase_create("oracle");
+	tcase_set_timeout(tc, 600);
+	tcase_add_loop_test(tc, narrow_formats_match_oracle, 0, 4);
+	tcase_add_test(tc, every_half_code_round_trips);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s, 1);
+}
