@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The main job on a small built-in example: generate a tiny Llama checkpoint,
 # inspect it, look at it through the HF -> Megatron mapping, convert it there
-# and back, and check the round trip is byte-identical. Installs what it
-# needs on a fresh Debian 12.
+# and back (checking the round trip is byte-identical), then mount the
+# Megatron view, list it, read a tensor with numpy and unmount. Installs what
+# it needs on a fresh Debian 12 (run as root: mounting needs /dev/fuse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
 [ -f build/build.ninja ] || meson setup build >/dev/null
 meson compile -C build >/dev/null
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'fusermount3 -u "$work/mnt" 2>/dev/null; rm -rf "$work"' EXIT
 ck=build/src/ckptfs
 set -x
 build/tools/mkckpt --model llama --preset tiny --dtype BF16 --shards 2 "$work/llama"
@@ -36,3 +37,20 @@ assert tensor(os.path.join(work, "llama")) == tensor(os.path.join(work, "llama-a
 PY
 done
 echo "demo: HF -> Megatron -> HF round trip is byte-identical for every tensor"
+
+# the same view as a filesystem: mount, list, read one tensor, unmount
+mnt="$work/mnt"
+mkdir "$mnt"
+set -x
+$ck mount "$work/llama" "$mnt" --mapping mappings/llama-hf-to-megatron.json
+ls -l "$mnt" "$mnt/tensors" | head -12
+/usr/bin/python3 -c "
+import json, numpy as np, os
+p = '$mnt/tensors/decoder.layers.0.self_attention.linear_qkv.weight'
+shape = json.loads(os.getxattr(p, 'user.ckptfs.shape'))
+bf16 = np.fromfile(p, dtype=np.uint16).reshape(shape)
+print(os.getxattr(p, 'user.ckptfs.dtype').decode(), shape,
+      (bf16.astype(np.uint32) << 16).view(np.float32)[0, :4])"
+cat "$mnt/.ckptfs/stats.json"
+fusermount3 -u "$mnt"
+{ set +x; } 2>/dev/null

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh Debian 12 machine: installs the dependencies,
-# builds, runs `meson test`, then runs the whole suite again in an
-# AddressSanitizer + UndefinedBehaviorSanitizer build.
+# builds, runs `meson test`, runs the whole suite again in an
+# AddressSanitizer + UndefinedBehaviorSanitizer build (mount daemons in the
+# foreground, so their reports fail the tests), and the mount suites in a
+# ThreadSanitizer build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh
@@ -33,5 +35,10 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	meson test -C build-asan --print-errorlogs --timeout-multiplier 3 || rc=1
 
-/usr/bin/python3 tools/test_summary.py build-test build-asan || rc=1
+echo "== build-tsan: ThreadSanitizer, the mount suites (daemon threads, cache, FUSE)"
+setup build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false
+meson compile -C build-tsan >/dev/null
+TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite mount --print-errorlogs || rc=1
+
+/usr/bin/python3 tools/test_summary.py build-test build-asan build-tsan || rc=1
 exit $rc

@@ -9,6 +9,7 @@
 
 int ck_cmd_inspect(int argc, char **argv);
 int ck_cmd_convert(int argc, char **argv);
+int ck_cmd_mount(int argc, char **argv);
 /* Print "ckptfs: <message>" and return the exit status for err's kind. */
 int ck_cli_report(const struct ck_err *err);
 

@@ -13,6 +13,8 @@ static void usage(FILE *f)
 		   "  convert SOURCE OUTDIR [--mapping MAP]... [--max-shard-size SIZE]\n"
 		   "          [--dtype DTYPE] [--threads N] [--no-uring] [--progress|--quiet]\n"
 		   "      write the target view as a safetensors checkpoint\n"
+		   "  mount SOURCE MOUNTPOINT [--mapping MAP]... [-f] [-o OPT,...]\n"
+		   "      serve the target view as files (ckptfs mount --help for options)\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
 		   "             4 invalid mapping, 5 --expect mismatch\n");
@@ -41,6 +43,8 @@ int main(int argc, char **argv)
 		return ck_cmd_inspect(argc - 1, argv + 1);
 	if (!strcmp(cmd, "convert"))
 		return ck_cmd_convert(argc - 1, argv + 1);
+	if (!strcmp(cmd, "mount"))
+		return ck_cmd_mount(argc - 1, argv + 1);
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		usage(stdout);
 		return 0;

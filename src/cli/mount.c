@@ -1,0 +1,209 @@
+/* ckptfs mount: plan first, then fork the daemon (before any thread, ring or
+ * GPU context exists), and return only when the mount is live: the child
+ * reports through a pipe once FUSE_INIT has arrived, or sends its error. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../fs/fs.h"
+#include "cli.h"
+
+#define MAX_FUSE_ARGS 64
+
+static void mount_help(FILE *f)
+{
+	fprintf(f,
+		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]... [-f] [-o OPT[,OPT...]]\n"
+		"  -f                 stay in the foreground (messages on stderr)\n"
+		"  -o cache_size=SIZE evaluated bytes kept (default: 1/4 of the cgroup's\n"
+		"                     memory.max, else of RAM; at least 64MiB)\n"
+		"  -o threads=N       evaluator threads, each with its own io_uring ring\n"
+		"                     (default: one per core)\n"
+		"  -o fuse_threads=N  most FUSE worker threads (default 10)\n"
+		"  -o chunk=SIZE      bytes of a tensor per cache entry (default 4MiB)\n"
+		"  -o group_max=SIZE  dependency groups up to this size are evaluated whole on\n"
+		"                     first read (default: cache_size/8, at most 256MiB)\n"
+		"  -o log=FILE        append daemon messages to FILE\n"
+		"  -o no_uring        read sources with pread instead of io_uring\n"
+		"  -o eval_delay_ms=N testing: delay every evaluation\n"
+		"  any other -o option goes to FUSE: allow_other, debug, fsname=..., ...\n"
+		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
+}
+
+/* A quarter of the memory this process may use. */
+static uint64_t default_cache_size(void)
+{
+	uint64_t mem = 0;
+	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+	if (f) {
+		unsigned long long v;
+		if (fscanf(f, "%llu", &v) == 1)
+			mem = v;
+		fclose(f);
+	}
+	if (!mem && (f = fopen("/proc/meminfo", "r"))) {
+		unsigned long long kb;
+		if (fscanf(f, "MemTotal: %llu kB", &kb) == 1)
+			mem = kb * 1024;
+		fclose(f);
+	}
+	uint64_t c = mem / 4;
+	return c < (64u << 20) ? (64u << 20) : c;
+}
+
+static int bad(struct ck_err *err, const char *opt)
+{
+	return ck_fail(err, CK_E_USAGE, "mount: bad option -o %s (see ckptfs mount --help)", opt);
+}
+
+/* Split one -o list into ckptfs options and FUSE options. */
+static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *fuse_argc,
+		      struct ck_err *err)
+{
+	for (char *save, *opt = strtok_r(list, ",", &save); opt; opt = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(opt, '=');
+		const char *val = eq ? eq + 1 : NULL;
+		size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
+#define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
+		if (KEY("cache_size")) {
+			if (!val || ck_parse_size(val, &o->cache.cache_size) < 0 || !o->cache.cache_size)
+				return bad(err, opt);
+		} else if (KEY("chunk")) {
+			if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096)
+				return bad(err, opt);
+		} else if (KEY("group_max")) {
+			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
+				return bad(err, opt);
+		} else if (KEY("threads") || KEY("fuse_threads") || KEY("eval_delay_ms")) {
+			char *end;
+			long v = val ? strtol(val, &end, 10) : -1;
+			if (!val || *end || v < 1 || v > (KEY("eval_delay_ms") ? 600000 : 64))
+				return bad(err, opt);
+			if (KEY("threads"))
+				o->cache.threads = (int)v;
+			else if (KEY("fuse_threads"))
+				o->fuse_threads = (int)v;
+			else
+				o->cache.delay_ms = (unsigned)v;
+		} else if (KEY("log")) {
+			if (!val || !*val)
+				return bad(err, opt);
+			o->log_path = val;
+		} else if (KEY("no_uring")) {
+			o->cache.use_uring = 0;
+		} else {
+			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
+				return ck_fail(err, CK_E_USAGE, "mount: too many options");
+			fuse_argv[(*fuse_argc)++] = "-o";
+			fuse_argv[(*fuse_argc)++] = opt;
+		}
+#undef KEY
+	}
+	return 0;
+}
+
+int ck_cmd_mount(int argc, char **argv)
+{
+	const char *source = NULL, *mnt_arg = NULL;
+	char *maps[CK_MAX_MAPPINGS];
+	int n_maps = 0;
+	struct ck_fs_opts o;
+	memset(&o, 0, sizeof o);
+	o.cache.use_uring = 1;
+	o.cache.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
+	int fuse_argc = 3;
+	struct ck_err err;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			mount_help(stdout);
+			return 0;
+		} else if (!strcmp(a, "--mapping") && i + 1 < argc) {
+			if (n_maps == CK_MAX_MAPPINGS)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
+			maps[n_maps++] = argv[++i];
+		} else if (!strcmp(a, "-f")) {
+			o.foreground = 1;
+		} else if (!strcmp(a, "-o") && i + 1 < argc) {
+			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
+				return ck_cli_report(&err);
+		} else if (a[0] == '-' && a[1]) {
+			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "mount: unknown option %s", a), &err));
+		} else if (!source) {
+			source = a;
+		} else if (!mnt_arg) {
+			mnt_arg = a;
+		} else {
+			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "mount: too many arguments"), &err));
+		}
+	}
+	if (!source || !mnt_arg) {
+		mount_help(stderr);
+		return 2;
+	}
+	if (!o.cache.cache_size)
+		o.cache.cache_size = default_cache_size();
+	if (!o.cache.group_max) {
+		o.cache.group_max = o.cache.cache_size / 8;
+		if (o.cache.group_max > (256u << 20))
+			o.cache.group_max = 256u << 20;
+	}
+	char mountpoint[PATH_MAX];
+	if (!realpath(mnt_arg, mountpoint))
+		return ck_cli_report((ck_fail_sys(&err, errno, "%s: mount point", mnt_arg), &err));
+	/* Everything that can fail on the input fails here, before mounting. */
+	struct ck_view v;
+	if (ck_view_open(&v, source, maps, n_maps, &err) < 0)
+		return ck_cli_report(&err);
+	int pipefd[2] = {-1, -1};
+	if (!o.foreground) {
+		if (pipe(pipefd) < 0) {
+			ck_view_close(&v);
+			return ck_cli_report((ck_fail_sys(&err, errno, "pipe"), &err));
+		}
+		pid_t pid = fork();
+		if (pid < 0) {
+			ck_view_close(&v);
+			return ck_cli_report((ck_fail_sys(&err, errno, "fork"), &err));
+		}
+		if (pid > 0) { /* parent: wait for the child's word */
+			close(pipefd[1]);
+			char msg[2048];
+			size_t got = 0;
+			ssize_t r;
+			while (got < sizeof msg - 1 &&
+			       (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) != 0) {
+				if (r < 0 && errno == EINTR)
+					continue;
+				if (r < 0)
+					break;
+				got += (size_t)r;
+			}
+			msg[got] = '\0';
+			close(pipefd[0]);
+			ck_view_close(&v);
+			if (!strncmp(msg, "OK\n", 3))
+				return 0;
+			int st;
+			waitpid(pid, &st, 0);
+			char *nl = strchr(msg, '\n');
+			if (nl)
+				*nl = '\0';
+			fprintf(stderr, "ckptfs: %s\n",
+				got ? msg : "the daemon exited before the mount was live");
+			return 1;
+		}
+		close(pipefd[0]);
+		setsid();
+	}
+	int rc = ck_fs_run(v.plan, source, mountpoint, &o, fuse_argc, fuse_argv, pipefd[1], &err);
+	if (rc < 0 && o.foreground)
+		fprintf(stderr, "ckptfs: %s\n", err.msg);
+	ck_view_close(&v);
+	return rc < 0 ? 1 : 0;
+}

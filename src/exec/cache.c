@@ -1,0 +1,497 @@
+#include "cache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define HT_BITS 16
+
+enum { LOADING, READY };
+
+struct waiter {
+	struct waiter *next;
+	struct op *op;
+	unsigned char *dst;
+	uint64_t off, len; /* within the chunk */
+};
+
+struct entry {
+	uint32_t target;
+	uint64_t chunk;
+	int state, failed;
+	unsigned char *data;
+	uint64_t len;
+	int refs;
+	struct entry *hnext, *lprev, *lnext;
+	struct waiter *waiters;
+};
+
+struct op {
+	atomic_int pending;
+	atomic_int err;
+	ck_done_cb cb;
+	void *arg;
+};
+
+struct job {
+	struct job *next;
+	struct entry **ents;
+	size_t n;
+	int group;
+};
+
+struct copy {
+	struct entry *e;
+	unsigned char *dst;
+	uint64_t off, len;
+};
+
+struct ck_cache {
+	const struct ck_plan *plan;
+	struct ck_cache_opts o;
+	struct ck_engine eng;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct entry *ht[1 << HT_BITS];
+	struct entry lru; /* sentinel: lnext is the most recent */
+	struct job *qhead, *qtail;
+	int stop, nth, fell_back;
+	pthread_t th[64];
+	uint64_t bytes, hits, misses, evictions, groups, regions, errors, in_flight;
+	atomic_uchar *file_changed; /* per source file, set once and logged */
+	atomic_int logged_errors;
+};
+
+static size_t hslot(uint32_t t, uint64_t k)
+{
+	uint64_t h = ((uint64_t)t * 0x9E3779B97F4A7C15ULL) ^ (k * 0xC2B2AE3D27D4EB4FULL);
+	return (size_t)(h >> (64 - HT_BITS));
+}
+
+static struct entry *find(struct ck_cache *c, uint32_t t, uint64_t k)
+{
+	for (struct entry *e = c->ht[hslot(t, k)]; e; e = e->hnext)
+		if (e->target == t && e->chunk == k)
+			return e;
+	return NULL;
+}
+
+static void lru_unlink(struct entry *e)
+{
+	if (e->lprev) {
+		e->lprev->lnext = e->lnext;
+		e->lnext->lprev = e->lprev;
+		e->lprev = e->lnext = NULL;
+	}
+}
+
+static void lru_front(struct ck_cache *c, struct entry *e)
+{
+	lru_unlink(e);
+	e->lnext = c->lru.lnext;
+	e->lprev = &c->lru;
+	c->lru.lnext->lprev = e;
+	c->lru.lnext = e;
+}
+
+static void ht_remove(struct ck_cache *c, struct entry *e)
+{
+	struct entry **p = &c->ht[hslot(e->target, e->chunk)];
+	while (*p && *p != e)
+		p = &(*p)->hnext;
+	if (*p)
+		*p = e->hnext;
+}
+
+static uint64_t chunk_len(const struct ck_cache *c, uint32_t t, uint64_t k)
+{
+	uint64_t n = c->plan->t[t].nbytes - k * c->o.chunk;
+	return n < c->o.chunk ? n : c->o.chunk;
+}
+
+/* Drop least recently used unreferenced entries until under budget. */
+static void evict(struct ck_cache *c)
+{
+	struct entry *e = c->lru.lprev;
+	while (c->bytes > c->o.cache_size && e != &c->lru) {
+		struct entry *prev = e->lprev;
+		if (e->refs == 0 && e->state == READY) {
+			lru_unlink(e);
+			ht_remove(c, e);
+			c->bytes -= e->len;
+			c->evictions++;
+			free(e->data);
+			free(e);
+		}
+		e = prev;
+	}
+}
+
+static struct entry *new_entry(struct ck_cache *c, uint32_t t, uint64_t k)
+{
+	struct entry *e = calloc(1, sizeof *e);
+	if (!e)
+		return NULL;
+	e->target = t;
+	e->chunk = k;
+	e->state = LOADING;
+	e->len = chunk_len(c, t, k);
+	size_t s = hslot(t, k);
+	e->hnext = c->ht[s];
+	c->ht[s] = e;
+	return e;
+}
+
+/* Under the lock: create the loading entries and queue their job. */
+static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
+{
+	const struct ck_plan *p = c->plan;
+	const struct ck_group *g = &p->g[p->t[t].group];
+	struct job *j = calloc(1, sizeof *j);
+	if (!j)
+		return NULL;
+	int whole = g->out_bytes <= c->o.group_max;
+	size_t cap = 1;
+	if (whole) {
+		cap = 0;
+		for (size_t i = 0; i < g->n_targets; i++)
+			cap += (p->t[g->targets[i]].nbytes + c->o.chunk - 1) / c->o.chunk;
+	}
+	j->ents = malloc((cap ? cap : 1) * sizeof *j->ents);
+	struct entry *mine = j->ents ? new_entry(c, t, k) : NULL;
+	if (!mine) {
+		free(j->ents);
+		free(j);
+		return NULL;
+	}
+	j->ents[j->n++] = mine;
+	j->group = whole;
+	for (size_t i = 0; whole && i < g->n_targets; i++) {
+		uint32_t u = g->targets[i];
+		uint64_t nk = (p->t[u].nbytes + c->o.chunk - 1) / c->o.chunk;
+		for (uint64_t q = 0; q < nk; q++) {
+			if (find(c, u, q))
+				continue;
+			struct entry *e = new_entry(c, u, q);
+			if (e && j->n < cap)
+				j->ents[j->n++] = e;
+			else if (e) { /* cannot happen: cap counts every chunk */
+				ht_remove(c, e);
+				free(e);
+			}
+		}
+	}
+	if (c->qtail)
+		c->qtail->next = j;
+	else
+		c->qhead = j;
+	c->qtail = j;
+	pthread_cond_signal(&c->cv);
+	return mine;
+}
+
+static void op_done(struct op *op)
+{
+	if (atomic_fetch_sub(&op->pending, 1) == 1) {
+		op->cb(op->arg, atomic_load(&op->err));
+		free(op);
+	}
+}
+
+static void log_msg(struct ck_cache *c, const char *msg)
+{
+	if (c->o.log)
+		c->o.log(c->o.log_ctx, msg);
+}
+
+/* Has a source file of target t changed size or mtime since the catalog? */
+static int target_sources_changed(struct ck_cache *c, uint32_t t)
+{
+	const struct ck_catalog *cat = c->plan->cat;
+	const struct ck_value *v = &c->plan->t[t].v;
+	for (size_t i = 0; i < v->n; i++) {
+		uint32_t f = cat->entries[v->p[i].src].file;
+		if (atomic_load(&c->file_changed[f]))
+			return 1;
+		if (i && cat->entries[v->p[i - 1].src].file == f)
+			continue;
+		struct stat st;
+		const struct ck_source_file *sf = &cat->files[f];
+		if (fstat(sf->fd, &st) < 0 || (uint64_t)st.st_size != sf->size ||
+		    st.st_mtim.tv_sec != sf->mtime.tv_sec || st.st_mtim.tv_nsec != sf->mtime.tv_nsec) {
+			if (!atomic_exchange(&c->file_changed[f], 1)) {
+				char m[4200];
+				snprintf(m, sizeof m,
+					 "%s: changed after mount (size or mtime); reads that need it "
+					 "fail with EIO",
+					 sf->path);
+				log_msg(c, m);
+			}
+			return 1;
+		}
+	}
+	return 0;
+}
+
+static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
+{
+	uint64_t total = 0;
+	for (size_t i = 0; i < j->n; i++)
+		total += j->ents[i]->len;
+	pthread_mutex_lock(&c->mu);
+	c->bytes += total; /* working buffers count against the budget */
+	c->in_flight++;
+	if (j->group)
+		c->groups++;
+	else
+		c->regions++;
+	evict(c);
+	pthread_mutex_unlock(&c->mu);
+	if (c->o.delay_ms) { /* test hook: a slow evaluation, already in flight */
+		struct timespec ts = {c->o.delay_ms / 1000, (long)(c->o.delay_ms % 1000) * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	for (size_t i = 0; i < j->n; i++) {
+		struct entry *e = j->ents[i];
+		struct ck_err err;
+		e->data = malloc(e->len ? e->len : 1);
+		if (!e->data) {
+			e->failed = -ENOMEM;
+			continue;
+		}
+		if (target_sources_changed(c, e->target)) {
+			e->failed = -EIO;
+			continue;
+		}
+		if (ck_engine_read(ctx, e->target, e->chunk * c->o.chunk, e->len, e->data, &err) < 0) {
+			e->failed = err.sys_errno ? -err.sys_errno : -EIO;
+			if (atomic_fetch_add(&c->logged_errors, 1) < 16)
+				log_msg(c, err.msg);
+		}
+	}
+	/* publish, then deliver outside the lock while holding a reference */
+	struct waiter **lists = malloc(j->n * sizeof *lists);
+	pthread_mutex_lock(&c->mu);
+	c->in_flight--;
+	for (size_t i = 0; i < j->n; i++) {
+		struct entry *e = j->ents[i];
+		if (lists)
+			lists[i] = e->waiters;
+		e->waiters = NULL;
+		if (e->failed) {
+			c->errors++;
+			c->bytes -= e->len;
+			ht_remove(c, e); /* a later read tries again */
+			free(e->data);
+			e->data = NULL;
+		} else {
+			e->state = READY;
+			lru_front(c, e);
+		}
+		e->refs++;
+	}
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < j->n; i++) {
+		struct entry *e = j->ents[i];
+		struct waiter *w = lists ? lists[i] : NULL;
+		while (w) {
+			struct waiter *next = w->next;
+			if (e->failed)
+				atomic_store(&w->op->err, e->failed);
+			else
+				memcpy(w->dst, e->data + w->off, w->len);
+			op_done(w->op);
+			free(w);
+			w = next;
+		}
+	}
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < j->n; i++) {
+		struct entry *e = j->ents[i];
+		e->refs--;
+		if (e->failed)
+			free(e); /* unhashed above; nobody else can reach it */
+	}
+	evict(c);
+	pthread_mutex_unlock(&c->mu);
+	free(lists);
+	free(j->ents);
+	free(j);
+}
+
+static void *evaluator(void *arg)
+{
+	struct ck_cache *c = arg;
+	struct ck_eval_ctx ctx;
+	ck_eval_ctx_init(&ctx, &c->eng);
+	if (ctx.uring_fell_back) {
+		pthread_mutex_lock(&c->mu);
+		if (!c->fell_back++)
+			log_msg(c, "io_uring is unavailable; reading with pread");
+		pthread_mutex_unlock(&c->mu);
+	}
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		while (!c->qhead && !c->stop)
+			pthread_cond_wait(&c->cv, &c->mu);
+		struct job *j = c->qhead;
+		if (!j) {
+			pthread_mutex_unlock(&c->mu);
+			break;
+		}
+		c->qhead = j->next;
+		if (!c->qhead)
+			c->qtail = NULL;
+		pthread_mutex_unlock(&c->mu);
+		run_job(c, &ctx, j);
+	}
+	ck_eval_ctx_free(&ctx);
+	return NULL;
+}
+
+int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, struct ck_cache **out,
+		 struct ck_err *err)
+{
+	struct ck_cache *c = calloc(1, sizeof *c);
+	if (!c || !(c->file_changed = calloc(plan->cat->n_files + 1, sizeof *c->file_changed))) {
+		free(c);
+		return ck_fail_sys(err, ENOMEM, "cache");
+	}
+	c->plan = plan;
+	c->o = *o;
+	if (!c->o.chunk)
+		c->o.chunk = 4u << 20;
+	if (c->o.threads < 1)
+		c->o.threads = 1;
+	if (c->o.threads > 64)
+		c->o.threads = 64;
+	c->lru.lnext = c->lru.lprev = &c->lru;
+	ck_engine_init(&c->eng, plan, o->use_uring);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	for (; c->nth < c->o.threads; c->nth++)
+		if (pthread_create(&c->th[c->nth], NULL, evaluator, c) != 0)
+			break;
+	if (c->nth == 0) {
+		ck_cache_free(c);
+		return ck_fail_sys(err, EAGAIN, "cache: cannot start evaluator threads");
+	}
+	*out = c;
+	return 0;
+}
+
+void ck_cache_free(struct ck_cache *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->stop = 1;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	for (int i = 0; i < c->nth; i++)
+		pthread_join(c->th[i], NULL);
+	for (size_t s = 0; s < (1u << HT_BITS); s++)
+		for (struct entry *e = c->ht[s], *n; e; e = n) {
+			n = e->hnext;
+			free(e->data);
+			free(e);
+		}
+	pthread_mutex_destroy(&c->mu);
+	pthread_cond_destroy(&c->cv);
+	free(c->file_changed);
+	free(c);
+}
+
+int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, unsigned char *buf,
+		  ck_done_cb cb, void *arg)
+{
+	struct op *op = calloc(1, sizeof *op);
+	size_t ncopy = 0, cap = 0;
+	for (size_t i = 0; i < n; i++)
+		if (spans[i].len)
+			cap += (spans[i].off + spans[i].len - 1) / c->o.chunk - spans[i].off / c->o.chunk + 1;
+	struct copy *cp = malloc((cap ? cap : 1) * sizeof *cp);
+	if (!op || !cp) {
+		free(op);
+		free(cp);
+		return -ENOMEM;
+	}
+	op->cb = cb;
+	op->arg = arg;
+	atomic_store(&op->pending, 1); /* held by this call until the end */
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < n; i++) {
+		const struct ck_span *s = &spans[i];
+		for (uint64_t pos = s->off; pos < s->off + s->len;) {
+			uint64_t k = pos / c->o.chunk, in = pos - k * c->o.chunk;
+			uint64_t len = c->o.chunk - in;
+			if (len > s->off + s->len - pos)
+				len = s->off + s->len - pos;
+			unsigned char *dst = buf + s->dst + (pos - s->off);
+			struct entry *e = find(c, s->target, k);
+			if (e && e->state == READY) {
+				c->hits++;
+				e->refs++;
+				lru_front(c, e);
+				cp[ncopy++] = (struct copy){e, dst, in, len};
+			} else {
+				struct waiter *w = malloc(sizeof *w);
+				if (!e)
+					c->misses++;
+				if (w && !e)
+					e = schedule(c, s->target, k);
+				if (!w || !e) {
+					free(w);
+					atomic_store(&op->err, -ENOMEM);
+				} else {
+					*w = (struct waiter){e->waiters, op, dst, in, len};
+					e->waiters = w;
+					atomic_fetch_add(&op->pending, 1);
+				}
+			}
+			pos += len;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < ncopy; i++)
+		memcpy(cp[i].dst, cp[i].e->data + cp[i].off, cp[i].len);
+	if (ncopy) {
+		pthread_mutex_lock(&c->mu);
+		for (size_t i = 0; i < ncopy; i++)
+			cp[i].e->refs--;
+		evict(c);
+		pthread_mutex_unlock(&c->mu);
+	}
+	free(cp);
+	op_done(op);
+	return 0;
+}
+
+void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
+{
+	pthread_mutex_lock(&c->mu);
+	s->groups_evaluated = c->groups;
+	s->regions_evaluated = c->regions;
+	s->cache_hits = c->hits;
+	s->cache_misses = c->misses;
+	s->cache_bytes = c->bytes;
+	s->cache_evictions = c->evictions;
+	s->read_errors = c->errors;
+	s->evaluations_in_flight = c->in_flight;
+	pthread_mutex_unlock(&c->mu);
+	s->source_bytes_read = atomic_load(&c->eng.source_bytes_read);
+	s->read_requests = atomic_load(&c->eng.read_requests);
+}
+
+int ck_cache_uring_fell_back(struct ck_cache *c)
+{
+	pthread_mutex_lock(&c->mu);
+	int r = c->fell_back;
+	pthread_mutex_unlock(&c->mu);
+	return r;
+}

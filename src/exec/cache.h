@@ -1,0 +1,56 @@
+/* The evaluation cache behind the mount. Target bytes are cached in chunks
+ * (target, chunk index) under a byte budget with LRU eviction. A read never
+ * blocks its caller on an evaluation: it takes what is cached, registers as a
+ * waiter on the chunks that are not, and its callback runs when the last one
+ * arrives (on an evaluator thread). A miss in a dependency group whose output
+ * fits `group_max` evaluates the whole group once (siblings included);
+ * bigger groups are evaluated chunk by chunk. Concurrent readers of a chunk
+ * being evaluated wait for that one evaluation: no duplicate I/O.
+ *
+ * Memory bound: cache_size, plus the chunks being evaluated (at most
+ * `threads` jobs of at most max(group_max, chunk) bytes each) and each
+ * evaluator's staging window (CK_WINDOW_MAX), plus in-flight read buffers. */
+#ifndef CK_CACHE_H
+#define CK_CACHE_H
+
+#include <stdint.h>
+
+#include "../plan/flat.h"
+#include "../plan/plan.h"
+#include "engine.h"
+
+struct ck_cache_opts {
+	uint64_t cache_size;
+	uint64_t chunk;	    /* bytes of a target per cache entry */
+	uint64_t group_max; /* groups with at most this many output bytes evaluate whole */
+	int threads;	    /* evaluator threads */
+	int use_uring;
+	unsigned delay_ms; /* test hook: sleep before each evaluation */
+	void (*log)(void *ctx, const char *msg);
+	void *log_ctx;
+};
+
+struct ck_cache_stats {
+	uint64_t source_bytes_read, read_requests, groups_evaluated, regions_evaluated;
+	uint64_t cache_hits, cache_misses, cache_bytes, cache_evictions, read_errors;
+	uint64_t evaluations_in_flight;
+};
+
+/* err is 0 or a negative errno. Called exactly once per ck_cache_read. */
+typedef void (*ck_done_cb)(void *arg, int err);
+
+struct ck_cache;
+
+int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, struct ck_cache **out,
+		 struct ck_err *err);
+/* Stops the evaluators (pending reads complete first) and frees. */
+void ck_cache_free(struct ck_cache *c);
+/* Fill buf from the spans (ck_flat_spans' format; dst is the offset in buf).
+ * Returns 0 (cb will be or was called) or -ENOMEM (cb is not called). */
+int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, unsigned char *buf,
+		  ck_done_cb cb, void *arg);
+void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s);
+/* Whether io_uring could not be set up and pread is used. */
+int ck_cache_uring_fell_back(struct ck_cache *c);
+
+#endif

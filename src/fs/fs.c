@@ -1,0 +1,724 @@
+#define FUSE_USE_VERSION 312
+#include "fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../util/jsonw.h"
+#include "../util/strmap.h"
+#include "names.h"
+
+enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_FLAT, INO_STATS, INO_PLAN, INO_FIRST = 16 };
+#define TIMEOUT 86400.0 /* the view is immutable */
+#define BLKSIZE (1u << 20)
+
+struct ckfs {
+	const struct ck_plan *plan;
+	const char *source, *mountpoint;
+	struct ck_fs_opts o;
+	struct ck_flat flat;
+	struct ck_cache *cache;
+	char **names; /* escaped file name per target */
+	struct ck_strmap by_name;
+	char *plan_json;
+	size_t plan_json_len;
+	int ready_fd;
+	FILE *log;
+	pthread_mutex_t log_mu;
+	time_t mounted_at;
+};
+
+struct snapshot {
+	char *data;
+	size_t len;
+};
+
+static void fs_log(void *ctx, const char *msg)
+{
+	struct ckfs *fs = ctx;
+	if (!fs->log)
+		return;
+	pthread_mutex_lock(&fs->log_mu);
+	fprintf(fs->log, "ckptfs: %s\n", msg);
+	fflush(fs->log);
+	pthread_mutex_unlock(&fs->log_mu);
+}
+
+static int is_target(const struct ckfs *fs, fuse_ino_t ino)
+{
+	return ino >= INO_FIRST && ino - INO_FIRST < fs->plan->n;
+}
+
+static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	st->st_ino = ino;
+	st->st_uid = getuid();
+	st->st_gid = getgid();
+	st->st_blksize = BLKSIZE;
+	st->st_mtime = st->st_ctime = st->st_atime = fs->mounted_at;
+	if (ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META) {
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		return;
+	}
+	st->st_mode = S_IFREG | 0444;
+	st->st_nlink = 1;
+	if (ino == INO_FLAT)
+		st->st_size = (off_t)fs->flat.size;
+	else if (ino == INO_PLAN)
+		st->st_size = (off_t)fs->plan_json_len;
+	else if (is_target(fs, ino))
+		st->st_size = (off_t)fs->plan->t[ino - INO_FIRST].nbytes;
+	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+static int valid_ino(const struct ckfs *fs, fuse_ino_t ino)
+{
+	return (ino >= INO_ROOT && ino <= INO_PLAN) || is_target(fs, ino);
+}
+
+static void reply_entry(fuse_req_t req, const struct ckfs *fs, fuse_ino_t ino)
+{
+	struct fuse_entry_param e;
+	memset(&e, 0, sizeof e);
+	e.ino = ino;
+	e.attr_timeout = e.entry_timeout = ino == INO_STATS ? 0 : TIMEOUT;
+	fill_attr(fs, ino, &e.attr);
+	fuse_reply_entry(req, &e);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	struct ckfs *fs = userdata;
+	/* 1 MiB requests: libfuse 3.14 derives the kernel's max_pages from
+	 * max_write (reference/fuse-performance.md) */
+	conn->max_write = 1u << 20;
+	conn->max_readahead = 1u << 20;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* raise the mount's bdi readahead, found from mountinfo: a stat of the
+	 * mount point from inside the daemon would wait for this very INIT */
+	FILE *mi = fopen("/proc/self/mountinfo", "r");
+	char line[8192];
+	while (mi && fgets(line, sizeof line, mi)) {
+		unsigned maj, min;
+		char mnt[4096];
+		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, mnt) == 3 &&
+		    !strcmp(mnt, fs->mountpoint)) {
+			char p[128];
+			snprintf(p, sizeof p, "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+			int fd = open(p, O_WRONLY | O_CLOEXEC);
+			if (fd >= 0) {
+				if (write(fd, "1024", 4) != 4)
+					fs_log(fs, "could not raise the mount's readahead");
+				close(fd);
+			}
+		}
+	}
+	if (mi)
+		fclose(mi);
+	if (fs->ready_fd >= 0) {
+		if (write(fs->ready_fd, "OK\n", 3) != 3)
+			fs_log(fs, "could not report readiness");
+		close(fs->ready_fd);
+		fs->ready_fd = -1;
+	}
+	char msg[8400];
+	snprintf(msg, sizeof msg, "mounted %s on %s (%zu tensors)", fs->source, fs->mountpoint,
+		 fs->plan->n);
+	fs_log(fs, msg);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct ckfs *fs = fuse_req_userdata(req);
+	fuse_ino_t ino = 0;
+	if (parent == INO_ROOT) {
+		ino = !strcmp(name, "tensors")		   ? INO_TENSORS
+		      : !strcmp(name, ".ckptfs")	   ? INO_META
+		      : !strcmp(name, "model.safetensors") ? INO_FLAT
+							   : 0;
+	} else if (parent == INO_META) {
+		ino = !strcmp(name, "stats.json") ? INO_STATS : !strcmp(name, "plan.json") ? INO_PLAN : 0;
+	} else if (parent == INO_TENSORS) {
+		uint32_t i;
+		if (ck_strmap_get(&fs->by_name, name, &i) == 0)
+			ino = INO_FIRST + i;
+	}
+	if (!ino)
+		fuse_reply_err(req, ENOENT);
+	else
+		reply_entry(req, fs, ino);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct ckfs *fs = fuse_req_userdata(req);
+	if (!valid_ino(fs, ino)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	struct stat st;
+	fill_attr(fs, ino, &st);
+	fuse_reply_attr(req, &st, ino == INO_STATS ? 0 : TIMEOUT);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	struct ckfs *fs = fuse_req_userdata(req);
+	static const char *const root[] = {".", "..", "tensors", "model.safetensors", ".ckptfs"};
+	static const fuse_ino_t root_ino[] = {INO_ROOT, INO_ROOT, INO_TENSORS, INO_FLAT, INO_META};
+	static const char *const meta[] = {".", "..", "stats.json", "plan.json"};
+	static const fuse_ino_t meta_ino[] = {INO_META, INO_ROOT, INO_STATS, INO_PLAN};
+	if (ino != INO_ROOT && ino != INO_TENSORS && ino != INO_META) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	char *buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t used = 0;
+	size_t count = ino == INO_ROOT ? 5 : ino == INO_META ? 4 : 2 + fs->plan->n;
+	for (size_t i = (size_t)off; i < count; i++) {
+		const char *name;
+		fuse_ino_t e;
+		if (ino == INO_ROOT)
+			name = root[i], e = root_ino[i];
+		else if (ino == INO_META)
+			name = meta[i], e = meta_ino[i];
+		else if (i < 2)
+			name = i ? ".." : ".", e = i ? INO_ROOT : INO_TENSORS;
+		else
+			name = fs->names[i - 2], e = INO_FIRST + (i - 2);
+		struct stat st;
+		memset(&st, 0, sizeof st);
+		st.st_ino = e;
+		st.st_mode = (e == INO_ROOT || e == INO_TENSORS || e == INO_META) ? S_IFDIR : S_IFREG;
+		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
+		if (n > size - used)
+			break;
+		used += n;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static char *stats_json(struct ckfs *fs, size_t *len)
+{
+	struct ck_cache_stats s;
+	ck_cache_get_stats(fs->cache, &s);
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	fprintf(f,
+		"{\"source_bytes_read\": %" PRIu64 ", \"read_requests\": %" PRIu64
+		", \"groups_evaluated\": %" PRIu64 ", \"regions_evaluated\": %" PRIu64
+		", \"cache_hits\": %" PRIu64 ", \"cache_misses\": %" PRIu64
+		", \"cache_bytes\": %" PRIu64 ", \"cache_size\": %" PRIu64
+		", \"cache_evictions\": %" PRIu64 ", \"read_errors\": %" PRIu64
+		", \"evaluations_in_flight\": %" PRIu64 ", \"io\": \"%s\"}\n",
+		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
+		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.cache.cache_size,
+		s.cache_evictions, s.read_errors, s.evaluations_in_flight,
+		fs->o.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread");
+	return fclose(f) == 0 ? buf : (free(buf), NULL);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct ckfs *fs = fuse_req_userdata(req);
+	if (!valid_ino(fs, ino)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (ino == INO_STATS) { /* live: a snapshot per open, never a cached copy */
+		struct snapshot *s = malloc(sizeof *s);
+		if (!s || !(s->data = stats_json(fs, &s->len))) {
+			free(s);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		fi->fh = (uintptr_t)s;
+		fi->direct_io = 1;
+	} else {
+		fi->keep_cache = 1;
+	}
+	fuse_reply_open(req, fi);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	if (ino == INO_STATS && fi->fh) {
+		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+		free(s->data);
+		free(s);
+	}
+	fuse_reply_err(req, 0);
+}
+
+struct pending {
+	fuse_req_t req;
+	unsigned char *buf;
+	size_t len;
+	struct ck_span *spans;
+};
+
+static void read_done(void *arg, int err)
+{
+	struct pending *p = arg;
+	if (err)
+		fuse_reply_err(p->req, -err);
+	else
+		fuse_reply_buf(p->req, (const char *)p->buf, p->len);
+	free(p->buf);
+	free(p->spans);
+	free(p);
+}
+
+static void reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off)
+{
+	if ((size_t)off >= len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, data + off, len - (size_t)off < size ? len - (size_t)off : size);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct ckfs *fs = fuse_req_userdata(req);
+	if (ino == INO_STATS) {
+		/* reply from a copy this thread owns: once the reply is written, the
+		 * reader may close the file and release() frees the snapshot while
+		 * this thread is still returning from fuse_reply_buf */
+		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+		size_t n = (size_t)off < s->len ? s->len - (size_t)off : 0;
+		n = n < size ? n : size;
+		char *copy = malloc(n ? n : 1);
+		if (!copy) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		memcpy(copy, s->data + (n ? off : 0), n);
+		fuse_reply_buf(req, copy, n);
+		free(copy);
+		return;
+	}
+	if (ino == INO_PLAN) {
+		reply_slice(req, fs->plan_json, fs->plan_json_len, size, off);
+		return;
+	}
+	uint64_t total = ino == INO_FLAT ? fs->flat.size
+			 : is_target(fs, ino) ? fs->plan->t[ino - INO_FIRST].nbytes
+					      : 0;
+	if (!is_target(fs, ino) && ino != INO_FLAT) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if ((uint64_t)off >= total || size == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	size_t len = (uint64_t)size < total - (uint64_t)off ? size : (size_t)(total - (uint64_t)off);
+	struct pending *p = calloc(1, sizeof *p);
+	if (p)
+		p->buf = malloc(len);
+	if (!p || !p->buf) {
+		free(p);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	p->req = req;
+	p->len = len;
+	size_t n;
+	if (ino == INO_FLAT) {
+		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, p->buf, NULL, 0);
+		p->spans = malloc((n ? n : 1) * sizeof *p->spans);
+		if (p->spans)
+			ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, p->spans, n);
+	} else {
+		n = 1;
+		p->spans = malloc(sizeof *p->spans);
+		if (p->spans)
+			p->spans[0] = (struct ck_span){(uint32_t)(ino - INO_FIRST), (uint64_t)off, len, 0};
+	}
+	if (!p->spans || ck_cache_read(fs->cache, p->spans, n, p->buf, read_done, p) < 0) {
+		free(p->spans);
+		free(p->buf);
+		free(p);
+		fuse_reply_err(req, ENOMEM);
+	}
+	/* the reply comes from read_done, possibly on an evaluator thread */
+}
+
+/* Extended attributes of tensor files: dtype, shape, group and its sources. */
+static char *xattr_value(struct ckfs *fs, fuse_ino_t ino, const char *name, size_t *len)
+{
+	const struct ck_target *t = &fs->plan->t[ino - INO_FIRST];
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	int found = 1;
+	if (!strcmp(name, "user.ckptfs.dtype"))
+		fprintf(f, "%s", ck_dtype_name(t->v.dtype));
+	else if (!strcmp(name, "user.ckptfs.shape")) {
+		fputc('[', f);
+		for (int d = 0; d < t->v.ndim; d++)
+			fprintf(f, "%s%" PRId64, d ? ", " : "", t->v.shape[d]);
+		fputc(']', f);
+	} else if (!strcmp(name, "user.ckptfs.group"))
+		fprintf(f, "%" PRIu32, t->group);
+	else if (!strcmp(name, "user.ckptfs.sources")) {
+		const struct ck_group *g = &fs->plan->g[t->group];
+		fputc('[', f);
+		for (size_t k = 0; k < g->n_sources; k++) {
+			fprintf(f, "%s", k ? ", " : "");
+			ck_json_fput_str(f, fs->plan->cat->entries[g->sources[k]].t.name);
+		}
+		fputc(']', f);
+	} else
+		found = 0;
+	if (fclose(f) != 0 || !found) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}
+
+static const char XATTRS[] = "user.ckptfs.dtype\0user.ckptfs.shape\0user.ckptfs.group\0"
+			     "user.ckptfs.sources";
+
+static void reply_sized(fuse_req_t req, const char *data, size_t len, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, data, len);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct ckfs *fs = fuse_req_userdata(req);
+	size_t len;
+	char *v = is_target(fs, ino) ? xattr_value(fs, ino, name, &len) : NULL;
+	if (!v) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	reply_sized(req, v, len, size);
+	free(v);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct ckfs *fs = fuse_req_userdata(req);
+	if (!is_target(fs, ino))
+		reply_sized(req, "", 0, size);
+	else
+		reply_sized(req, XATTRS, sizeof XATTRS, size);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	(void)ino;
+	struct ckfs *fs = fuse_req_userdata(req);
+	struct statvfs s;
+	memset(&s, 0, sizeof s);
+	s.f_bsize = s.f_frsize = 4096;
+	s.f_blocks = (fs->plan->total_bytes + fs->flat.size + 4095) / 4096;
+	s.f_files = fs->plan->n + 6;
+	s.f_namemax = 255;
+	s.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &s);
+}
+
+/* Every write-side operation: the view is read-only. */
+static void erofs_entry(fuse_req_t req)
+{
+	fuse_reply_err(req, EROFS);
+}
+static void op_mknod(fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, dev_t d)
+{
+	(void)p, (void)n, (void)m, (void)d;
+	erofs_entry(r);
+}
+static void op_mkdir(fuse_req_t r, fuse_ino_t p, const char *n, mode_t m)
+{
+	(void)p, (void)n, (void)m;
+	erofs_entry(r);
+}
+static void op_unlink(fuse_req_t r, fuse_ino_t p, const char *n)
+{
+	(void)p, (void)n;
+	erofs_entry(r);
+}
+static void op_symlink(fuse_req_t r, const char *l, fuse_ino_t p, const char *n)
+{
+	(void)l, (void)p, (void)n;
+	erofs_entry(r);
+}
+static void op_rename(fuse_req_t r, fuse_ino_t p, const char *n, fuse_ino_t np, const char *nn,
+		      unsigned f)
+{
+	(void)p, (void)n, (void)np, (void)nn, (void)f;
+	erofs_entry(r);
+}
+static void op_link(fuse_req_t r, fuse_ino_t i, fuse_ino_t p, const char *n)
+{
+	(void)i, (void)p, (void)n;
+	erofs_entry(r);
+}
+static void op_setattr(fuse_req_t r, fuse_ino_t i, struct stat *a, int s, struct fuse_file_info *f)
+{
+	(void)i, (void)a, (void)s, (void)f;
+	erofs_entry(r);
+}
+static void op_write(fuse_req_t r, fuse_ino_t i, const char *b, size_t s, off_t o,
+		     struct fuse_file_info *f)
+{
+	(void)i, (void)b, (void)s, (void)o, (void)f;
+	erofs_entry(r);
+}
+static void op_create(fuse_req_t r, fuse_ino_t p, const char *n, mode_t m, struct fuse_file_info *f)
+{
+	(void)p, (void)n, (void)m, (void)f;
+	erofs_entry(r);
+}
+static void op_setxattr(fuse_req_t r, fuse_ino_t i, const char *n, const char *v, size_t s, int f)
+{
+	(void)i, (void)n, (void)v, (void)s, (void)f;
+	erofs_entry(r);
+}
+static void op_removexattr(fuse_req_t r, fuse_ino_t i, const char *n)
+{
+	(void)i, (void)n;
+	erofs_entry(r);
+}
+
+static const struct fuse_lowlevel_ops ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.getattr = op_getattr,
+	.readdir = op_readdir,
+	.open = op_open,
+	.release = op_release,
+	.read = op_read,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.statfs = op_statfs,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.setattr = op_setattr,
+	.write = op_write,
+	.create = op_create,
+	.setxattr = op_setxattr,
+	.removexattr = op_removexattr,
+};
+
+static char *build_plan_json(const struct ckfs *fs, size_t *len)
+{
+	const struct ck_plan *p = fs->plan;
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	fprintf(f, "{\"source\": ");
+	ck_json_fput_str(f, fs->source);
+	fprintf(f, ", \"format\": \"%s\", \"flat_header_bytes\": %" PRIu64 ", \"targets\": [",
+		p->cat->format, fs->flat.header_len);
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+		ck_json_fput_str(f, t->name);
+		fprintf(f, ", \"file\": ");
+		char path[300];
+		snprintf(path, sizeof path, "tensors/%s", fs->names[i]);
+		ck_json_fput_str(f, path);
+		fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", ck_dtype_name(t->v.dtype));
+		for (int d = 0; d < t->v.ndim; d++)
+			fprintf(f, "%s%" PRId64, d ? ", " : "", t->v.shape[d]);
+		fprintf(f, "], \"bytes\": %" PRIu64 ", \"group\": %" PRIu32 ", \"flat_offset\": %" PRIu64
+			   "}",
+			t->nbytes, t->group, fs->flat.off[i]);
+	}
+	fprintf(f, "\n], \"groups\": [");
+	for (size_t g = 0; g < p->n_groups; g++) {
+		const struct ck_group *gr = &p->g[g];
+		fprintf(f, "%s\n  {\"id\": %zu, \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
+			   ", \"sources\": [",
+			g ? "," : "", g, gr->in_bytes, gr->out_bytes);
+		for (size_t k = 0; k < gr->n_sources; k++) {
+			const struct ck_catalog_entry *e = &p->cat->entries[gr->sources[k]];
+			fprintf(f, "%s{\"name\": ", k ? ", " : "");
+			ck_json_fput_str(f, e->t.name);
+			fprintf(f, ", \"file\": ");
+			ck_json_fput_str(f, p->cat->files[e->file].name);
+			fprintf(f, ", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", e->t.offset,
+				e->t.nbytes);
+		}
+		fprintf(f, "]}");
+	}
+	fprintf(f, "\n]}\n");
+	return fclose(f) == 0 ? buf : (free(buf), NULL);
+}
+
+static void free_fs(struct ckfs *fs)
+{
+	ck_cache_free(fs->cache);
+	for (size_t i = 0; fs->names && i < fs->plan->n; i++)
+		free(fs->names[i]);
+	free(fs->names);
+	ck_strmap_free(&fs->by_name);
+	ck_flat_free(&fs->flat);
+	free(fs->plan_json);
+	if (fs->log && fs->log != stderr)
+		fclose(fs->log);
+	pthread_mutex_destroy(&fs->log_mu);
+}
+
+static int report(int *ready_fd, struct ck_err *err)
+{
+	if (*ready_fd >= 0) {
+		dprintf(*ready_fd, "%s\n", err->msg);
+		close(*ready_fd);
+		*ready_fd = -1;
+	}
+	return -1;
+}
+
+int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountpoint,
+	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
+	      struct ck_err *err)
+{
+	struct ckfs fs;
+	memset(&fs, 0, sizeof fs);
+	fs.plan = plan;
+	fs.source = source;
+	fs.mountpoint = mountpoint;
+	fs.o = *o;
+	fs.ready_fd = ready_fd;
+	fs.mounted_at = time(NULL);
+	fs.log = stderr;
+	pthread_mutex_init(&fs.log_mu, NULL);
+	int rc = -1;
+	struct fuse_session *se = NULL;
+	struct fuse_loop_config *cfg = NULL;
+	struct fuse_args args = FUSE_ARGS_INIT(fuse_argc, fuse_argv);
+	if (o->log_path && !(fs.log = fopen(o->log_path, "a"))) {
+		fs.log = stderr;
+		ck_fail_sys(err, errno, "%s: cannot open the log", o->log_path);
+		goto out;
+	}
+	if (ck_flat_build(plan, &fs.flat, err) < 0)
+		goto out;
+	fs.names = calloc(plan->n ? plan->n : 1, sizeof *fs.names);
+	if (!fs.names || ck_strmap_init(&fs.by_name, plan->n) < 0) {
+		ck_fail_sys(err, ENOMEM, "mount");
+		goto out;
+	}
+	for (size_t i = 0; i < plan->n; i++) {
+		uint32_t other;
+		if (!(fs.names[i] = ck_escape_name(plan->t[i].name))) {
+			ck_fail_sys(err, ENOMEM, "mount");
+			goto out;
+		}
+		if (ck_strmap_put(&fs.by_name, fs.names[i], (uint32_t)i, &other) == 1) {
+			ck_fail(err, CK_E_MAPPING, "keys \"%s\" and \"%s\" map to one file name \"%s\"",
+				plan->t[other].name, plan->t[i].name, fs.names[i]);
+			goto out;
+		}
+	}
+	if (!(fs.plan_json = build_plan_json(&fs, &fs.plan_json_len))) {
+		ck_fail_sys(err, ENOMEM, "plan.json");
+		goto out;
+	}
+	struct ck_cache_opts co = o->cache;
+	co.log = fs_log;
+	co.log_ctx = &fs;
+	if (ck_cache_new(plan, &co, &fs.cache, err) < 0)
+		goto out;
+	se = fuse_session_new(&args, &ops, sizeof ops, &fs);
+	if (!se) {
+		ck_fail(err, CK_E_USAGE, "cannot start the FUSE session (see the options above)");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(se) != 0) {
+		ck_fail(err, CK_E_SYS, "cannot install signal handlers");
+		goto out_session;
+	}
+	if (fuse_session_mount(se, mountpoint) != 0) {
+		ck_fail(err, CK_E_SYS, "%s: cannot mount (is it an empty directory, and is /dev/fuse "
+				       "usable?)",
+			mountpoint);
+		goto out_signals;
+	}
+	if (!o->foreground) { /* detach stdio; messages go to the log, if any */
+		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+		if (null >= 0) {
+			dup2(null, 0);
+			dup2(null, 1);
+			if (!o->log_path)
+				dup2(null, 2);
+			close(null);
+		}
+		if (chdir("/") != 0)
+			fs_log(&fs, "cannot chdir to /");
+	}
+	cfg = fuse_loop_cfg_create();
+	if (!cfg) {
+		ck_fail_sys(err, ENOMEM, "FUSE loop");
+		goto out_unmount;
+	}
+	fuse_loop_cfg_set_max_threads(cfg, (unsigned)(o->fuse_threads > 0 ? o->fuse_threads : 10));
+	fuse_loop_cfg_set_clone_fd(cfg, 0);
+	rc = fuse_session_loop_mt(se, cfg) == 0 ? 0 : -1;
+	if (rc < 0)
+		ck_fail(err, CK_E_SYS, "the FUSE loop failed");
+	fuse_loop_cfg_destroy(cfg);
+out_unmount:
+	/* evaluators may still be answering requests (kernel readahead): let
+	 * them finish and join them before the session goes away */
+	ck_cache_free(fs.cache);
+	fs.cache = NULL;
+	fuse_session_unmount(se);
+out_signals:
+	fuse_remove_signal_handlers(se);
+out_session:
+	fuse_session_destroy(se);
+out:
+	if (rc < 0)
+		report(&fs.ready_fd, err);
+	fuse_opt_free_args(&args);
+	free_fs(&fs);
+	return rc;
+}

@@ -1,0 +1,30 @@
+/* The FUSE front end (low-level API): the read-only virtual tree
+ *   tensors/<key>        one file per target (C order, little endian)
+ *   model.safetensors    every target as one safetensors file
+ *   .ckptfs/stats.json   live counters (direct_io, snapshot at open)
+ *   .ckptfs/plan.json    targets, groups, sources
+ * Reads are answered from the evaluation cache's completion callbacks, so no
+ * FUSE worker thread ever waits for an evaluation. */
+#ifndef CK_FS_H
+#define CK_FS_H
+
+#include "../exec/cache.h"
+#include "../plan/flat.h"
+#include "../plan/plan.h"
+
+struct ck_fs_opts {
+	struct ck_cache_opts cache;
+	int foreground;
+	int fuse_threads; /* most FUSE worker threads */
+	const char *log_path;
+};
+
+/* Mount and serve until unmounted or signalled. ready_fd (or -1) gets "OK\n"
+ * once FUSE_INIT has arrived and every start-up step succeeded, or an error
+ * line. fuse_argv are options for libfuse ("-o", "allow_other", ...).
+ * Returns 0 after a clean unmount. */
+int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountpoint,
+	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
+	      struct ck_err *err);
+
+#endif

@@ -1,0 +1,182 @@
+"""The FUSE mount, really mounted: every tensors/ file and model.safetensors
+equal `convert`'s output (itself checked against numpy references in
+mappings_e2e) for the identity view and every shipped mapping; laziness;
+xattrs; read-only; EIO after a source is truncated; a cache smaller than the
+model; the daemon started without -f; bad input refused before mounting."""
+import errno
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ckref  # noqa: E402
+from mountlib import CKPTFS, Mount, is_mounted, read_random, skip_unless_fuse  # noqa: E402
+
+skip_unless_fuse()
+MKCKPT = os.environ["MKCKPT"]
+MAPS = os.path.join(os.path.dirname(__file__), "..", "..", "mappings")
+
+
+def mp(name):
+    return os.path.join(MAPS, name)
+
+
+def expected(outdir):
+    """name -> raw bytes of a converted checkpoint."""
+    return {k: v[2].tobytes() for k, v in ckref.read_checkpoint_dir(outdir).items()}
+
+
+def check_view(m, want):
+    names = sorted(os.listdir(m.path("tensors")))
+    assert names == sorted(want), f"tensors/ differs: {set(names) ^ set(want)}"
+    for k, raw in want.items():
+        with open(m.path("tensors", k), "rb") as f:
+            assert f.read() == raw, f"tensors/{k} differs"
+        assert os.stat(m.path("tensors", k)).st_size == len(raw)
+    flat = ckref.read_safetensors(m.path("model.safetensors"))
+    assert {k: v[2].tobytes() for k, v in flat.items()} == want, "model.safetensors differs"
+    with open(m.path("model.safetensors"), "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        assert json.loads(f.read(n))["__metadata__"] == {"format": "pt"}
+
+
+with tempfile.TemporaryDirectory() as d:
+    srcs = {}
+    for name, args in [("llama", ["--model", "llama", "--dtype", "BF16", "--shards", "3"]),
+                       ("gpt2", ["--model", "gpt2"]), ("mixtral", ["--model", "mixtral", "--shards", "2"])]:
+        srcs[name] = os.path.join(d, name)
+        ckref.run(MKCKPT, *args, srcs[name])
+    cases = [("llama", []), ("llama", [mp("identity.json")]),
+             ("llama", [mp("llama-hf-to-megatron.json")]),
+             ("llama", [mp("llama-hf-to-megatron.json"), mp("megatron-to-llama-hf.json")]),
+             ("gpt2", [mp("gpt2-conv1d-to-linear.json")]),
+             ("mixtral", [mp("mixtral-hf-to-fused-experts.json")])]
+    for i, (src, maps) in enumerate(cases):
+        out = os.path.join(d, f"conv{i}")
+        args = [CKPTFS, "convert", srcs[src], out, "--quiet"]
+        for m in maps:
+            args += ["--mapping", m]
+        ckref.run(*args)
+        want = expected(out)
+        if not maps or maps == [mp("identity.json")]:
+            assert want == expected(srcs[src])  # identity: the source itself
+        with Mount(srcs[src], maps) as m:
+            check_view(m, want)
+            s = m.stats()
+            # each group evaluated once; the flat read was served from the cache
+            assert s["groups_evaluated"] == len(m.plan()["groups"]), s
+            assert s["read_errors"] == 0 and s["cache_hits"] > 0, s
+    print(f"{len(cases)} views: tensors/ and model.safetensors equal convert")
+
+    # laziness: listing, stat and xattrs evaluate nothing; one read, one group
+    maps = [mp("llama-hf-to-megatron.json")]
+    view = json.loads(ckref.run(CKPTFS, "inspect", srcs["llama"], "--mapping", maps[0], "--json").stdout)
+    with Mount(srcs["llama"], maps) as m:
+        for name in os.listdir(m.path("tensors")):
+            p = m.path("tensors", name)
+            os.stat(p)
+            attrs = {a: os.getxattr(p, a).decode() for a in os.listxattr(p)}
+            t = next(t for t in view["tensors"] if t["name"] == name)
+            assert attrs["user.ckptfs.dtype"] == t["dtype"], attrs
+            assert json.loads(attrs["user.ckptfs.shape"]) == t["shape"], attrs
+            assert int(attrs["user.ckptfs.group"]) == t["group"], attrs
+            assert isinstance(json.loads(attrs["user.ckptfs.sources"]), list)
+        os.statvfs(m.dir)
+        os.stat(m.path("model.safetensors"))
+        s = m.stats()
+        assert s["groups_evaluated"] == 0 and s["source_bytes_read"] == 0, s
+        plan = m.plan()
+        name = "decoder.layers.1.self_attention.linear_qkv.weight"
+        t = next(t for t in plan["targets"] if t["name"] == name)
+        g = plan["groups"][t["group"]]
+        assert len(g["sources"]) == 3
+        data = read_random(m.path("tensors", name))
+        assert len(data) == t["bytes"]
+        s = m.stats()
+        assert s["groups_evaluated"] == 1, s
+        assert s["source_bytes_read"] == g["in_bytes"] == sum(x["bytes"] for x in g["sources"]), (s, g)
+        # a partial read of model.safetensors inside one tensor evaluates only its
+        # group (page-aligned: the page cache reads whole pages)
+        t2 = max(plan["targets"], key=lambda t: t["bytes"] if t["name"] != name else 0)
+        start = (t2["flat_offset"] + 4095) // 4096 * 4096
+        assert start + 4096 <= t2["flat_offset"] + t2["bytes"]
+        read_random(m.path("model.safetensors"), start, 4096)
+        s = m.stats()
+        assert s["groups_evaluated"] == 2, s
+
+        # read-only: every write-side operation is EROFS
+        def erofs(fn):
+            try:
+                fn()
+            except OSError as e:
+                assert e.errno == errno.EROFS, (fn, e)
+            else:
+                raise AssertionError(f"{fn} succeeded")
+        p = m.path("tensors", name)
+        erofs(lambda: open(p, "r+b"))
+        erofs(lambda: open(m.path("tensors", "new"), "wb"))
+        erofs(lambda: os.truncate(p, 0))
+        erofs(lambda: os.mkdir(m.path("d")))
+        erofs(lambda: os.unlink(p))
+        erofs(lambda: os.rmdir(m.path("tensors")))
+        erofs(lambda: os.rename(p, m.path("tensors", "x")))
+        erofs(lambda: os.symlink("a", m.path("l")))
+        erofs(lambda: os.chmod(p, 0o666))
+        erofs(lambda: os.setxattr(p, "user.x", b"1"))
+        erofs(lambda: os.removexattr(p, "user.ckptfs.dtype"))
+
+    # a cache far smaller than the model still serves correct bytes
+    want = expected(os.path.join(d, "conv2"))
+    with Mount(srcs["llama"], maps, "cache_size=16KiB,chunk=4KiB,group_max=0") as m:
+        check_view(m, want)
+        s = m.stats()
+        assert s["cache_evictions"] > 0 and s["regions_evaluated"] > 0, s
+        assert s["cache_bytes"] <= 16 * 1024 + 2 * 4096 * 4, s  # budget + in-flight chunks
+
+    # a source truncated under the mount: EIO for what needs it, the rest served
+    cp = os.path.join(d, "copy")
+    ckref.run(MKCKPT, "--model", "llama", "--shards", "3", cp)
+    idx = json.load(open(os.path.join(cp, "model.safetensors.index.json")))["weight_map"]
+    m = Mount(cp, expect_errors=True)
+    victim = "model-00003-of-00003.safetensors"
+    bad = next(k for k, f in idx.items() if f == victim)
+    good = next(k for k, f in idx.items() if f != victim)
+    os.truncate(os.path.join(cp, victim), os.path.getsize(os.path.join(cp, victim)) - 64)
+    for _ in range(3):
+        try:
+            read_random(m.path("tensors", bad))
+            raise AssertionError("read of a truncated source succeeded")
+        except OSError as e:
+            assert e.errno == errno.EIO, e
+    assert len(read_random(m.path("tensors", good))) > 0
+    assert m.stats()["read_errors"] >= 1
+    log = m.close()
+    changed = [l for l in log.splitlines() if "changed after mount" in l]
+    assert len(changed) == 1 and victim in changed[0], log  # logged once, with the file
+
+    # without -f: returns once live, usable at once; fusermount3 -u ends it
+    mnt = tempfile.mkdtemp(prefix="ckptfs-d-")
+    p = subprocess.run([CKPTFS, "mount", srcs["gpt2"], mnt], capture_output=True, text=True, timeout=60)
+    try:
+        assert p.returncode == 0, p.stderr
+        assert is_mounted(mnt)
+        assert len(os.listdir(os.path.join(mnt, "tensors"))) > 0
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], check=False)
+    assert not is_mounted(mnt)
+
+    # bad input: refused before mounting, one line, non-zero
+    bad_map = os.path.join(d, "bad.json")
+    with open(bad_map, "w") as f:
+        json.dump({"rules": [{"from": "nope.{x}", "to": "y.{x}"}]}, f)
+    for args, code in [([srcs["gpt2"], mnt, "--mapping", bad_map], 4),
+                       ([os.path.join(d, "missing"), mnt], 3),
+                       ([srcs["gpt2"], mnt, "-o", "cache_size=lots"], 2)]:
+        p = subprocess.run([CKPTFS, "mount", *args], capture_output=True, text=True, timeout=60)
+        assert p.returncode == code, (args, p.returncode, p.stderr)
+        assert p.stderr.count("\n") == 1, p.stderr
+        assert not is_mounted(mnt)
+    os.rmdir(mnt)
+print("mount: views, laziness, xattrs, EROFS, small cache, EIO, daemon mode, bad input")

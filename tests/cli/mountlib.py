@@ -1,0 +1,110 @@
+"""Real mounts for the tests: the daemon runs in the foreground (-f) so its
+sanitizer reports reach us; readiness is the daemon's "mounted" line, read
+blocking (no sleep-polling); teardown always unmounts, then checks that the
+daemon exited cleanly and printed no error or sanitizer report."""
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+
+CKPTFS = os.environ["CKPTFS"]
+BAD = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "ThreadSanitizer")
+
+
+def have_fuse():
+    return os.path.exists("/dev/fuse") and os.geteuid() == 0
+
+
+def skip_unless_fuse():
+    if not have_fuse():
+        print("SKIP: needs root and /dev/fuse")
+        sys.exit(77)  # meson's skip status
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == path for line in f)
+
+
+class Mount:
+    def __init__(self, source, maps=(), opts=None, expect_errors=False):
+        self.dir = tempfile.mkdtemp(prefix="ckptfs-mnt-")
+        args = [CKPTFS, "mount", source, self.dir, "-f"]
+        for m in maps:
+            args += ["--mapping", m]
+        if opts:
+            args += ["-o", opts]
+        self.expect_errors = expect_errors
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        while True:  # blocks until the daemon says mounted, or exits
+            line = self.proc.stderr.readline()
+            if not line:
+                self.proc.wait(timeout=30)
+                raise AssertionError(f"daemon exited ({self.proc.returncode}): {''.join(self.lines)}")
+            self.lines.append(line)
+            if "ckptfs: mounted" in line:
+                break
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def stats(self):
+        with open(self.path(".ckptfs", "stats.json")) as f:
+            return json.load(f)
+
+    def plan(self):
+        with open(self.path(".ckptfs", "plan.json")) as f:
+            return json.load(f)
+
+    def close(self):
+        if self.proc.poll() is None:
+            subprocess.run(["fusermount3", "-u", self.dir], check=False)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                subprocess.run(["fusermount3", "-uz", self.dir], check=False)
+                raise AssertionError("daemon did not exit after unmount")
+        rest = self.proc.stderr.read()
+        self.proc.stderr.close()
+        log = "".join(self.lines) + rest
+        os.rmdir(self.dir)
+        assert not any(b in log for b in BAD), f"sanitizer report from the daemon:\n{log}"
+        assert self.proc.returncode == 0, f"daemon exit {self.proc.returncode}:\n{log}"
+        if not self.expect_errors:
+            bad = [l for l in log.splitlines() if l.startswith("ckptfs:") and "mounted" not in l]
+            assert not bad, f"daemon reported errors: {bad}"
+        return log
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.close()
+        except Exception:
+            if exc[0] is None:
+                raise
+
+
+def read_random(path, off=0, n=None):
+    """Read without kernel readahead widening the request."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        size = os.fstat(fd).st_size
+        n = size - off if n is None else n
+        out = b""
+        while len(out) < n:
+            chunk = os.pread(fd, n - len(out), off + len(out))
+            if not chunk:
+                break
+            out += chunk
+        return out
+    finally:
+        os.close(fd)
