@@ -70,6 +70,11 @@ with tempfile.TemporaryDirectory() as d:
             assert s["read_errors"] == 0 and s["cache_hits"] > 0, s
     print(f"{len(cases)} views: tensors/ and model.safetensors equal convert")
 
+    # without io_uring (forced): the pread path serves identical bytes
+    with Mount(srcs["mixtral"], [mp("mixtral-hf-to-fused-experts.json")], "no_uring") as m:
+        check_view(m, expected(os.path.join(d, "conv5")))
+        assert m.stats()["io"] == "pread"
+
     # laziness: listing, stat and xattrs evaluate nothing; one read, one group
     maps = [mp("llama-hf-to-megatron.json")]
     view = json.loads(ckref.run(CKPTFS, "inspect", srcs["llama"], "--mapping", maps[0], "--json").stdout)
