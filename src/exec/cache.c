@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -16,8 +17,7 @@ enum { LOADING, READY };
 struct waiter {
 	struct waiter *next;
 	struct op *op;
-	unsigned char *dst;
-	uint64_t off, len; /* within the chunk */
+	size_t part;
 };
 
 struct entry {
@@ -31,11 +31,21 @@ struct entry {
 	struct waiter *waiters;
 };
 
+/* One chunk's share of a read: a reference on e is held while `held`. */
+struct part {
+	struct entry *e;
+	uint64_t off, len, dst; /* off within the chunk, dst within the result */
+	int held;
+};
+
 struct op {
+	struct ck_cache *c;
 	atomic_int pending;
 	atomic_int err;
 	ck_done_cb cb;
 	void *arg;
+	struct part *parts;
+	size_t n;
 };
 
 struct job {
@@ -43,12 +53,6 @@ struct job {
 	struct entry **ents;
 	size_t n;
 	int group;
-};
-
-struct copy {
-	struct entry *e;
-	unsigned char *dst;
-	uint64_t off, len;
 };
 
 struct ck_cache {
@@ -197,10 +201,26 @@ static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
 
 static void op_done(struct op *op)
 {
-	if (atomic_fetch_sub(&op->pending, 1) == 1) {
-		op->cb(op->arg, atomic_load(&op->err));
-		free(op);
-	}
+	if (atomic_fetch_sub(&op->pending, 1) != 1)
+		return;
+	struct ck_cache *c = op->c;
+	int err = atomic_load(&op->err);
+	struct ck_seg *segs = err ? NULL : malloc((op->n ? op->n : 1) * sizeof *segs);
+	if (!err && !segs)
+		err = -ENOMEM;
+	for (size_t i = 0; !err && i < op->n; i++)
+		segs[i] = (struct ck_seg){op->parts[i].e->data + op->parts[i].off, op->parts[i].len,
+					  op->parts[i].dst};
+	op->cb(op->arg, err, segs, err ? 0 : op->n);
+	free(segs);
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < op->n; i++)
+		if (op->parts[i].held)
+			op->parts[i].e->refs--;
+	evict(c);
+	pthread_mutex_unlock(&c->mu);
+	free(op->parts);
+	free(op);
 }
 
 static void log_msg(struct ck_cache *c, const char *msg)
@@ -238,6 +258,25 @@ static int target_sources_changed(struct ck_cache *c, uint32_t t)
 	return 0;
 }
 
+/* Chunks of 2 MiB and more on transparent huge pages: a fresh 4 MiB chunk
+ * otherwise costs a thousand page faults before the first byte lands. */
+static unsigned char *alloc_chunk(uint64_t len)
+{
+	const size_t huge = 2u << 20;
+	void *p = NULL;
+	if (len >= huge) {
+		if (posix_memalign(&p, huge, (len + huge - 1) / huge * huge) != 0)
+			return NULL;
+		size_t n = (len + huge - 1) / huge * huge;
+		madvise(p, n, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+		madvise(p, n, MADV_POPULATE_WRITE); /* fault it in at once, not page by page */
+#endif
+		return p;
+	}
+	return malloc(len ? len : 1);
+}
+
 static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 {
 	uint64_t total = 0;
@@ -259,7 +298,7 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 	for (size_t i = 0; i < j->n; i++) {
 		struct entry *e = j->ents[i];
 		struct ck_err err;
-		e->data = malloc(e->len ? e->len : 1);
+		e->data = alloc_chunk(e->len);
 		if (!e->data) {
 			e->failed = -ENOMEM;
 			continue;
@@ -274,7 +313,8 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 				log_msg(c, err.msg);
 		}
 	}
-	/* publish, then deliver outside the lock while holding a reference */
+	/* publish; each waiter's read takes a reference, then completes outside
+	 * the lock (its callback replies straight from the chunk) */
 	struct waiter **lists = malloc(j->n * sizeof *lists);
 	pthread_mutex_lock(&c->mu);
 	c->in_flight--;
@@ -293,30 +333,27 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 			e->state = READY;
 			lru_front(c, e);
 		}
-		e->refs++;
+		for (struct waiter *w = lists ? lists[i] : NULL; w; w = w->next) {
+			if (e->failed) {
+				atomic_store(&w->op->err, e->failed);
+			} else {
+				e->refs++;
+				w->op->parts[w->part].held = 1;
+			}
+		}
 	}
 	pthread_mutex_unlock(&c->mu);
 	for (size_t i = 0; i < j->n; i++) {
 		struct entry *e = j->ents[i];
-		struct waiter *w = lists ? lists[i] : NULL;
-		while (w) {
-			struct waiter *next = w->next;
-			if (e->failed)
-				atomic_store(&w->op->err, e->failed);
-			else
-				memcpy(w->dst, e->data + w->off, w->len);
+		for (struct waiter *w = lists ? lists[i] : NULL, *next; w; w = next) {
+			next = w->next;
 			op_done(w->op);
 			free(w);
-			w = next;
 		}
-	}
-	pthread_mutex_lock(&c->mu);
-	for (size_t i = 0; i < j->n; i++) {
-		struct entry *e = j->ents[i];
-		e->refs--;
 		if (e->failed)
 			free(e); /* unhashed above; nobody else can reach it */
 	}
+	pthread_mutex_lock(&c->mu);
 	evict(c);
 	pthread_mutex_unlock(&c->mu);
 	free(lists);
@@ -407,20 +444,23 @@ void ck_cache_free(struct ck_cache *c)
 	free(c);
 }
 
-int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, unsigned char *buf,
-		  ck_done_cb cb, void *arg)
+int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
+		  void *arg)
 {
 	struct op *op = calloc(1, sizeof *op);
-	size_t ncopy = 0, cap = 0;
+	size_t cap = 0;
 	for (size_t i = 0; i < n; i++)
 		if (spans[i].len)
 			cap += (spans[i].off + spans[i].len - 1) / c->o.chunk - spans[i].off / c->o.chunk + 1;
-	struct copy *cp = malloc((cap ? cap : 1) * sizeof *cp);
-	if (!op || !cp) {
+	if (op)
+		op->parts = calloc(cap ? cap : 1, sizeof *op->parts);
+	if (!op || !op->parts) {
+		if (op)
+			free(op->parts);
 		free(op);
-		free(cp);
 		return -ENOMEM;
 	}
+	op->c = c;
 	op->cb = cb;
 	op->arg = arg;
 	atomic_store(&op->pending, 1); /* held by this call until the end */
@@ -432,13 +472,16 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, uns
 			uint64_t len = c->o.chunk - in;
 			if (len > s->off + s->len - pos)
 				len = s->off + s->len - pos;
-			unsigned char *dst = buf + s->dst + (pos - s->off);
+			struct part *pt = &op->parts[op->n];
+			*pt = (struct part){NULL, in, len, s->dst + (pos - s->off), 0};
 			struct entry *e = find(c, s->target, k);
 			if (e && e->state == READY) {
 				c->hits++;
 				e->refs++;
 				lru_front(c, e);
-				cp[ncopy++] = (struct copy){e, dst, in, len};
+				pt->e = e;
+				pt->held = 1;
+				op->n++;
 			} else {
 				struct waiter *w = malloc(sizeof *w);
 				if (!e)
@@ -449,7 +492,8 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, uns
 					free(w);
 					atomic_store(&op->err, -ENOMEM);
 				} else {
-					*w = (struct waiter){e->waiters, op, dst, in, len};
+					pt->e = e;
+					*w = (struct waiter){e->waiters, op, op->n++};
 					e->waiters = w;
 					atomic_fetch_add(&op->pending, 1);
 				}
@@ -458,16 +502,6 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, uns
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
-	for (size_t i = 0; i < ncopy; i++)
-		memcpy(cp[i].dst, cp[i].e->data + cp[i].off, cp[i].len);
-	if (ncopy) {
-		pthread_mutex_lock(&c->mu);
-		for (size_t i = 0; i < ncopy; i++)
-			cp[i].e->refs--;
-		evict(c);
-		pthread_mutex_unlock(&c->mu);
-	}
-	free(cp);
 	op_done(op);
 	return 0;
 }

@@ -36,8 +36,16 @@ struct ck_cache_stats {
 	uint64_t evaluations_in_flight;
 };
 
-/* err is 0 or a negative errno. Called exactly once per ck_cache_read. */
-typedef void (*ck_done_cb)(void *arg, int err);
+/* A piece of a read's result, in cache memory that stays valid (referenced)
+ * until the callback returns: replies can be written straight from it. */
+struct ck_seg {
+	const unsigned char *p;
+	uint64_t len, dst; /* dst: offset in the read's result */
+};
+
+/* err is 0 or a negative errno (then n is 0). Called exactly once per
+ * ck_cache_read, possibly before it returns, possibly on an evaluator. */
+typedef void (*ck_done_cb)(void *arg, int err, const struct ck_seg *segs, size_t n);
 
 struct ck_cache;
 
@@ -45,10 +53,11 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 		 struct ck_err *err);
 /* Stops the evaluators (pending reads complete first) and frees. */
 void ck_cache_free(struct ck_cache *c);
-/* Fill buf from the spans (ck_flat_spans' format; dst is the offset in buf).
- * Returns 0 (cb will be or was called) or -ENOMEM (cb is not called). */
-int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, unsigned char *buf,
-		  ck_done_cb cb, void *arg);
+/* Read the spans (ck_flat_spans' format); cb gets the bytes as segments in
+ * span order. Returns 0 (cb will be or was called) or -ENOMEM (cb is not
+ * called). */
+int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
+		  void *arg);
 void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s);
 /* Whether io_uring could not be set up and pread is used. */
 int ck_cache_uring_fell_back(struct ck_cache *c);

@@ -17,6 +17,7 @@
 
 #include "../util/jsonw.h"
 #include "../util/strmap.h"
+#include "bdi.h"
 #include "names.h"
 
 enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_FLAT, INO_STATS, INO_PLAN, INO_FIRST = 16 };
@@ -108,27 +109,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1u << 20;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
-	/* raise the mount's bdi readahead, found from mountinfo: a stat of the
-	 * mount point from inside the daemon would wait for this very INIT */
-	FILE *mi = fopen("/proc/self/mountinfo", "r");
-	char line[8192];
-	while (mi && fgets(line, sizeof line, mi)) {
-		unsigned maj, min;
-		char mnt[4096];
-		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, mnt) == 3 &&
-		    !strcmp(mnt, fs->mountpoint)) {
-			char p[128];
-			snprintf(p, sizeof p, "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
-			int fd = open(p, O_WRONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				if (write(fd, "1024", 4) != 4)
-					fs_log(fs, "could not raise the mount's readahead");
-				close(fd);
-			}
-		}
-	}
-	if (mi)
-		fclose(mi);
+	if (ck_raise_bdi_readahead(fs->mountpoint, 1024) < 0)
+		fs_log(fs, "could not raise the mount's bdi read_ahead_kb (reads stay at 128 KiB)");
 	if (fs->ready_fd >= 0) {
 		if (write(fs->ready_fd, "OK\n", 3) != 3)
 			fs_log(fs, "could not report readiness");
@@ -280,19 +262,56 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 struct pending {
 	fuse_req_t req;
-	unsigned char *buf;
-	size_t len;
+	struct ckfs *fs;
+	uint64_t off, len; /* the read, in the file */
+	int flat;	   /* model.safetensors: header bytes may lead */
 	struct ck_span *spans;
 };
 
-static void read_done(void *arg, int err)
+#define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
+
+/* Reply straight from cache memory (fuse_reply_iov: no copy here). */
+static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 {
 	struct pending *p = arg;
-	if (err)
+	uint64_t head = 0;
+	if (!err && p->flat && p->off < p->fs->flat.header_len)
+		head = (p->len < p->fs->flat.header_len - p->off ? p->len
+								 : p->fs->flat.header_len - p->off);
+	size_t niov = n + (head > 0);
+	if (err) {
 		fuse_reply_err(p->req, -err);
-	else
-		fuse_reply_buf(p->req, (const char *)p->buf, p->len);
-	free(p->buf);
+	} else if (niov <= MAX_IOV) {
+		struct iovec stack[16] = {{0}};
+		struct iovec *iov = niov <= 16 ? stack : malloc(niov * sizeof *iov);
+		if (!iov) {
+			fuse_reply_err(p->req, ENOMEM);
+		} else {
+			size_t k = 0;
+			if (head)
+				iov[k++] = (struct iovec){p->fs->flat.header + p->off, head};
+			for (size_t i = 0; i < n; i++)
+				iov[k++] = (struct iovec){(void *)segs[i].p, segs[i].len};
+			if (k)
+				fuse_reply_iov(p->req, iov, (int)k);
+			else
+				fuse_reply_buf(p->req, NULL, 0);
+			if (iov != stack)
+				free(iov);
+		}
+	} else { /* very many small tensors in one read: gather into one buffer */
+		unsigned char *buf = malloc(p->len);
+		if (!buf) {
+			fuse_reply_err(p->req, ENOMEM);
+		} else {
+			if (head)
+				memcpy(buf, p->fs->flat.header + p->off, head);
+			for (size_t i = 0; i < n; i++)
+				memcpy(buf + segs[i].dst, segs[i].p, segs[i].len);
+			fuse_reply_buf(p->req, (const char *)buf, p->len);
+			free(buf);
+		}
+	}
 	free(p->spans);
 	free(p);
 }
@@ -343,18 +362,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	size_t len = (uint64_t)size < total - (uint64_t)off ? size : (size_t)(total - (uint64_t)off);
 	struct pending *p = calloc(1, sizeof *p);
-	if (p)
-		p->buf = malloc(len);
-	if (!p || !p->buf) {
-		free(p);
+	if (!p) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	p->req = req;
-	p->len = len;
+	*p = (struct pending){req, fs, (uint64_t)off, len, ino == INO_FLAT, NULL};
 	size_t n;
 	if (ino == INO_FLAT) {
-		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, p->buf, NULL, 0);
+		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, NULL, 0);
 		p->spans = malloc((n ? n : 1) * sizeof *p->spans);
 		if (p->spans)
 			ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, p->spans, n);
@@ -364,9 +379,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (p->spans)
 			p->spans[0] = (struct ck_span){(uint32_t)(ino - INO_FIRST), (uint64_t)off, len, 0};
 	}
-	if (!p->spans || ck_cache_read(fs->cache, p->spans, n, p->buf, read_done, p) < 0) {
+	if (!p->spans || ck_cache_read(fs->cache, p->spans, n, read_done, p) < 0) {
 		free(p->spans);
-		free(p->buf);
 		free(p);
 		fuse_reply_err(req, ENOMEM);
 	}

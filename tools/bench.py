@@ -1,0 +1,320 @@
+#!/usr/bin/python3
+"""ckptfs benchmarks, one command (as root, needs /dev/fuse):
+    /usr/bin/python3 tools/bench.py [--layers N] [--reps N]
+Builds its inputs with mkckpt and prints, side by side in one run (median and
+min-max over the repetitions, absolute figures beside the ratios):
+  raw page-cache read of the source; a trivial passthrough FUSE daemon
+  (tools/passthrough.c, same tuning) as the FUSE ceiling; the identity view
+  (tensors/ and model.safetensors, first and second read); the Llama HF ->
+  Megatron view, also with a cast to F32; a numpy peer that converts and
+  re-reads (today's workflow) vs mount + read; time to the first byte of a
+  last-layer tensor; planning on sparse real-size presets and a 100k-key
+  MoE; daemon peak RSS against the documented bound; concurrent readers;
+  cold-cache reads where the page cache can be dropped."""
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+B = os.path.join(ROOT, "build")
+CKPTFS, MKCKPT, PT = (os.path.join(B, p) for p in ("src/ckptfs", "tools/mkckpt", "tools/passthrough"))
+MAPS = os.path.join(ROOT, "mappings")
+MB = 1 << 20
+
+
+def run(*a, **kw):
+    return subprocess.run(list(a), check=True, capture_output=True, text=True, **kw)
+
+
+def read_files(paths, buf=bytearray(MB)):
+    n = 0
+    for p in paths:
+        with open(p, "rb", buffering=0) as f:
+            while True:
+                k = f.readinto(buf)
+                if not k:
+                    break
+                n += k
+    return n
+
+
+class Ckptfs:
+    def __init__(self, src, maps=(), opts=None):
+        self.dir = tempfile.mkdtemp(prefix="bench-")
+        args = [CKPTFS, "mount", src, self.dir, "-f"]
+        for m in maps:
+            args += ["--mapping", m]
+        if opts:
+            args += ["-o", opts]
+        self.p = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
+        while "mounted" not in (line := self.p.stderr.readline()):
+            if not line:
+                raise RuntimeError("ckptfs did not mount")
+
+    def files(self):
+        t = os.path.join(self.dir, "tensors")
+        return [os.path.join(t, n) for n in sorted(os.listdir(t))]
+
+    def stats(self):
+        return json.load(open(os.path.join(self.dir, ".ckptfs", "stats.json")))
+
+    def hwm_kib(self):
+        for line in open(f"/proc/{self.p.pid}/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", self.dir], check=False)
+        self.p.wait(timeout=60)
+        os.rmdir(self.dir)
+
+
+class Passthrough:
+    def __init__(self, src):
+        self.dir = tempfile.mkdtemp(prefix="bench-pt-")
+        run(PT, src, self.dir)  # returns once mounted
+
+    def files(self, names):
+        return [os.path.join(self.dir, n) for n in names]
+
+    def close(self):
+        subprocess.run(["fusermount3", "-u", self.dir], check=False)
+        os.rmdir(self.dir)
+
+
+def measure(fn, reps):
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        nbytes = fn()
+        out.append((time.perf_counter() - t0, nbytes))
+    return out
+
+
+def gbps(samples):
+    rates = sorted(n / t / 1e9 for t, n in samples)
+    return statistics.median(rates), rates[0], rates[-1]
+
+
+ROWS = []
+
+
+def row(name, samples, base=None, unit="GB/s"):
+    med, lo, hi = gbps(samples) if unit == "GB/s" else samples
+    ratio = f"{med / base:5.2f}" if base else "     "
+    ROWS.append((name, med, lo, hi, ratio, unit))
+    print(f"{name:58s} {med:8.2f} {unit:5s} [{lo:.2f}-{hi:.2f}] {ratio}", flush=True)
+    return med
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        return True
+    except OSError:
+        return False
+
+
+def peer_convert(src, out, cfg):
+    """Today's workflow, as a competent numpy user writes it: memory-map the
+    shards, build the Megatron tensors with numpy, write one converted file,
+    read it back."""
+    t = {}
+    for f in sorted(os.listdir(src)):
+        if not f.endswith(".safetensors"):
+            continue
+        mm = np.memmap(os.path.join(src, f), dtype=np.uint8, mode="r")
+        n = int(np.frombuffer(mm[:8], np.uint64)[0])
+        hdr = json.loads(bytes(mm[8:8 + n]))
+        hdr.pop("__metadata__", None)
+        for k, e in hdr.items():
+            b, en = e["data_offsets"]
+            t[k] = mm[8 + n + b:8 + n + en].view(np.uint16).reshape(e["shape"])
+    H, nh, ng = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    o = {"embedding.word_embeddings.weight": t["model.embed_tokens.weight"],
+         "decoder.final_layernorm.weight": t["model.norm.weight"],
+         "output_layer.weight": t["lm_head.weight"]}
+    for L in range(cfg["num_hidden_layers"]):
+        p, d = f"model.layers.{L}.", f"decoder.layers.{L}."
+        q, k, v = (t[p + f"self_attn.{x}_proj.weight"] for x in "qkv")
+        o[d + "self_attention.linear_qkv.weight"] = np.concatenate(
+            [q.reshape(ng, -1, H), k.reshape(ng, -1, H), v.reshape(ng, -1, H)], 1).reshape(-1, H)
+        o[d + "self_attention.linear_qkv.layer_norm_weight"] = t[p + "input_layernorm.weight"]
+        o[d + "self_attention.linear_proj.weight"] = t[p + "self_attn.o_proj.weight"]
+        o[d + "mlp.linear_fc1.weight"] = np.concatenate([t[p + "mlp.gate_proj.weight"],
+                                                         t[p + "mlp.up_proj.weight"]], 0)
+        o[d + "mlp.linear_fc1.layer_norm_weight"] = t[p + "post_attention_layernorm.weight"]
+        o[d + "mlp.linear_fc2.weight"] = t[p + "mlp.down_proj.weight"]
+    hdr, off = {"__metadata__": {"format": "pt"}}, 0
+    for k, a in o.items():
+        hdr[k] = {"dtype": "BF16", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        off += a.nbytes
+    text = json.dumps(hdr).encode()
+    text += b" " * (-len(text) % 8)
+    with open(out, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for a in o.values():
+            np.ascontiguousarray(a).tofile(f)
+    return read_files([out])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=6)
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="ckptfs-bench-")
+    src = os.path.join(work, "llama")
+    run(MKCKPT, "--model", "llama", "--hidden", "2048", "--intermediate", "5632", "--heads", "16",
+        "--kv-heads", "4", "--vocab", "32000", "--layers", str(a.layers), "--dtype", "BF16",
+        "--shards", "4", src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    shards = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))
+    total = sum(os.path.getsize(os.path.join(src, f)) for f in shards)
+    meg = os.path.join(MAPS, "llama-hf-to-megatron.json")
+    to_f32 = os.path.join(work, "to-f32.json")
+    json.dump({"rules": [{"from": "{k:path}", "to": "{k}", "expr": "x.to(F32)"}]}, open(to_f32, "w"))
+    print(f"input: llama, {a.layers} layers, BF16, {total / 1e6:.0f} MB in {len(shards)} files; "
+          f"{os.cpu_count()} cores; reps {a.reps}; figures: median [min-max] ratio\n")
+    R = a.reps
+    read_files([os.path.join(src, f) for f in shards])  # warm the page cache
+    raw = row("raw read of the source files (page cache)",
+              measure(lambda: read_files([os.path.join(src, f) for f in shards]), R))
+
+    def fresh(factory, reader):
+        def go():
+            m = factory()
+            try:
+                return reader(m)
+            finally:
+                m.close()
+        return go
+
+    ceiling = row("passthrough FUSE, first read (the FUSE ceiling)",
+                  measure(fresh(lambda: Passthrough(src), lambda m: read_files(m.files(shards))), R), raw)
+    pt = Passthrough(src)
+    read_files(pt.files(shards))
+    pt2 = row("passthrough FUSE, second read (keep_cache)",
+              measure(lambda: read_files(pt.files(shards)), R), raw)
+    pt.close()
+    row("ckptfs identity tensors/, first read  vs ceiling",
+        measure(fresh(lambda: Ckptfs(src), lambda m: read_files(m.files())), R), ceiling)
+    m = Ckptfs(src)
+    read_files(m.files())
+    row("ckptfs identity tensors/, second read vs passthrough 2nd",
+        measure(lambda: read_files(m.files()), R), pt2)
+    m.close()
+    flat = lambda m: read_files([os.path.join(m.dir, "model.safetensors")])  # noqa: E731
+    row("ckptfs identity model.safetensors, first read vs ceiling",
+        measure(fresh(lambda: Ckptfs(src), flat), R), ceiling)
+    row("ckptfs Megatron view tensors/, first read vs ceiling",
+        measure(fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files())), R), ceiling)
+    row("ckptfs Megatron view + cast to F32, first read vs ceiling",
+        measure(fresh(lambda: Ckptfs(src, [meg, to_f32]), lambda m: read_files(m.files())), R), ceiling)
+
+    # today's workflow vs mount + read (output bytes per second of wall time)
+    peer_out = os.path.join(work, "peer.safetensors")
+    peer = measure(lambda: peer_convert(src, peer_out, cfg), R)
+    os.unlink(peer_out)
+    mine = measure(fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files())), R)
+    pm, cm = statistics.median(t for t, _ in peer), statistics.median(t for t, _ in mine)
+    print(f"{'numpy peer: mmap, convert, write, read back':58s} {pm:8.2f} s")
+    print(f"{'ckptfs: mount + read the Megatron view':58s} {cm:8.2f} s     speed-up {pm / cm:5.2f}x")
+    last = f"decoder.layers.{a.layers - 1}.self_attention.linear_qkv.weight"
+
+    def first_byte():
+        t0 = time.perf_counter()
+        m = Ckptfs(src, [meg])
+        with open(os.path.join(m.dir, "tensors", last), "rb") as f:
+            f.read(1)
+        dt = time.perf_counter() - t0
+        m.close()
+        return dt
+    fb = statistics.median(first_byte() for _ in range(R))
+    print(f"{'time to first byte of ' + last[:24] + '...: ckptfs':58s} {fb * 1000:8.1f} ms"
+          f"    peer {pm * 1000:.0f} ms ({pm / fb:.0f}x)")
+
+    # planning on sparse real-size presets and a 100k-key MoE
+    for name, args, mp in [("llama 70b", ["--preset", "70b", "--shards", "30"], meg),
+                           ("MoE, 100k keys", ["--model", "mixtral", "--experts", "520",
+                                                 "--layers", "64"], os.path.join(MAPS, "mixtral-hf-to-fused-experts.json"))]:
+        d = os.path.join(work, name.split()[0] + "-sparse")
+        run(MKCKPT, *args, "--dtype", "BF16", "--sparse", d)
+        nkeys = len(json.loads(run(CKPTFS, "inspect", d, "--json").stdout)["tensors"])
+        ts = []
+        for _ in range(R):
+            t0 = time.perf_counter()
+            run(CKPTFS, "inspect", d, "--mapping", mp)
+            ts.append(time.perf_counter() - t0)
+        ms = []
+        for _ in range(R):
+            mnt = tempfile.mkdtemp()
+            t0 = time.perf_counter()
+            run(CKPTFS, "mount", d, mnt, "--mapping", mp)
+            ms.append(time.perf_counter() - t0)
+            subprocess.run(["fusermount3", "-u", mnt])
+            os.rmdir(mnt)
+        print(f"{'planning ' + name + f' ({nkeys} keys): inspect --mapping':58s} "
+              f"{statistics.median(ts) * 1000:8.1f} ms   mount start-up {statistics.median(ms) * 1000:.0f} ms")
+
+    # memory: a checkpoint 4x larger than cache_size
+    cache = total // 4
+    gmax, threads = cache // 8, os.cpu_count()
+    m = Ckptfs(src, [meg], f"cache_size={cache},threads={threads}")
+    read_files(m.files())
+    hwm = m.hwm_kib() * 1024
+    s = m.stats()
+    m.close()
+    bound = cache + threads * (max(gmax, 4 * MB) + 32 * MB) + 64 * MB
+    print(f"{'peak RSS reading 4x cache_size (' + str(cache // MB) + ' MiB cache)':58s} "
+          f"{hwm / MB:8.0f} MiB  bound {bound / MB:.0f} MiB ({'within' if hwm <= bound else 'OVER'}); "
+          f"{s['cache_evictions']} evictions")
+
+    # concurrency: N readers over disjoint files of the identity view
+    one = None
+    for n in (1, 2, 4, 8):
+        def go(n=n):
+            m = Ckptfs(src)
+            files = m.files()
+            th = [threading.Thread(target=read_files, args=(files[i::n],)) for i in range(n)]
+            t0 = time.perf_counter()
+            for t in th:
+                t.start()
+            for t in th:
+                t.join()
+            dt = time.perf_counter() - t0
+            m.close()
+            return dt
+        samples = [(go(), total) for _ in range(R)]
+        med = row(f"identity view, {n} concurrent reader(s) vs 1 reader", samples, one)
+        one = one or med
+
+    # cold cache: the number a user with a checkpoint on disk sees
+    if drop_caches():
+        def cold(fn):
+            def go():
+                drop_caches()
+                return fn()
+            return go
+        rc = row("cold: raw read of the source",
+                 measure(cold(lambda: read_files([os.path.join(src, f) for f in shards])), R))
+        row("cold: identity view vs raw", measure(cold(fresh(lambda: Ckptfs(src), lambda m: read_files(m.files()))), R), rc)
+        row("cold: Megatron view vs raw", measure(cold(fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files()))), R), rc)
+    else:
+        print("cold cache: /proc/sys/vm/drop_caches not writable here; skipped")
+    subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    main()
