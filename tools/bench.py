@@ -268,6 +268,17 @@ def main():
         print(f"{'planning ' + name + f' ({nkeys} keys): inspect --mapping':58s} "
               f"{statistics.median(ts) * 1000:8.1f} ms   mount start-up {statistics.median(ms) * 1000:.0f} ms")
 
+    # per-rank: bytes a tp=8 rank requests vs its local bytes, sparse 70B
+    d70 = os.path.join(work, "llama-sparse")
+    ratios, reqs = [], []
+    for r in range(8):
+        io = json.loads(run(CKPTFS, "inspect", d70, "--mapping", meg, "--mesh", "tp=8", "--rank", str(r),
+                            "--io-plan").stdout)
+        ratios.append(io["ratio"])
+        reqs.append(io["read_requests"])
+    print(f"{'per-rank tp=8, sparse 70b: source bytes requested / local':58s} "
+          f"{max(ratios):8.4f} max over ranks ({min(reqs)}-{max(reqs)} requests per rank)")
+
     # memory: a checkpoint 4x larger than cache_size
     cache = total // 4
     gmax, threads = cache // 8, os.cpu_count()

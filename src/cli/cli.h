@@ -15,6 +15,7 @@ int ck_cli_report(const struct ck_err *err);
 
 /* A source opened and planned through its mappings. */
 struct ck_view {
+	int64_t rank; /* -1: not a per-rank view */
 	struct ck_catalog *cat;
 	struct ck_mapping *maps[16];
 	int n_maps;
@@ -23,8 +24,15 @@ struct ck_view {
 
 #define CK_MAX_MAPPINGS 16
 
+/* mesh (or NULL) and rank (-1: from OMPI_COMM_WORLD_RANK or RANK) select a
+ * per-rank view through the last mapping that has partition rules. */
 int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_mappings,
-		 struct ck_err *err);
+		 const char *mesh, int64_t rank, struct ck_err *err);
+/* Replace {rank}, {local_rank} and each mesh axis {tp}, {dp}, ... in path. */
+int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, size_t n,
+		  struct ck_err *err);
+/* The rank from --rank, or the launcher's environment; -1 if none. */
+int64_t ck_env_rank(int64_t given);
 void ck_view_close(struct ck_view *v);
 /* Parse a size such as 5GB, 500MiB, 1e9 is not accepted; returns -1 if bad. */
 int ck_parse_size(const char *s, uint64_t *out);

@@ -10,7 +10,9 @@
 
 int ck_cmd_convert(int argc, char **argv)
 {
-	const char *source = NULL, *outdir = NULL, *dtype = NULL;
+	const char *source = NULL, *outdir = NULL, *dtype = NULL, *mesh = NULL;
+	int64_t rank = -1;
+	char outbuf[4096];
 	char *maps[CK_MAX_MAPPINGS];
 	int n_maps = 0;
 	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL};
@@ -35,6 +37,13 @@ int ck_cmd_convert(int argc, char **argv)
 			if (o.threads < 1 || o.threads > 64)
 				return ck_cli_report(
 					(ck_fail(&err, CK_E_USAGE, "--threads: 1..64"), &err));
+		} else if (!strcmp(a, "--mesh") && has) {
+			mesh = argv[++i];
+		} else if (!strcmp(a, "--rank") && has) {
+			char *end;
+			rank = strtoll(argv[++i], &end, 10);
+			if (*end || rank < 0)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--rank: not a rank"), &err));
 		} else if (!strcmp(a, "--no-uring")) {
 			o.use_uring = 0;
 		} else if (!strcmp(a, "--progress")) {
@@ -56,7 +65,7 @@ int ck_cmd_convert(int argc, char **argv)
 	if (!source || !outdir)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
-					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N]"),
+					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N] [--mesh AXES --rank R]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse(dtype, NULL)))
@@ -64,8 +73,13 @@ int ck_cmd_convert(int argc, char **argv)
 					      "--dtype must be F32, F16, BF16, F8_E4M3 or F8_E5M2"),
 				      &err));
 	struct ck_view v;
-	if (ck_view_open(&v, source, maps, n_maps, &err) < 0)
+	if (ck_view_open(&v, source, maps, n_maps, mesh, rank, &err) < 0 ||
+	    ck_subst_rank(outdir, mesh, v.rank, outbuf, sizeof outbuf, &err) < 0) {
+		if (v.cat)
+			ck_view_close(&v);
 		return ck_cli_report(&err);
+	}
+	outdir = outbuf;
 	if (dtype && ck_plan_cast_all(v.plan, dt, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../exec/engine.h"
+#include "../plan/shard.h"
 #include "../util/json_strict.h"
 #include "../util/jsonw.h"
 #include "cli.h"
@@ -18,6 +20,7 @@ struct row {
 	const int64_t *shape;
 	uint64_t bytes;
 	int64_t group; /* -1 for the source view */
+	const struct ck_shard_info *shard;
 };
 
 static void fput_shape(FILE *f, int ndim, const int64_t *shape, const char *sep)
@@ -45,7 +48,7 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 		for (size_t i = 0; i < cat->n_entries; i++) {
 			const struct ck_catalog_entry *e = &cat->entries[i];
 			rows[i] = (struct row){e->t.name, cat->files[e->file].name, e->t.dtype, e->t.ndim,
-					       e->t.shape, e->t.nbytes, -1};
+					       e->t.shape, e->t.nbytes, -1, NULL};
 		}
 		*n = cat->n_entries;
 		return;
@@ -54,8 +57,8 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 		const struct ck_target *t = &v->plan->t[i];
 		/* the file where the target's first source lives */
 		const char *file = t->v.n ? cat->files[cat->entries[t->v.p[0].src].file].name : "";
-		rows[i] = (struct row){t->name, file, t->v.dtype, t->v.ndim, t->v.shape, t->nbytes,
-				       t->group};
+		rows[i] = (struct row){t->name,	  file,	     t->v.dtype, t->v.ndim,
+				       t->v.shape, t->nbytes, t->group,	 t->shard};
 	}
 	*n = v->plan->n;
 }
@@ -115,6 +118,12 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 		fput_shape(stdout, rows[i].ndim, rows[i].shape, ", ");
 		printf(", \"bytes\": %" PRIu64 ", \"file\": ", rows[i].bytes);
 		ck_json_fput_str(stdout, rows[i].file);
+		static const char *const sf[] = {"global_shape", "fragments", "axis_fragmentations",
+						 "replica_id"};
+		for (int k = 0; rows[i].shard && k < 4; k++) {
+			printf(", \"%s\": ", sf[k]);
+			ck_shard_fput_json(stdout, rows[i].shard, rows[i].ndim, sf[k]);
+		}
 		if (rows[i].group >= 0)
 			printf(", \"group\": %" PRId64, rows[i].group);
 		else
@@ -269,23 +278,63 @@ out:
 	return rc;
 }
 
+/* --io-plan: run every read of the view through the engine without reading,
+ * and report the source bytes it would request against the view's bytes. */
+static int io_plan(const struct ck_view *v, struct ck_err *err)
+{
+	struct ck_engine e;
+	ck_engine_init(&e, v->plan, 0);
+	e.dry_run = 1;
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	const uint64_t step = 16u << 20;
+	unsigned char *buf = malloc(step);
+	int rc = buf ? 0 : ck_fail_sys(err, ENOMEM, "io plan");
+	for (size_t i = 0; rc == 0 && i < v->plan->n; i++)
+		for (uint64_t off = 0; rc == 0 && off < v->plan->t[i].nbytes; off += step) {
+			uint64_t n = v->plan->t[i].nbytes - off < step ? v->plan->t[i].nbytes - off : step;
+			rc = ck_engine_read(&c, (uint32_t)i, off, n, buf, err);
+		}
+	if (rc == 0) {
+		uint64_t req = atomic_load(&e.source_bytes_read);
+		printf("{\"view_bytes\": %" PRIu64 ", \"source_bytes_requested\": %" PRIu64
+		       ", \"read_requests\": %" PRIu64 ", \"ratio\": %.4f}\n",
+		       v->plan->total_bytes, req, (uint64_t)atomic_load(&e.read_requests),
+		       v->plan->total_bytes ? (double)req / (double)v->plan->total_bytes : 0.0);
+	}
+	free(buf);
+	ck_eval_ctx_free(&c);
+	return rc;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
-	const char *source = NULL, *expect = NULL;
+	const char *source = NULL, *expect = NULL, *mesh = NULL;
+	int64_t rank = -1;
 	char *maps[CK_MAX_MAPPINGS];
-	int n_maps = 0, json = 0, groups = 0;
+	int n_maps = 0, json = 0, groups = 0, ioplan = 0;
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
 			json = 1;
 		else if (!strcmp(argv[i], "--groups"))
 			groups = 1;
+		else if (!strcmp(argv[i], "--io-plan"))
+			ioplan = 1;
 		else if (!strcmp(argv[i], "--mapping") && i + 1 < argc) {
 			if (n_maps == CK_MAX_MAPPINGS)
 				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
 			maps[n_maps++] = argv[++i];
 		} else if (!strcmp(argv[i], "--expect") && i + 1 < argc)
 			expect = argv[++i];
+		else if (!strcmp(argv[i], "--mesh") && i + 1 < argc)
+			mesh = argv[++i];
+		else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
+			char *end;
+			rank = strtoll(argv[++i], &end, 10);
+			if (*end || rank < 0)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--rank: not a rank"), &err));
+		}
 		else if (argv[i][0] == '-' && argv[i][1])
 			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "inspect: unknown option %s",
 						      argv[i]),
@@ -300,12 +349,12 @@ int ck_cmd_inspect(int argc, char **argv)
 	if (!source)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs inspect SOURCE [--mapping MAP]... [--json] "
-					      "[--groups] [--expect KEYS.json]"),
+					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R]"),
 				      &err));
 	struct ck_view v;
-	if (ck_view_open(&v, source, maps, n_maps, &err) < 0)
+	if (ck_view_open(&v, source, maps, n_maps, mesh, rank, &err) < 0)
 		return ck_cli_report(&err);
-	int target = n_maps > 0;
+	int target = n_maps > 0 || mesh;
 	size_t cap = target ? v.plan->n : v.cat->n_entries, n;
 	struct row *rows = malloc((cap ? cap : 1) * sizeof *rows);
 	if (!rows) {
@@ -316,6 +365,9 @@ int ck_cmd_inspect(int argc, char **argv)
 	int rc = 0;
 	if (expect) {
 		if (check_expect(expect, rows, n, &err) < 0)
+			rc = ck_cli_report(&err);
+	} else if (ioplan) {
+		if (io_plan(&v, &err) < 0)
 			rc = ck_cli_report(&err);
 	} else if (json)
 		print_json(&v, rows, n, target, groups);

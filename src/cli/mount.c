@@ -17,7 +17,10 @@
 static void mount_help(FILE *f)
 {
 	fprintf(f,
-		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]... [-f] [-o OPT[,OPT...]]\n"
+		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]... [--mesh AXES --rank R]\n"
+		"                    [-f] [-o OPT[,OPT...]]\n"
+		"  --mesh tp=8 --rank R  serve rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
+		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK)\n"
 		"  -f                 stay in the foreground (messages on stderr)\n"
 		"  -o cache_size=SIZE evaluated bytes kept (default: 1/4 of the cgroup's\n"
 		"                     memory.max, else of RAM; at least 64MiB)\n"
@@ -108,7 +111,8 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 
 int ck_cmd_mount(int argc, char **argv)
 {
-	const char *source = NULL, *mnt_arg = NULL;
+	const char *source = NULL, *mnt_arg = NULL, *mesh = NULL;
+	int64_t rank = -1;
 	char *maps[CK_MAX_MAPPINGS];
 	int n_maps = 0;
 	struct ck_fs_opts o;
@@ -127,6 +131,13 @@ int ck_cmd_mount(int argc, char **argv)
 			if (n_maps == CK_MAX_MAPPINGS)
 				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
 			maps[n_maps++] = argv[++i];
+		} else if (!strcmp(a, "--mesh") && i + 1 < argc) {
+			mesh = argv[++i];
+		} else if (!strcmp(a, "--rank") && i + 1 < argc) {
+			char *end;
+			rank = strtoll(argv[++i], &end, 10);
+			if (*end || rank < 0)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--rank: not a rank"), &err));
 		} else if (!strcmp(a, "-f")) {
 			o.foreground = 1;
 		} else if (!strcmp(a, "-o") && i + 1 < argc) {
@@ -153,13 +164,17 @@ int ck_cmd_mount(int argc, char **argv)
 		if (o.cache.group_max > (256u << 20))
 			o.cache.group_max = 256u << 20;
 	}
-	char mountpoint[PATH_MAX];
-	if (!realpath(mnt_arg, mountpoint))
-		return ck_cli_report((ck_fail_sys(&err, errno, "%s: mount point", mnt_arg), &err));
 	/* Everything that can fail on the input fails here, before mounting. */
 	struct ck_view v;
-	if (ck_view_open(&v, source, maps, n_maps, &err) < 0)
+	if (ck_view_open(&v, source, maps, n_maps, mesh, rank, &err) < 0)
 		return ck_cli_report(&err);
+	char mountpoint[PATH_MAX], mnt_sub[PATH_MAX];
+	if (ck_subst_rank(mnt_arg, mesh, v.rank, mnt_sub, sizeof mnt_sub, &err) < 0 ||
+	    (!realpath(mnt_sub, mountpoint) &&
+	     ck_fail_sys(&err, errno, "%s: mount point", mnt_sub) < 0)) {
+		ck_view_close(&v);
+		return ck_cli_report(&err);
+	}
 	int pipefd[2] = {-1, -1};
 	if (!o.foreground) {
 		if (pipe(pipefd) < 0) {

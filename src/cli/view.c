@@ -3,12 +3,81 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../plan/shard.h"
 #include "cli.h"
 
+int64_t ck_env_rank(int64_t given)
+{
+	if (given >= 0)
+		return given;
+	const char *e = getenv("OMPI_COMM_WORLD_RANK");
+	if (!e)
+		e = getenv("RANK");
+	char *end;
+	long long r = e ? strtoll(e, &end, 10) : -1;
+	return e && *e && !*end && r >= 0 ? r : -1;
+}
+
+int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, size_t n,
+		  struct ck_err *err)
+{
+	struct ck_mesh m = {0};
+	int64_t coord[CK_MAX_AXES] = {0};
+	if (mesh && ck_mesh_parse(mesh, &m, err) < 0)
+		return -1;
+	for (int a = m.n - 1, r = (int)(rank < 0 ? 0 : rank); a >= 0; a--) {
+		coord[a] = r % m.size[a];
+		r /= (int)m.size[a];
+	}
+	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+	if (!lr)
+		lr = getenv("LOCAL_RANK");
+	size_t k = 0;
+	for (const char *s = path; *s;) {
+		const char *close = *s == '{' ? strchr(s, '}') : NULL;
+		char name[32], val[32];
+		int found = 0;
+		if (close && (size_t)(close - s - 1) < sizeof name) {
+			memcpy(name, s + 1, (size_t)(close - s - 1));
+			name[close - s - 1] = '\0';
+			if (!strcmp(name, "rank") && rank >= 0)
+				found = snprintf(val, sizeof val, "%lld", (long long)rank) > 0;
+			else if (!strcmp(name, "local_rank"))
+				found = snprintf(val, sizeof val, "%s", lr ? lr : "0") > 0;
+			for (int a = 0; a < m.n && !found; a++)
+				if (!strcmp(name, m.name[a]))
+					found = snprintf(val, sizeof val, "%lld", (long long)coord[a]) > 0;
+		}
+		if (found) {
+			size_t l = strlen(val);
+			if (k + l >= n)
+				return ck_fail(err, CK_E_USAGE, "path too long: %s", path);
+			memcpy(out + k, val, l);
+			k += l;
+			s = close + 1;
+		} else {
+			if (k + 1 >= n)
+				return ck_fail(err, CK_E_USAGE, "path too long: %s", path);
+			out[k++] = *s++;
+		}
+	}
+	out[k] = '\0';
+	return 0;
+}
+
 int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_mappings,
-		 struct ck_err *err)
+		 const char *mesh, int64_t rank, struct ck_err *err)
 {
 	memset(v, 0, sizeof *v);
+	v->rank = -1;
+	struct ck_mesh m;
+	if (mesh) {
+		if (ck_mesh_parse(mesh, &m, err) < 0)
+			return -1;
+		if ((rank = ck_env_rank(rank)) < 0)
+			return ck_fail(err, CK_E_USAGE, "--mesh needs --rank (or OMPI_COMM_WORLD_RANK "
+							"or RANK in the environment)");
+	}
 	if (n_mappings > CK_MAX_MAPPINGS)
 		return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
 	if (ck_catalog_open(source, &v->cat, err) < 0)
@@ -21,6 +90,17 @@ int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_m
 	if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->plan, err) < 0) {
 		ck_view_close(v);
 		return -1;
+	}
+	if (mesh) {
+		const struct ck_mapping *rules = NULL;
+		for (int i = 0; i < v->n_maps; i++)
+			if (v->maps[i]->n_parts)
+				rules = v->maps[i];
+		if (ck_plan_shard(v->plan, rules, &m, rank, err) < 0) {
+			ck_view_close(v);
+			return -1;
+		}
+		v->rank = rank;
 	}
 	return 0;
 }

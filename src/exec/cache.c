@@ -314,7 +314,8 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 		}
 	}
 	/* publish; each waiter's read takes a reference, then completes outside
-	 * the lock (its callback replies straight from the chunk) */
+	 * the lock (its callback replies straight from the chunk). The job keeps
+	 * its own reference until delivery is over: a completing read may evict. */
 	struct waiter **lists = malloc(j->n * sizeof *lists);
 	pthread_mutex_lock(&c->mu);
 	c->in_flight--;
@@ -332,6 +333,7 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 		} else {
 			e->state = READY;
 			lru_front(c, e);
+			e->refs++; /* the job's */
 		}
 		for (struct waiter *w = lists ? lists[i] : NULL; w; w = w->next) {
 			if (e->failed) {
@@ -343,19 +345,21 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
-	for (size_t i = 0; i < j->n; i++) {
-		struct entry *e = j->ents[i];
+	for (size_t i = 0; i < j->n; i++)
 		for (struct waiter *w = lists ? lists[i] : NULL, *next; w; w = next) {
 			next = w->next;
 			op_done(w->op);
 			free(w);
 		}
-		if (e->failed)
-			free(e); /* unhashed above; nobody else can reach it */
-	}
 	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < j->n; i++)
+		if (!j->ents[i]->failed)
+			j->ents[i]->refs--;
 	evict(c);
 	pthread_mutex_unlock(&c->mu);
+	for (size_t i = 0; i < j->n; i++)
+		if (j->ents[i]->failed)
+			free(j->ents[i]); /* unhashed above; nobody else can reach it */
 	free(lists);
 	free(j->ents);
 	free(j);

@@ -181,6 +181,24 @@ static char *index_json(const struct ck_plan *p, const struct shard *sh, int nsh
 	return buf;
 }
 
+/* mkdir -p: OUTDIR templates such as /ckpt/megatron/rank{rank} name new trees */
+static int mkdirs(const char *path, struct ck_err *err)
+{
+	char p[4096];
+	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+		return ck_fail(err, CK_E_USAGE, "%s: path too long", path);
+	for (char *s = p + 1; *s; s++)
+		if (*s == '/') {
+			*s = '\0';
+			if (mkdir(p, 0755) < 0 && errno != EEXIST)
+				return ck_fail_sys(err, errno, "%s: cannot create", p);
+			*s = '/';
+		}
+	if (mkdir(p, 0755) < 0 && errno != EEXIST)
+		return ck_fail_sys(err, errno, "%s: cannot create", p);
+	return 0;
+}
+
 int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
 	       struct ck_convert_stats *stats, struct ck_err *err)
 {
@@ -199,10 +217,8 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 		ck_fail_sys(err, ENOMEM, "convert");
 		goto out;
 	}
-	if (mkdir(outdir, 0755) < 0 && errno != EEXIST) {
-		ck_fail_sys(err, errno, "%s: cannot create", outdir);
+	if (mkdirs(outdir, err) < 0)
 		goto out;
-	}
 	/* shards: targets in plan order, a new file when the next would overflow */
 	uint64_t cur = 0;
 	for (size_t i = 0; i < plan->n; i++) {

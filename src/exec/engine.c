@@ -145,7 +145,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 		total += l.r[i].len;
 	atomic_fetch_add(&c->eng->source_bytes_read, total);
 	atomic_fetch_add(&c->eng->read_requests, l.n);
-	int r = ck_io_read(&c->io, l.r, l.n);
+	int r = c->eng->dry_run ? 0 : ck_io_read(&c->io, l.r, l.n);
 	if (r < 0)
 		return ck_fail_sys(err, -r, "%s: reading tensor \"%s\"",
 				   cat->files[s->src->file].path, s->src->t.name);
@@ -180,7 +180,7 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 			      (uint64_t)run * es, s->out + (size_t)(lin - s->e0) * es};
 	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
 	atomic_fetch_add(&c->eng->read_requests, 1);
-	int rc = ck_io_read(&c->io, &r, 1);
+	int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);
 	if (rc < 0)
 		return ck_fail_sys(err, -rc, "%s: reading tensor \"%s\"",
 				   cat->files[s->src->file].path, s->src->t.name);
@@ -226,6 +226,8 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 	}
 	if (read_window(c, s, wlo, whi, err) < 0)
 		return -1;
+	if (c->eng->dry_run)
+		return 0;
 	/* gather rows along the innermost target dim */
 	int last = s->ndim - 1;
 	size_t des = ck_dtype_size(s->tdt);

@@ -19,6 +19,7 @@ struct ck_engine {
 	const struct ck_plan *plan;
 	int use_uring;
 	uint64_t window_max; /* CK_WINDOW_MAX unless a test lowers it */
+	int dry_run;	     /* plan and count the reads, do not read or convert */
 	atomic_uint_fast64_t source_bytes_read; /* bytes requested from source files */
 	atomic_uint_fast64_t read_requests;
 };

@@ -17,6 +17,7 @@
 
 #include "../util/jsonw.h"
 #include "../util/strmap.h"
+#include "../plan/shard.h"
 #include "bdi.h"
 #include "names.h"
 
@@ -413,6 +414,10 @@ static char *xattr_value(struct ckfs *fs, fuse_ino_t ino, const char *name, size
 			ck_json_fput_str(f, fs->plan->cat->entries[g->sources[k]].t.name);
 		}
 		fputc(']', f);
+	} else if (t->shard && !strncmp(name, "user.ckptfs.", 12) &&
+		   (!strcmp(name + 12, "global_shape") || !strcmp(name + 12, "fragments") ||
+		    !strcmp(name + 12, "axis_fragmentations") || !strcmp(name + 12, "replica_id"))) {
+		ck_shard_fput_json(f, t->shard, t->v.ndim, name + 12);
 	} else
 		found = 0;
 	if (fclose(f) != 0 || !found) {
@@ -424,6 +429,9 @@ static char *xattr_value(struct ckfs *fs, fuse_ino_t ino, const char *name, size
 
 static const char XATTRS[] = "user.ckptfs.dtype\0user.ckptfs.shape\0user.ckptfs.group\0"
 			     "user.ckptfs.sources";
+/* and on a per-rank view, Megatron's ShardedTensor description */
+static const char SHARD_XATTRS[] = "user.ckptfs.global_shape\0user.ckptfs.fragments\0"
+				   "user.ckptfs.axis_fragmentations\0user.ckptfs.replica_id";
 
 static void reply_sized(fuse_req_t req, const char *data, size_t len, size_t size)
 {
@@ -451,10 +459,16 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	if (!is_target(fs, ino))
+	if (!is_target(fs, ino)) {
 		reply_sized(req, "", 0, size);
-	else
+	} else if (!fs->plan->t[ino - INO_FIRST].shard) {
 		reply_sized(req, XATTRS, sizeof XATTRS, size);
+	} else {
+		char all[sizeof XATTRS + sizeof SHARD_XATTRS];
+		memcpy(all, XATTRS, sizeof XATTRS);
+		memcpy(all + sizeof XATTRS, SHARD_XATTRS, sizeof SHARD_XATTRS);
+		reply_sized(req, all, sizeof all, size);
+	}
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

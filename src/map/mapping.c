@@ -46,10 +46,22 @@ static void free_rule(struct ck_rule *r)
 	ck_expr_free(r->for_count);
 }
 
+static void free_partition(struct ck_partition *p)
+{
+	ck_pattern_free(&p->match);
+	for (int d = 0; d < p->ndim; d++)
+		free(p->spec[d]);
+	ck_expr_free(p->require);
+	free(p->message);
+}
+
 void ck_mapping_free(struct ck_mapping *m)
 {
 	if (!m)
 		return;
+	for (int i = 0; i < m->n_parts; i++)
+		free_partition(&m->parts[i]);
+	free(m->parts);
 	for (int i = 0; i < m->n_rules; i++)
 		free_rule(&m->rules[i]);
 	free(m->rules);
@@ -316,6 +328,61 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 	return 0;
 }
 
+static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *p)
+{
+	char where[64];
+	snprintf(where, sizeof where, "partition rule %d", p->index);
+	const cJSON *match = NULL, *spec = NULL, *blocks = NULL, *req = NULL, *msg = NULL;
+	if (!cJSON_IsObject(j))
+		return fail_at(c, NULL, "%s: must be an object%s", where, NULL);
+	for (const cJSON *e = j->child; e; e = e->next) {
+		const cJSON **slot = !strcmp(e->string, "match")     ? &match
+				     : !strcmp(e->string, "spec")    ? &spec
+				     : !strcmp(e->string, "blocks")  ? &blocks
+				     : !strcmp(e->string, "require") ? &req
+				     : !strcmp(e->string, "message") ? &msg
+								     : NULL;
+		if (!strcmp(e->string, "comment"))
+			continue;
+		if (!slot || *slot)
+			return fail_at(c, NULL, "%s: unknown or repeated field \"%s\"", where, e->string);
+		*slot = e;
+	}
+	if (!cJSON_IsString(match) || !cJSON_IsArray(spec))
+		return fail_at(c, NULL, "%s: needs \"match\" (a pattern) and \"spec\" (a list)%s",
+			       where, NULL);
+	if (ck_pattern_compile(match->valuestring, &p->match, c->err) < 0)
+		return -1;
+	p->ndim = cJSON_GetArraySize(spec);
+	if (p->ndim > 16)
+		return fail_at(c, NULL, "%s: more than 16 dims%s", where, NULL);
+	int d = 0;
+	for (const cJSON *e = spec->child; e; e = e->next, d++) {
+		p->blocks[d] = 1;
+		if (cJSON_IsNull(e))
+			continue;
+		if (!cJSON_IsString(e) || !e->valuestring[0])
+			return fail_at(c, NULL, "%s: spec entries are a mesh axis name or null%s", where,
+				       NULL);
+		if (!(p->spec[d] = strdup(e->valuestring)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+	}
+	if (blocks) {
+		if (!cJSON_IsArray(blocks) || cJSON_GetArraySize(blocks) != p->ndim)
+			return fail_at(c, NULL, "%s: \"blocks\" needs one count per dim%s", where, NULL);
+		d = 0;
+		for (const cJSON *e = blocks->child; e; e = e->next, d++)
+			if (ck_json_int(e, 1, 1 << 20, &p->blocks[d]) < 0)
+				return fail_at(c, NULL, "%s: block counts are positive integers%s", where,
+					       NULL);
+	}
+	if (req && parse_expr_json(c, NULL, req, "require", &p->require) < 0)
+		return -1;
+	if (msg && (!cJSON_IsString(msg) || !(p->message = strdup(msg->valuestring))))
+		return fail_at(c, NULL, "%s: \"message\" must be a string%s", where, NULL);
+	return 0;
+}
+
 static int str_list(struct pctx *c, const cJSON *j, const char *field, char ***out, int *n)
 {
 	if (!cJSON_IsArray(j))
@@ -419,6 +486,22 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 			}
 		} else if (!strcmp(k, "rules")) {
 			rules = e;
+		} else if (!strcmp(k, "partition")) {
+			if (!cJSON_IsArray(e)) {
+				fail_at(&c, NULL, "\"partition\" must be a list of rules%s%s", NULL, NULL);
+				goto out;
+			}
+			int np = cJSON_GetArraySize(e);
+			if (!(m->parts = calloc((size_t)(np ? np : 1), sizeof *m->parts))) {
+				ck_fail_sys(err, ENOMEM, "mapping");
+				goto out;
+			}
+			for (const cJSON *r = e->child; r; r = r->next) {
+				struct ck_partition *pr = &m->parts[m->n_parts++];
+				pr->index = m->n_parts;
+				if (parse_partition(&c, r, pr) < 0)
+					goto out;
+			}
 		} else {
 			fail_at(&c, NULL, "unknown field \"%s\"", k, NULL);
 			goto out;

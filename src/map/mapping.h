@@ -37,8 +37,25 @@ struct ck_rule {
 	int share, optional;
 };
 
+/* A partition rule: targets matching `match` are split per dimension over
+ * mesh axes (spec[d] = axis name or NULL), each dimension made of blocks[d]
+ * equal concatenated blocks that are split separately (Megatron's gated
+ * fc1: [gate; up] gives rank r [gate_r; up_r]). First match wins;
+ * unmatched targets are replicated. */
+struct ck_partition {
+	int index;
+	struct ck_pattern match;
+	int ndim;
+	char *spec[16];
+	int64_t blocks[16];
+	struct ck_expr *require; /* must hold (mesh axis sizes are names) */
+	char *message;		 /* said when `require` fails */
+};
+
 struct ck_mapping {
 	char *path;
+	struct ck_partition *parts;
+	int n_parts;
 	struct ck_named_expr *params;
 	int n_params;
 	enum ck_unused unused;

@@ -1,6 +1,7 @@
 #include "plan.h"
 
 #include "../util/json_strict.h"
+#include "shard.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -704,6 +705,9 @@ void ck_plan_free(struct ck_plan *p)
 	for (size_t i = 0; i < p->n; i++) {
 		free(p->t[i].name);
 		ck_value_free(&p->t[i].v);
+		if (p->t[i].shard)
+			free(p->t[i].shard->frag);
+		free(p->t[i].shard);
 	}
 	for (size_t i = 0; i < p->n_groups; i++) {
 		free(p->g[i].targets);
@@ -867,6 +871,24 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 	}
 	*out = p;
 	return 0;
+}
+
+int ck_plan_refresh(struct ck_plan *p, struct ck_err *err)
+{
+	for (size_t i = 0; i < p->n_groups; i++) {
+		free(p->g[i].targets);
+		free(p->g[i].sources);
+	}
+	free(p->g);
+	p->g = NULL;
+	p->n_groups = 0;
+	p->total_bytes = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &t->nbytes);
+		p->total_bytes += t->nbytes;
+	}
+	return build_groups(p, err);
 }
 
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err)

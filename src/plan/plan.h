@@ -11,8 +11,11 @@
 #include "../util/strmap.h"
 #include "layout.h"
 
+struct ck_shard_info;
+
 struct ck_target {
 	char *name;
+	struct ck_shard_info *shard; /* per-rank views only */
 	struct ck_value v;
 	uint64_t nbytes;
 	uint32_t group;
@@ -42,6 +45,8 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		  struct ck_plan **out, struct ck_err *err);
 void ck_plan_free(struct ck_plan *p);
 const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name);
+/* Recompute sizes and dependency groups after targets' layouts changed. */
+int ck_plan_refresh(struct ck_plan *p, struct ck_err *err);
 /* Cast every floating-point target to dt (convert --dtype). */
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
 

@@ -1,0 +1,293 @@
+#include "shard.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/json_strict.h"
+
+int ck_mesh_parse(const char *text, struct ck_mesh *m, struct ck_err *err)
+{
+	memset(m, 0, sizeof *m);
+	const char *s = text;
+	while (*s) {
+		if (m->n == CK_MAX_AXES)
+			return ck_fail(err, CK_E_USAGE, "--mesh: more than %d axes", CK_MAX_AXES);
+		size_t n = 0;
+		while (isalnum((unsigned char)s[n]) || s[n] == '_')
+			n++;
+		if (!n || n >= sizeof m->name[0] || s[n] != '=')
+			return ck_fail(err, CK_E_USAGE, "--mesh \"%s\": expected AXIS=SIZE[,AXIS=SIZE]",
+				       text);
+		memcpy(m->name[m->n], s, n);
+		for (int i = 0; i < m->n; i++)
+			if (!strcmp(m->name[i], m->name[m->n]))
+				return ck_fail(err, CK_E_USAGE, "--mesh: axis %s given twice", m->name[i]);
+		char *end;
+		long long v = strtoll(s + n + 1, &end, 10);
+		if (end == s + n + 1 || v < 1 || v > (1 << 20) || (*end && *end != ','))
+			return ck_fail(err, CK_E_USAGE, "--mesh \"%s\": axis sizes are 1..%d", text,
+				       1 << 20);
+		m->size[m->n++] = v;
+		s = *end ? end + 1 : end;
+	}
+	if (!m->n)
+		return ck_fail(err, CK_E_USAGE, "--mesh: no axes");
+	return 0;
+}
+
+int64_t ck_mesh_world(const struct ck_mesh *m)
+{
+	int64_t w = 1;
+	for (int i = 0; i < m->n; i++)
+		w *= m->size[i];
+	return w;
+}
+
+static int axis_of(const struct ck_mesh *m, const char *name)
+{
+	for (int i = 0; i < m->n; i++)
+		if (!strcmp(m->name[i], name))
+			return i;
+	return -1;
+}
+
+struct req_ctx {
+	const struct ck_mesh *m;
+	const cJSON *config;
+};
+
+/* Names in `require`: mesh axis sizes (an axis not in the mesh is 1), then
+ * config.json values. */
+static int req_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
+{
+	struct req_ctx *c = vctx;
+	memset(out, 0, sizeof *out);
+	int a = axis_of(c->m, name);
+	if (a >= 0 || !strcmp(name, "tp") || !strcmp(name, "ep") || !strcmp(name, "dp")) {
+		out->kind = XV_INT;
+		out->i = a >= 0 ? c->m->size[a] : 1;
+		return 0;
+	}
+	const cJSON *j = c->config ? cJSON_GetObjectItemCaseSensitive(c->config, name) : NULL;
+	if (!j && c->config) {
+		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(c->config, "text_config");
+		j = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, name) : NULL;
+	}
+	int64_t v;
+	if (j && cJSON_IsBool(j)) {
+		out->kind = XV_INT;
+		out->i = cJSON_IsTrue(j);
+		return 0;
+	}
+	if (j && ck_json_int(j, INT64_MIN / 2, INT64_MAX / 2, &v) == 0) {
+		out->kind = XV_INT;
+		out->i = v;
+		return 0;
+	}
+	(void)err;
+	return 1;
+}
+
+/* Shard one target along the rule; fills info. */
+static int shard_target(struct ck_target *t, const struct ck_partition *r, const struct ck_mesh *m,
+			const int64_t *coord, const char *path, struct ck_shard_info *info,
+			struct ck_err *err)
+{
+	struct ck_value *v = &t->v;
+	if (r->ndim != v->ndim)
+		return ck_fail(err, CK_E_MAPPING,
+			       "%s: partition rule %d: spec has %d dims but target \"%s\" has %d", path,
+			       r->index, r->ndim, t->name, v->ndim);
+	int used[CK_MAX_AXES] = {0};
+	memcpy(info->global_shape, v->shape, sizeof info->global_shape);
+	/* per dim: (blocks, parts, coordinate) */
+	int64_t k[CK_MAX_DIMS], n[CK_MAX_DIMS], c[CK_MAX_DIMS];
+	for (int d = 0; d < v->ndim; d++) {
+		k[d] = r->blocks[d], n[d] = 1, c[d] = 0;
+		info->axis_frag[d] = 1;
+		if (!r->spec[d])
+			continue;
+		int a = axis_of(m, r->spec[d]);
+		if (a >= 0) {
+			if (used[a]++)
+				return ck_fail(err, CK_E_MAPPING,
+					       "%s: partition rule %d: axis %s splits two dims of \"%s\"",
+					       path, r->index, r->spec[d], t->name);
+			n[d] = m->size[a];
+			c[d] = coord[a];
+		}
+		int64_t S = v->shape[d];
+		if (S % (k[d] * n[d]))
+			return ck_fail(err, CK_E_MAPPING,
+				       "%s: partition rule %d: dim %d of \"%s\" (size %lld) does not "
+				       "split into %lld block(s) x %lld (axis %s)",
+				       path, r->index, d, t->name, (long long)S, (long long)k[d],
+				       (long long)n[d], r->spec[d]);
+		info->axis_frag[d] = k[d] * n[d];
+		if (n[d] == 1)
+			continue;
+		int64_t blk = S / k[d], part = blk / n[d];
+		if (k[d] == 1) {
+			if (ck_value_narrow(v, d, c[d] * part, part, err) < 0)
+				return -1;
+		} else { /* view the dim as [k, S/k], take each block's part, view back */
+			int64_t sh[CK_MAX_DIMS];
+			int nd = 0;
+			for (int e = 0; e < v->ndim; e++) {
+				if (e == d) {
+					sh[nd++] = k[d];
+					sh[nd++] = blk;
+				} else {
+					sh[nd++] = v->shape[e];
+				}
+			}
+			if (ck_value_reshape(v, sh, nd, err) < 0 ||
+			    ck_value_narrow(v, d + 1, c[d] * part, part, err) < 0)
+				return -1;
+			int64_t back[CK_MAX_DIMS]; /* dims after d moved up by one */
+			for (int e = 0; e < r->ndim; e++)
+				back[e] = e == d ? k[d] * part : v->shape[e < d ? e : e + 1];
+			if (ck_value_reshape(v, back, r->ndim, err) < 0)
+				return -1;
+		}
+	}
+	/* fragments: the product of every dim's blocks */
+	int nf = 1;
+	for (int d = 0; d < r->ndim; d++)
+		nf *= (int)k[d];
+	info->frag = calloc((size_t)nf, sizeof *info->frag);
+	if (!info->frag)
+		return ck_fail_sys(err, ENOMEM, "fragments");
+	info->n_frag = nf;
+	for (int f = 0; f < nf; f++) {
+		int rem = f;
+		for (int d = r->ndim - 1; d >= 0; d--) {
+			int64_t b = rem % k[d], blk = info->global_shape[d] / k[d], part = blk / n[d];
+			rem /= (int)k[d];
+			info->frag[f].shape[d] = part;
+			info->frag[f].local_off[d] = b * part;
+			info->frag[f].global_off[d] = b * blk + c[d] * part;
+		}
+	}
+	for (int a = 0; a < m->n; a++)
+		if (!used[a])
+			info->replica_id[info->n_replica++] = coord[a];
+	return 0;
+}
+
+int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
+		  int64_t rank, struct ck_err *err)
+{
+	int64_t world = ck_mesh_world(m), coord[CK_MAX_AXES];
+	if (rank < 0 || rank >= world)
+		return ck_fail(err, CK_E_USAGE, "rank %lld is outside the mesh (world size %lld)",
+			       (long long)rank, (long long)world);
+	int64_t r = rank;
+	for (int a = m->n - 1; a >= 0; a--) { /* row-major: the last axis varies fastest */
+		coord[a] = r % m->size[a];
+		r /= m->size[a];
+	}
+	const char *path = rules ? rules->path : "mapping";
+	/* every mesh axis must mean something: dp replicates, others need rules */
+	for (int a = 0; a < m->n; a++) {
+		if (!strcmp(m->name[a], "dp"))
+			continue;
+		if (!strcmp(m->name[a], "pp"))
+			return ck_fail(err, CK_E_USAGE, "--mesh: the pp axis (pipeline stages) is not "
+							"supported yet");
+		int found = 0;
+		for (int i = 0; rules && i < rules->n_parts && !found; i++)
+			for (int d = 0; d < rules->parts[i].ndim; d++)
+				found |= rules->parts[i].spec[d] && !strcmp(rules->parts[i].spec[d], m->name[a]);
+		if (!found)
+			return ck_fail(err, CK_E_USAGE,
+				       "--mesh: axis %s is used by no partition rule%s%s", m->name[a],
+				       rules ? " of " : " (no mapping has partition rules)",
+				       rules ? rules->path : "");
+	}
+	struct req_ctx rc = {m, p->cat->config};
+	for (int i = 0; rules && i < rules->n_parts; i++) {
+		const struct ck_partition *pr = &rules->parts[i];
+		if (!pr->require)
+			continue;
+		struct ck_xval v;
+		if (ck_expr_eval(pr->require, req_lookup, &rc, &v, err) < 0) {
+			char msg[sizeof err->msg];
+			memcpy(msg, err->msg, sizeof msg);
+			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: require: %s", path,
+				       pr->index, msg);
+		}
+		int ok = v.kind == XV_INT && v.i;
+		ck_xval_free(&v);
+		if (!ok)
+			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: %s", path, pr->index,
+				       pr->message ? pr->message : "requirement does not hold");
+	}
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		struct ck_shard_info *info = calloc(1, sizeof *info);
+		if (!info)
+			return ck_fail_sys(err, ENOMEM, "sharding");
+		t->shard = info;
+		const struct ck_partition *pr = NULL;
+		for (int k = 0; rules && k < rules->n_parts && !pr; k++) {
+			struct ck_binding b = {0};
+			int hit = ck_pattern_match(&rules->parts[k].match, t->name, &b);
+			ck_binding_clear(&b);
+			if (hit > 0)
+				pr = &rules->parts[k];
+		}
+		if (!pr) { /* replicated on every axis */
+			memcpy(info->global_shape, t->v.shape, sizeof info->global_shape);
+			for (int d = 0; d < t->v.ndim; d++)
+				info->axis_frag[d] = 1;
+			info->frag = calloc(1, sizeof *info->frag);
+			if (!info->frag)
+				return ck_fail_sys(err, ENOMEM, "fragments");
+			info->n_frag = 1;
+			memcpy(info->frag[0].shape, t->v.shape, sizeof info->frag[0].shape);
+			for (int a = 0; a < m->n; a++)
+				info->replica_id[info->n_replica++] = coord[a];
+			continue;
+		}
+		info->partition_rule = pr->index;
+		if (shard_target(t, pr, m, coord, path, info, err) < 0)
+			return -1;
+	}
+	return ck_plan_refresh(p, err);
+}
+
+void ck_shard_fput_json(FILE *f, const struct ck_shard_info *s, int ndim, const char *field)
+{
+	if (!strcmp(field, "global_shape") || !strcmp(field, "axis_fragmentations")) {
+		const int64_t *v = field[0] == 'g' ? s->global_shape : s->axis_frag;
+		fputc('[', f);
+		for (int d = 0; d < ndim; d++)
+			fprintf(f, "%s%lld", d ? ", " : "", (long long)v[d]);
+		fputc(']', f);
+	} else if (!strcmp(field, "replica_id")) {
+		fputc('[', f);
+		for (int a = 0; a < s->n_replica; a++)
+			fprintf(f, "%s%lld", a ? ", " : "", (long long)s->replica_id[a]);
+		fputc(']', f);
+	} else if (!strcmp(field, "fragments")) {
+		fputc('[', f);
+		for (int i = 0; i < s->n_frag; i++) {
+			const struct ck_fragment *fr = &s->frag[i];
+			const int64_t *parts[3] = {fr->local_off, fr->global_off, fr->shape};
+			static const char *const names[3] = {"local_offset", "global_offset", "shape"};
+			fprintf(f, "%s{", i ? ", " : "");
+			for (int k = 0; k < 3; k++) {
+				fprintf(f, "%s\"%s\": [", k ? ", " : "", names[k]);
+				for (int d = 0; d < ndim; d++)
+					fprintf(f, "%s%lld", d ? ", " : "", (long long)parts[k][d]);
+				fputc(']', f);
+			}
+			fputc('}', f);
+		}
+		fputc(']', f);
+	}
+}

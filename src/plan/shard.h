@@ -1,0 +1,49 @@
+/* Per-rank views. A device mesh (named axes with sizes, row-major in the
+ * order written, so the last axis varies fastest) and a rank pick each
+ * target's local shard through the mapping's partition rules; the shard is
+ * more layout algebra (narrow, or view+narrow+view for block-wise splits), so
+ * a rank reads only its bytes. Each local target keeps Megatron's
+ * ShardedTensor description: global shape, fragments (local and global
+ * offsets), fragments per axis and a replica id. */
+#ifndef CK_SHARD_H
+#define CK_SHARD_H
+
+#include "../map/mapping.h"
+#include "plan.h"
+
+#define CK_MAX_AXES 8
+
+struct ck_mesh {
+	int n;
+	char name[CK_MAX_AXES][16];
+	int64_t size[CK_MAX_AXES];
+};
+
+struct ck_fragment {
+	int64_t local_off[CK_MAX_DIMS], global_off[CK_MAX_DIMS], shape[CK_MAX_DIMS];
+};
+
+struct ck_shard_info {
+	int64_t global_shape[CK_MAX_DIMS];
+	int64_t axis_frag[CK_MAX_DIMS]; /* fragments of the global tensor along each dim */
+	struct ck_fragment *frag;
+	int n_frag;
+	int64_t replica_id[CK_MAX_AXES]; /* coordinates over the axes it is not split on */
+	int n_replica;
+	int partition_rule; /* 0: replicated */
+};
+
+/* "tp=8", "dp=2,tp=8", ... */
+int ck_mesh_parse(const char *text, struct ck_mesh *m, struct ck_err *err);
+int64_t ck_mesh_world(const struct ck_mesh *m);
+/* Replace every target by its shard for `rank` under the partition rules of
+ * `rules` (NULL: all replicated). */
+int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
+		  int64_t rank, struct ck_err *err);
+
+/* Write one field of the description as JSON: "global_shape", "fragments",
+ * "axis_fragmentations" or "replica_id". */
+#include <stdio.h>
+void ck_shard_fput_json(FILE *f, const struct ck_shard_info *s, int ndim, const char *field);
+
+#endif
