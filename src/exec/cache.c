@@ -351,15 +351,20 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 			op_done(w->op);
 			free(w);
 		}
+	/* failed entries were unhashed above and their waiters are done: nobody
+	 * else can reach them. Free them before dropping the job's references,
+	 * after which an evict may free the others at any moment. */
+	for (size_t i = 0; i < j->n; i++)
+		if (j->ents[i]->failed) {
+			free(j->ents[i]);
+			j->ents[i] = NULL;
+		}
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < j->n; i++)
-		if (!j->ents[i]->failed)
+		if (j->ents[i])
 			j->ents[i]->refs--;
 	evict(c);
 	pthread_mutex_unlock(&c->mu);
-	for (size_t i = 0; i < j->n; i++)
-		if (j->ents[i]->failed)
-			free(j->ents[i]); /* unhashed above; nobody else can reach it */
 	free(lists);
 	free(j->ents);
 	free(j);
