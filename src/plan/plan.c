@@ -814,8 +814,6 @@ static int finish(struct ck_plan *p, struct ck_err *err)
 	p->total_bytes = 0;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
-		if (t->name[0] == '\0')
-			return ck_fail(err, CK_E_MAPPING, "a target has an empty name");
 		uint64_t bytes;
 		if (ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &bytes) < 0)
 			return ck_fail(err, CK_E_MAPPING, "target \"%s\": size overflows", t->name);

@@ -19,11 +19,19 @@ check() { # expected-status expected-fragment args...
 		fail=1
 	fi
 }
+mkdir "$d/mnt"
 for f in "$d"/*.safetensors; do
 	n=$((n + 1))
 	want=$(cat "${f%.safetensors}.expect")
 	check 3 "$want" inspect "$f"
 	check 3 "$f" inspect --json "$f"
+	# refused before mounting: same line, nothing mounted
+	check 3 "$want" mount "$f" "$d/mnt"
+	if grep -q " $d/mnt " /proc/self/mountinfo; then
+		echo "FAIL: $f got mounted"
+		fusermount3 -u "$d/mnt"
+		fail=1
+	fi
 done
 # a malformed file inside an otherwise valid directory spoils the directory
 mkdir "$d/model"

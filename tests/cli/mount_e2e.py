@@ -169,6 +169,24 @@ with tempfile.TemporaryDirectory() as d:
     changed = [l for l in log.splitlines() if "changed after mount" in l]
     assert len(changed) == 1 and victim in changed[0], log  # logged once, with the file
 
+    # a source replaced by rename, or deleted: the descriptor held since mount
+    # keeps serving the original bytes (snapshot semantics)
+    snap = os.path.join(d, "snap")
+    ckref.run(MKCKPT, "--model", "llama", "--shards", "2", snap)
+    orig = expected(snap)
+    with Mount(snap) as m:
+        for f in os.listdir(snap):
+            if f.endswith(".safetensors"):
+                p = os.path.join(snap, f)
+                tmp = p + ".new"
+                with open(tmp, "wb") as fh:
+                    fh.write(b"\xff" * os.path.getsize(p))
+                os.rename(tmp, p)
+        os.remove(os.path.join(snap, "model-00002-of-00002.safetensors"))
+        for k, raw in orig.items():
+            assert read_random(m.path("tensors", k)) == raw, k
+        assert m.stats()["read_errors"] == 0
+
     # without -f: returns once live, usable at once; fusermount3 -u ends it
     mnt = tempfile.mkdtemp(prefix="ckptfs-d-")
     p = subprocess.run([CKPTFS, "mount", srcs["gpt2"], mnt], capture_output=True, text=True, timeout=60)
