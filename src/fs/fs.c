@@ -17,11 +17,12 @@
 
 #include "../util/jsonw.h"
 #include "../util/strmap.h"
+#include "../plan/npy.h"
 #include "../plan/shard.h"
 #include "bdi.h"
 #include "names.h"
 
-enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_FLAT, INO_STATS, INO_PLAN, INO_FIRST = 16 };
+enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_FLAT, INO_STATS, INO_PLAN, INO_NPY, INO_FIRST = 16 };
 #define TIMEOUT 86400.0 /* the view is immutable */
 #define BLKSIZE (1u << 20)
 
@@ -33,6 +34,8 @@ struct ckfs {
 	struct ck_cache *cache;
 	char **names; /* escaped file name per target */
 	struct ck_strmap by_name;
+	char **npy_names; /* "<escaped>.npy" per target */
+	struct ck_strmap npy_by_name;
 	char *plan_json;
 	size_t plan_json_len;
 	int ready_fd;
@@ -62,6 +65,18 @@ static int is_target(const struct ckfs *fs, fuse_ino_t ino)
 	return ino >= INO_FIRST && ino - INO_FIRST < fs->plan->n;
 }
 
+/* npy/<name>.npy of target i is inode INO_FIRST + n + i */
+static int is_npy(const struct ckfs *fs, fuse_ino_t ino)
+{
+	return ino >= INO_FIRST + fs->plan->n && ino - INO_FIRST - fs->plan->n < fs->plan->n;
+}
+
+static size_t npy_header(const struct ckfs *fs, fuse_ino_t ino, char *buf)
+{
+	const struct ck_target *t = &fs->plan->t[ino - INO_FIRST - fs->plan->n];
+	return ck_npy_header(t->v.dtype, t->v.ndim, t->v.shape, buf, 256);
+}
+
 static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
@@ -70,7 +85,7 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 	st->st_gid = getgid();
 	st->st_blksize = BLKSIZE;
 	st->st_mtime = st->st_ctime = st->st_atime = fs->mounted_at;
-	if (ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META) {
+	if (ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META || ino == INO_NPY) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return;
@@ -83,12 +98,17 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_size = (off_t)fs->plan_json_len;
 	else if (is_target(fs, ino))
 		st->st_size = (off_t)fs->plan->t[ino - INO_FIRST].nbytes;
+	else if (is_npy(fs, ino)) {
+		char h[256];
+		st->st_size = (off_t)(npy_header(fs, ino, h) +
+				      fs->plan->t[ino - INO_FIRST - fs->plan->n].nbytes);
+	}
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
 static int valid_ino(const struct ckfs *fs, fuse_ino_t ino)
 {
-	return (ino >= INO_ROOT && ino <= INO_PLAN) || is_target(fs, ino);
+	return (ino >= INO_ROOT && ino <= INO_NPY) || is_target(fs, ino) || is_npy(fs, ino);
 }
 
 static void reply_entry(fuse_req_t req, const struct ckfs *fs, fuse_ino_t ino)
@@ -132,6 +152,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		ino = !strcmp(name, "tensors")		   ? INO_TENSORS
 		      : !strcmp(name, ".ckptfs")	   ? INO_META
 		      : !strcmp(name, "model.safetensors") ? INO_FLAT
+		      : !strcmp(name, "npy")		   ? INO_NPY
 							   : 0;
 	} else if (parent == INO_META) {
 		ino = !strcmp(name, "stats.json") ? INO_STATS : !strcmp(name, "plan.json") ? INO_PLAN : 0;
@@ -139,6 +160,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		uint32_t i;
 		if (ck_strmap_get(&fs->by_name, name, &i) == 0)
 			ino = INO_FIRST + i;
+	} else if (parent == INO_NPY) {
+		uint32_t i;
+		if (ck_strmap_get(&fs->npy_by_name, name, &i) == 0)
+			ino = INO_FIRST + fs->plan->n + i;
 	}
 	if (!ino)
 		fuse_reply_err(req, ENOENT);
@@ -164,11 +189,12 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)fi;
 	struct ckfs *fs = fuse_req_userdata(req);
-	static const char *const root[] = {".", "..", "tensors", "model.safetensors", ".ckptfs"};
-	static const fuse_ino_t root_ino[] = {INO_ROOT, INO_ROOT, INO_TENSORS, INO_FLAT, INO_META};
+	static const char *const root[] = {".", "..", "tensors", "model.safetensors", ".ckptfs", "npy"};
+	static const fuse_ino_t root_ino[] = {INO_ROOT, INO_ROOT, INO_TENSORS, INO_FLAT, INO_META,
+					      INO_NPY};
 	static const char *const meta[] = {".", "..", "stats.json", "plan.json"};
 	static const fuse_ino_t meta_ino[] = {INO_META, INO_ROOT, INO_STATS, INO_PLAN};
-	if (ino != INO_ROOT && ino != INO_TENSORS && ino != INO_META) {
+	if (ino != INO_ROOT && ino != INO_TENSORS && ino != INO_META && ino != INO_NPY) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -178,7 +204,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	size_t used = 0;
-	size_t count = ino == INO_ROOT ? 5 : ino == INO_META ? 4 : 2 + fs->plan->n;
+	size_t count = ino == INO_ROOT ? 6 : ino == INO_META ? 4 : 2 + fs->plan->n;
 	for (size_t i = (size_t)off; i < count; i++) {
 		const char *name;
 		fuse_ino_t e;
@@ -187,13 +213,17 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else if (ino == INO_META)
 			name = meta[i], e = meta_ino[i];
 		else if (i < 2)
-			name = i ? ".." : ".", e = i ? INO_ROOT : INO_TENSORS;
+			name = i ? ".." : ".", e = i ? INO_ROOT : ino;
+		else if (ino == INO_NPY)
+			name = fs->npy_names[i - 2], e = INO_FIRST + fs->plan->n + (i - 2);
 		else
 			name = fs->names[i - 2], e = INO_FIRST + (i - 2);
 		struct stat st;
 		memset(&st, 0, sizeof st);
 		st.st_ino = e;
-		st.st_mode = (e == INO_ROOT || e == INO_TENSORS || e == INO_META) ? S_IFDIR : S_IFREG;
+		st.st_mode = (e == INO_ROOT || e == INO_TENSORS || e == INO_META || e == INO_NPY)
+				     ? S_IFDIR
+				     : S_IFREG;
 		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
 		if (n > size - used)
 			break;
@@ -264,9 +294,11 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 struct pending {
 	fuse_req_t req;
 	struct ckfs *fs;
-	uint64_t off, len; /* the read, in the file */
-	int flat;	   /* model.safetensors: header bytes may lead */
+	uint64_t off, len;    /* the read, in the file */
+	const char *head;     /* bytes before the tensor data (flat or npy header) */
+	uint64_t head_len;
 	struct ck_span *spans;
+	char npy_head[256];
 };
 
 #define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
@@ -276,9 +308,8 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 {
 	struct pending *p = arg;
 	uint64_t head = 0;
-	if (!err && p->flat && p->off < p->fs->flat.header_len)
-		head = (p->len < p->fs->flat.header_len - p->off ? p->len
-								 : p->fs->flat.header_len - p->off);
+	if (!err && p->off < p->head_len)
+		head = p->len < p->head_len - p->off ? p->len : p->head_len - p->off;
 	size_t niov = n + (head > 0);
 	if (err) {
 		fuse_reply_err(p->req, -err);
@@ -290,7 +321,7 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 		} else {
 			size_t k = 0;
 			if (head)
-				iov[k++] = (struct iovec){p->fs->flat.header + p->off, head};
+				iov[k++] = (struct iovec){(void *)(p->head + p->off), head};
 			for (size_t i = 0; i < n; i++)
 				iov[k++] = (struct iovec){(void *)segs[i].p, segs[i].len};
 			if (k)
@@ -306,7 +337,7 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 			fuse_reply_err(p->req, ENOMEM);
 		} else {
 			if (head)
-				memcpy(buf, p->fs->flat.header + p->off, head);
+				memcpy(buf, p->head + p->off, head);
 			for (size_t i = 0; i < n; i++)
 				memcpy(buf + segs[i].dst, segs[i].p, segs[i].len);
 			fuse_reply_buf(p->req, (const char *)buf, p->len);
@@ -350,26 +381,48 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_slice(req, fs->plan_json, fs->plan_json_len, size, off);
 		return;
 	}
-	uint64_t total = ino == INO_FLAT ? fs->flat.size
-			 : is_target(fs, ino) ? fs->plan->t[ino - INO_FIRST].nbytes
-					      : 0;
-	if (!is_target(fs, ino) && ino != INO_FLAT) {
-		fuse_reply_err(req, EISDIR);
-		return;
-	}
-	if ((uint64_t)off >= total || size == 0) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	size_t len = (uint64_t)size < total - (uint64_t)off ? size : (size_t)(total - (uint64_t)off);
 	struct pending *p = calloc(1, sizeof *p);
 	if (!p) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	*p = (struct pending){req, fs, (uint64_t)off, len, ino == INO_FLAT, NULL};
-	size_t n;
+	uint64_t total = 0;
 	if (ino == INO_FLAT) {
+		p->head = fs->flat.header;
+		p->head_len = fs->flat.header_len;
+		total = fs->flat.size;
+	} else if (is_target(fs, ino)) {
+		total = fs->plan->t[ino - INO_FIRST].nbytes;
+	} else if (is_npy(fs, ino)) {
+		p->head = p->npy_head;
+		p->head_len = npy_header(fs, ino, p->npy_head);
+		total = p->head_len + fs->plan->t[ino - INO_FIRST - fs->plan->n].nbytes;
+	} else {
+		free(p);
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if ((uint64_t)off >= total || size == 0) {
+		free(p);
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	size_t len = (uint64_t)size < total - (uint64_t)off ? size : (size_t)(total - (uint64_t)off);
+	p->req = req;
+	p->fs = fs;
+	p->off = (uint64_t)off;
+	p->len = len;
+	size_t n;
+	if (is_npy(fs, ino)) { /* the header, then one span of the tensor */
+		uint64_t hl = p->head_len, end = (uint64_t)off + len;
+		n = end > hl ? 1 : 0;
+		p->spans = malloc(sizeof *p->spans);
+		if (p->spans && n) {
+			uint64_t a = (uint64_t)off > hl ? (uint64_t)off : hl;
+			p->spans[0] = (struct ck_span){(uint32_t)(ino - INO_FIRST - fs->plan->n), a - hl,
+						       end - a, a - (uint64_t)off};
+		}
+	} else if (ino == INO_FLAT) {
 		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, NULL, 0);
 		p->spans = malloc((n ? n : 1) * sizeof *p->spans);
 		if (p->spans)
@@ -479,7 +532,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	memset(&s, 0, sizeof s);
 	s.f_bsize = s.f_frsize = 4096;
 	s.f_blocks = (fs->plan->total_bytes + fs->flat.size + 4095) / 4096;
-	s.f_files = fs->plan->n + 6;
+	s.f_files = 2 * fs->plan->n + 7;
 	s.f_namemax = 255;
 	s.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &s);
@@ -627,6 +680,10 @@ static void free_fs(struct ckfs *fs)
 		free(fs->names[i]);
 	free(fs->names);
 	ck_strmap_free(&fs->by_name);
+	for (size_t i = 0; fs->npy_names && i < fs->plan->n; i++)
+		free(fs->npy_names[i]);
+	free(fs->npy_names);
+	ck_strmap_free(&fs->npy_by_name);
 	ck_flat_free(&fs->flat);
 	free(fs->plan_json);
 	if (fs->log && fs->log != stderr)
@@ -670,7 +727,9 @@ int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountp
 	if (ck_flat_build(plan, &fs.flat, err) < 0)
 		goto out;
 	fs.names = calloc(plan->n ? plan->n : 1, sizeof *fs.names);
-	if (!fs.names || ck_strmap_init(&fs.by_name, plan->n) < 0) {
+	fs.npy_names = calloc(plan->n ? plan->n : 1, sizeof *fs.npy_names);
+	if (!fs.names || !fs.npy_names || ck_strmap_init(&fs.by_name, plan->n) < 0 ||
+	    ck_strmap_init(&fs.npy_by_name, plan->n) < 0) {
 		ck_fail_sys(err, ENOMEM, "mount");
 		goto out;
 	}
@@ -678,6 +737,19 @@ int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountp
 		uint32_t other;
 		if (!(fs.names[i] = ck_escape_name(plan->t[i].name))) {
 			ck_fail_sys(err, ENOMEM, "mount");
+			goto out;
+		}
+		char *npy = ck_escape_name_max(plan->t[i].name, 251);
+		if (!npy || !(fs.npy_names[i] = malloc(strlen(npy) + 5))) {
+			free(npy);
+			ck_fail_sys(err, ENOMEM, "mount");
+			goto out;
+		}
+		sprintf(fs.npy_names[i], "%s.npy", npy);
+		free(npy);
+		if (ck_strmap_put(&fs.npy_by_name, fs.npy_names[i], (uint32_t)i, NULL) == 1) {
+			ck_fail(err, CK_E_MAPPING, "two keys map to one npy file name \"%s\"",
+				fs.npy_names[i]);
 			goto out;
 		}
 		if (ck_strmap_put(&fs.by_name, fs.names[i], (uint32_t)i, &other) == 1) {

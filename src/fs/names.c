@@ -16,6 +16,11 @@ static int needs_escape(unsigned char c)
 
 char *ck_escape_name(const char *key)
 {
+	return ck_escape_name_max(key, NAME_MAX_BYTES);
+}
+
+char *ck_escape_name_max(const char *key, size_t max)
+{
 	if (!strcmp(key, "."))
 		return strdup("%2E");
 	if (!strcmp(key, ".."))
@@ -38,9 +43,9 @@ char *ck_escape_name(const char *key)
 		}
 	}
 	*w = '\0';
-	if (n <= NAME_MAX_BYTES)
+	if (n <= max)
 		return out;
-	size_t keep = KEEP_BYTES;
+	size_t keep = max - (NAME_MAX_BYTES - KEEP_BYTES);
 	/* do not cut inside a UTF-8 sequence or a %XX escape */
 	while (keep > 0 && ((unsigned char)out[keep] & 0xC0) == 0x80)
 		keep--;

@@ -8,6 +8,10 @@
 #ifndef CK_NAMES_H
 #define CK_NAMES_H
 
+#include <stddef.h>
+
 char *ck_escape_name(const char *key); /* malloc'd, NULL on ENOMEM */
+/* The same within max bytes (for names that get a suffix: npy/<name>.npy). */
+char *ck_escape_name_max(const char *key, size_t max);
 
 #endif

@@ -11,6 +11,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(__file__))
 import ckref  # noqa: E402
 from mountlib import CKPTFS, Mount, is_mounted, read_random, skip_unless_fuse  # noqa: E402
@@ -27,6 +29,16 @@ def mp(name):
 def expected(outdir):
     """name -> raw bytes of a converted checkpoint."""
     return {k: v[2].tobytes() for k, v in ckref.read_checkpoint_dir(outdir).items()}
+
+
+def check_npy(m, outdir):
+    """np.load of every npy/<key>.npy equals the converted tensor (BF16 as raw
+    '<V2' 2-byte values, as documented)."""
+    for k, (dt, shape, arr) in ckref.read_checkpoint_dir(outdir).items():
+        a = np.load(m.path("npy", k + ".npy"))
+        assert a.shape == tuple(shape), (k, a.shape, shape)
+        assert a.dtype.str == {"BF16": "|V2", "F32": "<f4", "F16": "<f2"}.get(dt, a.dtype.str), (k, a.dtype)
+        assert a.tobytes() == arr.tobytes(), k
 
 
 def check_view(m, want):
@@ -65,6 +77,7 @@ with tempfile.TemporaryDirectory() as d:
             assert want == expected(srcs[src])  # identity: the source itself
         with Mount(srcs[src], maps) as m:
             check_view(m, want)
+            check_npy(m, out)
             s = m.stats()
             # each group evaluated once; the flat read was served from the cache
             assert s["groups_evaluated"] == len(m.plan()["groups"]), s
