@@ -277,8 +277,8 @@ static int eval_box(struct ck_eval_ctx *c, const struct ck_target *t, const int6
 
 /* Split the linear element range [p0, p1) into boxes and evaluate each. */
 static int eval_range(struct ck_eval_ctx *c, const struct ck_target *t, int dim, int64_t *lo,
-		      int64_t *hi, int64_t p0, int64_t p1, int64_t base, const int64_t *cstride,
-		      int64_t e0, unsigned char *out, struct ck_err *err)
+		      int64_t *hi, int64_t p0, int64_t p1, const int64_t *cstride, int64_t e0,
+		      unsigned char *out, struct ck_err *err)
 {
 	const int64_t *shape = t->v.shape;
 	int nd = t->v.ndim;
@@ -290,7 +290,6 @@ static int eval_range(struct ck_eval_ctx *c, const struct ck_target *t, int dim,
 		hi[dim] = p1 / inner;
 		for (int d = dim + 1; d < nd; d++)
 			lo[d] = 0, hi[d] = shape[d];
-		(void)base;
 		return eval_box(c, t, lo, hi, cstride, e0, out, err);
 	}
 	int64_t h = (p0 + inner - 1) / inner * inner, tl = p1 / inner * inner;
@@ -299,16 +298,16 @@ static int eval_range(struct ck_eval_ctx *c, const struct ck_target *t, int dim,
 	if (p0 < h) {
 		int64_t o = p0 / inner;
 		lo[dim] = o, hi[dim] = o + 1;
-		if (eval_range(c, t, dim + 1, lo, hi, p0 - o * inner, h - o * inner, base, cstride,
-			       e0, out, err) < 0)
+		if (eval_range(c, t, dim + 1, lo, hi, p0 - o * inner, h - o * inner, cstride, e0, out,
+			       err) < 0)
 			return -1;
 	}
-	if (h < tl && eval_range(c, t, dim, lo, hi, h, tl, base, cstride, e0, out, err) < 0)
+	if (h < tl && eval_range(c, t, dim, lo, hi, h, tl, cstride, e0, out, err) < 0)
 		return -1;
 	if (tl >= h && tl < p1) {
 		int64_t o = tl / inner;
 		lo[dim] = o, hi[dim] = o + 1;
-		if (eval_range(c, t, dim + 1, lo, hi, 0, p1 - tl, base, cstride, e0, out, err) < 0)
+		if (eval_range(c, t, dim + 1, lo, hi, 0, p1 - tl, cstride, e0, out, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -338,7 +337,7 @@ int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t le
 	if (t->v.ndim == 0)
 		r = eval_box(c, t, lo, hi, cstride, 0, buf, err);
 	else
-		r = eval_range(c, t, 0, lo, hi, e0, e1, 0, cstride, e0, buf, err);
+		r = eval_range(c, t, 0, lo, hi, e0, e1, cstride, e0, buf, err);
 	if (!aligned) {
 		if (r == 0)
 			memcpy(dst, buf + (off - (uint64_t)e0 * es), len);

@@ -423,10 +423,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 						       end - a, a - (uint64_t)off};
 		}
 	} else if (ino == INO_FLAT) {
-		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, NULL, 0);
+		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, 0);
 		p->spans = malloc((n ? n : 1) * sizeof *p->spans);
 		if (p->spans)
-			ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, p->spans, n);
+			ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, p->spans, n);
 	} else {
 		n = 1;
 		p->spans = malloc(sizeof *p->spans);

@@ -44,17 +44,13 @@ void ck_flat_free(struct ck_flat *f)
 }
 
 size_t ck_flat_spans(const struct ck_plan *p, const struct ck_flat *f, uint64_t off, uint64_t len,
-		     unsigned char *buf, struct ck_span *out, size_t max)
+		     struct ck_span *out, size_t max)
 {
 	if (off >= f->size)
 		return 0;
 	if (len > f->size - off)
 		len = f->size - off;
 	uint64_t end = off + len;
-	if (off < f->header_len && buf) {
-		uint64_t n = (end < f->header_len ? end : f->header_len) - off;
-		memcpy(buf, f->header + off, n);
-	}
 	/* first target whose data ends after off: binary search on offsets */
 	size_t lo = 0, hi = p->n;
 	while (lo < hi) {

@@ -24,10 +24,10 @@ struct ck_span {
 
 int ck_flat_build(const struct ck_plan *p, struct ck_flat *f, struct ck_err *err);
 void ck_flat_free(struct ck_flat *f);
-/* Spans of [off, off+len) that fall in targets, in order; header bytes are
- * copied to buf (when non-NULL). Returns the number of spans, writing at
+/* Spans of [off, off+len) that fall in targets, in order (header bytes are
+ * the caller's: they are f->header). Returns the number of spans, writing at
  * most max of them to out (out NULL: count only). */
 size_t ck_flat_spans(const struct ck_plan *p, const struct ck_flat *f, uint64_t off, uint64_t len,
-		     unsigned char *buf, struct ck_span *out, size_t max);
+		     struct ck_span *out, size_t max);
 
 #endif
