@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(
 	gcc meson ninja-build pkg-config    # build
+	libasan8 libubsan1 libtsan2         # sanitizer runtimes (the test builds)
 	libfuse3-dev fuse3                  # the mount
 	libcjson-dev liburing-dev           # JSON, io_uring
 	check                               # unit tests
