@@ -32,6 +32,8 @@ ap.add_argument("--seed", type=int, default=int(time.time()))
 ap.add_argument("--ckptfs", default=os.path.join(ROOT, "build", "src", "ckptfs"))
 ap.add_argument("--mkckpt", default=os.path.join(ROOT, "build", "tools", "mkckpt"))
 ap.add_argument("--cache-size", default="1MiB")
+ap.add_argument("--page-cache", action="store_true",
+                help="let the kernel cache file data (default: -o direct_io, so every read reaches the daemon)")
 a = ap.parse_args()
 MAP = os.path.join(ROOT, "mappings", "llama-hf-to-megatron.json")
 print(f"stress: seed {a.seed}, {a.threads} threads, {a.minutes} min, cache {a.cache_size}, {a.ckptfs}",
@@ -47,7 +49,8 @@ with open(os.path.join(out, "model.safetensors"), "rb") as f:
     want["model.safetensors"] = f.read()
 os.mkdir(mnt)
 daemon = subprocess.Popen([a.ckptfs, "mount", src, mnt, "-f", "--mapping", MAP, "-o",
-                           f"cache_size={a.cache_size},chunk=64KiB"], stderr=subprocess.PIPE, text=True)
+                           f"cache_size={a.cache_size},chunk=64KiB" + ("" if a.page_cache else ",direct_io")],
+                          stderr=subprocess.PIPE, text=True)
 while "mounted" not in (line := daemon.stderr.readline()):
     if not line:
         sys.exit("stress: the daemon did not mount")

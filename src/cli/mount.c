@@ -32,6 +32,8 @@ static void mount_help(FILE *f)
 		"                     first read (default: cache_size/8, at most 256MiB)\n"
 		"  -o log=FILE        append daemon messages to FILE\n"
 		"  -o no_uring        read sources with pread instead of io_uring\n"
+		"  -o direct_io       bypass the kernel page cache for data files (one copy less;\n"
+		"                     no mmap)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  any other -o option goes to FUSE: allow_other, debug, fsname=..., ...\n"
 		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
@@ -98,6 +100,8 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			o->log_path = val;
 		} else if (KEY("no_uring")) {
 			o->cache.use_uring = 0;
+		} else if (KEY("direct_io")) {
+			o->direct_io = 1;
 		} else {
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");

@@ -275,6 +275,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		}
 		fi->fh = (uintptr_t)s;
 		fi->direct_io = 1;
+	} else if (fs->o.direct_io) {
+		fi->direct_io = 1; /* every read reaches the daemon; mmap is not possible */
 	} else {
 		fi->keep_cache = 1;
 	}

@@ -16,6 +16,7 @@ struct ck_fs_opts {
 	struct ck_cache_opts cache;
 	int foreground;
 	int fuse_threads; /* most FUSE worker threads */
+	int direct_io;	  /* no kernel page cache for data files (readers that never mmap) */
 	const char *log_path;
 };
 
