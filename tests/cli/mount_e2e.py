@@ -84,6 +84,13 @@ with tempfile.TemporaryDirectory() as d:
             assert s["read_errors"] == 0 and s["cache_hits"] > 0, s
     print(f"{len(cases)} views: tensors/ and model.safetensors equal convert")
 
+    # -o direct_io: no page cache, every read answered by the daemon, same bytes
+    with Mount(srcs["gpt2"], [mp("gpt2-conv1d-to-linear.json")], "direct_io,chunk=64KiB") as m:
+        check_view(m, expected(os.path.join(d, "conv4")))
+        check_view(m, expected(os.path.join(d, "conv4")))  # again: from the daemon's cache
+        s = m.stats()
+        assert s["cache_hits"] > 0 and s["groups_evaluated"] == len(m.plan()["groups"]), s
+
     # without io_uring (forced): the pread path serves identical bytes
     with Mount(srcs["mixtral"], [mp("mixtral-hf-to-fused-experts.json")], "no_uring") as m:
         check_view(m, expected(os.path.join(d, "conv5")))
