@@ -10,7 +10,7 @@ bash tools/install-deps.sh
 [ -f build/build.ninja ] || meson setup build >/dev/null
 meson compile -C build >/dev/null
 work=$(mktemp -d)
-trap 'fusermount3 -u "$work/mnt" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'fusermount3 -u "$work/mnt" 2>/dev/null || true; rm -rf "$work"' EXIT
 ck=build/src/ckptfs
 set -x
 build/tools/mkckpt --model llama --preset tiny --dtype BF16 --shards 2 "$work/llama"
