@@ -112,6 +112,18 @@ with tempfile.TemporaryDirectory() as d:
     assert p.returncode == 4 and 'dim 0 of "embedding.word_embeddings.weight" (size 255) does not split' in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(d, "never"))
 
+    # a rank requests only its bytes: every read of a tp=8 view of the sparse 8b
+    # preset run through the engine without reading (inspect --io-plan)
+    s8 = os.path.join(d, "sparse8b")
+    ckref.run(MKCKPT, "--preset", "8b", "--dtype", "BF16", "--shards", "4", "--sparse", s8)
+    for r in (0, 5):
+        io = json.loads(ckref.run(CKPTFS, "inspect", s8, "--mapping", MAP, "--mesh", "tp=8",
+                                  "--rank", str(r), "--io-plan").stdout)
+        local = json.loads(ckref.run(CKPTFS, "inspect", s8, "--mapping", MAP, "--mesh", "tp=8",
+                                     "--rank", str(r), "--json").stdout)["total_bytes"]
+        assert io["view_bytes"] == local and io["source_bytes_requested"] == local, (r, io, local)
+    print("tp=8 ranks of the sparse 8b preset request exactly their local bytes")
+
     # a per-rank mount: the rank's bytes and Megatron's ShardedTensor xattrs
     if have_fuse():
         want = {k: v.tobytes() for k, v in arrays(os.path.join(d, "tp4", "rank2")).items()}
