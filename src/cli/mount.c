@@ -34,6 +34,12 @@ static void mount_help(FILE *f)
 		"  -o no_uring        read sources with pread instead of io_uring\n"
 		"  -o direct_io       bypass the kernel page cache for data files (one copy less;\n"
 		"                     no mmap)\n"
+		"  -o max_shard_size=SIZE  also serve model-0000k-of-0000n.safetensors shards\n"
+		"                     of at most SIZE and model.safetensors.index.json\n"
+		"  -o part_size=SIZE  per-rank views: size of model-rank-R-part-P.safetensors\n"
+		"                     (vLLM's sharded_state layout; default 5GiB)\n"
+		"  -o zip_crc         fill in pytorch_model.bin's CRC-32 fields (evaluates every\n"
+		"                     tensor before the mount is live; default: CRCs are 0)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  any other -o option goes to FUSE: allow_other, debug, fsname=..., ...\n"
 		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
@@ -80,6 +86,13 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 		} else if (KEY("chunk")) {
 			if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096)
 				return bad(err, opt);
+		} else if (KEY("max_shard_size") || KEY("part_size")) {
+			uint64_t v;
+			if (!val || ck_parse_size(val, &v) < 0 || !v)
+				return bad(err, opt);
+			*(KEY("part_size") ? &o->part_size : &o->max_shard_size) = v;
+		} else if (KEY("zip_crc")) {
+			o->zip_crc = 1;
 		} else if (KEY("group_max")) {
 			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
 				return bad(err, opt);
@@ -122,6 +135,7 @@ int ck_cmd_mount(int argc, char **argv)
 	struct ck_fs_opts o;
 	memset(&o, 0, sizeof o);
 	o.cache.use_uring = 1;
+	o.part_size = (uint64_t)5 << 30; /* vLLM's default max file size */
 	o.cache.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
 	int fuse_argc = 3;
@@ -179,6 +193,7 @@ int ck_cmd_mount(int argc, char **argv)
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
+	o.rank = v.rank;
 	int pipefd[2] = {-1, -1};
 	if (!o.foreground) {
 		if (pipe(pipefd) < 0) {

@@ -459,7 +459,7 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 	struct op *op = calloc(1, sizeof *op);
 	size_t cap = 0;
 	for (size_t i = 0; i < n; i++)
-		if (spans[i].len)
+		if (spans[i].len && !spans[i].lit)
 			cap += (spans[i].off + spans[i].len - 1) / c->o.chunk - spans[i].off / c->o.chunk + 1;
 	if (op)
 		op->parts = calloc(cap ? cap : 1, sizeof *op->parts);
@@ -476,6 +476,8 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < n; i++) {
 		const struct ck_span *s = &spans[i];
+		if (s->lit) /* literal bytes are the caller's */
+			continue;
 		for (uint64_t pos = s->off; pos < s->off + s->len;) {
 			uint64_t k = pos / c->o.chunk, in = pos - k * c->o.chunk;
 			uint64_t len = c->o.chunk - in;

@@ -53,8 +53,8 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 		 struct ck_err *err);
 /* Stops the evaluators (pending reads complete first) and frees. */
 void ck_cache_free(struct ck_cache *c);
-/* Read the spans (ck_flat_spans' format); cb gets the bytes as segments in
- * span order. Returns 0 (cb will be or was called) or -ENOMEM (cb is not
+/* Read the target spans (ck_vfile_spans' format; literal spans are skipped);
+ * cb gets the bytes as segments in span order. Returns 0 (cb will be or was called) or -ENOMEM (cb is not
  * called). */
 int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
 		  void *arg);

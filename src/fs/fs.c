@@ -15,14 +15,21 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
+#include "../util/crc32.h"
 #include "../util/jsonw.h"
 #include "../util/strmap.h"
 #include "../plan/npy.h"
 #include "../plan/shard.h"
+#include "../plan/torchzip.h"
 #include "bdi.h"
 #include "names.h"
 
-enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_FLAT, INO_STATS, INO_PLAN, INO_NPY, INO_FIRST = 16 };
+/* Inodes: the fixed ones, then target i at INO_FIRST + i, its npy file at
+ * INO_FIRST + n + i, and root file k (model.safetensors, pytorch_model.bin,
+ * shards, ...) at INO_FIRST + 2n + k. */
+enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_STATS, INO_PLAN, INO_NPY, INO_FIRST = 16 };
 #define TIMEOUT 86400.0 /* the view is immutable */
 #define BLKSIZE (1u << 20)
 
@@ -30,7 +37,15 @@ struct ckfs {
 	const struct ck_plan *plan;
 	const char *source, *mountpoint;
 	struct ck_fs_opts o;
-	struct ck_flat flat;
+	struct ck_flat flat;	 /* model.safetensors */
+	struct ck_torchzip zip;	 /* pytorch_model.bin */
+	struct ck_flat *shards;	 /* model-0000k-of-0000n.safetensors (-o max_shard_size) */
+	struct ck_flat *parts;	 /* model-rank-R-part-P.safetensors (per-rank views) */
+	size_t n_shards, n_parts;
+	struct ck_vfile index_json; /* model.safetensors.index.json of the shards */
+	struct ck_vfile config;	    /* the source's config.json, for from_pretrained(mount) */
+	struct root_file *roots;
+	size_t n_roots;
 	struct ck_cache *cache;
 	char **names; /* escaped file name per target */
 	struct ck_strmap by_name;
@@ -42,6 +57,11 @@ struct ckfs {
 	FILE *log;
 	pthread_mutex_t log_mu;
 	time_t mounted_at;
+};
+
+struct root_file {
+	char *name;
+	const struct ck_vfile *v;
 };
 
 struct snapshot {
@@ -71,6 +91,17 @@ static int is_npy(const struct ckfs *fs, fuse_ino_t ino)
 	return ino >= INO_FIRST + fs->plan->n && ino - INO_FIRST - fs->plan->n < fs->plan->n;
 }
 
+static const struct root_file *root_file(const struct ckfs *fs, fuse_ino_t ino)
+{
+	uint64_t base = INO_FIRST + 2 * (uint64_t)fs->plan->n;
+	return ino >= base && ino - base < fs->n_roots ? &fs->roots[ino - base] : NULL;
+}
+
+static int is_dir(fuse_ino_t ino)
+{
+	return ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META || ino == INO_NPY;
+}
+
 static size_t npy_header(const struct ckfs *fs, fuse_ino_t ino, char *buf)
 {
 	const struct ck_target *t = &fs->plan->t[ino - INO_FIRST - fs->plan->n];
@@ -85,15 +116,16 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 	st->st_gid = getgid();
 	st->st_blksize = BLKSIZE;
 	st->st_mtime = st->st_ctime = st->st_atime = fs->mounted_at;
-	if (ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META || ino == INO_NPY) {
+	if (is_dir(ino)) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return;
 	}
 	st->st_mode = S_IFREG | 0444;
 	st->st_nlink = 1;
-	if (ino == INO_FLAT)
-		st->st_size = (off_t)fs->flat.size;
+	const struct root_file *rf = root_file(fs, ino);
+	if (rf)
+		st->st_size = (off_t)rf->v->size;
 	else if (ino == INO_PLAN)
 		st->st_size = (off_t)fs->plan_json_len;
 	else if (is_target(fs, ino))
@@ -108,7 +140,8 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 
 static int valid_ino(const struct ckfs *fs, fuse_ino_t ino)
 {
-	return (ino >= INO_ROOT && ino <= INO_NPY) || is_target(fs, ino) || is_npy(fs, ino);
+	return (ino >= INO_ROOT && ino <= INO_NPY) || is_target(fs, ino) || is_npy(fs, ino) ||
+	       root_file(fs, ino);
 }
 
 static void reply_entry(fuse_req_t req, const struct ckfs *fs, fuse_ino_t ino)
@@ -149,11 +182,13 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct ckfs *fs = fuse_req_userdata(req);
 	fuse_ino_t ino = 0;
 	if (parent == INO_ROOT) {
-		ino = !strcmp(name, "tensors")		   ? INO_TENSORS
-		      : !strcmp(name, ".ckptfs")	   ? INO_META
-		      : !strcmp(name, "model.safetensors") ? INO_FLAT
-		      : !strcmp(name, "npy")		   ? INO_NPY
-							   : 0;
+		ino = !strcmp(name, "tensors")	 ? INO_TENSORS
+		      : !strcmp(name, ".ckptfs") ? INO_META
+		      : !strcmp(name, "npy")	 ? INO_NPY
+						 : 0;
+		for (size_t k = 0; !ino && k < fs->n_roots; k++)
+			if (!strcmp(name, fs->roots[k].name))
+				ino = INO_FIRST + 2 * fs->plan->n + k;
 	} else if (parent == INO_META) {
 		ino = !strcmp(name, "stats.json") ? INO_STATS : !strcmp(name, "plan.json") ? INO_PLAN : 0;
 	} else if (parent == INO_TENSORS) {
@@ -189,12 +224,11 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)fi;
 	struct ckfs *fs = fuse_req_userdata(req);
-	static const char *const root[] = {".", "..", "tensors", "model.safetensors", ".ckptfs", "npy"};
-	static const fuse_ino_t root_ino[] = {INO_ROOT, INO_ROOT, INO_TENSORS, INO_FLAT, INO_META,
-					      INO_NPY};
+	static const char *const root[] = {".", "..", "tensors", ".ckptfs", "npy"};
+	static const fuse_ino_t root_ino[] = {INO_ROOT, INO_ROOT, INO_TENSORS, INO_META, INO_NPY};
 	static const char *const meta[] = {".", "..", "stats.json", "plan.json"};
 	static const fuse_ino_t meta_ino[] = {INO_META, INO_ROOT, INO_STATS, INO_PLAN};
-	if (ino != INO_ROOT && ino != INO_TENSORS && ino != INO_META && ino != INO_NPY) {
+	if (!is_dir(ino)) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -204,12 +238,14 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	size_t used = 0;
-	size_t count = ino == INO_ROOT ? 6 : ino == INO_META ? 4 : 2 + fs->plan->n;
+	size_t count = ino == INO_ROOT ? 5 + fs->n_roots : ino == INO_META ? 4 : 2 + fs->plan->n;
 	for (size_t i = (size_t)off; i < count; i++) {
 		const char *name;
 		fuse_ino_t e;
-		if (ino == INO_ROOT)
+		if (ino == INO_ROOT && i < 5)
 			name = root[i], e = root_ino[i];
+		else if (ino == INO_ROOT)
+			name = fs->roots[i - 5].name, e = INO_FIRST + 2 * fs->plan->n + (i - 5);
 		else if (ino == INO_META)
 			name = meta[i], e = meta_ino[i];
 		else if (i < 2)
@@ -221,9 +257,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct stat st;
 		memset(&st, 0, sizeof st);
 		st.st_ino = e;
-		st.st_mode = (e == INO_ROOT || e == INO_TENSORS || e == INO_META || e == INO_NPY)
-				     ? S_IFDIR
-				     : S_IFREG;
+		st.st_mode = is_dir(e) ? S_IFDIR : S_IFREG;
 		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
 		if (n > size - used)
 			break;
@@ -295,24 +329,24 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 struct pending {
 	fuse_req_t req;
-	struct ckfs *fs;
-	uint64_t off, len;    /* the read, in the file */
-	const char *head;     /* bytes before the tensor data (flat or npy header) */
-	uint64_t head_len;
-	struct ck_span *spans;
+	uint64_t len;	      /* of the read */
+	struct ck_span *spans; /* target spans and literal spans, in file order */
+	size_t n;
 	char npy_head[256];
 };
 
 #define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
 
-/* Reply straight from cache memory (fuse_reply_iov: no copy here). */
+/* Reply straight from cache memory and literal bytes (fuse_reply_iov: no
+ * copy here). segs (target bytes) and the literal spans are each in file
+ * order; merge them by their offset in the result. */
 static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 {
 	struct pending *p = arg;
-	uint64_t head = 0;
-	if (!err && p->off < p->head_len)
-		head = p->len < p->head_len - p->off ? p->len : p->head_len - p->off;
-	size_t niov = n + (head > 0);
+	size_t n_lit = 0;
+	for (size_t i = 0; i < p->n; i++)
+		n_lit += p->spans[i].lit != NULL;
+	size_t niov = n + n_lit;
 	if (err) {
 		fuse_reply_err(p->req, -err);
 	} else if (niov <= MAX_IOV) {
@@ -321,11 +355,18 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 		if (!iov) {
 			fuse_reply_err(p->req, ENOMEM);
 		} else {
-			size_t k = 0;
-			if (head)
-				iov[k++] = (struct iovec){(void *)(p->head + p->off), head};
-			for (size_t i = 0; i < n; i++)
-				iov[k++] = (struct iovec){(void *)segs[i].p, segs[i].len};
+			size_t k = 0, s = 0, l = 0;
+			while (k < niov) {
+				while (l < p->n && !p->spans[l].lit)
+					l++;
+				if (l < p->n && (s == n || p->spans[l].dst < segs[s].dst)) {
+					iov[k++] = (struct iovec){(void *)p->spans[l].lit, p->spans[l].len};
+					l++;
+				} else {
+					iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
+					s++;
+				}
+			}
 			if (k)
 				fuse_reply_iov(p->req, iov, (int)k);
 			else
@@ -333,13 +374,14 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 			if (iov != stack)
 				free(iov);
 		}
-	} else { /* very many small tensors in one read: gather into one buffer */
+	} else { /* very many small pieces in one read: gather into one buffer */
 		unsigned char *buf = malloc(p->len);
 		if (!buf) {
 			fuse_reply_err(p->req, ENOMEM);
 		} else {
-			if (head)
-				memcpy(buf, p->head + p->off, head);
+			for (size_t i = 0; i < p->n; i++)
+				if (p->spans[i].lit)
+					memcpy(buf + p->spans[i].dst, p->spans[i].lit, p->spans[i].len);
 			for (size_t i = 0; i < n; i++)
 				memcpy(buf + segs[i].dst, segs[i].p, segs[i].len);
 			fuse_reply_buf(p->req, (const char *)buf, p->len);
@@ -388,17 +430,15 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	uint64_t total = 0;
-	if (ino == INO_FLAT) {
-		p->head = fs->flat.header;
-		p->head_len = fs->flat.header_len;
-		total = fs->flat.size;
+	const struct root_file *rf = root_file(fs, ino);
+	uint64_t total = 0, head = 0;
+	if (rf) {
+		total = rf->v->size;
 	} else if (is_target(fs, ino)) {
 		total = fs->plan->t[ino - INO_FIRST].nbytes;
 	} else if (is_npy(fs, ino)) {
-		p->head = p->npy_head;
-		p->head_len = npy_header(fs, ino, p->npy_head);
-		total = p->head_len + fs->plan->t[ino - INO_FIRST - fs->plan->n].nbytes;
+		head = npy_header(fs, ino, p->npy_head);
+		total = head + fs->plan->t[ino - INO_FIRST - fs->plan->n].nbytes;
 	} else {
 		free(p);
 		fuse_reply_err(req, EISDIR);
@@ -409,33 +449,28 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
-	size_t len = (uint64_t)size < total - (uint64_t)off ? size : (size_t)(total - (uint64_t)off);
+	uint64_t len = (uint64_t)size < total - (uint64_t)off ? size : total - (uint64_t)off;
+	uint64_t end = (uint64_t)off + len;
 	p->req = req;
-	p->fs = fs;
-	p->off = (uint64_t)off;
 	p->len = len;
-	size_t n;
-	if (is_npy(fs, ino)) { /* the header, then one span of the tensor */
-		uint64_t hl = p->head_len, end = (uint64_t)off + len;
-		n = end > hl ? 1 : 0;
-		p->spans = malloc(sizeof *p->spans);
-		if (p->spans && n) {
-			uint64_t a = (uint64_t)off > hl ? (uint64_t)off : hl;
-			p->spans[0] = (struct ck_span){(uint32_t)(ino - INO_FIRST - fs->plan->n), a - hl,
-						       end - a, a - (uint64_t)off};
+	size_t n = rf ? ck_vfile_spans(rf->v, (uint64_t)off, len, NULL, 0) : 2;
+	p->spans = calloc(n ? n : 1, sizeof *p->spans);
+	if (p->spans && rf) {
+		p->n = ck_vfile_spans(rf->v, (uint64_t)off, len, p->spans, n);
+	} else if (p->spans && is_npy(fs, ino)) { /* the header, then the tensor */
+		if ((uint64_t)off < head)
+			p->spans[p->n++] = (struct ck_span){0, 0, (end < head ? end : head) - (uint64_t)off,
+							    0, (unsigned char *)p->npy_head + off};
+		if (end > head) {
+			uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
+			p->spans[p->n++] = (struct ck_span){(uint32_t)(ino - INO_FIRST - fs->plan->n),
+							    a - head, end - a, a - (uint64_t)off, NULL};
 		}
-	} else if (ino == INO_FLAT) {
-		n = ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, NULL, 0);
-		p->spans = malloc((n ? n : 1) * sizeof *p->spans);
-		if (p->spans)
-			ck_flat_spans(fs->plan, &fs->flat, (uint64_t)off, len, p->spans, n);
-	} else {
-		n = 1;
-		p->spans = malloc(sizeof *p->spans);
-		if (p->spans)
-			p->spans[0] = (struct ck_span){(uint32_t)(ino - INO_FIRST), (uint64_t)off, len, 0};
+	} else if (p->spans) {
+		p->spans[p->n++] =
+			(struct ck_span){(uint32_t)(ino - INO_FIRST), (uint64_t)off, len, 0, NULL};
 	}
-	if (!p->spans || ck_cache_read(fs->cache, p->spans, n, read_done, p) < 0) {
+	if (!p->spans || ck_cache_read(fs->cache, p->spans, p->n, read_done, p) < 0) {
 		free(p->spans);
 		free(p);
 		fuse_reply_err(req, ENOMEM);
@@ -533,8 +568,11 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs s;
 	memset(&s, 0, sizeof s);
 	s.f_bsize = s.f_frsize = 4096;
-	s.f_blocks = (fs->plan->total_bytes + fs->flat.size + 4095) / 4096;
-	s.f_files = 2 * fs->plan->n + 7;
+	uint64_t bytes = 2 * fs->plan->total_bytes; /* tensors/ and npy/ */
+	for (size_t k = 0; k < fs->n_roots; k++)
+		bytes += fs->roots[k].v->size;
+	s.f_blocks = (bytes + 4095) / 4096;
+	s.f_files = 2 * fs->plan->n + fs->n_roots + 7;
 	s.f_namemax = 255;
 	s.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &s);
@@ -654,6 +692,21 @@ static char *build_plan_json(const struct ckfs *fs, size_t *len)
 			   "}",
 			t->nbytes, t->group, fs->flat.off[i]);
 	}
+	fprintf(f, "\n], \"pytorch_model_bin\": {\"crc32\": %s, \"omitted\": [",
+		fs->o.zip_crc ? "true" : "false");
+	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
+		const struct ck_target *t = &p->t[fs->zip.omitted[k]];
+		fprintf(f, "%s\n  {\"name\": ", k ? "," : "");
+		ck_json_fput_str(f, t->name);
+		fprintf(f, ", \"reason\": \"torch 1.13 has no typed storage for %s\"}",
+			ck_dtype_name(t->v.dtype));
+	}
+	fprintf(f, "]}, \"files\": [");
+	for (size_t k = 0; k < fs->n_roots; k++) {
+		fprintf(f, "%s{\"name\": ", k ? ", " : "");
+		ck_json_fput_str(f, fs->roots[k].name);
+		fprintf(f, ", \"bytes\": %" PRIu64 "}", fs->roots[k].v->size);
+	}
 	fprintf(f, "\n], \"groups\": [");
 	for (size_t g = 0; g < p->n_groups; g++) {
 		const struct ck_group *gr = &p->g[g];
@@ -687,10 +740,211 @@ static void free_fs(struct ckfs *fs)
 	free(fs->npy_names);
 	ck_strmap_free(&fs->npy_by_name);
 	ck_flat_free(&fs->flat);
+	ck_torchzip_free(&fs->zip);
+	for (size_t k = 0; k < fs->n_shards; k++)
+		ck_flat_free(&fs->shards[k]);
+	free(fs->shards);
+	for (size_t k = 0; k < fs->n_parts; k++)
+		ck_flat_free(&fs->parts[k]);
+	free(fs->parts);
+	ck_vfile_free(&fs->index_json);
+	ck_vfile_free(&fs->config);
+	for (size_t k = 0; k < fs->n_roots; k++)
+		free(fs->roots[k].name);
+	free(fs->roots);
 	free(fs->plan_json);
 	if (fs->log && fs->log != stderr)
 		fclose(fs->log);
 	pthread_mutex_destroy(&fs->log_mu);
+}
+
+static int add_root(struct ckfs *fs, const char *name, const struct ck_vfile *v)
+{
+	struct root_file *nr = realloc(fs->roots, (fs->n_roots + 1) * sizeof *nr);
+	if (!nr)
+		return -1;
+	fs->roots = nr;
+	if (!(nr[fs->n_roots].name = strdup(name)))
+		return -1;
+	nr[fs->n_roots++].v = v;
+	return 0;
+}
+
+/* Targets first[k] .. first[k+1]-1 as one safetensors file. */
+static int build_run(struct ckfs *fs, const size_t *first, size_t runs, size_t k,
+		     struct ck_flat *out, struct ck_err *err)
+{
+	size_t a = first[k], b = k + 1 < runs ? first[k + 1] : fs->plan->n;
+	uint32_t *ids = malloc((b - a ? b - a : 1) * sizeof *ids);
+	if (!ids)
+		return ck_fail_sys(err, ENOMEM, "mount");
+	for (size_t i = a; i < b; i++)
+		ids[i - a] = (uint32_t)i;
+	int r = ck_flat_build(fs->plan, ids, b - a, out, err);
+	free(ids);
+	return r;
+}
+
+/* model.safetensors.index.json for the shards, as HF writes it. */
+static int build_index_json(struct ckfs *fs, const size_t *first, size_t runs)
+{
+	char *buf = NULL;
+	size_t len;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return -1;
+	fprintf(f, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n  \"weight_map\": {",
+		fs->plan->total_bytes);
+	for (size_t k = 0, i = 0; k < runs; k++)
+		for (; i < (k + 1 < runs ? first[k + 1] : fs->plan->n); i++) {
+			fprintf(f, "%s\n    ", i ? "," : "");
+			ck_json_fput_str(f, fs->plan->t[i].name);
+			fprintf(f, ": \"model-%05zu-of-%05zu.safetensors\"", k + 1, runs);
+		}
+	fprintf(f, "\n  }\n}\n");
+	if (fclose(f) != 0) {
+		free(buf);
+		return -1;
+	}
+	int r = ck_vfile_lit(&fs->index_json, buf, len);
+	free(buf);
+	return r;
+}
+
+/* Split the plan into files of at most `size` bytes of tensors. */
+static int build_split(struct ckfs *fs, uint64_t size, struct ck_flat **out, size_t *n_out,
+		       size_t **first_out, struct ck_err *err)
+{
+	size_t *first;
+	size_t runs = ck_flat_split(fs->plan, size, &first);
+	if (!runs || !(*out = calloc(runs, sizeof **out))) {
+		if (runs)
+			free(first);
+		return ck_fail_sys(err, ENOMEM, "mount");
+	}
+	for (size_t k = 0; k < runs; k++) {
+		if (build_run(fs, first, runs, k, &(*out)[k], err) < 0) {
+			*n_out = k;
+			free(first);
+			return -1;
+		}
+	}
+	*n_out = runs;
+	*first_out = first;
+	return 0;
+}
+
+/* The files of the mount's root: model.safetensors, pytorch_model.bin, and
+ * the optional shards and per-rank parts. */
+static int build_roots(struct ckfs *fs, struct ck_err *err)
+{
+	if (ck_flat_build(fs->plan, NULL, 0, &fs->flat, err) < 0 ||
+	    ck_torchzip_build(fs->plan, "pytorch_model", &fs->zip, err) < 0)
+		return -1;
+	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
+	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
+		return ck_fail_sys(err, ENOMEM, "mount");
+	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
+		const struct ck_target *t = &fs->plan->t[fs->zip.omitted[k]];
+		char msg[600];
+		snprintf(msg, sizeof msg,
+			 "pytorch_model.bin leaves out %s: torch 1.13 has no typed storage for %s "
+			 "(tensors/, npy/ and model.safetensors have it)",
+			 t->name, ck_dtype_name(t->v.dtype));
+		fs_log(fs, msg);
+	}
+	if (fs->plan->cat->config) {
+		char *txt = cJSON_Print(fs->plan->cat->config);
+		int r = txt ? ck_vfile_lit(&fs->config, txt, strlen(txt)) : -1;
+		if (r == 0)
+			r = ck_vfile_lit(&fs->config, "\n", 1);
+		cJSON_free(txt);
+		if (r < 0 || add_root(fs, "config.json", &fs->config) < 0)
+			return ck_fail_sys(err, ENOMEM, "mount");
+	}
+	char name[128];
+	size_t *first;
+	if (fs->o.max_shard_size) {
+		if (build_split(fs, fs->o.max_shard_size, &fs->shards, &fs->n_shards, &first, err) < 0)
+			return -1;
+		int r = build_index_json(fs, first, fs->n_shards);
+		free(first);
+		if (r < 0 || add_root(fs, "model.safetensors.index.json", &fs->index_json) < 0)
+			return ck_fail_sys(err, ENOMEM, "mount");
+		for (size_t k = 0; k < fs->n_shards; k++) {
+			snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1,
+				 fs->n_shards);
+			if (add_root(fs, name, &fs->shards[k].v) < 0)
+				return ck_fail_sys(err, ENOMEM, "mount");
+		}
+	}
+	if (fs->o.rank >= 0) {
+		if (build_split(fs, fs->o.part_size, &fs->parts, &fs->n_parts, &first, err) < 0)
+			return -1;
+		free(first);
+		for (size_t k = 0; k < fs->n_parts; k++) {
+			snprintf(name, sizeof name, "model-rank-%" PRId64 "-part-%zu.safetensors",
+				 fs->o.rank, k);
+			if (add_root(fs, name, &fs->parts[k].v) < 0)
+				return ck_fail_sys(err, ENOMEM, "mount");
+		}
+	}
+	return 0;
+}
+
+/* -o zip_crc: evaluate every tensor of pytorch_model.bin once, through the
+ * cache, and fill in its CRC-32 fields before the mount goes live. */
+struct crc_wait {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, err;
+	uint32_t crc;
+};
+
+static void crc_done(void *arg, int err, const struct ck_seg *segs, size_t n)
+{
+	struct crc_wait *w = arg;
+	uint32_t c = w->crc;
+	for (size_t i = 0; !err && i < n; i++)
+		c = ck_crc32(c, segs[i].p, segs[i].len);
+	pthread_mutex_lock(&w->mu);
+	w->crc = c;
+	w->err = err;
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static int zip_crcs(struct ckfs *fs, struct ck_err *err)
+{
+	const uint64_t step = 16u << 20;
+	struct crc_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	int rc = 0;
+	for (size_t k = 0; rc == 0 && k < fs->zip.n_included; k++) {
+		uint32_t t = fs->zip.included[k];
+		w.crc = 0;
+		for (uint64_t off = 0; rc == 0 && off < fs->plan->t[t].nbytes; off += step) {
+			uint64_t len = fs->plan->t[t].nbytes - off;
+			struct ck_span sp = {t, off, len < step ? len : step, 0, NULL};
+			w.done = 0;
+			if (ck_cache_read(fs->cache, &sp, 1, crc_done, &w) < 0) {
+				rc = ck_fail_sys(err, ENOMEM, "zip_crc");
+				break;
+			}
+			pthread_mutex_lock(&w.mu);
+			while (!w.done)
+				pthread_cond_wait(&w.cv, &w.mu);
+			pthread_mutex_unlock(&w.mu);
+			if (w.err)
+				rc = ck_fail_sys(err, -w.err, "zip_crc: evaluating %s",
+						 fs->plan->t[t].name);
+		}
+		if (rc == 0)
+			ck_torchzip_set_crc(&fs->zip, k, w.crc);
+	}
+	pthread_mutex_destroy(&w.mu);
+	pthread_cond_destroy(&w.cv);
+	return rc;
 }
 
 static int report(int *ready_fd, struct ck_err *err)
@@ -726,7 +980,7 @@ int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountp
 		ck_fail_sys(err, errno, "%s: cannot open the log", o->log_path);
 		goto out;
 	}
-	if (ck_flat_build(plan, &fs.flat, err) < 0)
+	if (build_roots(&fs, err) < 0)
 		goto out;
 	fs.names = calloc(plan->n ? plan->n : 1, sizeof *fs.names);
 	fs.npy_names = calloc(plan->n ? plan->n : 1, sizeof *fs.npy_names);
@@ -767,7 +1021,7 @@ int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountp
 	struct ck_cache_opts co = o->cache;
 	co.log = fs_log;
 	co.log_ctx = &fs;
-	if (ck_cache_new(plan, &co, &fs.cache, err) < 0)
+	if (ck_cache_new(plan, &co, &fs.cache, err) < 0 || (o->zip_crc && zip_crcs(&fs, err) < 0))
 		goto out;
 	se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!se) {

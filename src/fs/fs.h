@@ -1,6 +1,11 @@
 /* The FUSE front end (low-level API): the read-only virtual tree
  *   tensors/<key>        one file per target (C order, little endian)
  *   model.safetensors    every target as one safetensors file
+ *   pytorch_model.bin    every target as a torch.save zip
+ *   npy/<key>.npy        one NumPy file per target
+ *   model-0000k-of-0000n.safetensors, model.safetensors.index.json
+ *                        with max_shard_size
+ *   model-rank-R-part-P.safetensors   on a per-rank view (vLLM sharded_state)
  *   .ckptfs/stats.json   live counters (direct_io, snapshot at open)
  *   .ckptfs/plan.json    targets, groups, sources
  * Reads are answered from the evaluation cache's completion callbacks, so no
@@ -18,6 +23,10 @@ struct ck_fs_opts {
 	int fuse_threads; /* most FUSE worker threads */
 	int direct_io;	  /* no kernel page cache for data files (readers that never mmap) */
 	const char *log_path;
+	uint64_t max_shard_size; /* >0: also serve model-0000k-of-0000n.safetensors + index */
+	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors size */
+	int zip_crc;		 /* compute pytorch_model.bin's CRC-32s before mounting */
+	int64_t rank;		 /* >=0 on a per-rank view */
 };
 
 /* Mount and serve until unmounted or signalled. ready_fd (or -1) gets "OK\n"

@@ -1,7 +1,8 @@
-/* The flat safetensors view of a plan: one header computed from the targets
- * (plan order, "__metadata__": {"format": "pt"}) and every target's bytes
- * packed after it. Maps a byte range of the flat file to header bytes and
- * target segments, so a read evaluates only the tensors it touches. */
+/* Flat safetensors views of a plan: one header computed from a list of
+ * targets (in that order, "__metadata__": {"format": "pt"}) and their bytes
+ * packed after it, as a vfile. The whole plan gives model.safetensors; a
+ * split by size gives the shards of model.safetensors.index.json (and vLLM's
+ * per-rank model-rank-R-part-P.safetensors). */
 #ifndef CK_FLAT_H
 #define CK_FLAT_H
 
@@ -9,25 +10,23 @@
 #include <stdint.h>
 
 #include "plan.h"
+#include "vfile.h"
 
 struct ck_flat {
-	char *header; /* header_len bytes */
-	uint64_t header_len, size;
-	uint64_t *off; /* file offset of each target */
+	struct ck_vfile v;
+	uint64_t header_len;
+	uint64_t *off; /* file offset of each listed target, in list order */
 };
 
-struct ck_span {
-	uint32_t target;
-	uint64_t off, len; /* within the target */
-	uint64_t dst;	   /* offset in the caller's buffer */
-};
-
-int ck_flat_build(const struct ck_plan *p, struct ck_flat *f, struct ck_err *err);
+/* targets NULL: every target of the plan, in plan order. */
+int ck_flat_build(const struct ck_plan *p, const uint32_t *targets, size_t n, struct ck_flat *f,
+		  struct ck_err *err);
 void ck_flat_free(struct ck_flat *f);
-/* Spans of [off, off+len) that fall in targets, in order (header bytes are
- * the caller's: they are f->header). Returns the number of spans, writing at
- * most max of them to out (out NULL: count only). */
-size_t ck_flat_spans(const struct ck_plan *p, const struct ck_flat *f, uint64_t off, uint64_t len,
-		     struct ck_span *out, size_t max);
+
+/* Split the plan's targets, in order, into runs of at most max_bytes of
+ * tensor data (a bigger tensor gets a run of its own). first[k] is the first
+ * target of run k; returns the number of runs (at least 1). *first is
+ * malloc'd. Returns 0 on allocation failure. */
+size_t ck_flat_split(const struct ck_plan *p, uint64_t max_bytes, size_t **first);
 
 #endif

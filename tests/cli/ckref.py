@@ -90,3 +90,21 @@ def run(*args, check=True):
     if check and p.returncode != 0:
         raise AssertionError(f"{args} exited {p.returncode}: {p.stderr}")
     return p
+
+
+def convert(ckptfs, src, out, maps=(), *extra):
+    """`ckptfs convert` of src through the mappings into out (quietly)."""
+    args = [ckptfs, "convert", src, out, "--quiet", *extra]
+    for m in maps:
+        args += ["--mapping", m]
+    return run(*args)
+
+
+def make_sources(mkckpt, d):
+    """The three small models the view tests mount: name -> directory."""
+    srcs = {}
+    for name, args in [("llama", ["--model", "llama", "--dtype", "BF16", "--shards", "3"]),
+                       ("gpt2", ["--model", "gpt2"]), ("mixtral", ["--model", "mixtral", "--shards", "2"])]:
+        srcs[name] = os.path.join(d, name)
+        run(mkckpt, *args, srcs[name])
+    return srcs

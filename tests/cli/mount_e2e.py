@@ -56,11 +56,7 @@ def check_view(m, want):
 
 
 with tempfile.TemporaryDirectory() as d:
-    srcs = {}
-    for name, args in [("llama", ["--model", "llama", "--dtype", "BF16", "--shards", "3"]),
-                       ("gpt2", ["--model", "gpt2"]), ("mixtral", ["--model", "mixtral", "--shards", "2"])]:
-        srcs[name] = os.path.join(d, name)
-        ckref.run(MKCKPT, *args, srcs[name])
+    srcs = ckref.make_sources(MKCKPT, d)
     cases = [("llama", []), ("llama", [mp("identity.json")]),
              ("llama", [mp("llama-hf-to-megatron.json")]),
              ("llama", [mp("llama-hf-to-megatron.json"), mp("megatron-to-llama-hf.json")]),
@@ -68,10 +64,7 @@ with tempfile.TemporaryDirectory() as d:
              ("mixtral", [mp("mixtral-hf-to-fused-experts.json")])]
     for i, (src, maps) in enumerate(cases):
         out = os.path.join(d, f"conv{i}")
-        args = [CKPTFS, "convert", srcs[src], out, "--quiet"]
-        for m in maps:
-            args += ["--mapping", m]
-        ckref.run(*args)
+        ckref.convert(CKPTFS, srcs[src], out, maps)
         want = expected(out)
         if not maps or maps == [mp("identity.json")]:
             assert want == expected(srcs[src])  # identity: the source itself

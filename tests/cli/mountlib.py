@@ -31,9 +31,9 @@ def is_mounted(path):
 
 
 class Mount:
-    def __init__(self, source, maps=(), opts=None, expect_errors=False):
+    def __init__(self, source, maps=(), opts=None, expect_errors=False, extra=()):
         self.dir = tempfile.mkdtemp(prefix="ckptfs-mnt-")
-        args = [CKPTFS, "mount", source, self.dir, "-f"]
+        args = [CKPTFS, "mount", source, self.dir, "-f", *extra]
         for m in maps:
             args += ["--mapping", m]
         if opts:

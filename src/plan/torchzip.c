@@ -1,0 +1,375 @@
+#include "torchzip.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/crc32.h"
+
+#define U32_MAX_ZIP 0xFFFFFFFFu
+#define ALIGN 64
+#define PAGE_ALIGN 4096
+
+const char *ck_torch_storage(enum ck_dtype dt)
+{
+	switch (dt) {
+	case CK_DT_F64: return "DoubleStorage";
+	case CK_DT_F32: return "FloatStorage";
+	case CK_DT_F16: return "HalfStorage";
+	case CK_DT_BF16: return "BFloat16Storage";
+	case CK_DT_I64: return "LongStorage";
+	case CK_DT_I32: return "IntStorage";
+	case CK_DT_I16: return "ShortStorage";
+	case CK_DT_I8: return "CharStorage";
+	case CK_DT_U8: return "ByteStorage";
+	case CK_DT_BOOL: return "BoolStorage";
+	case CK_DT_C64: return "ComplexFloatStorage";
+	default: return NULL;
+	}
+}
+
+/* A growable byte buffer for the pickle and the directory. */
+struct buf {
+	unsigned char *p;
+	size_t n, cap;
+	int oom;
+};
+
+static void put(struct buf *b, const void *p, size_t n)
+{
+	if (b->oom)
+		return;
+	if (n > b->cap - b->n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap - b->n < n)
+			cap *= 2;
+		unsigned char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = 1;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, p, n);
+	b->n += n;
+}
+
+static void put1(struct buf *b, unsigned v)
+{
+	unsigned char c = (unsigned char)v;
+	put(b, &c, 1);
+}
+
+static void put_le(struct buf *b, uint64_t v, int bytes)
+{
+	unsigned char t[8];
+	for (int i = 0; i < bytes; i++)
+		t[i] = (unsigned char)(v >> (8 * i));
+	put(b, t, (size_t)bytes);
+}
+
+/* Pickle opcodes (protocol 2), the set torch 1.13's weights_only reader takes. */
+static void pk_str(struct buf *b, const char *s)
+{
+	put1(b, 'X'); /* BINUNICODE */
+	put_le(b, strlen(s), 4);
+	put(b, s, strlen(s));
+}
+
+static void pk_global(struct buf *b, const char *mod, const char *name)
+{
+	put1(b, 'c');
+	put(b, mod, strlen(mod));
+	put1(b, '\n');
+	put(b, name, strlen(name));
+	put1(b, '\n');
+}
+
+static void pk_int(struct buf *b, uint64_t v)
+{
+	if (v < 256) {
+		put1(b, 'K');
+		put1(b, (unsigned)v);
+	} else if (v < 65536) {
+		put1(b, 'M');
+		put_le(b, v, 2);
+	} else if (v < 0x80000000u) {
+		put1(b, 'J');
+		put_le(b, v, 4);
+	} else { /* LONG1: little-endian two's complement, positive */
+		int n = 0;
+		while (n < 8 && (v >> (8 * n)))
+			n++;
+		int extra = (v >> (8 * n - 1)) & 1; /* keep the sign bit clear */
+		put1(b, 0x8a);
+		put1(b, (unsigned)(n + extra));
+		put_le(b, v, n);
+		if (extra)
+			put1(b, 0);
+	}
+}
+
+static void pk_tuple(struct buf *b, const uint64_t *v, int n)
+{
+	if (n == 0) {
+		put1(b, ')');
+		return;
+	}
+	put1(b, '(');
+	for (int i = 0; i < n; i++)
+		pk_int(b, v[i]);
+	put1(b, 't');
+}
+
+static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, struct buf *b)
+{
+	put1(b, 0x80);
+	put1(b, 2);
+	pk_global(b, "collections", "OrderedDict");
+	put1(b, ')');
+	put1(b, 'R');
+	put1(b, '(');
+	for (size_t k = 0; k < z->n_included; k++) {
+		const struct ck_target *t = &p->t[z->included[k]];
+		uint64_t size[CK_MAX_DIMS], stride[CK_MAX_DIMS], numel = 1, step = 1;
+		for (int d = t->v.ndim - 1; d >= 0; d--) { /* torch's contiguous strides */
+			size[d] = (uint64_t)t->v.shape[d];
+			stride[d] = step;
+			step *= size[d] ? size[d] : 1;
+			numel *= size[d];
+		}
+		char key[24];
+		snprintf(key, sizeof key, "%zu", k);
+		pk_str(b, t->name);
+		pk_global(b, "torch._utils", "_rebuild_tensor_v2");
+		put1(b, '(');
+		put1(b, '('); /* the persistent id */
+		pk_str(b, "storage");
+		pk_global(b, "torch", ck_torch_storage(t->v.dtype));
+		pk_str(b, key);
+		pk_str(b, "cpu");
+		pk_int(b, numel);
+		put1(b, 't');
+		put1(b, 'Q'); /* BINPERSID */
+		pk_int(b, 0);  /* storage offset */
+		pk_tuple(b, size, t->v.ndim);
+		pk_tuple(b, stride, t->v.ndim);
+		put1(b, 0x89); /* requires_grad=False */
+		pk_global(b, "collections", "OrderedDict");
+		put1(b, ')');
+		put1(b, 'R');
+		put1(b, 't');
+		put1(b, 'R');
+	}
+	put1(b, 'u'); /* SETITEMS */
+	put1(b, '.');
+}
+
+struct entry {
+	uint64_t hdr_off, size;
+	uint32_t crc;
+	char *name;
+};
+
+/* The local header of an entry whose data follows it, aligned to `align`.
+ * Returns the blob offset of its CRC field, or -1 on allocation failure. */
+static int64_t local_header(struct ck_vfile *v, struct entry *e, uint64_t align)
+{
+	size_t nl = strlen(e->name);
+	int z64 = e->size >= U32_MAX_ZIP;
+	uint64_t fixed = 30 + nl + (z64 ? 20 : 0) + 4; /* + the "FB" padding field */
+	uint64_t pad = (align - (v->size + fixed) % align) % align;
+	struct buf b = {0};
+	e->hdr_off = v->size;
+	put_le(&b, 0x04034b50, 4);
+	put_le(&b, z64 ? 45 : 20, 2); /* version needed */
+	put_le(&b, 0, 2);	      /* flags */
+	put_le(&b, 0, 2);	      /* stored */
+	put_le(&b, 0, 2);	      /* time */
+	put_le(&b, 0x21, 2);	      /* date: 1980-01-01 */
+	size_t crc_at = b.n;
+	put_le(&b, e->crc, 4);
+	put_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
+	put_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
+	put_le(&b, nl, 2);
+	put_le(&b, (z64 ? 20 : 0) + 4 + pad, 2);
+	put(&b, e->name, nl);
+	if (z64) {
+		put_le(&b, 1, 2);
+		put_le(&b, 16, 2);
+		put_le(&b, e->size, 8);
+		put_le(&b, e->size, 8);
+	}
+	put(&b, "FB", 2);
+	put_le(&b, pad, 2);
+	int64_t at = -1;
+	if (!b.oom) {
+		at = (int64_t)(v->blob_len + crc_at);
+		if (ck_vfile_lit(v, b.p, b.n) < 0 || ck_vfile_fill(v, 'Z', pad) < 0)
+			at = -1;
+	}
+	free(b.p);
+	return at;
+}
+
+/* Central directory entry; returns the offset of its CRC field in b. */
+static size_t central_entry(struct buf *b, const struct entry *e)
+{
+	size_t nl = strlen(e->name);
+	int z64 = e->size >= U32_MAX_ZIP || e->hdr_off >= U32_MAX_ZIP;
+	put_le(b, 0x02014b50, 4);
+	put_le(b, 45, 2); /* made by */
+	put_le(b, z64 ? 45 : 20, 2);
+	put_le(b, 0, 2);
+	put_le(b, 0, 2);
+	put_le(b, 0, 2);
+	put_le(b, 0x21, 2);
+	size_t crc_at = b->n;
+	put_le(b, e->crc, 4);
+	put_le(b, z64 ? U32_MAX_ZIP : e->size, 4);
+	put_le(b, z64 ? U32_MAX_ZIP : e->size, 4);
+	put_le(b, nl, 2);
+	put_le(b, z64 ? 28 : 0, 2);
+	put_le(b, 0, 2); /* comment */
+	put_le(b, 0, 2); /* disk */
+	put_le(b, 0, 2); /* internal attributes */
+	put_le(b, 0, 4); /* external attributes */
+	put_le(b, z64 ? U32_MAX_ZIP : e->hdr_off, 4);
+	put(b, e->name, nl);
+	if (z64) { /* every field that reads 0xFFFFFFFF, in order */
+		put_le(b, 1, 2);
+		put_le(b, 24, 2);
+		put_le(b, e->size, 8);
+		put_le(b, e->size, 8);
+		put_le(b, e->hdr_off, 8);
+	}
+	return crc_at;
+}
+
+static void end_records(struct buf *b, uint64_t entries, uint64_t cd_off, uint64_t cd_size)
+{
+	uint64_t z64_off = cd_off + cd_size;
+	put_le(b, 0x06064b50, 4); /* ZIP64 end of central directory */
+	put_le(b, 44, 8);
+	put_le(b, 45, 2);
+	put_le(b, 45, 2);
+	put_le(b, 0, 4);
+	put_le(b, 0, 4);
+	put_le(b, entries, 8);
+	put_le(b, entries, 8);
+	put_le(b, cd_size, 8);
+	put_le(b, cd_off, 8);
+	put_le(b, 0x07064b50, 4); /* its locator */
+	put_le(b, 0, 4);
+	put_le(b, z64_off, 8);
+	put_le(b, 1, 4);
+	put_le(b, 0x06054b50, 4); /* end of central directory */
+	put_le(b, 0, 2);
+	put_le(b, 0, 2);
+	put_le(b, entries < 0xFFFF ? entries : 0xFFFF, 2);
+	put_le(b, entries < 0xFFFF ? entries : 0xFFFF, 2);
+	put_le(b, cd_size < U32_MAX_ZIP ? cd_size : U32_MAX_ZIP, 4);
+	put_le(b, cd_off < U32_MAX_ZIP ? cd_off : U32_MAX_ZIP, 4);
+	put_le(b, 0, 2);
+}
+
+static char *entry_name(const char *dir, const char *rest)
+{
+	char *s = malloc(strlen(dir) + strlen(rest) + 2);
+	if (s)
+		sprintf(s, "%s/%s", dir, rest);
+	return s;
+}
+
+int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
+		      struct ck_err *err)
+{
+	memset(z, 0, sizeof *z);
+	size_t n = p->n ? p->n : 1;
+	z->included = calloc(n, sizeof *z->included);
+	z->omitted = calloc(n, sizeof *z->omitted);
+	z->crc_at = calloc(2 * n, sizeof *z->crc_at);
+	z->data_off = calloc(n, sizeof *z->data_off);
+	size_t n_entries = 0;
+	struct entry *e = calloc(n + 2, sizeof *e);
+	struct buf pk = {0}, cd = {0};
+	if (!z->included || !z->omitted || !z->crc_at || !z->data_off || !e)
+		goto oom;
+	for (size_t i = 0; i < p->n; i++) {
+		if (ck_torch_storage(p->t[i].v.dtype))
+			z->included[z->n_included++] = (uint32_t)i;
+		else
+			z->omitted[z->n_omitted++] = (uint32_t)i;
+	}
+	build_pickle(p, z, &pk);
+	if (pk.oom)
+		goto oom;
+	/* data.pkl */
+	struct entry *pe = &e[n_entries++];
+	*pe = (struct entry){0, pk.n, ck_crc32(0, pk.p, pk.n), entry_name(dir, "data.pkl")};
+	if (!pe->name || local_header(&z->v, pe, ALIGN) < 0 || ck_vfile_lit(&z->v, pk.p, pk.n) < 0)
+		goto oom;
+	/* data/<k>: the tensors, served from the cache */
+	for (size_t k = 0; k < z->n_included; k++) {
+		uint32_t ti = z->included[k];
+		char rest[32];
+		snprintf(rest, sizeof rest, "data/%zu", k);
+		struct entry *te = &e[n_entries++];
+		*te = (struct entry){0, p->t[ti].nbytes, 0, entry_name(dir, rest)};
+		int64_t at = te->name ? local_header(&z->v, te, k ? ALIGN : PAGE_ALIGN) : -1;
+		if (at < 0)
+			goto oom;
+		z->crc_at[2 * k] = (uint64_t)at;
+		z->data_off[k] = z->v.size;
+		if (ck_vfile_target(&z->v, ti, 0, p->t[ti].nbytes) < 0)
+			goto oom;
+	}
+	/* version, then the directory: no tensor byte in their pages */
+	struct entry *ve = &e[n_entries++];
+	*ve = (struct entry){0, 2, ck_crc32(0, "3\n", 2), entry_name(dir, "version")};
+	if (!ve->name || local_header(&z->v, ve, PAGE_ALIGN) < 0 || ck_vfile_lit(&z->v, "3\n", 2) < 0)
+		goto oom;
+	uint64_t cd_off = z->v.size;
+	for (size_t k = 0; k < n_entries; k++) {
+		size_t at = central_entry(&cd, &e[k]);
+		if (k >= 1 && k <= z->n_included)
+			z->crc_at[2 * (k - 1) + 1] = z->v.blob_len + at;
+	}
+	uint64_t cd_size = cd.n;
+	end_records(&cd, n_entries, cd_off, cd_size);
+	if (cd.oom || ck_vfile_lit(&z->v, cd.p, cd.n) < 0)
+		goto oom;
+	for (size_t k = 0; k < n_entries; k++)
+		free(e[k].name);
+	free(e);
+	free(pk.p);
+	free(cd.p);
+	return 0;
+oom:
+	for (size_t k = 0; e && k < n_entries; k++)
+		free(e[k].name);
+	free(e);
+	free(pk.p);
+	free(cd.p);
+	ck_torchzip_free(z);
+	return ck_fail_sys(err, ENOMEM, "pytorch_model.bin view");
+}
+
+void ck_torchzip_set_crc(struct ck_torchzip *z, size_t k, uint32_t crc)
+{
+	for (int i = 0; i < 2; i++)
+		for (int b = 0; b < 4; b++)
+			z->v.blob[z->crc_at[2 * k + i] + (uint64_t)b] = (unsigned char)(crc >> (8 * b));
+}
+
+void ck_torchzip_free(struct ck_torchzip *z)
+{
+	ck_vfile_free(&z->v);
+	free(z->included);
+	free(z->omitted);
+	free(z->crc_at);
+	free(z->data_off);
+	memset(z, 0, sizeof *z);
+}

@@ -1,0 +1,264 @@
+"""Flat files for legacy loaders, read by real clients: torch.load (Debian's
+torch 1.13, weights_only False and True) of the mount's pytorch_model.bin
+returns exactly `convert`'s tensors for every shipped mapping; torch modules
+built from config.json accept the HF and Megatron views with
+load_state_dict(strict=True); Python's zipfile sees stored, 64-byte-aligned
+records (and valid CRCs with -o zip_crc); reading the zip directory and the
+pickle evaluates no tensor; the sharded view (-o max_shard_size) and vLLM's
+per-rank part files hold the right tensors; fp8 targets are left out of
+pytorch_model.bin with a note."""
+import json
+import os
+import struct
+import sys
+import tempfile
+import zipfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+import ckref  # noqa: E402
+from mountlib import CKPTFS, Mount, read_random, skip_unless_fuse  # noqa: E402
+
+skip_unless_fuse()
+try:
+    import torch
+    from torch import nn
+except ImportError:  # the test script installs python3-torch; say so loudly
+    print("SKIP: python3-torch is not installed")
+    sys.exit(77)
+
+MKCKPT = os.environ["MKCKPT"]
+MAPS = os.path.join(os.path.dirname(__file__), "..", "..", "mappings")
+TORCH_DT = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+            "F64": torch.float64, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
+            "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool}
+SAME_SIZE_INT = {torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def mp(name):
+    return os.path.join(MAPS, name)
+
+
+def raw(t):
+    """The tensor's bytes, as stored (bf16 through a same-size integer view)."""
+    t = t.contiguous()
+    return t.view(SAME_SIZE_INT.get(t.dtype, t.dtype)).numpy().tobytes()
+
+
+def check_torch(m, want):
+    """torch.load both ways: the same keys in plan order, dtypes, shapes, bytes."""
+    plan = [t["name"] for t in m.plan()["targets"]]
+    for weights_only in (False, True):
+        sd = torch.load(m.path("pytorch_model.bin"), weights_only=weights_only)
+        assert list(sd.keys()) == plan, (weights_only, set(sd) ^ set(plan))
+        for k, (dt, shape, arr) in want.items():
+            t = sd[k]
+            assert t.dtype == TORCH_DT[dt], (k, t.dtype, dt)
+            assert list(t.shape) == list(shape), (k, t.shape, shape)
+            assert t.is_contiguous() and raw(t) == arr.tobytes(), k
+
+
+def check_zip(path, crc):
+    """Independent reader: stored entries, data 64-byte aligned, version '3\\n'."""
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        names = z.namelist()
+        assert names[0] == "pytorch_model/data.pkl" and names[-1] == "pytorch_model/version", names
+        assert z.read("pytorch_model/version") == b"3\n"
+        for info in z.infolist():
+            assert info.compress_type == zipfile.ZIP_STORED, info
+            f.seek(info.header_offset)
+            h = f.read(30)
+            assert h[:4] == b"PK\x03\x04"
+            nl, xl = struct.unpack("<HH", h[26:30])
+            data = info.header_offset + 30 + nl + xl
+            assert data % 64 == 0, (info.filename, data)
+            if "/data/" in info.filename:
+                assert (info.CRC != 0) == crc or info.file_size == 0, (info.filename, info.CRC)
+        if crc:
+            assert z.testzip() is None, "a CRC-32 does not match"
+
+
+class HFLlama(nn.Module):
+    """HF LlamaForCausalLM's parameter names and shapes, from config.json."""
+
+    def __init__(self, c):
+        super().__init__()
+        h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+        kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(v, h)
+        self.model.layers = nn.ModuleList()
+        for _ in range(c["num_hidden_layers"]):
+            layer = nn.Module()
+            layer.self_attn = nn.Module()
+            for name, o in [("q_proj", h), ("k_proj", kv), ("v_proj", kv)]:
+                setattr(layer.self_attn, name, nn.Linear(h, o, bias=False))
+            layer.self_attn.o_proj = nn.Linear(h, h, bias=False)
+            layer.mlp = nn.Module()
+            layer.mlp.gate_proj = nn.Linear(h, i, bias=False)
+            layer.mlp.up_proj = nn.Linear(h, i, bias=False)
+            layer.mlp.down_proj = nn.Linear(i, h, bias=False)
+            layer.input_layernorm = Norm(h)
+            layer.post_attention_layernorm = Norm(h)
+            self.model.layers.append(layer)
+        self.model.norm = Norm(h)
+        self.lm_head = nn.Linear(h, v, bias=False)
+
+
+class Norm(nn.Module):
+    def __init__(self, h):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(h))
+
+
+class MegatronGPT(nn.Module):
+    """Megatron-core GPTModel (TE layer specs) names and fused shapes."""
+
+    def __init__(self, c):
+        super().__init__()
+        h, i, v = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+        kv = h // c["num_attention_heads"] * c["num_key_value_heads"]
+        self.embedding = nn.Module()
+        self.embedding.word_embeddings = nn.Embedding(v, h)
+        self.decoder = nn.Module()
+        self.decoder.layers = nn.ModuleList()
+        for _ in range(c["num_hidden_layers"]):
+            layer = nn.Module()
+            layer.self_attention = nn.Module()
+            layer.self_attention.linear_qkv = nn.Linear(h, h + 2 * kv, bias=False)
+            layer.self_attention.linear_qkv.layer_norm_weight = nn.Parameter(torch.ones(h))
+            layer.self_attention.linear_proj = nn.Linear(h, h, bias=False)
+            layer.mlp = nn.Module()
+            layer.mlp.linear_fc1 = nn.Linear(h, 2 * i, bias=False)
+            layer.mlp.linear_fc1.layer_norm_weight = nn.Parameter(torch.ones(h))
+            layer.mlp.linear_fc2 = nn.Linear(i, h, bias=False)
+            self.decoder.layers.append(layer)
+        self.decoder.final_layernorm = Norm(h)
+        self.output_layer = nn.Linear(h, v, bias=False)
+
+
+def check_module(cls, m, config):
+    model = cls(config).to(torch.bfloat16)
+    sd = torch.load(m.path("pytorch_model.bin"), weights_only=True)
+    model.load_state_dict(sd, strict=True)  # raises on a missing/unexpected key or shape
+    for k, p in model.state_dict().items():
+        assert torch.equal(p, sd[k]), k
+
+
+with tempfile.TemporaryDirectory() as d:
+    srcs = ckref.make_sources(MKCKPT, d)
+    cases = [("llama", []), ("llama", [mp("llama-hf-to-megatron.json")]),
+             ("llama", [mp("llama-hf-to-megatron.json"), mp("megatron-to-llama-hf.json")]),
+             ("llama", [mp("strip-wrapper-prefixes.json")]),
+             ("gpt2", [mp("gpt2-conv1d-to-linear.json")]),
+             ("mixtral", [mp("mixtral-hf-to-fused-experts.json")])]
+    for i, (src, maps) in enumerate(cases):
+        out = os.path.join(d, f"conv{i}")
+        ckref.convert(CKPTFS, srcs[src], out, maps)
+        want = ckref.read_checkpoint_dir(out)
+        with Mount(srcs[src], maps) as m:
+            check_torch(m, want)
+            check_zip(m.path("pytorch_model.bin"), crc=False)
+            assert m.plan()["pytorch_model_bin"]["omitted"] == []
+    print(f"{len(cases)} views: torch.load of pytorch_model.bin equals convert, both weights_only modes")
+
+    config = json.load(open(os.path.join(srcs["llama"], "config.json")))
+    with Mount(srcs["llama"]) as m:
+        assert json.load(open(m.path("config.json"))) == config
+        check_module(HFLlama, m, config)
+    with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")]) as m:
+        check_module(MegatronGPT, m, config)
+    print("HF and Megatron modules built from config.json load the views with strict=True")
+
+    # reading the zip's directory and the pickle evaluates no tensor: the
+    # first tensor record and the version record start on their own pages
+    with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")]) as m:
+        p = m.path("pytorch_model.bin")
+        size = os.stat(p).st_size
+        tail = read_random(p, max(0, size - 98), 98)  # EOCD64 + locator + EOCD
+        assert tail[-22:-18] == b"PK\x05\x06" and tail[:4] == b"PK\x06\x06", tail[:4]
+        cd_size, cd_off = struct.unpack("<QQ", tail[40:56])
+        cd = read_random(p, cd_off, cd_size)
+        assert cd[:4] == b"PK\x01\x02"
+        head = read_random(p, 0, 30)
+        nl, xl = struct.unpack("<HH", head[26:30])
+        pkl_len = struct.unpack("<I", head[22:26])[0]
+        pkl = read_random(p, 30 + nl + xl, pkl_len)
+        assert pkl[:2] == b"\x80\x02" and pkl[-1:] == b"."
+        s = m.stats()
+        assert s["groups_evaluated"] == 0 and s["source_bytes_read"] == 0, s
+
+    # -o zip_crc: every CRC-32 filled in before the mount is live
+    want = ckref.read_checkpoint_dir(os.path.join(d, "conv4"))
+    with Mount(srcs["gpt2"], [mp("gpt2-conv1d-to-linear.json")], "zip_crc") as m:
+        assert m.plan()["pytorch_model_bin"]["crc32"] is True
+        check_zip(m.path("pytorch_model.bin"), crc=True)
+        check_torch(m, want)
+    print("zip structure: stored, 64-byte aligned, CRCs with -o zip_crc; directory reads are free")
+
+    # past 4 GiB: ZIP64 offsets in the directory (the sparse 8b preset, 16 GB
+    # of holes; only headers are read)
+    s8 = os.path.join(d, "sparse8b")
+    ckref.run(MKCKPT, "--preset", "8b", "--dtype", "BF16", "--shards", "4", "--sparse", s8)
+    with Mount(s8) as m:
+        p = m.path("pytorch_model.bin")
+        with zipfile.ZipFile(p) as z:
+            infos = z.infolist()
+        assert infos[-2].header_offset > 1 << 32 and len(infos) == len(m.plan()["targets"]) + 2
+        assert m.stats()["groups_evaluated"] == 0  # the directory shares no page with a tensor
+
+        def local_name(info):
+            h = read_random(p, info.header_offset, 30)
+            nl = struct.unpack("<H", h[26:28])[0]
+            assert h[:4] == b"PK\x03\x04", info
+            return read_random(p, info.header_offset + 30, nl).decode()
+        for info in infos[-3:]:
+            assert local_name(info) == info.filename
+    print("ZIP64: directory offsets past 4 GiB point at their local headers")
+
+    # sharded flat view: the index names every key once, each shard holds its keys
+    want = ckref.read_checkpoint_dir(os.path.join(d, "conv1"))
+    with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")], "max_shard_size=40KB") as m:
+        idx = json.load(open(m.path("model.safetensors.index.json")))
+        assert sorted(idx["weight_map"]) == sorted(want)
+        assert idx["metadata"]["total_size"] == sum(a.nbytes for _, _, a in want.values())
+        files = sorted(set(idx["weight_map"].values()))
+        assert len(files) > 2 and files == sorted(f for f in os.listdir(m.dir) if f.startswith("model-0"))
+        got = {}
+        for f in files:
+            shard = ckref.read_safetensors(m.path(f))
+            assert all(idx["weight_map"][k] == f for k in shard), f
+            size = sum(a.nbytes for _, _, a in shard.values())
+            assert size <= 40000 or len(shard) == 1, (f, size)
+            got.update(shard)
+        assert {k: v[2].tobytes() for k, v in got.items()} == {k: v[2].tobytes() for k, v in want.items()}
+    print("max_shard_size: shards and index equal the converted model")
+
+    # vLLM's sharded_state layout on a per-rank view: the rank's tensors
+    for rank in (0, 1):
+        with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")], "part_size=30KB",
+                   extra=["--mesh", "tp=2", "--rank", str(rank)]) as m:
+            parts = sorted(f for f in os.listdir(m.dir) if f.startswith("model-rank-"))
+            assert len(parts) > 1 and all(f.startswith(f"model-rank-{rank}-part-") for f in parts), parts
+            local = {k: open(m.path("tensors", k), "rb").read() for k in os.listdir(m.path("tensors"))}
+            got = {}
+            for f in parts:
+                got.update({k: v[2].tobytes() for k, v in ckref.read_safetensors(m.path(f)).items()})
+            assert got == local
+            sd = torch.load(m.path("pytorch_model.bin"), weights_only=True)
+            assert {k: raw(v) for k, v in sd.items()} == local
+    print("per-rank views: model-rank-R-part-P.safetensors and pytorch_model.bin hold the local shard")
+
+    # an fp8 target has no typed storage in torch 1.13: left out, with a note
+    fp8 = os.path.join(d, "fp8.json")
+    json.dump({"ckptfs_mapping": 1, "unused": "keep", "rules": [
+        {"from": "model.layers.{L}.mlp.up_proj.weight", "to": "model.layers.{L}.mlp.up_proj.weight",
+         "expr": "to(x, F8_E4M3, 1)"}]}, open(fp8, "w"))
+    m = Mount(srcs["llama"], [fp8], expect_errors=True)
+    omitted = [o["name"] for o in m.plan()["pytorch_model_bin"]["omitted"]]
+    assert sorted(omitted) == [f"model.layers.{L}.mlp.up_proj.weight" for L in range(2)], omitted
+    sd = torch.load(m.path("pytorch_model.bin"), weights_only=True)
+    assert set(sd) == set(os.listdir(m.path("tensors"))) - set(omitted)
+    log = m.close()
+    notes = [line for line in log.splitlines() if "pytorch_model.bin leaves out" in line]
+    assert len(notes) == 2 and all("F8_E4M3" in n for n in notes), log
+    print("fp8 targets: left out of pytorch_model.bin, listed in plan.json and the log")
