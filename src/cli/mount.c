@@ -40,6 +40,8 @@ static void mount_help(FILE *f)
 		"                     (vLLM's sharded_state layout; default 5GiB)\n"
 		"  -o zip_crc         fill in pytorch_model.bin's CRC-32 fields (evaluates every\n"
 		"                     tensor before the mount is live; default: CRCs are 0)\n"
+		"  -o npy_f32         npy/ serves BF16 and FP8 tensors widened to float32\n"
+		"                     (default: raw '<V2' / '|V1' elements)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  any other -o option goes to FUSE: allow_other, debug, fsname=..., ...\n"
 		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
@@ -93,6 +95,8 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			*(KEY("part_size") ? &o->part_size : &o->max_shard_size) = v;
 		} else if (KEY("zip_crc")) {
 			o->zip_crc = 1;
+		} else if (KEY("npy_f32")) {
+			o->npy_f32 = 1;
 		} else if (KEY("group_max")) {
 			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
 				return bad(err, opt);

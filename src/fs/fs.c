@@ -17,6 +17,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../kern/cpu.h"
 #include "../util/crc32.h"
 #include "../util/jsonw.h"
 #include "../util/strmap.h"
@@ -102,10 +103,28 @@ static int is_dir(fuse_ino_t ino)
 	return ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META || ino == INO_NPY;
 }
 
+/* -o npy_f32: BF16 and FP8 targets (no NumPy dtype) served widened to F32. */
+static int npy_widens(const struct ckfs *fs, const struct ck_target *t)
+{
+	enum ck_dtype dt = t->v.dtype;
+	return fs->o.npy_f32 && (dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2);
+}
+
+static const struct ck_target *npy_target(const struct ckfs *fs, fuse_ino_t ino)
+{
+	return &fs->plan->t[ino - INO_FIRST - fs->plan->n];
+}
+
+static uint64_t npy_data_bytes(const struct ckfs *fs, const struct ck_target *t)
+{
+	return npy_widens(fs, t) ? t->nbytes / ck_dtype_size(t->v.dtype) * 4 : t->nbytes;
+}
+
 static size_t npy_header(const struct ckfs *fs, fuse_ino_t ino, char *buf)
 {
-	const struct ck_target *t = &fs->plan->t[ino - INO_FIRST - fs->plan->n];
-	return ck_npy_header(t->v.dtype, t->v.ndim, t->v.shape, buf, 256);
+	const struct ck_target *t = npy_target(fs, ino);
+	return ck_npy_header(npy_widens(fs, t) ? CK_DT_F32 : t->v.dtype, t->v.ndim, t->v.shape,
+			     buf, 256);
 }
 
 static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
@@ -132,8 +151,7 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 		st->st_size = (off_t)fs->plan->t[ino - INO_FIRST].nbytes;
 	else if (is_npy(fs, ino)) {
 		char h[256];
-		st->st_size = (off_t)(npy_header(fs, ino, h) +
-				      fs->plan->t[ino - INO_FIRST - fs->plan->n].nbytes);
+		st->st_size = (off_t)(npy_header(fs, ino, h) + npy_data_bytes(fs, npy_target(fs, ino)));
 	}
 	st->st_blocks = (st->st_size + 511) / 512;
 }
@@ -333,7 +351,34 @@ struct pending {
 	struct ck_span *spans; /* target spans and literal spans, in file order */
 	size_t n;
 	char npy_head[256];
+	enum ck_dtype widen; /* npy_f32: the target span holds these, widen to F32 */
+	uint64_t skip;	     /* bytes of the first widened element before the read */
 };
+
+/* npy_f32: convert the gathered narrow elements and reply from a buffer. */
+static void reply_widened(struct pending *p, const struct ck_seg *segs, size_t n)
+{
+	const struct ck_span *t = &p->spans[p->n - 1];
+	size_t es = ck_dtype_size(p->widen);
+	unsigned char *narrow = malloc(t->len ? t->len : 1);
+	unsigned char *out = malloc(p->len);
+	float *wide = malloc((t->len / es) * 4 + 1);
+	if (!narrow || !out || !wide) {
+		fuse_reply_err(p->req, ENOMEM);
+	} else {
+		for (size_t i = 0; i < n; i++) /* segment dst offsets are relative to t->dst */
+			memcpy(narrow + (segs[i].dst - t->dst), segs[i].p, segs[i].len);
+		for (uint64_t i = 0; i < t->len / es; i++)
+			wide[i] = ck_cpu_load_f32(narrow + i * es, p->widen);
+		if (p->n == 2)
+			memcpy(out, p->spans[0].lit, p->spans[0].len);
+		memcpy(out + t->dst, (unsigned char *)wide + p->skip, p->len - t->dst);
+		fuse_reply_buf(p->req, (const char *)out, p->len);
+	}
+	free(narrow);
+	free(out);
+	free(wide);
+}
 
 #define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
 
@@ -349,6 +394,8 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 	size_t niov = n + n_lit;
 	if (err) {
 		fuse_reply_err(p->req, -err);
+	} else if (p->widen) {
+		reply_widened(p, segs, n);
 	} else if (niov <= MAX_IOV) {
 		struct iovec stack[16] = {{0}};
 		struct iovec *iov = niov <= 16 ? stack : malloc(niov * sizeof *iov);
@@ -438,7 +485,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		total = fs->plan->t[ino - INO_FIRST].nbytes;
 	} else if (is_npy(fs, ino)) {
 		head = npy_header(fs, ino, p->npy_head);
-		total = head + fs->plan->t[ino - INO_FIRST - fs->plan->n].nbytes;
+		total = head + npy_data_bytes(fs, npy_target(fs, ino));
 	} else {
 		free(p);
 		fuse_reply_err(req, EISDIR);
@@ -461,10 +508,18 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if ((uint64_t)off < head)
 			p->spans[p->n++] = (struct ck_span){0, 0, (end < head ? end : head) - (uint64_t)off,
 							    0, (unsigned char *)p->npy_head + off};
-		if (end > head) {
-			uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
-			p->spans[p->n++] = (struct ck_span){(uint32_t)(ino - INO_FIRST - fs->plan->n),
-							    a - head, end - a, a - (uint64_t)off, NULL};
+		uint32_t ti = (uint32_t)(ino - INO_FIRST - fs->plan->n);
+		uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
+		if (end > head && npy_widens(fs, &fs->plan->t[ti])) {
+			/* whole narrow elements covering the F32 bytes [a, end) */
+			uint64_t e0 = (a - head) / 4, e1 = (end - head + 3) / 4;
+			size_t es = ck_dtype_size(fs->plan->t[ti].v.dtype);
+			p->widen = fs->plan->t[ti].v.dtype;
+			p->skip = (a - head) - e0 * 4;
+			p->spans[p->n++] = (struct ck_span){ti, e0 * es, (e1 - e0) * es,
+							    a - (uint64_t)off, NULL};
+		} else if (end > head) {
+			p->spans[p->n++] = (struct ck_span){ti, a - head, end - a, a - (uint64_t)off, NULL};
 		}
 	} else if (p->spans) {
 		p->spans[p->n++] =

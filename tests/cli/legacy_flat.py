@@ -14,6 +14,8 @@ import sys
 import tempfile
 import zipfile
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(__file__))
 import ckref  # noqa: E402
 from mountlib import CKPTFS, Mount, read_random, skip_unless_fuse  # noqa: E402
@@ -42,6 +44,16 @@ def raw(t):
     """The tensor's bytes, as stored (bf16 through a same-size integer view)."""
     t = t.contiguous()
     return t.view(SAME_SIZE_INT.get(t.dtype, t.dtype)).numpy().tobytes()
+
+
+def e4m3_to_f32(raw):
+    """FP8 E4M3 (bias 7, no infinities, S.1111.111 is NaN) decoded from its bits."""
+    b = raw.view(np.uint8).astype(np.int64)
+    sign = np.where(b & 0x80, -1.0, 1.0)
+    e, m = (b >> 3) & 0xF, b & 7
+    v = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1 + m / 8.0) * 2.0 ** (e - 7))
+    v = np.where((b & 0x7F) == 0x7F, np.nan, v)
+    return (sign * v).astype(np.float32)
 
 
 def check_torch(m, want):
@@ -262,3 +274,21 @@ with tempfile.TemporaryDirectory() as d:
     notes = [line for line in log.splitlines() if "pytorch_model.bin leaves out" in line]
     assert len(notes) == 2 and all("F8_E4M3" in n for n in notes), log
     print("fp8 targets: left out of pytorch_model.bin, listed in plan.json and the log")
+
+    # -o npy_f32: BF16 and FP8 served widened to float32, any byte range
+    conv = os.path.join(d, "conv-fp8")
+    ckref.convert(CKPTFS, srcs["llama"], conv, [fp8])
+    want = ckref.read_checkpoint_dir(conv)
+    rng = np.random.default_rng(7)
+    with Mount(srcs["llama"], [fp8], "npy_f32", expect_errors=True) as m:
+        for k, (dt, shape, arr) in want.items():
+            wide = e4m3_to_f32(arr) if dt == "F8_E4M3" else ckref.as_f32(dt, arr)
+            a = np.load(m.path("npy", k + ".npy"))
+            assert a.dtype == np.float32 and a.shape == tuple(shape), (k, a.dtype)
+            assert a.tobytes() == wide.tobytes(), k
+            full = open(m.path("npy", k + ".npy"), "rb").read()
+            for _ in range(5):  # unaligned ranges straight from the daemon
+                off = int(rng.integers(0, len(full)))
+                n = int(rng.integers(1, len(full) - off + 1))
+                assert read_random(m.path("npy", k + ".npy"), off, n) == full[off:off + n], (k, off, n)
+    print("npy_f32: np.load of widened BF16 and FP8 files equals an independent decode")
