@@ -124,6 +124,10 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 			printf(", \"%s\": ", sf[k]);
 			ck_shard_fput_json(stdout, rows[i].shard, rows[i].ndim, sf[k]);
 		}
+		if (rows[i].shard && rows[i].shard->global_name) {
+			printf(", \"global_name\": ");
+			ck_json_fput_str(stdout, rows[i].shard->global_name);
+		}
 		if (rows[i].group >= 0)
 			printf(", \"group\": %" PRId64, rows[i].group);
 		else

@@ -94,7 +94,7 @@ int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_m
 	if (mesh) {
 		const struct ck_mapping *rules = NULL;
 		for (int i = 0; i < v->n_maps; i++)
-			if (v->maps[i]->n_parts)
+			if (v->maps[i]->n_parts || v->maps[i]->n_sels)
 				rules = v->maps[i];
 		if (ck_plan_shard(v->plan, rules, &m, rank, err) < 0) {
 			ck_view_close(v);

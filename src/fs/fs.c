@@ -563,6 +563,8 @@ static char *xattr_value(struct ckfs *fs, fuse_ino_t ino, const char *name, size
 		   (!strcmp(name + 12, "global_shape") || !strcmp(name + 12, "fragments") ||
 		    !strcmp(name + 12, "axis_fragmentations") || !strcmp(name + 12, "replica_id"))) {
 		ck_shard_fput_json(f, t->shard, t->v.ndim, name + 12);
+	} else if (t->shard && t->shard->global_name && !strcmp(name, "user.ckptfs.global_name")) {
+		fputs(t->shard->global_name, f);
 	} else
 		found = 0;
 	if (fclose(f) != 0 || !found) {
@@ -609,10 +611,14 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	} else if (!fs->plan->t[ino - INO_FIRST].shard) {
 		reply_sized(req, XATTRS, sizeof XATTRS, size);
 	} else {
-		char all[sizeof XATTRS + sizeof SHARD_XATTRS];
+		static const char GLOBAL[] = "user.ckptfs.global_name";
+		int g = fs->plan->t[ino - INO_FIRST].shard->global_name != NULL;
+		char all[sizeof XATTRS + sizeof SHARD_XATTRS + sizeof GLOBAL];
 		memcpy(all, XATTRS, sizeof XATTRS);
 		memcpy(all + sizeof XATTRS, SHARD_XATTRS, sizeof SHARD_XATTRS);
-		reply_sized(req, all, sizeof all, size);
+		memcpy(all + sizeof XATTRS + sizeof SHARD_XATTRS, GLOBAL, sizeof GLOBAL);
+		reply_sized(req, all, sizeof XATTRS + sizeof SHARD_XATTRS + (g ? sizeof GLOBAL : 0),
+			    size);
 	}
 }
 

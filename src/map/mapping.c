@@ -55,10 +55,22 @@ static void free_partition(struct ck_partition *p)
 	free(p->message);
 }
 
+static void free_select(struct ck_select *s)
+{
+	ck_pattern_free(&s->match);
+	free(s->axis);
+	free(s->split);
+	ck_expr_free(s->count);
+	free(s->bounds);
+}
+
 void ck_mapping_free(struct ck_mapping *m)
 {
 	if (!m)
 		return;
+	for (int i = 0; i < m->n_sels; i++)
+		free_select(&m->sels[i]);
+	free(m->sels);
 	for (int i = 0; i < m->n_parts; i++)
 		free_partition(&m->parts[i]);
 	free(m->parts);
@@ -383,6 +395,80 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	return 0;
 }
 
+static int parse_select(struct pctx *c, const cJSON *j, struct ck_select *s)
+{
+	char where[64];
+	snprintf(where, sizeof where, "select rule %d", s->index);
+	const cJSON *match = NULL, *axis = NULL, *split = NULL, *stage = NULL, *count = NULL,
+		    *bounds = NULL, *renum = NULL;
+	if (!cJSON_IsObject(j))
+		return fail_at(c, NULL, "%s: must be an object%s", where, NULL);
+	for (const cJSON *e = j->child; e; e = e->next) {
+		const cJSON **slot = !strcmp(e->string, "match")	? &match
+				     : !strcmp(e->string, "axis")	? &axis
+				     : !strcmp(e->string, "split")	? &split
+				     : !strcmp(e->string, "stage")	? &stage
+				     : !strcmp(e->string, "count")	? &count
+				     : !strcmp(e->string, "boundaries") ? &bounds
+				     : !strcmp(e->string, "renumber")	? &renum
+									: NULL;
+		if (!strcmp(e->string, "comment"))
+			continue;
+		if (!slot || *slot)
+			return fail_at(c, NULL, "%s: unknown or repeated field \"%s\"", where, e->string);
+		*slot = e;
+	}
+	if (!cJSON_IsString(match) || !cJSON_IsString(axis) || !axis->valuestring[0])
+		return fail_at(c, NULL, "%s: needs \"match\" (a pattern) and \"axis\" (a mesh axis)%s",
+			       where, NULL);
+	if (!split == !stage)
+		return fail_at(c, NULL, "%s: needs exactly one of \"split\" (a capture) and "
+				     "\"stage\" (\"first\" or \"last\")%s",
+			       where, NULL);
+	if (ck_pattern_compile(match->valuestring, &s->match, c->err) < 0)
+		return -1;
+	if (!(s->axis = strdup(axis->valuestring)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (stage) {
+		const char *v = cJSON_IsString(stage) ? stage->valuestring : "";
+		s->stage = !strcmp(v, "first") ? 1 : !strcmp(v, "last") ? 2 : 0;
+		if (!s->stage)
+			return fail_at(c, NULL, "%s: \"stage\" must be \"first\" or \"last\"%s", where,
+				       NULL);
+		if (count || bounds || renum)
+			return fail_at(c, NULL, "%s: \"count\", \"boundaries\" and \"renumber\" go "
+					     "with \"split\"%s",
+				       where, NULL);
+		return 0;
+	}
+	if (!cJSON_IsString(split) || !ck_pattern_has_capture(&s->match, split->valuestring))
+		return fail_at(c, NULL, "%s: \"split\" must name a capture of \"match\"%s", where,
+			       NULL);
+	if (!(s->split = strdup(split->valuestring)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (count && parse_expr_json(c, NULL, count, "count", &s->count) < 0)
+		return -1;
+	if (renum && !cJSON_IsBool(renum))
+		return fail_at(c, NULL, "%s: \"renumber\" must be true or false%s", where, NULL);
+	s->renumber = renum && cJSON_IsTrue(renum);
+	if (bounds) {
+		int nb = cJSON_IsArray(bounds) ? cJSON_GetArraySize(bounds) : 0;
+		if (nb < 2 || !(s->bounds = calloc((size_t)nb, sizeof *s->bounds)))
+			return fail_at(c, NULL, "%s: \"boundaries\" must be a list of at least two "
+					     "integers%s",
+				       where, NULL);
+		for (const cJSON *e = bounds->child; e; e = e->next, s->n_bounds++)
+			if (ck_json_int(e, 0, INT64_MAX / 2, &s->bounds[s->n_bounds]) < 0 ||
+			    (s->n_bounds && s->bounds[s->n_bounds] < s->bounds[s->n_bounds - 1]))
+				return fail_at(c, NULL, "%s: \"boundaries\" must be non-decreasing "
+						     "integers >= 0%s",
+					       where, NULL);
+		if (s->bounds[0] != 0)
+			return fail_at(c, NULL, "%s: \"boundaries\" must start at 0%s", where, NULL);
+	}
+	return 0;
+}
+
 static int str_list(struct pctx *c, const cJSON *j, const char *field, char ***out, int *n)
 {
 	if (!cJSON_IsArray(j))
@@ -500,6 +586,22 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 				struct ck_partition *pr = &m->parts[m->n_parts++];
 				pr->index = m->n_parts;
 				if (parse_partition(&c, r, pr) < 0)
+					goto out;
+			}
+		} else if (!strcmp(k, "select")) {
+			if (!cJSON_IsArray(e)) {
+				fail_at(&c, NULL, "\"select\" must be a list of rules%s%s", NULL, NULL);
+				goto out;
+			}
+			int ns = cJSON_GetArraySize(e);
+			if (!(m->sels = calloc((size_t)(ns ? ns : 1), sizeof *m->sels))) {
+				ck_fail_sys(err, ENOMEM, "mapping");
+				goto out;
+			}
+			for (const cJSON *r = e->child; r; r = r->next) {
+				struct ck_select *sr = &m->sels[m->n_sels++];
+				sr->index = m->n_sels;
+				if (parse_select(&c, r, sr) < 0)
 					goto out;
 			}
 		} else {

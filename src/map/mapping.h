@@ -52,10 +52,31 @@ struct ck_partition {
 	char *message;		 /* said when `require` fails */
 };
 
+/* A selection rule: targets matching `match` live on some positions of
+ * mesh axis `axis` only. With `split`, the integer value of that capture
+ * (a layer, an expert) is divided over the axis in contiguous ranges
+ * (pipeline stages; experts of per-expert keys), optionally renumbered to
+ * the index within the range; with `stage` (1 first, 2 last) the target is
+ * kept on the first or last position (embeddings, output layer). Every
+ * matching rule applies. */
+struct ck_select {
+	int index;
+	struct ck_pattern match;
+	char *axis;
+	char *split;
+	int stage;
+	struct ck_expr *count; /* values of the capture; NULL: 1 + the largest seen */
+	int64_t *bounds;       /* axis size + 1 boundaries, or NULL: even split */
+	int n_bounds;
+	int renumber;
+};
+
 struct ck_mapping {
 	char *path;
 	struct ck_partition *parts;
 	int n_parts;
+	struct ck_select *sels;
+	int n_sels;
 	struct ck_named_expr *params;
 	int n_params;
 	enum ck_unused unused;

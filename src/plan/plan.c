@@ -705,8 +705,10 @@ void ck_plan_free(struct ck_plan *p)
 	for (size_t i = 0; i < p->n; i++) {
 		free(p->t[i].name);
 		ck_value_free(&p->t[i].v);
-		if (p->t[i].shard)
+		if (p->t[i].shard) {
 			free(p->t[i].shard->frag);
+			free(p->t[i].shard->global_name);
+		}
 		free(p->t[i].shard);
 	}
 	for (size_t i = 0; i < p->n_groups; i++) {

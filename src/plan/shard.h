@@ -31,6 +31,7 @@ struct ck_shard_info {
 	int64_t replica_id[CK_MAX_AXES]; /* coordinates over the axes it is not split on */
 	int n_replica;
 	int partition_rule; /* 0: replicated */
+	char *global_name;  /* the name before a select rule renumbered it, or NULL */
 };
 
 /* "tp=8", "dp=2,tp=8", ... */

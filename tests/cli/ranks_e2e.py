@@ -96,7 +96,8 @@ with tempfile.TemporaryDirectory() as d:
 
     # refused before anything happens
     for mesh, rank, msg in [("tp=16", "0", "tp must divide the number of KV groups"),
-                            ("ep=2", "0", "axis ep is used by no partition rule"),
+                            ("ep=2", "0", "axis ep is used by no partition or select rule"),
+                            ("pp=3", "0", "2 values of {L} do not split evenly over pp=3"),
                             ("tp=4", "4", "rank 4 is outside the mesh"),
                             ("tp=3", "0", "tp must divide the number of KV groups"),
                             ("tp=2,tp=2", "0", "given twice"), ("tp", "0", "expected AXIS=SIZE")]:
@@ -111,6 +112,95 @@ with tempfile.TemporaryDirectory() as d:
                   "--rank", "0", check=False)
     assert p.returncode == 4 and 'dim 0 of "embedding.word_embeddings.weight" (size 255) does not split' in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(d, "never"))
+
+    # pipeline stages: pp=2,tp=2 on 4 layers; stage s holds layers 2s, 2s+1
+    # numbered 0, 1 (as Megatron stores them), the embedding on the first
+    # stage, the final norm and output layer on the last
+    src4 = os.path.join(d, "llama4")
+    ckref.run(MKCKPT, "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--intermediate", "192",
+              "--vocab", "256", "--layers", "4", "--dtype", "BF16", src4)
+    full4 = os.path.join(d, "global4")
+    ckref.convert(CKPTFS, src4, full4, [MAP])
+    glob4 = arrays(full4)
+
+    def stage_view(tpr, lo, hi, first, last):
+        want = {}
+        for k, w in megatron_rank(glob4, 2, tpr).items():
+            parts = k.split(".")
+            if k.startswith("decoder.layers."):
+                L = int(parts[2])
+                if lo <= L < hi:
+                    want[".".join(parts[:2] + [str(L - lo)] + parts[3:])] = (w, k)
+            elif k.startswith("embedding.") and first or not k.startswith("embedding.") and last:
+                want[k] = (w, None)
+        return want
+
+    for r in range(4):
+        pp, tpr = divmod(r, 2)
+        out = os.path.join(d, "pp", f"r{r}")
+        ckref.convert(CKPTFS, src4, out, [MAP], "--mesh", "pp=2,tp=2", "--rank", str(r))
+        local = arrays(out)
+        want = stage_view(tpr, 2 * pp, 2 * pp + 2, pp == 0, pp == 1)
+        assert set(local) == set(want), (r, set(local) ^ set(want))
+        for k, (w, g) in want.items():
+            assert np.array_equal(local[k], w), (r, k)
+        view = json.loads(ckref.run(CKPTFS, "inspect", src4, "--mapping", MAP, "--mesh", "pp=2,tp=2",
+                                    "--rank", str(r), "--json").stdout)
+        for t in view["tensors"]:
+            g = want[t["name"]][1]
+            assert t.get("global_name") == g, t  # the name before renumbering
+            split = t["axis_fragmentations"] != [1] * len(t["shape"])
+            assert t["replica_id"] == ([] if split else [tpr]), t  # never replicated over pp
+    # uneven stages from explicit boundaries: stage 0 holds layer 0, stage 1 layers 1-3
+    m = json.load(open(MAP))
+    m["select"][0]["boundaries"] = [0, 1, 4]
+    uneven = os.path.join(d, "uneven.json")
+    json.dump(m, open(uneven, "w"))
+    for pp in (0, 1):
+        out = os.path.join(d, "uneven", f"pp{pp}")
+        ckref.convert(CKPTFS, src4, out, [uneven], "--mesh", "pp=2", "--rank", str(pp))
+        want = stage_view(0, [0, 1][pp], [1, 4][pp], pp == 0, pp == 1)
+        want = {k: (glob4[g] if g else glob4[k]) for k, (w, g) in want.items()}  # tp=1: whole
+        local = arrays(out)
+        assert set(local) == set(want) and all(np.array_equal(local[k], want[k]) for k in want), pp
+    m["select"][0]["boundaries"] = [0, 3]
+    json.dump(m, open(uneven, "w"))
+    p = ckref.run(CKPTFS, "inspect", src4, "--mapping", uneven, "--mesh", "pp=2", "--rank", "0", check=False)
+    assert p.returncode == 4 and "boundaries need 3 values from 0 to 4" in p.stderr, p.stderr
+    print("pp=2 (even and uneven): each stage holds its layers, renumbered, with embeddings/output on the ends")
+
+    # expert parallelism: per-expert keys renumbered, and stacked experts split on dim 0
+    mx = os.path.join(d, "mixtral")
+    ckref.run(MKCKPT, "--model", "mixtral", mx)
+    srcw = arrays(mx)
+    EPMAP = os.path.join(os.path.dirname(MAP), "mixtral-expert-parallel.json")
+    FUSED = os.path.join(os.path.dirname(MAP), "mixtral-hf-to-fused-experts.json")
+    fused = os.path.join(d, "fused")
+    ckref.convert(CKPTFS, mx, fused, [FUSED])
+    fusedw = arrays(fused)
+    for r in range(2):
+        out = os.path.join(d, "ep", f"r{r}")
+        ckref.convert(CKPTFS, mx, out, [EPMAP], "--mesh", "ep=2", "--rank", str(r))
+        local = arrays(out)
+        want = {}
+        for k, w in srcw.items():
+            parts = k.split(".")
+            if ".experts." in k:
+                E = int(parts[5])
+                if 2 * r <= E < 2 * r + 2:
+                    want[".".join(parts[:5] + [str(E - 2 * r)] + parts[6:])] = w
+            else:
+                want[k] = w
+        assert set(local) == set(want) and all(np.array_equal(local[k], want[k]) for k in want), r
+        out = os.path.join(d, "epf", f"r{r}")
+        ckref.convert(CKPTFS, mx, out, [FUSED], "--mesh", "ep=2", "--rank", str(r))
+        local = arrays(out)
+        for k, w in fusedw.items():
+            exp = np.split(w, 2, 0)[r] if ".experts." in k else w
+            assert np.array_equal(local[k], exp), (r, k)
+    p = ckref.run(CKPTFS, "inspect", mx, "--mapping", EPMAP, "--mesh", "ep=3", "--rank", "0", check=False)
+    assert p.returncode == 4 and "4 values of {E} do not split evenly over ep=3" in p.stderr, p.stderr
+    print("ep=2: per-expert keys renumbered per rank; stacked experts split on dim 0")
 
     # a rank requests only its bytes: every read of a tp=8 view of the sparse 8b
     # preset run through the engine without reading (inspect --io-plan)

@@ -103,6 +103,28 @@ START_TEST(parse_errors)
 	strcat(deep, "\"}]}");
 	expect_fail(deep, "nested too deeply");
 	expect_fail("{\"params\": {\"a\": \"99999999999999999999\"}}", "integer too large");
+	/* select rules */
+	expect_fail("{\"select\": {}}", "\"select\" must be a list");
+	expect_fail("{\"select\": [{\"match\": \"a.{L}\"}]}",
+		    "select rule 1: needs \"match\" (a pattern) and \"axis\"");
+	expect_fail("{\"select\": [{\"match\": \"a.{L}\", \"axis\": \"pp\"}]}",
+		    "needs exactly one of \"split\"");
+	expect_fail("{\"select\": [{\"match\": \"a.{L}\", \"axis\": \"pp\", \"split\": \"E\"}]}",
+		    "\"split\" must name a capture");
+	expect_fail("{\"select\": [{\"match\": \"a\", \"axis\": \"pp\", \"stage\": \"middle\"}]}",
+		    "\"stage\" must be \"first\" or \"last\"");
+	expect_fail("{\"select\": [{\"match\": \"a\", \"axis\": \"pp\", \"stage\": \"first\", "
+		    "\"renumber\": true}]}",
+		    "go with \"split\"");
+	expect_fail("{\"select\": [{\"match\": \"a.{L}\", \"axis\": \"pp\", \"split\": \"L\", "
+		    "\"boundaries\": [0, 3, 2]}]}",
+		    "non-decreasing");
+	expect_fail("{\"select\": [{\"match\": \"a.{L}\", \"axis\": \"pp\", \"split\": \"L\", "
+		    "\"boundaries\": [1, 3]}]}",
+		    "must start at 0");
+	expect_fail("{\"select\": [{\"match\": \"a.{L}\", \"axis\": \"pp\", \"split\": \"L\", "
+		    "\"bogus\": 1}]}",
+		    "select rule 1: unknown or repeated field \"bogus\"");
 }
 END_TEST
 
