@@ -8,7 +8,7 @@ pkgs=(
 	libfuse3-dev fuse3                  # the mount
 	libcjson-dev liburing-dev           # JSON, io_uring
 	check                               # unit tests
-	python3 python3-numpy python3-torch               # real clients in the tests
+	python3 python3-numpy python3-torch openmpi-bin libopenmpi-dev               # real clients in the tests
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -15,7 +15,8 @@ int ck_cli_report(const struct ck_err *err);
 
 /* A source opened and planned through its mappings. */
 struct ck_view {
-	int64_t rank; /* -1: not a per-rank view */
+	int64_t rank;  /* -1: not a per-rank view */
+	int64_t world; /* >0: group-sharded over this many processes */
 	struct ck_catalog *cat;
 	struct ck_mapping *maps[16];
 	int n_maps;
@@ -24,15 +25,31 @@ struct ck_view {
 
 #define CK_MAX_MAPPINGS 16
 
-/* mesh (or NULL) and rank (-1: from OMPI_COMM_WORLD_RANK or RANK) select a
- * per-rank view through the last mapping that has partition rules. */
-int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_mappings,
-		 const char *mesh, int64_t rank, struct ck_err *err);
+/* What selects a process's part of the view, shared by the verbs:
+ *   --mapping MAP (repeatable), --mesh AXES --rank R (a per-rank view through
+ *   the last mapping with partition or select rules), --shard-groups
+ *   [--world-size N] (whole dependency groups, balanced by bytes).
+ * rank -1: from OMPI_COMM_WORLD_RANK or RANK; world 0: from
+ * OMPI_COMM_WORLD_SIZE or WORLD_SIZE. */
+struct ck_view_args {
+	char *maps[16];
+	int n_maps;
+	const char *mesh;
+	int64_t rank, world;
+	int shard_groups;
+};
+/* Consume argv[*i] (and its value) if it is one of the options above:
+ * returns 1 (consumed), 0 (not ours) or -1 (bad value, err set). */
+int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck_err *err);
+int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_args *a,
+		 struct ck_err *err);
 /* Replace {rank}, {local_rank} and each mesh axis {tp}, {dp}, ... in path. */
 int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, size_t n,
 		  struct ck_err *err);
 /* The rank from --rank, or the launcher's environment; -1 if none. */
 int64_t ck_env_rank(int64_t given);
+/* The world size from --world-size, or the launcher's environment; 0 if none. */
+int64_t ck_env_world(int64_t given);
 void ck_view_close(struct ck_view *v);
 /* Parse a size such as 5GB, 500MiB, 1e9 is not accepted; returns -1 if bad. */
 int ck_parse_size(const char *s, uint64_t *out);

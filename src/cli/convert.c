@@ -1,4 +1,5 @@
 /* ckptfs convert: write the target view as a safetensors checkpoint. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,25 +7,84 @@
 #include <unistd.h>
 
 #include "../exec/convert.h"
+#include "../plan/shard.h"
+#include "../util/jsonw.h"
 #include "cli.h"
+#include "mpi_sync.h"
 
-int ck_cmd_convert(int argc, char **argv)
+/* Rank 0 of a group-sharded convert: model.safetensors.index.json for
+ * every rank's file, from the same assignment every rank computed. */
+static int write_group_index(const char *source, const struct ck_view_args *va, int64_t world,
+			     const char *outdir, struct ck_err *err)
 {
-	const char *source = NULL, *outdir = NULL, *dtype = NULL, *mesh = NULL;
-	int64_t rank = -1;
+	struct ck_view_args whole = *va;
+	whole.shard_groups = 0;
+	struct ck_view v;
+	uint32_t *rank_of = NULL;
+	if (ck_view_open(&v, source, &whole, err) < 0)
+		return -1;
+	int rc = -1;
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = NULL;
+	if (ck_groups_assign(v.plan, world, &rank_of, err) < 0)
+		goto out;
+	if (!(f = open_memstream(&buf, &len))) {
+		ck_fail_sys(err, ENOMEM, "index");
+		goto out;
+	}
+	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+		(unsigned long long)v.plan->total_bytes);
+	for (size_t i = 0; i < v.plan->n; i++) {
+		fprintf(f, "%s\n    ", i ? "," : "");
+		ck_json_fput_str(f, v.plan->t[i].name);
+		fprintf(f, ": \"model-%05llu-of-%05lld.safetensors\"",
+			(unsigned long long)rank_of[v.plan->t[i].group] + 1, (long long)world);
+	}
+	fprintf(f, "\n  }\n}\n");
+	if (fclose(f) != 0) {
+		ck_fail_sys(err, ENOMEM, "index");
+		goto out;
+	}
+	rc = ck_write_file_atomic(outdir, "model.safetensors.index.json", buf, len, err);
+out:
+	free(buf);
+	free(rank_of);
+	ck_view_close(&v);
+	return rc;
+}
+
+/* A rank whose dp coordinate is not 0 holds a copy of a dp-0 rank's shard:
+ * only main replicas write (as Megatron saves). */
+static int dp_replica(const char *mesh, int64_t rank)
+{
+	struct ck_mesh m;
+	struct ck_err e;
+	if (!mesh || ck_mesh_parse(mesh, &m, &e) < 0)
+		return 0;
+	for (int a = m.n - 1; a >= 0; a--) {
+		if (!strcmp(m.name[a], "dp"))
+			return rank % m.size[a] != 0;
+		rank /= m.size[a];
+	}
+	return 0;
+}
+
+/* *synced: whether the MPI agreement (ck_mpi_all_ok) has been made */
+static int convert_main(int argc, char **argv, int *synced)
+{
+	const char *source = NULL, *outdir = NULL, *dtype = NULL;
+	struct ck_view_args va = {.rank = -1};
 	char outbuf[4096];
-	char *maps[CK_MAX_MAPPINGS];
-	int n_maps = 0;
-	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL};
+	int r;
+	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL, NULL};
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int has = i + 1 < argc;
-		if (!strcmp(a, "--mapping") && has) {
-			if (n_maps == CK_MAX_MAPPINGS)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
-			maps[n_maps++] = argv[++i];
-		} else if (!strcmp(a, "--max-shard-size") && has) {
+		if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
+			if (r < 0)
+				return ck_cli_report(&err);		} else if (!strcmp(a, "--max-shard-size") && has) {
 			if (ck_parse_size(argv[++i], &o.max_shard_size) < 0 || !o.max_shard_size)
 				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 							      "--max-shard-size: not a size: %s",
@@ -37,13 +97,6 @@ int ck_cmd_convert(int argc, char **argv)
 			if (o.threads < 1 || o.threads > 64)
 				return ck_cli_report(
 					(ck_fail(&err, CK_E_USAGE, "--threads: 1..64"), &err));
-		} else if (!strcmp(a, "--mesh") && has) {
-			mesh = argv[++i];
-		} else if (!strcmp(a, "--rank") && has) {
-			char *end;
-			rank = strtoll(argv[++i], &end, 10);
-			if (*end || rank < 0)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--rank: not a rank"), &err));
 		} else if (!strcmp(a, "--no-uring")) {
 			o.use_uring = 0;
 		} else if (!strcmp(a, "--progress")) {
@@ -65,7 +118,7 @@ int ck_cmd_convert(int argc, char **argv)
 	if (!source || !outdir)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
-					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N] [--mesh AXES --rank R]"),
+					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N] [--mesh AXES --rank R | --shard-groups]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse(dtype, NULL)))
@@ -73,13 +126,33 @@ int ck_cmd_convert(int argc, char **argv)
 					      "--dtype must be F32, F16, BF16, F8_E4M3 or F8_E5M2"),
 				      &err));
 	struct ck_view v;
-	if (ck_view_open(&v, source, maps, n_maps, mesh, rank, &err) < 0 ||
-	    ck_subst_rank(outdir, mesh, v.rank, outbuf, sizeof outbuf, &err) < 0) {
+	if (ck_view_open(&v, source, &va, &err) < 0 ||
+	    ck_subst_rank(outdir, va.mesh, v.rank, outbuf, sizeof outbuf, &err) < 0) {
 		if (v.cat)
 			ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
 	outdir = outbuf;
+	char fname[64];
+	if (va.shard_groups) {
+		if (o.max_shard_size) {
+			ck_view_close(&v);
+			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--max-shard-size does not go "
+								       "with --shard-groups (one file "
+								       "per rank)"),
+					      &err));
+		}
+		snprintf(fname, sizeof fname, "model-%05lld-of-%05lld.safetensors",
+			 (long long)v.rank + 1, (long long)v.world);
+		o.file_name = fname;
+	}
+	if (va.mesh && dp_replica(va.mesh, v.rank)) {
+		fprintf(stderr, "ckptfs: rank %lld is a dp replica: only main replicas (dp=0) write\n",
+			(long long)v.rank);
+		ck_view_close(&v);
+		*synced = 1;
+		return ck_mpi_all_ok(1) == 0 ? 1 : 0;
+	}
 	if (dtype && ck_plan_cast_all(v.plan, dt, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
@@ -97,13 +170,26 @@ int ck_cmd_convert(int argc, char **argv)
 		dir = slash ? tmp : ".";
 	}
 	snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-	if (v.cat->config)
+	if (v.cat->config && (!va.shard_groups || v.rank == 0))
 		o.config_src = cfg;
 	struct ck_convert_stats stats;
 	int rc = ck_convert(v.plan, outdir, &o, &stats, &err);
+	/* under mpirun every rank learns whether all succeeded; rank 0 of a
+	 * group-sharded convert then writes the index (without MPI it does so
+	 * after its own part: check every rank's exit status) */
+	int all = ck_mpi_all_ok(rc == 0);
+	*synced = 1;
+	if (rc == 0 && all != 0 && va.shard_groups && v.rank == 0)
+		rc = write_group_index(source, &va, v.world, outdir, &err);
 	if (rc < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
+	}
+	if (all == 0) {
+		ck_view_close(&v);
+		fprintf(stderr, "ckptfs: another rank failed%s\n",
+			va.shard_groups ? ": no index written" : "");
+		return 1;
 	}
 	fprintf(stderr, "ckptfs: wrote %zu tensors, %llu bytes in %d file%s to %s (read %llu source "
 			"bytes)\n",
@@ -111,4 +197,9 @@ int ck_cmd_convert(int argc, char **argv)
 		stats.n_files == 1 ? "" : "s", outdir, (unsigned long long)stats.source_bytes_read);
 	ck_view_close(&v);
 	return 0;
+}
+
+int ck_cmd_convert(int argc, char **argv)
+{
+	return ck_mpi_run_verb(convert_main, argc, argv);
 }

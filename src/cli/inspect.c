@@ -313,10 +313,9 @@ static int io_plan(const struct ck_view *v, struct ck_err *err)
 
 int ck_cmd_inspect(int argc, char **argv)
 {
-	const char *source = NULL, *expect = NULL, *mesh = NULL;
-	int64_t rank = -1;
-	char *maps[CK_MAX_MAPPINGS];
-	int n_maps = 0, json = 0, groups = 0, ioplan = 0;
+	const char *source = NULL, *expect = NULL;
+	struct ck_view_args va = {.rank = -1};
+	int json = 0, groups = 0, ioplan = 0, r;
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json"))
@@ -325,19 +324,11 @@ int ck_cmd_inspect(int argc, char **argv)
 			groups = 1;
 		else if (!strcmp(argv[i], "--io-plan"))
 			ioplan = 1;
-		else if (!strcmp(argv[i], "--mapping") && i + 1 < argc) {
-			if (n_maps == CK_MAX_MAPPINGS)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
-			maps[n_maps++] = argv[++i];
-		} else if (!strcmp(argv[i], "--expect") && i + 1 < argc)
+		else if (!strcmp(argv[i], "--expect") && i + 1 < argc)
 			expect = argv[++i];
-		else if (!strcmp(argv[i], "--mesh") && i + 1 < argc)
-			mesh = argv[++i];
-		else if (!strcmp(argv[i], "--rank") && i + 1 < argc) {
-			char *end;
-			rank = strtoll(argv[++i], &end, 10);
-			if (*end || rank < 0)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--rank: not a rank"), &err));
+		else if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
+			if (r < 0)
+				return ck_cli_report(&err);
 		}
 		else if (argv[i][0] == '-' && argv[i][1])
 			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "inspect: unknown option %s",
@@ -353,12 +344,13 @@ int ck_cmd_inspect(int argc, char **argv)
 	if (!source)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs inspect SOURCE [--mapping MAP]... [--json] "
-					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R]"),
+					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R | "
+					      "--shard-groups]"),
 				      &err));
 	struct ck_view v;
-	if (ck_view_open(&v, source, maps, n_maps, mesh, rank, &err) < 0)
+	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
-	int target = n_maps > 0 || mesh;
+	int target = va.n_maps > 0 || va.mesh || va.shard_groups;
 	size_t cap = target ? v.plan->n : v.cat->n_entries, n;
 	struct row *rows = malloc((cap ? cap : 1) * sizeof *rows);
 	if (!rows) {

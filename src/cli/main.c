@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ckptfs_config.h"
 #include "cli.h"
 
 static void usage(FILE *f)
@@ -9,12 +10,16 @@ static void usage(FILE *f)
 	fprintf(f, "usage: ckptfs COMMAND [ARGS]\n"
 		   "commands:\n"
 		   "  inspect SOURCE [--mapping MAP]... [--json] [--groups] [--expect KEYS.json]\n"
+		   "          [--io-plan]\n"
 		   "      list tensors of the source, or of the target view through mappings\n"
 		   "  convert SOURCE OUTDIR [--mapping MAP]... [--max-shard-size SIZE]\n"
 		   "          [--dtype DTYPE] [--threads N] [--no-uring] [--progress|--quiet]\n"
 		   "      write the target view as a safetensors checkpoint\n"
 		   "  mount SOURCE MOUNTPOINT [--mapping MAP]... [-f] [-o OPT,...]\n"
 		   "      serve the target view as files (ckptfs mount --help for options)\n"
+		   "  each also takes --mesh AXIS=N[,...] --rank R (a per-rank view) or\n"
+		   "  --shard-groups [--world-size N --rank R] (whole groups per process)\n"
+		   "  version                   version and optional features built in\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
 		   "             4 invalid mapping, 5 --expect mismatch\n");
@@ -45,6 +50,10 @@ int main(int argc, char **argv)
 		return ck_cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(cmd, "mount"))
 		return ck_cmd_mount(argc - 1, argv + 1);
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("ckptfs %s (mpi: %s)\n", CKPTFS_VERSION, CKPTFS_HAVE_MPI ? "yes" : "no");
+		return 0;
+	}
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		usage(stdout);
 		return 0;

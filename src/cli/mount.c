@@ -6,11 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../fs/fs.h"
 #include "cli.h"
+#include "mpi_sync.h"
 
 #define MAX_FUSE_ARGS 64
 
@@ -18,9 +20,10 @@ static void mount_help(FILE *f)
 {
 	fprintf(f,
 		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]... [--mesh AXES --rank R]\n"
-		"                    [-f] [-o OPT[,OPT...]]\n"
+		"                    [--shard-groups] [-f] [-o OPT[,OPT...]]\n"
 		"  --mesh tp=8 --rank R  serve rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
-		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK)\n"
+		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK;\n"
+		"                     under mpirun, returns once every rank's mount is live)\n"
 		"  -f                 stay in the foreground (messages on stderr)\n"
 		"  -o cache_size=SIZE evaluated bytes kept (default: 1/4 of the cgroup's\n"
 		"                     memory.max, else of RAM; at least 64MiB)\n"
@@ -130,12 +133,12 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 	return 0;
 }
 
-int ck_cmd_mount(int argc, char **argv)
+/* *synced: whether the MPI agreement has been made (or must not be: -f) */
+static int mount_main(int argc, char **argv, int *synced)
 {
-	const char *source = NULL, *mnt_arg = NULL, *mesh = NULL;
-	int64_t rank = -1;
-	char *maps[CK_MAX_MAPPINGS];
-	int n_maps = 0;
+	const char *source = NULL, *mnt_arg = NULL;
+	struct ck_view_args va = {.rank = -1};
+	int r;
 	struct ck_fs_opts o;
 	memset(&o, 0, sizeof o);
 	o.cache.use_uring = 1;
@@ -149,18 +152,9 @@ int ck_cmd_mount(int argc, char **argv)
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			mount_help(stdout);
 			return 0;
-		} else if (!strcmp(a, "--mapping") && i + 1 < argc) {
-			if (n_maps == CK_MAX_MAPPINGS)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "too many --mapping"), &err));
-			maps[n_maps++] = argv[++i];
-		} else if (!strcmp(a, "--mesh") && i + 1 < argc) {
-			mesh = argv[++i];
-		} else if (!strcmp(a, "--rank") && i + 1 < argc) {
-			char *end;
-			rank = strtoll(argv[++i], &end, 10);
-			if (*end || rank < 0)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--rank: not a rank"), &err));
-		} else if (!strcmp(a, "-f")) {
+		} else if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
+			if (r < 0)
+				return ck_cli_report(&err);		} else if (!strcmp(a, "-f")) {
 			o.foreground = 1;
 		} else if (!strcmp(a, "-o") && i + 1 < argc) {
 			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
@@ -188,16 +182,16 @@ int ck_cmd_mount(int argc, char **argv)
 	}
 	/* Everything that can fail on the input fails here, before mounting. */
 	struct ck_view v;
-	if (ck_view_open(&v, source, maps, n_maps, mesh, rank, &err) < 0)
+	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
 	char mountpoint[PATH_MAX], mnt_sub[PATH_MAX];
-	if (ck_subst_rank(mnt_arg, mesh, v.rank, mnt_sub, sizeof mnt_sub, &err) < 0 ||
+	if (ck_subst_rank(mnt_arg, va.mesh, v.rank, mnt_sub, sizeof mnt_sub, &err) < 0 ||
 	    (!realpath(mnt_sub, mountpoint) &&
 	     ck_fail_sys(&err, errno, "%s: mount point", mnt_sub) < 0)) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
-	o.rank = v.rank;
+	o.rank = va.mesh ? v.rank : -1; /* vLLM's per-rank files: tensor-parallel views */
 	int pipefd[2] = {-1, -1};
 	if (!o.foreground) {
 		if (pipe(pipefd) < 0) {
@@ -225,7 +219,29 @@ int ck_cmd_mount(int argc, char **argv)
 			msg[got] = '\0';
 			close(pipefd[0]);
 			ck_view_close(&v);
-			if (!strncmp(msg, "OK\n", 3))
+			int ok = !strncmp(msg, "OK\n", 3);
+			/* under mpirun: return once every rank's mount is live; if one
+			 * failed, the others unmount, so nothing half-mounted remains */
+			/* mpirun terminates the job when a rank exits non-zero:
+			 * finish the unmount below before taking its signal */
+			sigset_t block, old;
+			sigemptyset(&block);
+			sigaddset(&block, SIGTERM);
+			sigaddset(&block, SIGINT);
+			sigaddset(&block, SIGHUP);
+			sigprocmask(SIG_BLOCK, &block, &old);
+			int all = ck_mpi_all_ok(ok);
+			*synced = 1;
+			if (ok && all == 0) {
+				kill(pid, SIGTERM);
+				int st;
+				waitpid(pid, &st, 0);
+				fprintf(stderr, "ckptfs: another rank failed to mount; %s unmounted\n",
+					mountpoint);
+				return 1;
+			}
+			sigprocmask(SIG_SETMASK, &old, NULL);
+			if (ok)
 				return 0;
 			int st;
 			waitpid(pid, &st, 0);
@@ -239,9 +255,15 @@ int ck_cmd_mount(int argc, char **argv)
 		close(pipefd[0]);
 		setsid();
 	}
+	*synced = 1; /* the daemon (or -f) never takes part in MPI */
 	int rc = ck_fs_run(v.plan, source, mountpoint, &o, fuse_argc, fuse_argv, pipefd[1], &err);
 	if (rc < 0 && o.foreground)
 		fprintf(stderr, "ckptfs: %s\n", err.msg);
 	ck_view_close(&v);
 	return rc < 0 ? 1 : 0;
+}
+
+int ck_cmd_mount(int argc, char **argv)
+{
+	return ck_mpi_run_verb(mount_main, argc, argv);
 }

@@ -18,6 +18,51 @@ int64_t ck_env_rank(int64_t given)
 	return e && *e && !*end && r >= 0 ? r : -1;
 }
 
+int64_t ck_env_world(int64_t given)
+{
+	if (given > 0)
+		return given;
+	const char *e = getenv("OMPI_COMM_WORLD_SIZE");
+	if (!e)
+		e = getenv("WORLD_SIZE");
+	char *end;
+	long long w = e ? strtoll(e, &end, 10) : 0;
+	return e && *e && !*end && w > 0 ? w : 0;
+}
+
+int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck_err *err)
+{
+	const char *o = argv[*i];
+	int has = *i + 1 < argc;
+	if (!strcmp(o, "--shard-groups")) {
+		a->shard_groups = 1;
+		return 1;
+	}
+	if (!has)
+		return 0;
+	if (!strcmp(o, "--mapping")) {
+		if (a->n_maps == CK_MAX_MAPPINGS)
+			return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
+		a->maps[a->n_maps++] = argv[++*i];
+		return 1;
+	}
+	if (!strcmp(o, "--mesh")) {
+		a->mesh = argv[++*i];
+		return 1;
+	}
+	if (!strcmp(o, "--rank") || !strcmp(o, "--world-size")) {
+		char *end;
+		long long v = strtoll(argv[++*i], &end, 10);
+		int world = o[2] == 'w';
+		if (*end || !argv[*i][0] || v < (world ? 1 : 0) || v > (1 << 24))
+			return ck_fail(err, CK_E_USAGE, "%s: not a %s: %s", o,
+				       world ? "world size" : "rank", argv[*i]);
+		*(world ? &a->world : &a->rank) = v;
+		return 1;
+	}
+	return 0;
+}
+
 int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, size_t n,
 		  struct ck_err *err)
 {
@@ -65,12 +110,25 @@ int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, s
 	return 0;
 }
 
-int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_mappings,
-		 const char *mesh, int64_t rank, struct ck_err *err)
+int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_args *a,
+		 struct ck_err *err)
 {
 	memset(v, 0, sizeof *v);
 	v->rank = -1;
+	const char *mesh = a->mesh;
+	char **mappings = (char **)a->maps;
+	int n_mappings = a->n_maps;
+	int64_t rank = a->rank, world = 0;
 	struct ck_mesh m;
+	if (mesh && a->shard_groups)
+		return ck_fail(err, CK_E_USAGE, "--mesh and --shard-groups do not go together");
+	if (a->shard_groups) {
+		world = ck_env_world(a->world);
+		if (!world || (rank = ck_env_rank(rank)) < 0)
+			return ck_fail(err, CK_E_USAGE, "--shard-groups needs the world size and rank "
+							"(--world-size N --rank R, or mpirun/torchrun's "
+							"environment)");
+	}
 	if (mesh) {
 		if (ck_mesh_parse(mesh, &m, err) < 0)
 			return -1;
@@ -101,6 +159,14 @@ int ck_view_open(struct ck_view *v, const char *source, char **mappings, int n_m
 			return -1;
 		}
 		v->rank = rank;
+	}
+	if (world) {
+		if (ck_plan_shard_groups(v->plan, world, rank, err) < 0) {
+			ck_view_close(v);
+			return -1;
+		}
+		v->rank = rank;
+		v->world = world;
 	}
 	return 0;
 }

@@ -181,6 +181,31 @@ static char *index_json(const struct ck_plan *p, const struct shard *sh, int nsh
 	return buf;
 }
 
+int ck_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
+			 struct ck_err *err)
+{
+	char *tmp = path2(dir, ".ckptfs-tmp-", name), *final = path2(dir, "", name);
+	int rc = -1;
+	if (!tmp || !final)
+		ck_fail_sys(err, ENOMEM, "%s", name);
+	else if (write_small(tmp, data, len, err) == 0) {
+		if (rename(tmp, final) < 0) {
+			ck_fail_sys(err, errno, "%s", final);
+			unlink(tmp);
+		} else {
+			int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+			if (dfd >= 0) {
+				fsync(dfd);
+				close(dfd);
+			}
+			rc = 0;
+		}
+	}
+	free(tmp);
+	free(final);
+	return rc;
+}
+
 /* mkdir -p: OUTDIR templates such as /ckpt/megatron/rank{rank} name new trees */
 static int mkdirs(const char *path, struct ck_err *err)
 {
@@ -222,7 +247,7 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 	/* shards: targets in plan order, a new file when the next would overflow */
 	uint64_t cur = 0;
 	for (size_t i = 0; i < plan->n; i++) {
-		if (nsh == 0 || (o->max_shard_size && sh[nsh - 1].count &&
+		if (nsh == 0 || (o->max_shard_size && !o->file_name && sh[nsh - 1].count &&
 				 cur + plan->t[i].nbytes > o->max_shard_size)) {
 			sh[nsh].first = i;
 			sh[nsh].fd = -1;
@@ -239,7 +264,9 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 	}
 	pid_t pid = getpid();
 	for (int s = 0; s < nsh; s++) {
-		if (nsh == 1)
+		if (o->file_name)
+			snprintf(sh[s].name, sizeof sh[s].name, "%s", o->file_name);
+		else if (nsh == 1)
 			snprintf(sh[s].name, sizeof sh[s].name, "model.safetensors");
 		else
 			snprintf(sh[s].name, sizeof sh[s].name, "model-%05d-of-%05d.safetensors", s + 1,

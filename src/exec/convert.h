@@ -15,12 +15,18 @@ struct ck_convert_opts {
 	int use_uring;
 	int progress; /* draw a progress bar on stderr */
 	const char *config_src; /* config.json to copy, or NULL */
+	const char *file_name;	/* one file of this name, no index (group-sharded
+				 * converts: the index is written by rank 0) */
 };
 
 struct ck_convert_stats {
 	uint64_t bytes_written, source_bytes_read;
 	int n_files;
 };
+
+/* Write dir/name through a temp file, fsync, rename, fsync the directory. */
+int ck_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
+			 struct ck_err *err);
 
 int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
 	       struct ck_convert_stats *stats, struct ck_err *err);

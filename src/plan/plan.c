@@ -698,18 +698,23 @@ fail:
 
 /* ---- the plan ---- */
 
+static void target_free(struct ck_target *t)
+{
+	free(t->name);
+	ck_value_free(&t->v);
+	if (t->shard) {
+		free(t->shard->frag);
+		free(t->shard->global_name);
+	}
+	free(t->shard);
+}
+
 void ck_plan_free(struct ck_plan *p)
 {
 	if (!p)
 		return;
 	for (size_t i = 0; i < p->n; i++) {
-		free(p->t[i].name);
-		ck_value_free(&p->t[i].v);
-		if (p->t[i].shard) {
-			free(p->t[i].shard->frag);
-			free(p->t[i].shard->global_name);
-		}
-		free(p->t[i].shard);
+		target_free(&p->t[i]);
 	}
 	for (size_t i = 0; i < p->n_groups; i++) {
 		free(p->g[i].targets);
@@ -889,6 +894,26 @@ int ck_plan_refresh(struct ck_plan *p, struct ck_err *err)
 		p->total_bytes += t->nbytes;
 	}
 	return build_groups(p, err);
+}
+
+int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *err)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		if (keep[i]) {
+			p->t[k++] = p->t[i];
+			continue;
+		}
+		target_free(&p->t[i]);
+	}
+	p->n = k;
+	ck_strmap_free(&p->by_name);
+	if (ck_strmap_init(&p->by_name, p->n) < 0)
+		return nomem(err);
+	for (size_t i = 0; i < p->n; i++)
+		if (ck_strmap_put(&p->by_name, p->t[i].name, (uint32_t)i, NULL) < 0)
+			return nomem(err);
+	return ck_plan_refresh(p, err);
 }
 
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err)

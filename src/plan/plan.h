@@ -47,6 +47,9 @@ void ck_plan_free(struct ck_plan *p);
 const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name);
 /* Recompute sizes and dependency groups after targets' layouts changed. */
 int ck_plan_refresh(struct ck_plan *p, struct ck_err *err);
+/* Keep only the targets with keep[i] set (freeing the others), renumber and
+ * regroup. */
+int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *err);
 /* Cast every floating-point target to dt (convert --dtype). */
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
 

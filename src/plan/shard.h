@@ -42,6 +42,15 @@ int64_t ck_mesh_world(const struct ck_mesh *m);
 int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		  int64_t rank, struct ck_err *err);
 
+/* Group sharding (d9d's Shard): whole dependency groups per process,
+ * balanced by output bytes (largest first, each to the least loaded rank;
+ * ties to the lower rank), the same on every process. rank_of[g] for every
+ * group of p (malloc'd). */
+int ck_groups_assign(const struct ck_plan *p, int64_t world, uint32_t **rank_of,
+		     struct ck_err *err);
+/* Keep only rank's groups. */
+int ck_plan_shard_groups(struct ck_plan *p, int64_t world, int64_t rank, struct ck_err *err);
+
 /* Write one field of the description as JSON: "global_shape", "fragments",
  * "axis_fragmentations" or "replica_id". */
 #include <stdio.h>

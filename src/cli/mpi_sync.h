@@ -1,0 +1,18 @@
+/* The one thing ckptfs asks of MPI: after each process has done its part
+ * (mounted, converted), agree whether every rank succeeded. MPI is
+ * initialised only for this, after any fork (the FUSE daemon never has MPI
+ * state), and finalised at once. */
+#ifndef CK_MPI_SYNC_H
+#define CK_MPI_SYNC_H
+
+/* 1 if every rank passed ok != 0, 0 if some did not; -1 when not launched
+ * by mpirun or built without MPI (then nothing was done). Every rank of the
+ * job must call it exactly once. */
+int ck_mpi_all_ok(int ok);
+
+/* Run a verb whose body sets *synced once it has called ck_mpi_all_ok (or
+ * must not: a foreground daemon); if it returns before that, make the call
+ * for it, so the other ranks never wait forever. */
+int ck_mpi_run_verb(int (*body)(int argc, char **argv, int *synced), int argc, char **argv);
+
+#endif
