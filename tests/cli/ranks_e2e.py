@@ -89,10 +89,12 @@ with tempfile.TemporaryDirectory() as d:
         assert x["shape"] == y["shape"] and x["fragments"] == y["fragments"]
         assert x["replica_id"][0] == 0 and y["replica_id"][0] == 1, (x, y)
     # {rank} and axis names in the output path, rank from the environment
-    env = dict(os.environ, RANK="3")
-    subprocess.run([CKPTFS, "convert", src, os.path.join(d, "r{rank}-dp{dp}-tp{tp}"), "--mapping", MAP,
-                    "--mesh", "dp=2,tp=2", "--quiet"], check=True, env=env)
-    assert os.path.exists(os.path.join(d, "r3-dp1-tp1", "model.safetensors"))
+    # (rank 3 is a dp replica of rank 1: only main replicas write)
+    for r in ("1", "3"):
+        subprocess.run([CKPTFS, "convert", src, os.path.join(d, "r{rank}-dp{dp}-tp{tp}"), "--mapping", MAP,
+                        "--mesh", "dp=2,tp=2", "--quiet"], check=True, env=dict(os.environ, RANK=r))
+    assert os.path.exists(os.path.join(d, "r1-dp0-tp1", "model.safetensors"))
+    assert not os.path.exists(os.path.join(d, "r3-dp1-tp1"))
 
     # refused before anything happens
     for mesh, rank, msg in [("tp=16", "0", "tp must divide the number of KV groups"),
