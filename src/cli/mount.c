@@ -191,7 +191,6 @@ static int mount_main(int argc, char **argv, int *synced)
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
-	o.rank = va.mesh ? v.rank : -1; /* vLLM's per-rank files: tensor-parallel views */
 	int pipefd[2] = {-1, -1};
 	if (!o.foreground) {
 		if (pipe(pipefd) < 0) {
@@ -256,7 +255,9 @@ static int mount_main(int argc, char **argv, int *synced)
 		setsid();
 	}
 	*synced = 1; /* the daemon (or -f) never takes part in MPI */
-	int rc = ck_fs_run(v.plan, source, mountpoint, &o, fuse_argc, fuse_argv, pipefd[1], &err);
+	struct ck_fs_view fv = {v.plan, NULL, va.mesh ? v.rank : -1, ""};
+	int rc = ck_fs_run(v.plan, &fv, 1, source, mountpoint, &o, fuse_argc, fuse_argv, pipefd[1],
+			   &err);
 	if (rc < 0 && o.foreground)
 		fprintf(stderr, "ckptfs: %s\n", err.msg);
 	ck_view_close(&v);

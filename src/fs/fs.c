@@ -15,54 +15,46 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
 #include "../kern/cpu.h"
 #include "../util/crc32.h"
 #include "../util/jsonw.h"
-#include "../util/strmap.h"
 #include "../plan/npy.h"
 #include "../plan/shard.h"
-#include "../plan/torchzip.h"
 #include "bdi.h"
-#include "names.h"
+#include "fsview.h"
 
-/* Inodes: the fixed ones, then target i at INO_FIRST + i, its npy file at
- * INO_FIRST + n + i, and root file k (model.safetensors, pytorch_model.bin,
- * shards, ...) at INO_FIRST + 2n + k. */
-enum { INO_ROOT = 1, INO_TENSORS, INO_META, INO_STATS, INO_PLAN, INO_NPY, INO_FIRST = 16 };
+/* Inodes. A one-view mount puts its view's root at FUSE's root inode (1);
+ * a --ranks mount lists rank directories at 1 and gives each view a range
+ * from 2 on. Within a view's range (from its base):
+ *   +0 its root, +1 tensors/, +2 .ckptfs/, +3 stats.json, +4 plan.json,
+ *   +5 npy/, +8+i target i, +8+n+i its npy file, +8+2n+k root file k. */
+enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_FIRST = 8 };
+#define INO_TOP 1
 #define TIMEOUT 86400.0 /* the view is immutable */
 #define BLKSIZE (1u << 20)
 
 struct ckfs {
-	const struct ck_plan *plan;
+	const struct ck_plan *cache_plan;
+	struct fs_view *views;
+	size_t n_views;
+	int multi; /* rank directories at the top */
 	const char *source, *mountpoint;
 	struct ck_fs_opts o;
-	struct ck_flat flat;	 /* model.safetensors */
-	struct ck_torchzip zip;	 /* pytorch_model.bin */
-	struct ck_flat *shards;	 /* model-0000k-of-0000n.safetensors (-o max_shard_size) */
-	struct ck_flat *parts;	 /* model-rank-R-part-P.safetensors (per-rank views) */
-	size_t n_shards, n_parts;
-	struct ck_vfile index_json; /* model.safetensors.index.json of the shards */
-	struct ck_vfile config;	    /* the source's config.json, for from_pretrained(mount) */
-	struct root_file *roots;
-	size_t n_roots;
 	struct ck_cache *cache;
-	char **names; /* escaped file name per target */
-	struct ck_strmap by_name;
-	char **npy_names; /* "<escaped>.npy" per target */
-	struct ck_strmap npy_by_name;
-	char *plan_json;
-	size_t plan_json_len;
 	int ready_fd;
 	FILE *log;
 	pthread_mutex_t log_mu;
 	time_t mounted_at;
 };
 
-struct root_file {
-	char *name;
-	const struct ck_vfile *v;
+enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,
+	    N_FILE };
+
+/* An inode, decoded. */
+struct node {
+	enum kind k;
+	const struct fs_view *v;
+	uint32_t i; /* target index (N_TARGET, N_NPY) or root file index (N_FILE) */
 };
 
 struct snapshot {
@@ -81,26 +73,63 @@ static void fs_log(void *ctx, const char *msg)
 	pthread_mutex_unlock(&fs->log_mu);
 }
 
-static int is_target(const struct ckfs *fs, fuse_ino_t ino)
+static uint64_t view_size(const struct fs_view *v)
 {
-	return ino >= INO_FIRST && ino - INO_FIRST < fs->plan->n;
+	return V_FIRST + 2 * (uint64_t)v->plan->n + v->n_roots;
 }
 
-/* npy/<name>.npy of target i is inode INO_FIRST + n + i */
-static int is_npy(const struct ckfs *fs, fuse_ino_t ino)
+static struct node decode(const struct ckfs *fs, fuse_ino_t ino)
 {
-	return ino >= INO_FIRST + fs->plan->n && ino - INO_FIRST - fs->plan->n < fs->plan->n;
+	struct node nd = {N_NONE, NULL, 0};
+	if (fs->multi && ino == INO_TOP) {
+		nd.k = N_TOP;
+		return nd;
+	}
+	size_t lo = 0, hi = fs->n_views; /* last view whose base <= ino */
+	while (hi - lo > 1) {
+		size_t m = lo + (hi - lo) / 2;
+		if (fs->views[m].base <= ino)
+			lo = m;
+		else
+			hi = m;
+	}
+	const struct fs_view *v = &fs->views[lo];
+	if (ino < v->base || ino - v->base >= view_size(v))
+		return nd;
+	uint64_t off = ino - v->base, n = v->plan->n;
+	static const enum kind fixed[V_FIRST] = {N_ROOT, N_TENSORS, N_META,  N_STATS,
+						 N_PLAN, N_NPYDIR,  N_NONE, N_NONE};
+	nd.v = v;
+	if (off < V_FIRST)
+		nd.k = fixed[off];
+	else if (off < V_FIRST + n)
+		nd.k = N_TARGET, nd.i = (uint32_t)(off - V_FIRST);
+	else if (off < V_FIRST + 2 * n)
+		nd.k = N_NPY, nd.i = (uint32_t)(off - V_FIRST - n);
+	else
+		nd.k = N_FILE, nd.i = (uint32_t)(off - V_FIRST - 2 * n);
+	return nd;
 }
 
-static const struct root_file *root_file(const struct ckfs *fs, fuse_ino_t ino)
+static fuse_ino_t ino_of(const struct fs_view *v, enum kind k, uint32_t i)
 {
-	uint64_t base = INO_FIRST + 2 * (uint64_t)fs->plan->n;
-	return ino >= base && ino - base < fs->n_roots ? &fs->roots[ino - base] : NULL;
+	switch (k) {
+	case N_ROOT: return v->base + V_ROOT;
+	case N_TENSORS: return v->base + V_TENSORS;
+	case N_META: return v->base + V_META;
+	case N_STATS: return v->base + V_STATS;
+	case N_PLAN: return v->base + V_PLAN;
+	case N_NPYDIR: return v->base + V_NPY;
+	case N_TARGET: return v->base + V_FIRST + i;
+	case N_NPY: return v->base + V_FIRST + v->plan->n + i;
+	case N_FILE: return v->base + V_FIRST + 2 * v->plan->n + i;
+	default: return INO_TOP;
+	}
 }
 
-static int is_dir(fuse_ino_t ino)
+static int is_dir(enum kind k)
 {
-	return ino == INO_ROOT || ino == INO_TENSORS || ino == INO_META || ino == INO_NPY;
+	return k == N_TOP || k == N_ROOT || k == N_TENSORS || k == N_META || k == N_NPYDIR;
 }
 
 /* -o npy_f32: BF16 and FP8 targets (no NumPy dtype) served widened to F32. */
@@ -110,24 +139,18 @@ static int npy_widens(const struct ckfs *fs, const struct ck_target *t)
 	return fs->o.npy_f32 && (dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2);
 }
 
-static const struct ck_target *npy_target(const struct ckfs *fs, fuse_ino_t ino)
-{
-	return &fs->plan->t[ino - INO_FIRST - fs->plan->n];
-}
-
 static uint64_t npy_data_bytes(const struct ckfs *fs, const struct ck_target *t)
 {
 	return npy_widens(fs, t) ? t->nbytes / ck_dtype_size(t->v.dtype) * 4 : t->nbytes;
 }
 
-static size_t npy_header(const struct ckfs *fs, fuse_ino_t ino, char *buf)
+static size_t npy_header(const struct ckfs *fs, const struct ck_target *t, char *buf)
 {
-	const struct ck_target *t = npy_target(fs, ino);
 	return ck_npy_header(npy_widens(fs, t) ? CK_DT_F32 : t->v.dtype, t->v.ndim, t->v.shape,
 			     buf, 256);
 }
 
-static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
+static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = ino;
@@ -135,40 +158,35 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct stat *st)
 	st->st_gid = getgid();
 	st->st_blksize = BLKSIZE;
 	st->st_mtime = st->st_ctime = st->st_atime = fs->mounted_at;
-	if (is_dir(ino)) {
+	if (is_dir(nd.k)) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return;
 	}
 	st->st_mode = S_IFREG | 0444;
 	st->st_nlink = 1;
-	const struct root_file *rf = root_file(fs, ino);
-	if (rf)
-		st->st_size = (off_t)rf->v->size;
-	else if (ino == INO_PLAN)
-		st->st_size = (off_t)fs->plan_json_len;
-	else if (is_target(fs, ino))
-		st->st_size = (off_t)fs->plan->t[ino - INO_FIRST].nbytes;
-	else if (is_npy(fs, ino)) {
+	if (nd.k == N_FILE)
+		st->st_size = (off_t)nd.v->roots[nd.i].v->size;
+	else if (nd.k == N_PLAN)
+		st->st_size = (off_t)nd.v->plan_json_len;
+	else if (nd.k == N_TARGET)
+		st->st_size = (off_t)nd.v->plan->t[nd.i].nbytes;
+	else if (nd.k == N_NPY) {
 		char h[256];
-		st->st_size = (off_t)(npy_header(fs, ino, h) + npy_data_bytes(fs, npy_target(fs, ino)));
+		const struct ck_target *t = &nd.v->plan->t[nd.i];
+		st->st_size = (off_t)(npy_header(fs, t, h) + npy_data_bytes(fs, t));
 	}
 	st->st_blocks = (st->st_size + 511) / 512;
-}
-
-static int valid_ino(const struct ckfs *fs, fuse_ino_t ino)
-{
-	return (ino >= INO_ROOT && ino <= INO_NPY) || is_target(fs, ino) || is_npy(fs, ino) ||
-	       root_file(fs, ino);
 }
 
 static void reply_entry(fuse_req_t req, const struct ckfs *fs, fuse_ino_t ino)
 {
 	struct fuse_entry_param e;
 	memset(&e, 0, sizeof e);
+	struct node nd = decode(fs, ino);
 	e.ino = ino;
-	e.attr_timeout = e.entry_timeout = ino == INO_STATS ? 0 : TIMEOUT;
-	fill_attr(fs, ino, &e.attr);
+	e.attr_timeout = e.entry_timeout = nd.k == N_STATS ? 0 : TIMEOUT;
+	fill_attr(fs, ino, nd, &e.attr);
 	fuse_reply_entry(req, &e);
 }
 
@@ -189,34 +207,50 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		close(fs->ready_fd);
 		fs->ready_fd = -1;
 	}
+	size_t n = 0;
+	for (size_t k = 0; k < fs->n_views; k++)
+		n += fs->views[k].plan->n;
 	char msg[8400];
-	snprintf(msg, sizeof msg, "mounted %s on %s (%zu tensors)", fs->source, fs->mountpoint,
-		 fs->plan->n);
+	if (fs->multi)
+		snprintf(msg, sizeof msg, "mounted %s on %s (%zu ranks, %zu tensors, %zu evaluated "
+					  "once for all)",
+			 fs->source, fs->mountpoint, fs->n_views, n, fs->cache_plan->n);
+	else
+		snprintf(msg, sizeof msg, "mounted %s on %s (%zu tensors)", fs->source,
+			 fs->mountpoint, n);
 	fs_log(fs, msg);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
+	struct node p = decode(fs, parent);
 	fuse_ino_t ino = 0;
-	if (parent == INO_ROOT) {
-		ino = !strcmp(name, "tensors")	 ? INO_TENSORS
-		      : !strcmp(name, ".ckptfs") ? INO_META
-		      : !strcmp(name, "npy")	 ? INO_NPY
-						 : 0;
-		for (size_t k = 0; !ino && k < fs->n_roots; k++)
-			if (!strcmp(name, fs->roots[k].name))
-				ino = INO_FIRST + 2 * fs->plan->n + k;
-	} else if (parent == INO_META) {
-		ino = !strcmp(name, "stats.json") ? INO_STATS : !strcmp(name, "plan.json") ? INO_PLAN : 0;
-	} else if (parent == INO_TENSORS) {
-		uint32_t i;
-		if (ck_strmap_get(&fs->by_name, name, &i) == 0)
-			ino = INO_FIRST + i;
-	} else if (parent == INO_NPY) {
-		uint32_t i;
-		if (ck_strmap_get(&fs->npy_by_name, name, &i) == 0)
-			ino = INO_FIRST + fs->plan->n + i;
+	uint32_t i;
+	if (p.k == N_TOP) {
+		for (size_t k = 0; !ino && k < fs->n_views; k++)
+			if (!strcmp(name, fs->views[k].dir))
+				ino = ino_of(&fs->views[k], N_ROOT, 0);
+	} else if (p.k == N_ROOT) {
+		enum kind k = !strcmp(name, "tensors")	 ? N_TENSORS
+			      : !strcmp(name, ".ckptfs") ? N_META
+			      : !strcmp(name, "npy")	 ? N_NPYDIR
+							 : N_NONE;
+		if (k != N_NONE)
+			ino = ino_of(p.v, k, 0);
+		for (size_t r = 0; !ino && r < p.v->n_roots; r++)
+			if (!strcmp(name, p.v->roots[r].name))
+				ino = ino_of(p.v, N_FILE, (uint32_t)r);
+	} else if (p.k == N_META) {
+		ino = !strcmp(name, "stats.json")  ? ino_of(p.v, N_STATS, 0)
+		      : !strcmp(name, "plan.json") ? ino_of(p.v, N_PLAN, 0)
+						   : 0;
+	} else if (p.k == N_TENSORS) {
+		if (ck_strmap_get(&p.v->by_name, name, &i) == 0)
+			ino = ino_of(p.v, N_TARGET, i);
+	} else if (p.k == N_NPYDIR) {
+		if (ck_strmap_get(&p.v->npy_by_name, name, &i) == 0)
+			ino = ino_of(p.v, N_NPY, i);
 	}
 	if (!ino)
 		fuse_reply_err(req, ENOENT);
@@ -228,13 +262,65 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	(void)fi;
 	struct ckfs *fs = fuse_req_userdata(req);
-	if (!valid_ino(fs, ino)) {
+	struct node nd = decode(fs, ino);
+	if (nd.k == N_NONE) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
 	struct stat st;
-	fill_attr(fs, ino, &st);
-	fuse_reply_attr(req, &st, ino == INO_STATS ? 0 : TIMEOUT);
+	fill_attr(fs, ino, nd, &st);
+	fuse_reply_attr(req, &st, nd.k == N_STATS ? 0 : TIMEOUT);
+}
+
+/* Entry i of a directory: name, inode, whether a directory. */
+static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_t i,
+		     const char **name, fuse_ino_t *e)
+{
+	static const char *const root[] = {"tensors", ".ckptfs", "npy"};
+	static const enum kind root_k[] = {N_TENSORS, N_META, N_NPYDIR};
+	static const char *const meta[] = {"stats.json", "plan.json"};
+	static const enum kind meta_k[] = {N_STATS, N_PLAN};
+	if (i < 2) { /* . and .. */
+		*name = i ? ".." : ".";
+		/* a view's root has the top (or, alone, itself: inode 1) above it */
+		*e = i == 0 ? ino : d.k == N_TOP || d.k == N_ROOT ? INO_TOP : ino_of(d.v, N_ROOT, 0);
+		return 1;
+	}
+	i -= 2;
+	switch (d.k) {
+	case N_TOP:
+		if (i >= fs->n_views)
+			return 0;
+		*name = fs->views[i].dir;
+		*e = ino_of(&fs->views[i], N_ROOT, 0);
+		return 1;
+	case N_ROOT:
+		if (i < 3) {
+			*name = root[i];
+			*e = ino_of(d.v, root_k[i], 0);
+			return 1;
+		}
+		if (i - 3 >= d.v->n_roots)
+			return 0;
+		*name = d.v->roots[i - 3].name;
+		*e = ino_of(d.v, N_FILE, (uint32_t)(i - 3));
+		return 1;
+	case N_META:
+		if (i >= 2)
+			return 0;
+		*name = meta[i];
+		*e = ino_of(d.v, meta_k[i], 0);
+		return 1;
+	case N_TENSORS:
+	case N_NPYDIR:
+		if (i >= d.v->plan->n)
+			return 0;
+		*name = d.k == N_TENSORS ? d.v->names[i] : d.v->npy_names[i];
+		*e = ino_of(d.v, d.k == N_TENSORS ? N_TARGET : N_NPY, (uint32_t)i);
+		return 1;
+	default:
+		return 0;
+	}
 }
 
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -242,12 +328,9 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)fi;
 	struct ckfs *fs = fuse_req_userdata(req);
-	static const char *const root[] = {".", "..", "tensors", ".ckptfs", "npy"};
-	static const fuse_ino_t root_ino[] = {INO_ROOT, INO_ROOT, INO_TENSORS, INO_META, INO_NPY};
-	static const char *const meta[] = {".", "..", "stats.json", "plan.json"};
-	static const fuse_ino_t meta_ino[] = {INO_META, INO_ROOT, INO_STATS, INO_PLAN};
-	if (!is_dir(ino)) {
-		fuse_reply_err(req, ENOTDIR);
+	struct node d = decode(fs, ino);
+	if (!is_dir(d.k)) {
+		fuse_reply_err(req, d.k == N_NONE ? ENOENT : ENOTDIR);
 		return;
 	}
 	char *buf = malloc(size);
@@ -256,26 +339,13 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	size_t used = 0;
-	size_t count = ino == INO_ROOT ? 5 + fs->n_roots : ino == INO_META ? 4 : 2 + fs->plan->n;
-	for (size_t i = (size_t)off; i < count; i++) {
-		const char *name;
-		fuse_ino_t e;
-		if (ino == INO_ROOT && i < 5)
-			name = root[i], e = root_ino[i];
-		else if (ino == INO_ROOT)
-			name = fs->roots[i - 5].name, e = INO_FIRST + 2 * fs->plan->n + (i - 5);
-		else if (ino == INO_META)
-			name = meta[i], e = meta_ino[i];
-		else if (i < 2)
-			name = i ? ".." : ".", e = i ? INO_ROOT : ino;
-		else if (ino == INO_NPY)
-			name = fs->npy_names[i - 2], e = INO_FIRST + fs->plan->n + (i - 2);
-		else
-			name = fs->names[i - 2], e = INO_FIRST + (i - 2);
+	const char *name;
+	fuse_ino_t e;
+	for (size_t i = (size_t)off; dir_entry(fs, ino, d, i, &name, &e); i++) {
 		struct stat st;
 		memset(&st, 0, sizeof st);
 		st.st_ino = e;
-		st.st_mode = is_dir(e) ? S_IFDIR : S_IFREG;
+		st.st_mode = is_dir(decode(fs, e).k) ? S_IFDIR : S_IFREG;
 		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
 		if (n > size - used)
 			break;
@@ -310,7 +380,8 @@ static char *stats_json(struct ckfs *fs, size_t *len)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	if (!valid_ino(fs, ino)) {
+	struct node nd = decode(fs, ino);
+	if (nd.k == N_NONE) {
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
@@ -318,7 +389,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	if (ino == INO_STATS) { /* live: a snapshot per open, never a cached copy */
+	if (nd.k == N_STATS) { /* live: a snapshot per open, never a cached copy */
 		struct snapshot *s = malloc(sizeof *s);
 		if (!s || !(s->data = stats_json(fs, &s->len))) {
 			free(s);
@@ -337,7 +408,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (ino == INO_STATS && fi->fh) {
+	struct ckfs *fs = fuse_req_userdata(req);
+	if (decode(fs, ino).k == N_STATS && fi->fh) {
 		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
 		free(s->data);
 		free(s);
@@ -451,7 +523,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	if (ino == INO_STATS) {
+	struct node nd = decode(fs, ino);
+	if (nd.k == N_STATS) {
 		/* reply from a copy this thread owns: once the reply is written, the
 		 * reader may close the file and release() frees the snapshot while
 		 * this thread is still returning from fuse_reply_buf */
@@ -468,8 +541,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		free(copy);
 		return;
 	}
-	if (ino == INO_PLAN) {
-		reply_slice(req, fs->plan_json, fs->plan_json_len, size, off);
+	if (nd.k == N_PLAN) {
+		reply_slice(req, nd.v->plan_json, nd.v->plan_json_len, size, off);
+		return;
+	}
+	if (nd.k != N_FILE && nd.k != N_TARGET && nd.k != N_NPY) {
+		fuse_reply_err(req, is_dir(nd.k) ? EISDIR : ENOENT);
 		return;
 	}
 	struct pending *p = calloc(1, sizeof *p);
@@ -477,19 +554,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	const struct root_file *rf = root_file(fs, ino);
-	uint64_t total = 0, head = 0;
-	if (rf) {
-		total = rf->v->size;
-	} else if (is_target(fs, ino)) {
-		total = fs->plan->t[ino - INO_FIRST].nbytes;
-	} else if (is_npy(fs, ino)) {
-		head = npy_header(fs, ino, p->npy_head);
-		total = head + npy_data_bytes(fs, npy_target(fs, ino));
+	const struct ck_vfile *vf = nd.k == N_FILE ? nd.v->roots[nd.i].v : NULL;
+	const struct ck_target *t = nd.k == N_FILE ? NULL : &nd.v->plan->t[nd.i];
+	uint32_t ct = nd.k == N_FILE ? 0 : fs_view_cache_target(nd.v, nd.i);
+	uint64_t total, head = 0;
+	if (vf) {
+		total = vf->size;
+	} else if (nd.k == N_TARGET) {
+		total = t->nbytes;
 	} else {
-		free(p);
-		fuse_reply_err(req, EISDIR);
-		return;
+		head = npy_header(fs, t, p->npy_head);
+		total = head + npy_data_bytes(fs, t);
 	}
 	if ((uint64_t)off >= total || size == 0) {
 		free(p);
@@ -500,30 +575,28 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t end = (uint64_t)off + len;
 	p->req = req;
 	p->len = len;
-	size_t n = rf ? ck_vfile_spans(rf->v, (uint64_t)off, len, NULL, 0) : 2;
+	size_t n = vf ? ck_vfile_spans(vf, (uint64_t)off, len, NULL, 0) : 2;
 	p->spans = calloc(n ? n : 1, sizeof *p->spans);
-	if (p->spans && rf) {
-		p->n = ck_vfile_spans(rf->v, (uint64_t)off, len, p->spans, n);
-	} else if (p->spans && is_npy(fs, ino)) { /* the header, then the tensor */
+	if (p->spans && vf) {
+		p->n = ck_vfile_spans(vf, (uint64_t)off, len, p->spans, n);
+	} else if (p->spans && nd.k == N_NPY) { /* the header, then the tensor */
 		if ((uint64_t)off < head)
 			p->spans[p->n++] = (struct ck_span){0, 0, (end < head ? end : head) - (uint64_t)off,
 							    0, (unsigned char *)p->npy_head + off};
-		uint32_t ti = (uint32_t)(ino - INO_FIRST - fs->plan->n);
 		uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
-		if (end > head && npy_widens(fs, &fs->plan->t[ti])) {
+		if (end > head && npy_widens(fs, t)) {
 			/* whole narrow elements covering the F32 bytes [a, end) */
 			uint64_t e0 = (a - head) / 4, e1 = (end - head + 3) / 4;
-			size_t es = ck_dtype_size(fs->plan->t[ti].v.dtype);
-			p->widen = fs->plan->t[ti].v.dtype;
+			size_t es = ck_dtype_size(t->v.dtype);
+			p->widen = t->v.dtype;
 			p->skip = (a - head) - e0 * 4;
-			p->spans[p->n++] = (struct ck_span){ti, e0 * es, (e1 - e0) * es,
+			p->spans[p->n++] = (struct ck_span){ct, e0 * es, (e1 - e0) * es,
 							    a - (uint64_t)off, NULL};
 		} else if (end > head) {
-			p->spans[p->n++] = (struct ck_span){ti, a - head, end - a, a - (uint64_t)off, NULL};
+			p->spans[p->n++] = (struct ck_span){ct, a - head, end - a, a - (uint64_t)off, NULL};
 		}
 	} else if (p->spans) {
-		p->spans[p->n++] =
-			(struct ck_span){(uint32_t)(ino - INO_FIRST), (uint64_t)off, len, 0, NULL};
+		p->spans[p->n++] = (struct ck_span){ct, (uint64_t)off, len, 0, NULL};
 	}
 	if (!p->spans || ck_cache_read(fs->cache, p->spans, p->n, read_done, p) < 0) {
 		free(p->spans);
@@ -534,9 +607,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Extended attributes of tensor files: dtype, shape, group and its sources. */
-static char *xattr_value(struct ckfs *fs, fuse_ino_t ino, const char *name, size_t *len)
+static char *xattr_value(const struct ck_plan *plan, const struct ck_target *t, const char *name,
+			 size_t *len)
 {
-	const struct ck_target *t = &fs->plan->t[ino - INO_FIRST];
 	char *buf = NULL;
 	FILE *f = open_memstream(&buf, len);
 	if (!f)
@@ -552,11 +625,11 @@ static char *xattr_value(struct ckfs *fs, fuse_ino_t ino, const char *name, size
 	} else if (!strcmp(name, "user.ckptfs.group"))
 		fprintf(f, "%" PRIu32, t->group);
 	else if (!strcmp(name, "user.ckptfs.sources")) {
-		const struct ck_group *g = &fs->plan->g[t->group];
+		const struct ck_group *g = &plan->g[t->group];
 		fputc('[', f);
 		for (size_t k = 0; k < g->n_sources; k++) {
 			fprintf(f, "%s", k ? ", " : "");
-			ck_json_fput_str(f, fs->plan->cat->entries[g->sources[k]].t.name);
+			ck_json_fput_str(f, plan->cat->entries[g->sources[k]].t.name);
 		}
 		fputc(']', f);
 	} else if (t->shard && !strncmp(name, "user.ckptfs.", 12) &&
@@ -593,8 +666,9 @@ static void reply_sized(fuse_req_t req, const char *data, size_t len, size_t siz
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
+	struct node nd = decode(fs, ino);
 	size_t len;
-	char *v = is_target(fs, ino) ? xattr_value(fs, ino, name, &len) : NULL;
+	char *v = nd.k == N_TARGET ? xattr_value(nd.v->plan, &nd.v->plan->t[nd.i], name, &len) : NULL;
 	if (!v) {
 		fuse_reply_err(req, ENODATA);
 		return;
@@ -606,13 +680,15 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	if (!is_target(fs, ino)) {
+	struct node nd = decode(fs, ino);
+	const struct ck_target *t = nd.k == N_TARGET ? &nd.v->plan->t[nd.i] : NULL;
+	if (!t) {
 		reply_sized(req, "", 0, size);
-	} else if (!fs->plan->t[ino - INO_FIRST].shard) {
+	} else if (!t->shard) {
 		reply_sized(req, XATTRS, sizeof XATTRS, size);
 	} else {
 		static const char GLOBAL[] = "user.ckptfs.global_name";
-		int g = fs->plan->t[ino - INO_FIRST].shard->global_name != NULL;
+		int g = t->shard->global_name != NULL;
 		char all[sizeof XATTRS + sizeof SHARD_XATTRS + sizeof GLOBAL];
 		memcpy(all, XATTRS, sizeof XATTRS);
 		memcpy(all + sizeof XATTRS, SHARD_XATTRS, sizeof SHARD_XATTRS);
@@ -628,12 +704,17 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct ckfs *fs = fuse_req_userdata(req);
 	struct statvfs s;
 	memset(&s, 0, sizeof s);
+	uint64_t bytes = 0, files = 7;
+	for (size_t k = 0; k < fs->n_views; k++) {
+		const struct fs_view *v = &fs->views[k];
+		bytes += 2 * v->plan->total_bytes; /* tensors/ and npy/ */
+		for (size_t r = 0; r < v->n_roots; r++)
+			bytes += v->roots[r].v->size;
+		files += view_size(v);
+	}
 	s.f_bsize = s.f_frsize = 4096;
-	uint64_t bytes = 2 * fs->plan->total_bytes; /* tensors/ and npy/ */
-	for (size_t k = 0; k < fs->n_roots; k++)
-		bytes += fs->roots[k].v->size;
 	s.f_blocks = (bytes + 4095) / 4096;
-	s.f_files = 2 * fs->plan->n + fs->n_roots + 7;
+	s.f_files = files;
 	s.f_namemax = 255;
 	s.f_flag = ST_RDONLY;
 	fuse_reply_statfs(req, &s);
@@ -727,232 +808,6 @@ static const struct fuse_lowlevel_ops ops = {
 	.removexattr = op_removexattr,
 };
 
-static char *build_plan_json(const struct ckfs *fs, size_t *len)
-{
-	const struct ck_plan *p = fs->plan;
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-	if (!f)
-		return NULL;
-	fprintf(f, "{\"source\": ");
-	ck_json_fput_str(f, fs->source);
-	fprintf(f, ", \"format\": \"%s\", \"flat_header_bytes\": %" PRIu64 ", \"targets\": [",
-		p->cat->format, fs->flat.header_len);
-	for (size_t i = 0; i < p->n; i++) {
-		const struct ck_target *t = &p->t[i];
-		fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
-		ck_json_fput_str(f, t->name);
-		fprintf(f, ", \"file\": ");
-		char path[300];
-		snprintf(path, sizeof path, "tensors/%s", fs->names[i]);
-		ck_json_fput_str(f, path);
-		fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", ck_dtype_name(t->v.dtype));
-		for (int d = 0; d < t->v.ndim; d++)
-			fprintf(f, "%s%" PRId64, d ? ", " : "", t->v.shape[d]);
-		fprintf(f, "], \"bytes\": %" PRIu64 ", \"group\": %" PRIu32 ", \"flat_offset\": %" PRIu64
-			   "}",
-			t->nbytes, t->group, fs->flat.off[i]);
-	}
-	fprintf(f, "\n], \"pytorch_model_bin\": {\"crc32\": %s, \"omitted\": [",
-		fs->o.zip_crc ? "true" : "false");
-	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
-		const struct ck_target *t = &p->t[fs->zip.omitted[k]];
-		fprintf(f, "%s\n  {\"name\": ", k ? "," : "");
-		ck_json_fput_str(f, t->name);
-		fprintf(f, ", \"reason\": \"torch 1.13 has no typed storage for %s\"}",
-			ck_dtype_name(t->v.dtype));
-	}
-	fprintf(f, "]}, \"files\": [");
-	for (size_t k = 0; k < fs->n_roots; k++) {
-		fprintf(f, "%s{\"name\": ", k ? ", " : "");
-		ck_json_fput_str(f, fs->roots[k].name);
-		fprintf(f, ", \"bytes\": %" PRIu64 "}", fs->roots[k].v->size);
-	}
-	fprintf(f, "\n], \"groups\": [");
-	for (size_t g = 0; g < p->n_groups; g++) {
-		const struct ck_group *gr = &p->g[g];
-		fprintf(f, "%s\n  {\"id\": %zu, \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
-			   ", \"sources\": [",
-			g ? "," : "", g, gr->in_bytes, gr->out_bytes);
-		for (size_t k = 0; k < gr->n_sources; k++) {
-			const struct ck_catalog_entry *e = &p->cat->entries[gr->sources[k]];
-			fprintf(f, "%s{\"name\": ", k ? ", " : "");
-			ck_json_fput_str(f, e->t.name);
-			fprintf(f, ", \"file\": ");
-			ck_json_fput_str(f, p->cat->files[e->file].name);
-			fprintf(f, ", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", e->t.offset,
-				e->t.nbytes);
-		}
-		fprintf(f, "]}");
-	}
-	fprintf(f, "\n]}\n");
-	return fclose(f) == 0 ? buf : (free(buf), NULL);
-}
-
-static void free_fs(struct ckfs *fs)
-{
-	ck_cache_free(fs->cache);
-	for (size_t i = 0; fs->names && i < fs->plan->n; i++)
-		free(fs->names[i]);
-	free(fs->names);
-	ck_strmap_free(&fs->by_name);
-	for (size_t i = 0; fs->npy_names && i < fs->plan->n; i++)
-		free(fs->npy_names[i]);
-	free(fs->npy_names);
-	ck_strmap_free(&fs->npy_by_name);
-	ck_flat_free(&fs->flat);
-	ck_torchzip_free(&fs->zip);
-	for (size_t k = 0; k < fs->n_shards; k++)
-		ck_flat_free(&fs->shards[k]);
-	free(fs->shards);
-	for (size_t k = 0; k < fs->n_parts; k++)
-		ck_flat_free(&fs->parts[k]);
-	free(fs->parts);
-	ck_vfile_free(&fs->index_json);
-	ck_vfile_free(&fs->config);
-	for (size_t k = 0; k < fs->n_roots; k++)
-		free(fs->roots[k].name);
-	free(fs->roots);
-	free(fs->plan_json);
-	if (fs->log && fs->log != stderr)
-		fclose(fs->log);
-	pthread_mutex_destroy(&fs->log_mu);
-}
-
-static int add_root(struct ckfs *fs, const char *name, const struct ck_vfile *v)
-{
-	struct root_file *nr = realloc(fs->roots, (fs->n_roots + 1) * sizeof *nr);
-	if (!nr)
-		return -1;
-	fs->roots = nr;
-	if (!(nr[fs->n_roots].name = strdup(name)))
-		return -1;
-	nr[fs->n_roots++].v = v;
-	return 0;
-}
-
-/* Targets first[k] .. first[k+1]-1 as one safetensors file. */
-static int build_run(struct ckfs *fs, const size_t *first, size_t runs, size_t k,
-		     struct ck_flat *out, struct ck_err *err)
-{
-	size_t a = first[k], b = k + 1 < runs ? first[k + 1] : fs->plan->n;
-	uint32_t *ids = malloc((b - a ? b - a : 1) * sizeof *ids);
-	if (!ids)
-		return ck_fail_sys(err, ENOMEM, "mount");
-	for (size_t i = a; i < b; i++)
-		ids[i - a] = (uint32_t)i;
-	int r = ck_flat_build(fs->plan, ids, b - a, out, err);
-	free(ids);
-	return r;
-}
-
-/* model.safetensors.index.json for the shards, as HF writes it. */
-static int build_index_json(struct ckfs *fs, const size_t *first, size_t runs)
-{
-	char *buf = NULL;
-	size_t len;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f)
-		return -1;
-	fprintf(f, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n  \"weight_map\": {",
-		fs->plan->total_bytes);
-	for (size_t k = 0, i = 0; k < runs; k++)
-		for (; i < (k + 1 < runs ? first[k + 1] : fs->plan->n); i++) {
-			fprintf(f, "%s\n    ", i ? "," : "");
-			ck_json_fput_str(f, fs->plan->t[i].name);
-			fprintf(f, ": \"model-%05zu-of-%05zu.safetensors\"", k + 1, runs);
-		}
-	fprintf(f, "\n  }\n}\n");
-	if (fclose(f) != 0) {
-		free(buf);
-		return -1;
-	}
-	int r = ck_vfile_lit(&fs->index_json, buf, len);
-	free(buf);
-	return r;
-}
-
-/* Split the plan into files of at most `size` bytes of tensors. */
-static int build_split(struct ckfs *fs, uint64_t size, struct ck_flat **out, size_t *n_out,
-		       size_t **first_out, struct ck_err *err)
-{
-	size_t *first;
-	size_t runs = ck_flat_split(fs->plan, size, &first);
-	if (!runs || !(*out = calloc(runs, sizeof **out))) {
-		if (runs)
-			free(first);
-		return ck_fail_sys(err, ENOMEM, "mount");
-	}
-	for (size_t k = 0; k < runs; k++) {
-		if (build_run(fs, first, runs, k, &(*out)[k], err) < 0) {
-			*n_out = k;
-			free(first);
-			return -1;
-		}
-	}
-	*n_out = runs;
-	*first_out = first;
-	return 0;
-}
-
-/* The files of the mount's root: model.safetensors, pytorch_model.bin, and
- * the optional shards and per-rank parts. */
-static int build_roots(struct ckfs *fs, struct ck_err *err)
-{
-	if (ck_flat_build(fs->plan, NULL, 0, &fs->flat, err) < 0 ||
-	    ck_torchzip_build(fs->plan, "pytorch_model", &fs->zip, err) < 0)
-		return -1;
-	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
-	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
-		return ck_fail_sys(err, ENOMEM, "mount");
-	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
-		const struct ck_target *t = &fs->plan->t[fs->zip.omitted[k]];
-		char msg[600];
-		snprintf(msg, sizeof msg,
-			 "pytorch_model.bin leaves out %s: torch 1.13 has no typed storage for %s "
-			 "(tensors/, npy/ and model.safetensors have it)",
-			 t->name, ck_dtype_name(t->v.dtype));
-		fs_log(fs, msg);
-	}
-	if (fs->plan->cat->config) {
-		char *txt = cJSON_Print(fs->plan->cat->config);
-		int r = txt ? ck_vfile_lit(&fs->config, txt, strlen(txt)) : -1;
-		if (r == 0)
-			r = ck_vfile_lit(&fs->config, "\n", 1);
-		cJSON_free(txt);
-		if (r < 0 || add_root(fs, "config.json", &fs->config) < 0)
-			return ck_fail_sys(err, ENOMEM, "mount");
-	}
-	char name[128];
-	size_t *first;
-	if (fs->o.max_shard_size) {
-		if (build_split(fs, fs->o.max_shard_size, &fs->shards, &fs->n_shards, &first, err) < 0)
-			return -1;
-		int r = build_index_json(fs, first, fs->n_shards);
-		free(first);
-		if (r < 0 || add_root(fs, "model.safetensors.index.json", &fs->index_json) < 0)
-			return ck_fail_sys(err, ENOMEM, "mount");
-		for (size_t k = 0; k < fs->n_shards; k++) {
-			snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1,
-				 fs->n_shards);
-			if (add_root(fs, name, &fs->shards[k].v) < 0)
-				return ck_fail_sys(err, ENOMEM, "mount");
-		}
-	}
-	if (fs->o.rank >= 0) {
-		if (build_split(fs, fs->o.part_size, &fs->parts, &fs->n_parts, &first, err) < 0)
-			return -1;
-		free(first);
-		for (size_t k = 0; k < fs->n_parts; k++) {
-			snprintf(name, sizeof name, "model-rank-%" PRId64 "-part-%zu.safetensors",
-				 fs->o.rank, k);
-			if (add_root(fs, name, &fs->parts[k].v) < 0)
-				return ck_fail_sys(err, ENOMEM, "mount");
-		}
-	}
-	return 0;
-}
-
 /* -o zip_crc: evaluate every tensor of pytorch_model.bin once, through the
  * cache, and fill in its CRC-32 fields before the mount goes live. */
 struct crc_wait {
@@ -981,11 +836,13 @@ static int zip_crcs(struct ckfs *fs, struct ck_err *err)
 	const uint64_t step = 16u << 20;
 	struct crc_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 	int rc = 0;
-	for (size_t k = 0; rc == 0 && k < fs->zip.n_included; k++) {
-		uint32_t t = fs->zip.included[k];
+	for (size_t vi = 0; vi < fs->n_views; vi++) {
+	struct fs_view *v = &fs->views[vi];
+	for (size_t k = 0; rc == 0 && k < v->zip.n_included; k++) {
+		uint32_t t = fs_view_cache_target(v, v->zip.included[k]);
 		w.crc = 0;
-		for (uint64_t off = 0; rc == 0 && off < fs->plan->t[t].nbytes; off += step) {
-			uint64_t len = fs->plan->t[t].nbytes - off;
+		for (uint64_t off = 0; rc == 0 && off < fs->cache_plan->t[t].nbytes; off += step) {
+			uint64_t len = fs->cache_plan->t[t].nbytes - off;
 			struct ck_span sp = {t, off, len < step ? len : step, 0, NULL};
 			w.done = 0;
 			if (ck_cache_read(fs->cache, &sp, 1, crc_done, &w) < 0) {
@@ -998,10 +855,11 @@ static int zip_crcs(struct ckfs *fs, struct ck_err *err)
 			pthread_mutex_unlock(&w.mu);
 			if (w.err)
 				rc = ck_fail_sys(err, -w.err, "zip_crc: evaluating %s",
-						 fs->plan->t[t].name);
+						 fs->cache_plan->t[t].name);
 		}
 		if (rc == 0)
-			ck_torchzip_set_crc(&fs->zip, k, w.crc);
+			ck_torchzip_set_crc(&v->zip, k, w.crc);
+	}
 	}
 	pthread_mutex_destroy(&w.mu);
 	pthread_cond_destroy(&w.cv);
@@ -1018,19 +876,31 @@ static int report(int *ready_fd, struct ck_err *err)
 	return -1;
 }
 
-int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountpoint,
-	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
-	      struct ck_err *err)
+static void free_fs(struct ckfs *fs)
+{
+	ck_cache_free(fs->cache);
+	for (size_t k = 0; k < fs->n_views; k++)
+		fs_view_free(&fs->views[k]);
+	free(fs->views);
+	if (fs->log && fs->log != stderr)
+		fclose(fs->log);
+	pthread_mutex_destroy(&fs->log_mu);
+}
+
+int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, size_t n_views,
+	      const char *source, const char *mountpoint, const struct ck_fs_opts *o,
+	      int fuse_argc, char **fuse_argv, int ready_fd, struct ck_err *err)
 {
 	struct ckfs fs;
 	memset(&fs, 0, sizeof fs);
-	fs.plan = plan;
+	fs.cache_plan = cache_plan;
 	fs.source = source;
 	fs.mountpoint = mountpoint;
 	fs.o = *o;
 	fs.ready_fd = ready_fd;
 	fs.mounted_at = time(NULL);
 	fs.log = stderr;
+	fs.multi = n_views != 1 || views[0].dir[0];
 	pthread_mutex_init(&fs.log_mu, NULL);
 	int rc = -1;
 	struct fuse_session *se = NULL;
@@ -1041,48 +911,30 @@ int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountp
 		ck_fail_sys(err, errno, "%s: cannot open the log", o->log_path);
 		goto out;
 	}
-	if (build_roots(&fs, err) < 0)
-		goto out;
-	fs.names = calloc(plan->n ? plan->n : 1, sizeof *fs.names);
-	fs.npy_names = calloc(plan->n ? plan->n : 1, sizeof *fs.npy_names);
-	if (!fs.names || !fs.npy_names || ck_strmap_init(&fs.by_name, plan->n) < 0 ||
-	    ck_strmap_init(&fs.npy_by_name, plan->n) < 0) {
+	if (!(fs.views = calloc(n_views ? n_views : 1, sizeof *fs.views))) {
 		ck_fail_sys(err, ENOMEM, "mount");
 		goto out;
 	}
-	for (size_t i = 0; i < plan->n; i++) {
-		uint32_t other;
-		if (!(fs.names[i] = ck_escape_name(plan->t[i].name))) {
-			ck_fail_sys(err, ENOMEM, "mount");
+	struct fs_view_opts vo = {source, o->max_shard_size, o->part_size, o->zip_crc, fs_log, &fs};
+	uint64_t base = fs.multi ? INO_TOP + 1 : INO_TOP;
+	for (size_t k = 0; k < n_views; k++, fs.n_views++) {
+		struct fs_view *v = &fs.views[k];
+		v->plan = views[k].plan;
+		v->cache_idx = views[k].cache_idx;
+		v->rank = views[k].rank;
+		snprintf(v->dir, sizeof v->dir, "%s", views[k].dir);
+		v->base = base;
+		if (fs_view_build(v, &vo, err) < 0) {
+			fs.n_views++;
 			goto out;
 		}
-		char *npy = ck_escape_name_max(plan->t[i].name, 251);
-		if (!npy || !(fs.npy_names[i] = malloc(strlen(npy) + 5))) {
-			free(npy);
-			ck_fail_sys(err, ENOMEM, "mount");
-			goto out;
-		}
-		sprintf(fs.npy_names[i], "%s.npy", npy);
-		free(npy);
-		if (ck_strmap_put(&fs.npy_by_name, fs.npy_names[i], (uint32_t)i, NULL) == 1) {
-			ck_fail(err, CK_E_MAPPING, "two keys map to one npy file name \"%s\"",
-				fs.npy_names[i]);
-			goto out;
-		}
-		if (ck_strmap_put(&fs.by_name, fs.names[i], (uint32_t)i, &other) == 1) {
-			ck_fail(err, CK_E_MAPPING, "keys \"%s\" and \"%s\" map to one file name \"%s\"",
-				plan->t[other].name, plan->t[i].name, fs.names[i]);
-			goto out;
-		}
-	}
-	if (!(fs.plan_json = build_plan_json(&fs, &fs.plan_json_len))) {
-		ck_fail_sys(err, ENOMEM, "plan.json");
-		goto out;
+		base += view_size(v);
 	}
 	struct ck_cache_opts co = o->cache;
 	co.log = fs_log;
 	co.log_ctx = &fs;
-	if (ck_cache_new(plan, &co, &fs.cache, err) < 0 || (o->zip_crc && zip_crcs(&fs, err) < 0))
+	if (ck_cache_new(cache_plan, &co, &fs.cache, err) < 0 ||
+	    (o->zip_crc && zip_crcs(&fs, err) < 0))
 		goto out;
 	se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!se) {

@@ -27,15 +27,24 @@ struct ck_fs_opts {
 	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors size */
 	int zip_crc;
 	int npy_f32;		 /* npy/ serves BF16 and FP8 targets widened to F32 */		 /* compute pytorch_model.bin's CRC-32s before mounting */
-	int64_t rank;		 /* >=0 on a per-rank view */
+};
+
+/* What the mount shows: one view (dir "") at the root, or several (dir
+ * "rank3", ...) as subdirectories. A view's target i is target cache_idx[i]
+ * (NULL: i) of the plan the shared cache evaluates. */
+struct ck_fs_view {
+	const struct ck_plan *plan;
+	const uint32_t *cache_idx;
+	int64_t rank; /* >= 0: a tensor-parallel rank (vLLM's per-rank files) */
+	char dir[32];
 };
 
 /* Mount and serve until unmounted or signalled. ready_fd (or -1) gets "OK\n"
  * once FUSE_INIT has arrived and every start-up step succeeded, or an error
  * line. fuse_argv are options for libfuse ("-o", "allow_other", ...).
  * Returns 0 after a clean unmount. */
-int ck_fs_run(const struct ck_plan *plan, const char *source, const char *mountpoint,
-	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
-	      struct ck_err *err);
+int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, size_t n_views,
+	      const char *source, const char *mountpoint, const struct ck_fs_opts *o,
+	      int fuse_argc, char **fuse_argv, int ready_fd, struct ck_err *err);
 
 #endif

@@ -1,0 +1,289 @@
+#include "fsview.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "../util/jsonw.h"
+#include "names.h"
+
+static int add_root(struct fs_view *fs, const char *name, const struct ck_vfile *v)
+{
+	struct fs_root_file *nr = realloc(fs->roots, (fs->n_roots + 1) * sizeof *nr);
+	if (!nr)
+		return -1;
+	fs->roots = nr;
+	if (!(nr[fs->n_roots].name = strdup(name)))
+		return -1;
+	nr[fs->n_roots++].v = v;
+	return 0;
+}
+
+/* Targets first[k] .. first[k+1]-1 as one safetensors file. */
+static int build_run(struct fs_view *fs, const size_t *first, size_t runs, size_t k,
+		     struct ck_flat *out, struct ck_err *err)
+{
+	size_t a = first[k], b = k + 1 < runs ? first[k + 1] : fs->plan->n;
+	uint32_t *ids = malloc((b - a ? b - a : 1) * sizeof *ids);
+	if (!ids)
+		return ck_fail_sys(err, ENOMEM, "mount");
+	for (size_t i = a; i < b; i++)
+		ids[i - a] = (uint32_t)i;
+	int r = ck_flat_build(fs->plan, ids, b - a, out, err);
+	free(ids);
+	return r;
+}
+
+/* model.safetensors.index.json for the shards, as HF writes it. */
+static int build_index_json(struct fs_view *fs, const size_t *first, size_t runs)
+{
+	char *buf = NULL;
+	size_t len;
+	FILE *f = open_memstream(&buf, &len);
+	if (!f)
+		return -1;
+	fprintf(f, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n  \"weight_map\": {",
+		fs->plan->total_bytes);
+	for (size_t k = 0, i = 0; k < runs; k++)
+		for (; i < (k + 1 < runs ? first[k + 1] : fs->plan->n); i++) {
+			fprintf(f, "%s\n    ", i ? "," : "");
+			ck_json_fput_str(f, fs->plan->t[i].name);
+			fprintf(f, ": \"model-%05zu-of-%05zu.safetensors\"", k + 1, runs);
+		}
+	fprintf(f, "\n  }\n}\n");
+	if (fclose(f) != 0) {
+		free(buf);
+		return -1;
+	}
+	int r = ck_vfile_lit(&fs->index_json, buf, len);
+	free(buf);
+	return r;
+}
+
+/* Split the plan into files of at most `size` bytes of tensors. */
+static int build_split(struct fs_view *fs, uint64_t size, struct ck_flat **out, size_t *n_out,
+		       size_t **first_out, struct ck_err *err)
+{
+	size_t *first;
+	size_t runs = ck_flat_split(fs->plan, size, &first);
+	if (!runs || !(*out = calloc(runs, sizeof **out))) {
+		if (runs)
+			free(first);
+		return ck_fail_sys(err, ENOMEM, "mount");
+	}
+	for (size_t k = 0; k < runs; k++) {
+		if (build_run(fs, first, runs, k, &(*out)[k], err) < 0) {
+			*n_out = k;
+			free(first);
+			return -1;
+		}
+	}
+	*n_out = runs;
+	*first_out = first;
+	return 0;
+}
+
+/* The files of the mount's root: model.safetensors, pytorch_model.bin, and
+ * the optional shards and per-rank parts. */
+static int build_roots(struct fs_view *fs, const struct fs_view_opts *o, struct ck_err *err)
+{
+	if (ck_flat_build(fs->plan, NULL, 0, &fs->flat, err) < 0 ||
+	    ck_torchzip_build(fs->plan, "pytorch_model", &fs->zip, err) < 0)
+		return -1;
+	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
+	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
+		return ck_fail_sys(err, ENOMEM, "mount");
+	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
+		const struct ck_target *t = &fs->plan->t[fs->zip.omitted[k]];
+		char msg[600];
+		snprintf(msg, sizeof msg,
+			 "pytorch_model.bin leaves out %s: torch 1.13 has no typed storage for %s "
+			 "(tensors/, npy/ and model.safetensors have it)",
+			 t->name, ck_dtype_name(t->v.dtype));
+		if (o->log)
+			o->log(o->log_ctx, msg);
+	}
+	if (fs->plan->cat->config) {
+		char *txt = cJSON_Print(fs->plan->cat->config);
+		int r = txt ? ck_vfile_lit(&fs->config, txt, strlen(txt)) : -1;
+		if (r == 0)
+			r = ck_vfile_lit(&fs->config, "\n", 1);
+		cJSON_free(txt);
+		if (r < 0 || add_root(fs, "config.json", &fs->config) < 0)
+			return ck_fail_sys(err, ENOMEM, "mount");
+	}
+	char name[128];
+	size_t *first;
+	if (o->max_shard_size) {
+		if (build_split(fs, o->max_shard_size, &fs->shards, &fs->n_shards, &first, err) < 0)
+			return -1;
+		int r = build_index_json(fs, first, fs->n_shards);
+		free(first);
+		if (r < 0 || add_root(fs, "model.safetensors.index.json", &fs->index_json) < 0)
+			return ck_fail_sys(err, ENOMEM, "mount");
+		for (size_t k = 0; k < fs->n_shards; k++) {
+			snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1,
+				 fs->n_shards);
+			if (add_root(fs, name, &fs->shards[k].v) < 0)
+				return ck_fail_sys(err, ENOMEM, "mount");
+		}
+	}
+	if (fs->rank >= 0) {
+		if (build_split(fs, o->part_size, &fs->parts, &fs->n_parts, &first, err) < 0)
+			return -1;
+		free(first);
+		for (size_t k = 0; k < fs->n_parts; k++) {
+			snprintf(name, sizeof name, "model-rank-%" PRId64 "-part-%zu.safetensors",
+				 fs->rank, k);
+			if (add_root(fs, name, &fs->parts[k].v) < 0)
+				return ck_fail_sys(err, ENOMEM, "mount");
+		}
+	}
+	return 0;
+}
+
+static char *build_plan_json(const struct fs_view *fs, const struct fs_view_opts *o, size_t *len)
+{
+	const struct ck_plan *p = fs->plan;
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	fprintf(f, "{\"source\": ");
+	ck_json_fput_str(f, o->source);
+	fprintf(f, ", \"format\": \"%s\", \"flat_header_bytes\": %" PRIu64 ", \"targets\": [",
+		p->cat->format, fs->flat.header_len);
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		fprintf(f, "%s\n  {\"name\": ", i ? "," : "");
+		ck_json_fput_str(f, t->name);
+		fprintf(f, ", \"file\": ");
+		char path[300];
+		snprintf(path, sizeof path, "tensors/%s", fs->names[i]);
+		ck_json_fput_str(f, path);
+		fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", ck_dtype_name(t->v.dtype));
+		for (int d = 0; d < t->v.ndim; d++)
+			fprintf(f, "%s%" PRId64, d ? ", " : "", t->v.shape[d]);
+		fprintf(f, "], \"bytes\": %" PRIu64 ", \"group\": %" PRIu32 ", \"flat_offset\": %" PRIu64
+			   "}",
+			t->nbytes, t->group, fs->flat.off[i]);
+	}
+	fprintf(f, "\n], \"pytorch_model_bin\": {\"crc32\": %s, \"omitted\": [",
+		o->zip_crc ? "true" : "false");
+	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
+		const struct ck_target *t = &p->t[fs->zip.omitted[k]];
+		fprintf(f, "%s\n  {\"name\": ", k ? "," : "");
+		ck_json_fput_str(f, t->name);
+		fprintf(f, ", \"reason\": \"torch 1.13 has no typed storage for %s\"}",
+			ck_dtype_name(t->v.dtype));
+	}
+	fprintf(f, "]}, \"files\": [");
+	for (size_t k = 0; k < fs->n_roots; k++) {
+		fprintf(f, "%s{\"name\": ", k ? ", " : "");
+		ck_json_fput_str(f, fs->roots[k].name);
+		fprintf(f, ", \"bytes\": %" PRIu64 "}", fs->roots[k].v->size);
+	}
+	fprintf(f, "\n], \"groups\": [");
+	for (size_t g = 0; g < p->n_groups; g++) {
+		const struct ck_group *gr = &p->g[g];
+		fprintf(f, "%s\n  {\"id\": %zu, \"in_bytes\": %" PRIu64 ", \"out_bytes\": %" PRIu64
+			   ", \"sources\": [",
+			g ? "," : "", g, gr->in_bytes, gr->out_bytes);
+		for (size_t k = 0; k < gr->n_sources; k++) {
+			const struct ck_catalog_entry *e = &p->cat->entries[gr->sources[k]];
+			fprintf(f, "%s{\"name\": ", k ? ", " : "");
+			ck_json_fput_str(f, e->t.name);
+			fprintf(f, ", \"file\": ");
+			ck_json_fput_str(f, p->cat->files[e->file].name);
+			fprintf(f, ", \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", e->t.offset,
+				e->t.nbytes);
+		}
+		fprintf(f, "]}");
+	}
+	fprintf(f, "\n]}\n");
+	return fclose(f) == 0 ? buf : (free(buf), NULL);
+}
+
+/* Flat files are laid out over the view's target indices; the cache knows
+ * the union plan's. */
+static void remap(struct ck_vfile *f, const uint32_t *idx)
+{
+	for (size_t k = 0; idx && k < f->n; k++)
+		if (f->parts[k].target != CK_VLIT)
+			f->parts[k].target = idx[f->parts[k].target];
+}
+
+static int build_names(struct fs_view *v, struct ck_err *err)
+{
+	const struct ck_plan *plan = v->plan;
+	v->names = calloc(plan->n ? plan->n : 1, sizeof *v->names);
+	v->npy_names = calloc(plan->n ? plan->n : 1, sizeof *v->npy_names);
+	if (!v->names || !v->npy_names || ck_strmap_init(&v->by_name, plan->n) < 0 ||
+	    ck_strmap_init(&v->npy_by_name, plan->n) < 0)
+		return ck_fail_sys(err, ENOMEM, "mount");
+	for (size_t i = 0; i < plan->n; i++) {
+		uint32_t other;
+		if (!(v->names[i] = ck_escape_name(plan->t[i].name)))
+			return ck_fail_sys(err, ENOMEM, "mount");
+		char *npy = ck_escape_name_max(plan->t[i].name, 251);
+		if (!npy || !(v->npy_names[i] = malloc(strlen(npy) + 5))) {
+			free(npy);
+			return ck_fail_sys(err, ENOMEM, "mount");
+		}
+		sprintf(v->npy_names[i], "%s.npy", npy);
+		free(npy);
+		if (ck_strmap_put(&v->npy_by_name, v->npy_names[i], (uint32_t)i, NULL) == 1)
+			return ck_fail(err, CK_E_MAPPING, "two keys map to one npy file name \"%s\"",
+				       v->npy_names[i]);
+		if (ck_strmap_put(&v->by_name, v->names[i], (uint32_t)i, &other) == 1)
+			return ck_fail(err, CK_E_MAPPING,
+				       "keys \"%s\" and \"%s\" map to one file name \"%s\"",
+				       plan->t[other].name, plan->t[i].name, v->names[i]);
+	}
+	return 0;
+}
+
+int fs_view_build(struct fs_view *v, const struct fs_view_opts *o, struct ck_err *err)
+{
+	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0)
+		return -1;
+	if (!(v->plan_json = build_plan_json(v, o, &v->plan_json_len)))
+		return ck_fail_sys(err, ENOMEM, "plan.json");
+	remap(&v->flat.v, v->cache_idx);
+	remap(&v->zip.v, v->cache_idx);
+	for (size_t k = 0; k < v->n_shards; k++)
+		remap(&v->shards[k].v, v->cache_idx);
+	for (size_t k = 0; k < v->n_parts; k++)
+		remap(&v->parts[k].v, v->cache_idx);
+	return 0;
+}
+
+void fs_view_free(struct fs_view *v)
+{
+	for (size_t i = 0; v->names && i < v->plan->n; i++)
+		free(v->names[i]);
+	free(v->names);
+	ck_strmap_free(&v->by_name);
+	for (size_t i = 0; v->npy_names && i < v->plan->n; i++)
+		free(v->npy_names[i]);
+	free(v->npy_names);
+	ck_strmap_free(&v->npy_by_name);
+	ck_flat_free(&v->flat);
+	ck_torchzip_free(&v->zip);
+	for (size_t k = 0; k < v->n_shards; k++)
+		ck_flat_free(&v->shards[k]);
+	free(v->shards);
+	for (size_t k = 0; k < v->n_parts; k++)
+		ck_flat_free(&v->parts[k]);
+	free(v->parts);
+	ck_vfile_free(&v->index_json);
+	ck_vfile_free(&v->config);
+	for (size_t k = 0; k < v->n_roots; k++)
+		free(v->roots[k].name);
+	free(v->roots);
+	free(v->plan_json);
+}
