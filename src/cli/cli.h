@@ -17,6 +17,12 @@ int ck_cli_report(const struct ck_err *err);
 struct ck_view {
 	int64_t rank;  /* -1: not a per-rank view */
 	int64_t world; /* >0: group-sharded over this many processes */
+	/* --ranks: one plan per rank (rank_plans, ranks) and plan = their union,
+	 * rank_idx[k][i] = rank k's target i in it */
+	struct ck_plan **rank_plans;
+	int64_t *ranks;
+	uint32_t **rank_idx;
+	size_t n_ranks;
 	struct ck_catalog *cat;
 	struct ck_mapping *maps[16];
 	int n_maps;
@@ -37,6 +43,7 @@ struct ck_view_args {
 	const char *mesh;
 	int64_t rank, world;
 	int shard_groups;
+	const char *ranks; /* mount --ranks 0-7 | 0,2,5 | all: one daemon, rankR/ each */
 };
 /* Consume argv[*i] (and its value) if it is one of the options above:
  * returns 1 (consumed), 0 (not ours) or -1 (bad value, err set). */

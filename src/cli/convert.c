@@ -125,6 +125,9 @@ static int convert_main(int argc, char **argv, int *synced)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "--dtype must be F32, F16, BF16, F8_E4M3 or F8_E5M2"),
 				      &err));
+	if (va.ranks)
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
+				      &err));
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0 ||
 	    ck_subst_rank(outdir, va.mesh, v.rank, outbuf, sizeof outbuf, &err) < 0) {

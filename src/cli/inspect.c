@@ -347,6 +347,9 @@ int ck_cmd_inspect(int argc, char **argv)
 					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R | "
 					      "--shard-groups]"),
 				      &err));
+	if (va.ranks)
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
+				      &err));
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);

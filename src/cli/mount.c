@@ -19,8 +19,12 @@
 static void mount_help(FILE *f)
 {
 	fprintf(f,
-		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]... [--mesh AXES --rank R]\n"
-		"                    [--shard-groups] [-f] [-o OPT[,OPT...]]\n"
+		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]...\n"
+		"                    [--mesh AXES (--rank R | --ranks LIST) | --shard-groups]\n"
+		"                    [-f] [-o OPT[,OPT...]]\n"
+		"  --ranks 0-7        with --mesh: one daemon serving rank0/ ... rank7/ (also 0,2,5\n"
+		"                     or all), one cache and one evaluation of every replicated or\n"
+		"                     shared byte\n"
 		"  --mesh tp=8 --rank R  serve rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
 		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK;\n"
 		"                     under mpirun, returns once every rank's mount is live)\n"
@@ -255,9 +259,23 @@ static int mount_main(int argc, char **argv, int *synced)
 		setsid();
 	}
 	*synced = 1; /* the daemon (or -f) never takes part in MPI */
-	struct ck_fs_view fv = {v.plan, NULL, va.mesh ? v.rank : -1, ""};
-	int rc = ck_fs_run(v.plan, &fv, 1, source, mountpoint, &o, fuse_argc, fuse_argv, pipefd[1],
-			   &err);
+	struct ck_fs_view one = {v.plan, NULL, va.mesh ? v.rank : -1, ""}, *fv = &one;
+	size_t n_fv = 1;
+	if (v.n_ranks) { /* one daemon, rankR/ per rank, one cache for all */
+		if (!(fv = calloc(v.n_ranks, sizeof *fv))) {
+			ck_view_close(&v);
+			return ck_cli_report((ck_fail_sys(&err, ENOMEM, "mount"), &err));
+		}
+		for (size_t k = 0; k < v.n_ranks; k++) {
+			fv[k] = (struct ck_fs_view){v.rank_plans[k], v.rank_idx[k], v.ranks[k], ""};
+			snprintf(fv[k].dir, sizeof fv[k].dir, "rank%lld", (long long)v.ranks[k]);
+		}
+		n_fv = v.n_ranks;
+	}
+	int rc = ck_fs_run(v.plan, fv, n_fv, source, mountpoint, &o, fuse_argc, fuse_argv,
+			   pipefd[1], &err);
+	if (fv != &one)
+		free(fv);
 	if (rc < 0 && o.foreground)
 		fprintf(stderr, "ckptfs: %s\n", err.msg);
 	ck_view_close(&v);

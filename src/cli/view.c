@@ -1,5 +1,6 @@
 /* Shared by the verbs: open the source, load the mappings, build the plan. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,10 @@ int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck
 	}
 	if (!strcmp(o, "--mesh")) {
 		a->mesh = argv[++*i];
+		return 1;
+	}
+	if (!strcmp(o, "--ranks")) {
+		a->ranks = argv[++*i];
 		return 1;
 	}
 	if (!strcmp(o, "--rank") || !strcmp(o, "--world-size")) {
@@ -110,6 +115,69 @@ int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, s
 	return 0;
 }
 
+/* "0-7", "0,2,5", "1-3,6" or "all": ascending, no repeats, inside the world. */
+static int parse_ranks(const char *text, int64_t world, int64_t **out, size_t *n,
+		       struct ck_err *err)
+{
+	*out = calloc((size_t)world, sizeof **out);
+	*n = 0;
+	if (!*out)
+		return ck_fail_sys(err, ENOMEM, "--ranks");
+	if (!strcmp(text, "all")) {
+		for (int64_t r = 0; r < world; r++)
+			(*out)[(*n)++] = r;
+		return 0;
+	}
+	const char *s = text;
+	while (*s) {
+		char *end;
+		long long a = strtoll(s, &end, 10), b;
+		if (end == s || a < 0)
+			goto bad;
+		b = a;
+		if (*end == '-') {
+			s = end + 1;
+			b = strtoll(s, &end, 10);
+			if (end == s || b < a)
+				goto bad;
+		}
+		if (*end && *end != ',')
+			goto bad;
+		for (long long r = a; r <= b; r++) {
+			if (r >= world)
+				return ck_fail(err, CK_E_USAGE, "--ranks: rank %lld is outside the mesh "
+								"(world size %lld)",
+					       r, (long long)world);
+			if (*n && (*out)[*n - 1] >= r)
+				goto bad;
+			(*out)[(*n)++] = r;
+		}
+		s = *end ? end + 1 : end;
+	}
+	if (*n)
+		return 0;
+bad:
+	return ck_fail(err, CK_E_USAGE, "--ranks \"%s\": expected ascending ranks such as 0-7, "
+					"0,2,5 or all",
+		       text);
+}
+
+/* One plan per rank of --ranks, and their union for the shared cache. */
+static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const struct ck_mesh *m,
+		      const struct ck_mapping *rules, struct ck_err *err)
+{
+	if (parse_ranks(a->ranks, ck_mesh_world(m), &v->ranks, &v->n_ranks, err) < 0)
+		return -1;
+	if (!(v->rank_plans = calloc(v->n_ranks, sizeof *v->rank_plans)))
+		return ck_fail_sys(err, ENOMEM, "--ranks");
+	for (size_t k = 0; k < v->n_ranks; k++)
+		if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->rank_plans[k], err) < 0 ||
+		    ck_plan_shard(v->rank_plans[k], rules, m, v->ranks[k], err) < 0)
+			return -1;
+	return ck_plan_merge((const struct ck_plan *const *)v->rank_plans, v->n_ranks, &v->plan,
+			     &v->rank_idx, err);
+}
+
 int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_args *a,
 		 struct ck_err *err)
 {
@@ -122,6 +190,8 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 	struct ck_mesh m;
 	if (mesh && a->shard_groups)
 		return ck_fail(err, CK_E_USAGE, "--mesh and --shard-groups do not go together");
+	if (a->ranks && !mesh)
+		return ck_fail(err, CK_E_USAGE, "--ranks needs --mesh");
 	if (a->shard_groups) {
 		world = ck_env_world(a->world);
 		if (!world || (rank = ck_env_rank(rank)) < 0)
@@ -132,7 +202,7 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 	if (mesh) {
 		if (ck_mesh_parse(mesh, &m, err) < 0)
 			return -1;
-		if ((rank = ck_env_rank(rank)) < 0)
+		if (!a->ranks && (rank = ck_env_rank(rank)) < 0)
 			return ck_fail(err, CK_E_USAGE, "--mesh needs --rank (or OMPI_COMM_WORLD_RANK "
 							"or RANK in the environment)");
 	}
@@ -145,15 +215,22 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 			ck_view_close(v);
 			return -1;
 		}
+	const struct ck_mapping *rules = NULL;
+	for (int i = 0; i < v->n_maps; i++)
+		if (v->maps[i]->n_parts || v->maps[i]->n_sels)
+			rules = v->maps[i];
+	if (a->ranks) {
+		if (open_ranks(v, a, &m, rules, err) < 0) {
+			ck_view_close(v);
+			return -1;
+		}
+		return 0;
+	}
 	if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->plan, err) < 0) {
 		ck_view_close(v);
 		return -1;
 	}
 	if (mesh) {
-		const struct ck_mapping *rules = NULL;
-		for (int i = 0; i < v->n_maps; i++)
-			if (v->maps[i]->n_parts || v->maps[i]->n_sels)
-				rules = v->maps[i];
 		if (ck_plan_shard(v->plan, rules, &m, rank, err) < 0) {
 			ck_view_close(v);
 			return -1;
@@ -174,6 +251,11 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 void ck_view_close(struct ck_view *v)
 {
 	ck_plan_free(v->plan);
+	for (size_t k = 0; v->rank_plans && k < v->n_ranks; k++)
+		ck_plan_free(v->rank_plans[k]);
+	free(v->rank_plans);
+	free(v->ranks);
+	ck_plan_merge_free_idx(v->rank_idx, v->n_ranks);
 	for (int i = 0; i < v->n_maps; i++)
 		ck_mapping_free(v->maps[i]);
 	ck_catalog_free(v->cat);

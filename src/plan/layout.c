@@ -37,6 +37,33 @@ uint64_t ck_value_numel(const struct ck_value *v)
 	return n;
 }
 
+static int piece_equal(const struct ck_piece *a, const struct ck_piece *b, int ndim)
+{
+	if (a->src != b->src || a->n_casts != b->n_casts || a->saturate != b->saturate ||
+	    a->base != b->base)
+		return 0;
+	for (int k = 0; k < a->n_casts; k++)
+		if (a->casts[k] != b->casts[k])
+			return 0;
+	for (int d = 0; d < ndim; d++)
+		if (a->lo[d] != b->lo[d] || a->hi[d] != b->hi[d] || a->stride[d] != b->stride[d])
+			return 0;
+	return 1;
+}
+
+int ck_value_equal(const struct ck_value *a, const struct ck_value *b)
+{
+	if (a->dtype != b->dtype || a->ndim != b->ndim || a->n != b->n)
+		return 0;
+	for (int d = 0; d < a->ndim; d++)
+		if (a->shape[d] != b->shape[d])
+			return 0;
+	for (size_t i = 0; i < a->n; i++)
+		if (!piece_equal(&a->p[i], &b->p[i], a->ndim))
+			return 0;
+	return 1;
+}
+
 void ck_value_free(struct ck_value *v)
 {
 	free(v->p);

@@ -43,6 +43,8 @@ int ck_value_leaf(struct ck_value *v, uint32_t src, enum ck_dtype dt, int ndim,
 		  const int64_t *shape, struct ck_err *err);
 int ck_value_copy(struct ck_value *dst, const struct ck_value *src, struct ck_err *err);
 void ck_value_free(struct ck_value *v);
+/* Same dtype, shape and pieces: the same bytes from the same sources. */
+int ck_value_equal(const struct ck_value *a, const struct ck_value *b);
 
 int ck_value_permute(struct ck_value *v, const int *perm, struct ck_err *err);
 int ck_value_narrow(struct ck_value *v, int dim, int64_t start, int64_t len, struct ck_err *err);

@@ -896,6 +896,83 @@ int ck_plan_refresh(struct ck_plan *p, struct ck_err *err)
 	return build_groups(p, err);
 }
 
+void ck_plan_merge_free_idx(uint32_t **idx, size_t n)
+{
+	for (size_t k = 0; idx && k < n; k++)
+		free(idx[k]);
+	free(idx);
+}
+
+int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan **out,
+		  uint32_t ***idx, struct ck_err *err)
+{
+	*out = NULL;
+	*idx = calloc(n ? n : 1, sizeof **idx);
+	size_t total = 0;
+	for (size_t k = 0; k < n; k++)
+		total += plans[k]->n;
+	struct ck_plan *p = calloc(1, sizeof *p);
+	uint32_t *next = malloc((total ? total : 1) * sizeof *next); /* same name, chained */
+	int bad = !*idx || !p || !next ||
+		  !(p->t = calloc(total ? total : 1, sizeof *p->t)) ||
+		  ck_strmap_init(&p->by_name, total) < 0;
+	if (!bad)
+		p->cat = n ? plans[0]->cat : NULL;
+	for (size_t k = 0; !bad && k < n; k++) {
+		const struct ck_plan *q = plans[k];
+		if (!((*idx)[k] = malloc((q->n ? q->n : 1) * sizeof ***idx))) {
+			bad = 1;
+			break;
+		}
+		for (size_t i = 0; i < q->n && !bad; i++) {
+			const struct ck_target *t = &q->t[i];
+			uint32_t u;
+			int found = 0;
+			if (ck_strmap_get(&p->by_name, t->name, &u) == 0)
+				for (; u != UINT32_MAX; u = next[u])
+					if (ck_value_equal(&p->t[u].v, &t->v)) {
+						found = 1;
+						break;
+					}
+			if (!found) {
+				u = (uint32_t)p->n;
+				struct ck_target *nt = &p->t[p->n];
+				uint32_t head;
+				int dup = ck_strmap_get(&p->by_name, t->name, &head) == 0;
+				/* a differing layout of one name (a shard): its own entry */
+				size_t len = strlen(t->name) + 24;
+				if (!(nt->name = malloc(len)) || ck_value_copy(&nt->v, &t->v, err) < 0) {
+					free(nt->name);
+					nt->name = NULL;
+					bad = 1;
+					break;
+				}
+				snprintf(nt->name, len, dup ? "%s@%zu" : "%s", t->name, k);
+				nt->nbytes = t->nbytes;
+				p->total_bytes += t->nbytes;
+				next[u] = UINT32_MAX;
+				if (dup) { /* chain after the head */
+					next[u] = next[head];
+					next[head] = u;
+				} else if (ck_strmap_put(&p->by_name, nt->name, u, NULL) < 0) {
+					bad = 1;
+				}
+				p->n++;
+			}
+			(*idx)[k][i] = u;
+		}
+	}
+	free(next);
+	if (bad || build_groups(p, err) < 0) {
+		ck_plan_free(p);
+		ck_plan_merge_free_idx(*idx, n);
+		*idx = NULL;
+		return bad ? nomem(err) : -1;
+	}
+	*out = p;
+	return 0;
+}
+
 int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *err)
 {
 	size_t k = 0;

@@ -50,6 +50,13 @@ int ck_plan_refresh(struct ck_plan *p, struct ck_err *err);
 /* Keep only the targets with keep[i] set (freeing the others), renumber and
  * regroup. */
 int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *err);
+/* The union of plans over one catalog (the ranks of one daemon), for one
+ * cache: a target with the same name and layout in several plans (a
+ * replicated tensor) appears once. (*idx)[k][i] is plan k's target i in the
+ * union; free with ck_plan_merge_free_idx. */
+int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan **out,
+		  uint32_t ***idx, struct ck_err *err);
+void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
 /* Cast every floating-point target to dt (convert --dtype). */
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
 

@@ -239,3 +239,47 @@ with tempfile.TemporaryDirectory() as d:
         finally:
             subprocess.run(["fusermount3", "-u", mnt], check=False)
         print("per-rank mount (tp=4, rank 2 via {rank}): bytes and ShardedTensor xattrs match")
+
+    # one daemon for four ranks (--ranks 0-3): rankR/ holds exactly what a
+    # single-rank mount of R holds; replicated tensors are evaluated once for
+    # all, and the daemon reads no more than four single-rank daemons would
+    if have_fuse():
+        from mountlib import Mount
+        singles = []
+        for r in range(4):
+            with Mount(src, [MAP], extra=["--mesh", "tp=4", "--rank", str(r)]) as m:
+                for k in os.listdir(m.path("tensors")):
+                    read_random(m.path("tensors", k))
+                singles.append(m.stats()["source_bytes_read"])
+        with Mount(src, [MAP], extra=["--mesh", "tp=4", "--ranks", "0-3"]) as m:
+            assert sorted(os.listdir(m.dir)) == [f"rank{r}" for r in range(4)]
+            union_bytes = 0
+            seen = {}
+            for r in range(4):
+                want = {k: v.tobytes() for k, v in arrays(os.path.join(d, "tp4", f"rank{r}")).items()}
+                view = json.loads(ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "tp=4",
+                                            "--rank", str(r), "--json").stdout)
+                assert sorted(os.listdir(m.path(f"rank{r}", "tensors"))) == sorted(want)
+                for t in view["tensors"]:
+                    f = m.path(f"rank{r}", "tensors", t["name"])
+                    assert read_random(f) == want[t["name"]], (r, t["name"])
+                    assert json.loads(os.getxattr(f, "user.ckptfs.replica_id")) == t["replica_id"]
+                    key = (t["name"], want[t["name"]]) if t["replica_id"] else (t["name"], r)
+                    if key not in seen:  # replicated: one tensor for all ranks
+                        seen[key] = 1
+                        union_bytes += len(want[t["name"]])
+                flat = ckref.read_safetensors(m.path(f"rank{r}", "model.safetensors"))
+                assert {k: v[2].tobytes() for k, v in flat.items()} == want
+                assert os.path.exists(m.path(f"rank{r}", f"model-rank-{r}-part-0.safetensors"))
+            s = json.load(open(m.path("rank3", ".ckptfs", "stats.json")))  # the daemon's counters
+            assert s == json.load(open(m.path("rank0", ".ckptfs", "stats.json")))
+            assert s["cache_bytes"] == union_bytes, (s, union_bytes)  # replicated ones once
+            assert s["source_bytes_read"] <= sum(singles), (s, singles)
+        print(f"--ranks 0-3: one daemon serves every rank's tensors; {s['cache_bytes']} bytes "
+              f"evaluated for {len(seen)} distinct tensors, read {s['source_bytes_read']} "
+              f"vs {sum(singles)} by four daemons")
+    p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "tp=4", "--ranks", "0-3", check=False)
+    assert p.returncode == 2 and "--ranks is for mount" in p.stderr, p.stderr
+    for bad, msg in [("3-1", "expected ascending ranks"), ("0-4", "rank 4 is outside the mesh"), ("1,1", "ascending")]:
+        p = ckref.run(CKPTFS, "mount", src, d, "--mapping", MAP, "--mesh", "tp=4", "--ranks", bad, check=False)
+        assert p.returncode == 2 and msg in p.stderr, (bad, p.stderr)
