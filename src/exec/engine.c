@@ -333,6 +333,8 @@ int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t le
 		cstride[d] = s;
 		s *= t->v.shape[d];
 	}
+	if (t->holes) /* padding: what no piece covers reads as zeros */
+		memset(buf, 0, (size_t)(e1 - e0) * es);
 	int r;
 	if (t->v.ndim == 0)
 		r = eval_box(c, t, lo, hi, cstride, 0, buf, err);

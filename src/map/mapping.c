@@ -344,7 +344,8 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 {
 	char where[64];
 	snprintf(where, sizeof where, "partition rule %d", p->index);
-	const cJSON *match = NULL, *spec = NULL, *blocks = NULL, *req = NULL, *msg = NULL;
+	const cJSON *match = NULL, *spec = NULL, *blocks = NULL, *req = NULL, *msg = NULL,
+		    *pad = NULL;
 	if (!cJSON_IsObject(j))
 		return fail_at(c, NULL, "%s: must be an object%s", where, NULL);
 	for (const cJSON *e = j->child; e; e = e->next) {
@@ -353,6 +354,7 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 				     : !strcmp(e->string, "blocks")  ? &blocks
 				     : !strcmp(e->string, "require") ? &req
 				     : !strcmp(e->string, "message") ? &msg
+				     : !strcmp(e->string, "pad")     ? &pad
 								     : NULL;
 		if (!strcmp(e->string, "comment"))
 			continue;
@@ -390,6 +392,9 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	}
 	if (req && parse_expr_json(c, NULL, req, "require", &p->require) < 0)
 		return -1;
+	if (pad && !cJSON_IsBool(pad))
+		return fail_at(c, NULL, "%s: \"pad\" must be true or false%s", where, NULL);
+	p->pad = pad && cJSON_IsTrue(pad);
 	if (msg && (!cJSON_IsString(msg) || !(p->message = strdup(msg->valuestring))))
 		return fail_at(c, NULL, "%s: \"message\" must be a string%s", where, NULL);
 	return 0;

@@ -49,6 +49,7 @@ struct ck_partition {
 	char *spec[16];
 	int64_t blocks[16];
 	struct ck_expr *require; /* must hold (mesh axis sizes are names) */
+	int pad;		 /* a dim that does not split is padded with zeros */
 	char *message;		 /* said when `require` fails */
 };
 

@@ -37,6 +37,27 @@ uint64_t ck_value_numel(const struct ck_value *v)
 	return n;
 }
 
+int ck_value_pad(struct ck_value *v, int dim, int64_t size, struct ck_err *err)
+{
+	if (dim < 0 || dim >= v->ndim || size < v->shape[dim])
+		return ck_fail(err, CK_E_MAPPING, "pad: dim %d cannot shrink to %lld", dim,
+			       (long long)size);
+	v->shape[dim] = size;
+	return 0;
+}
+
+int ck_value_has_holes(const struct ck_value *v)
+{
+	uint64_t covered = 0; /* pieces are disjoint boxes */
+	for (size_t i = 0; i < v->n; i++) {
+		uint64_t n = 1;
+		for (int d = 0; d < v->ndim; d++)
+			n *= (uint64_t)(v->p[i].hi[d] - v->p[i].lo[d]);
+		covered += n;
+	}
+	return covered != ck_value_numel(v);
+}
+
 static int piece_equal(const struct ck_piece *a, const struct ck_piece *b, int ndim)
 {
 	if (a->src != b->src || a->n_casts != b->n_casts || a->saturate != b->saturate ||

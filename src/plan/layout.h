@@ -57,5 +57,10 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape, int ndim, struct 
 int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_err *err);
 
 uint64_t ck_value_numel(const struct ck_value *v);
+/* Grow dim to size (>= its size): the new elements belong to no piece and
+ * read as zeros (padding for splits that do not divide). */
+int ck_value_pad(struct ck_value *v, int dim, int64_t size, struct ck_err *err);
+/* Whether some element belongs to no piece (the engine zero-fills it). */
+int ck_value_has_holes(const struct ck_value *v);
 
 #endif

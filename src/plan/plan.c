@@ -891,6 +891,7 @@ int ck_plan_refresh(struct ck_plan *p, struct ck_err *err)
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &t->nbytes);
+		t->holes = ck_value_has_holes(&t->v);
 		p->total_bytes += t->nbytes;
 	}
 	return build_groups(p, err);
@@ -949,6 +950,7 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 				}
 				snprintf(nt->name, len, dup ? "%s@%zu" : "%s", t->name, k);
 				nt->nbytes = t->nbytes;
+				nt->holes = t->holes;
 				p->total_bytes += t->nbytes;
 				next[u] = UINT32_MAX;
 				if (dup) { /* chain after the head */

@@ -20,6 +20,7 @@ struct ck_target {
 	uint64_t nbytes;
 	uint32_t group;
 	int stage, rule; /* what produced it (0, 0: identity) */
+	int holes;	 /* padding: some elements come from no source (zeros) */
 };
 
 struct ck_group {

@@ -122,12 +122,19 @@ static int shard_target(struct ck_target *t, const struct ck_partition *r, const
 			c[d] = coord[a];
 		}
 		int64_t S = v->shape[d];
+		if (S % (k[d] * n[d]) && r->pad && k[d] == 1) { /* zeros up to a multiple */
+			S = (S + n[d] - 1) / n[d] * n[d];
+			if (ck_value_pad(v, d, S, err) < 0)
+				return -1;
+			info->global_shape[d] = S;
+		}
 		if (S % (k[d] * n[d]))
 			return ck_fail(err, CK_E_MAPPING,
 				       "%s: partition rule %d: dim %d of \"%s\" (size %lld) does not "
-				       "split into %lld block(s) x %lld (axis %s)",
+				       "split into %lld block(s) x %lld (axis %s)%s",
 				       path, r->index, d, t->name, (long long)S, (long long)k[d],
-				       (long long)n[d], r->spec[d]);
+				       (long long)n[d], r->spec[d],
+				       r->pad ? "; \"pad\" does not apply to block-wise dims" : "");
 		info->axis_frag[d] = k[d] * n[d];
 		if (n[d] == 1)
 			continue;

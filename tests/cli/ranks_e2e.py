@@ -114,6 +114,28 @@ with tempfile.TemporaryDirectory() as d:
                   "--rank", "0", check=False)
     assert p.returncode == 4 and 'dim 0 of "embedding.word_embeddings.weight" (size 255) does not split' in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(d, "never"))
+    # "pad": true pads a dim that does not split with zeros (Megatron's padded vocabulary)
+    m = json.load(open(MAP))
+    for rule in m["partition"]:
+        if rule["match"] in ("embedding.word_embeddings.weight", "output_layer.weight"):
+            rule["pad"] = True
+    padmap = os.path.join(d, "pad.json")
+    json.dump(m, open(padmap, "w"))
+    ckref.convert(CKPTFS, odd, os.path.join(d, "odd-global"), [MAP])
+    oddg = arrays(os.path.join(d, "odd-global"))
+    for r in range(2):
+        out = os.path.join(d, "odd-pad", f"r{r}")
+        ckref.convert(CKPTFS, odd, out, [padmap], "--mesh", "tp=2", "--rank", str(r))
+        local = arrays(out)
+        for k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+            w = oddg[k]
+            padded = np.concatenate([w, np.zeros((1, w.shape[1]), w.dtype)])  # 255 -> 256 rows
+            assert np.array_equal(local[k], np.split(padded, 2, 0)[r]), (r, k)
+        view = json.loads(ckref.run(CKPTFS, "inspect", odd, "--mapping", padmap, "--mesh", "tp=2",
+                                    "--rank", str(r), "--json").stdout)
+        t = next(t for t in view["tensors"] if t["name"] == "output_layer.weight")
+        assert t["global_shape"] == [256, 128] and t["fragments"][0]["global_offset"] == [128 * r, 0], t
+    print("pad: vocabulary 255 over tp=2 is padded with a zero row to 256")
 
     # pipeline stages: pp=2,tp=2 on 4 layers; stage s holds layers 2s, 2s+1
     # numbered 0, 1 (as Megatron stores them), the embedding on the first
