@@ -55,6 +55,8 @@ int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, s
 		  struct ck_err *err);
 /* The rank from --rank, or the launcher's environment; -1 if none. */
 int64_t ck_env_rank(int64_t given);
+/* The launcher's local rank (size 0) or local world size (size 1); -1 if none. */
+int64_t ck_env_local(int size);
 /* The world size from --world-size, or the launcher's environment; 0 if none. */
 int64_t ck_env_world(int64_t given);
 void ck_view_close(struct ck_view *v);

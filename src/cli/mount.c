@@ -24,7 +24,8 @@ static void mount_help(FILE *f)
 		"                    [-f] [-o OPT[,OPT...]]\n"
 		"  --ranks 0-7        with --mesh: one daemon serving rank0/ ... rank7/ (also 0,2,5\n"
 		"                     or all), one cache and one evaluation of every replicated or\n"
-		"                     shared byte\n"
+		"                     shared byte; --ranks local: this node's ranks (mpirun or\n"
+		"                     torchrun numbering), mounted by its local rank 0 only\n"
 		"  --mesh tp=8 --rank R  serve rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
 		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK;\n"
 		"                     under mpirun, returns once every rank's mount is live)\n"
@@ -184,7 +185,14 @@ static int mount_main(int argc, char **argv, int *synced)
 		if (o.cache.group_max > (256u << 20))
 			o.cache.group_max = 256u << 20;
 	}
-	/* Everything that can fail on the input fails here, before mounting. */
+	/* --ranks local: local rank 0 of each node mounts one daemon for the
+	 * node's ranks; the node's other processes only take part in the
+	 * agreement that every mount is live */
+	if (va.ranks && !strcmp(va.ranks, "local") && ck_env_local(0) > 0) {
+		*synced = 1;
+		return ck_mpi_all_ok(1) == 0 ? 1 : 0;
+	}
+		/* Everything that can fail on the input fails here, before mounting. */
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);

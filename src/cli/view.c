@@ -19,6 +19,16 @@ int64_t ck_env_rank(int64_t given)
 	return e && *e && !*end && r >= 0 ? r : -1;
 }
 
+int64_t ck_env_local(int size)
+{
+	const char *e = getenv(size ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "OMPI_COMM_WORLD_LOCAL_RANK");
+	if (!e)
+		e = getenv(size ? "LOCAL_WORLD_SIZE" : "LOCAL_RANK");
+	char *end;
+	long long v = e ? strtoll(e, &end, 10) : -1;
+	return e && *e && !*end && v >= 0 ? v : -1;
+}
+
 int64_t ck_env_world(int64_t given)
 {
 	if (given > 0)
@@ -123,6 +133,21 @@ static int parse_ranks(const char *text, int64_t world, int64_t **out, size_t *n
 	*n = 0;
 	if (!*out)
 		return ck_fail_sys(err, ENOMEM, "--ranks");
+	if (!strcmp(text, "local")) { /* this node's ranks, as the launcher numbers them */
+		int64_t r = ck_env_rank(-1), lr = ck_env_local(0), ls = ck_env_local(1);
+		if (r < 0 || lr < 0 || ls < 1 || lr > r)
+			return ck_fail(err, CK_E_USAGE, "--ranks local needs the launcher's RANK, "
+							"LOCAL_RANK and LOCAL_WORLD_SIZE (or "
+							"OMPI_COMM_WORLD_*)");
+		for (int64_t k = r - lr; k < r - lr + ls; k++) {
+			if (k >= world)
+				return ck_fail(err, CK_E_USAGE, "--ranks local: rank %lld is outside the "
+								"mesh (world size %lld)",
+					       (long long)k, (long long)world);
+			(*out)[(*n)++] = k;
+		}
+		return 0;
+	}
 	if (!strcmp(text, "all")) {
 		for (int64_t r = 0; r < world; r++)
 			(*out)[(*n)++] = r;

@@ -7,7 +7,8 @@
   shards (equal to `convert --rank`), dp replicas write nothing;
 - `mpirun -np 4 ckptfs mount` returns with all four mounts live, each
   serving its rank's tensors, the daemons outliving mpirun; when one rank
-  cannot mount, the others unmount and nothing stays mounted."""
+  cannot mount, the others unmount and nothing stays mounted;
+- `--ranks local`: one daemon per node serves the node's ranks."""
 import json
 import os
 import shutil
@@ -125,5 +126,22 @@ with tempfile.TemporaryDirectory() as d:
         for r in (0, 1, 3):
             assert not is_mounted(os.path.join(mnt, f"rank{r}")), f"rank {r} left mounted"
         print("mpirun -np 4 mount: all mounts live on return; a failed rank unmounts the others")
+        # --ranks local: local rank 0 mounts one daemon for the node's four ranks
+        node = os.path.join(d, "node")
+        os.makedirs(node)
+        try:
+            mpirun(4, "mount", src, node, "--mapping", MAP, "--mesh", "tp=4", "--ranks", "local")
+            assert is_mounted(node) and sorted(os.listdir(node)) == [f"rank{r}" for r in range(4)]
+            with open("/proc/self/mountinfo") as f:
+                assert sum(line.split()[4].startswith(d) for line in f) == 1  # one daemon
+            for r in range(4):
+                ref = os.path.join(d, "tp4ref", f"rank{r}")
+                ckref.convert(CKPTFS, src, ref, [MAP], "--mesh", "tp=4", "--rank", str(r))
+                got = {k: open(os.path.join(node, f"rank{r}", "tensors", k), "rb").read()
+                       for k in os.listdir(os.path.join(node, f"rank{r}", "tensors"))}
+                assert got == raw(ref), r
+        finally:
+            subprocess.run(["fusermount3", "-u", node], check=False, capture_output=True)
+        print("mpirun -np 4 mount --ranks local: one daemon serves the node's four ranks")
     else:
         print("mount part not run: needs root and /dev/fuse")
