@@ -158,11 +158,12 @@ def check_module(cls, m, config):
 
 with tempfile.TemporaryDirectory() as d:
     srcs = ckref.make_sources(MKCKPT, d)
-    cases = [("llama", []), ("llama", [mp("llama-hf-to-megatron.json")]),
+    cases = [("llama", []), ("llama", [mp("identity.json")]), ("llama", [mp("llama-hf-to-megatron.json")]),
              ("llama", [mp("llama-hf-to-megatron.json"), mp("megatron-to-llama-hf.json")]),
              ("llama", [mp("strip-wrapper-prefixes.json")]),
              ("gpt2", [mp("gpt2-conv1d-to-linear.json")]),
-             ("mixtral", [mp("mixtral-hf-to-fused-experts.json")])]
+             ("mixtral", [mp("mixtral-hf-to-fused-experts.json")]),
+             ("mixtral", [mp("mixtral-expert-parallel.json")])]
     for i, (src, maps) in enumerate(cases):
         out = os.path.join(d, f"conv{i}")
         ckref.convert(CKPTFS, srcs[src], out, maps)
@@ -200,7 +201,7 @@ with tempfile.TemporaryDirectory() as d:
         assert s["groups_evaluated"] == 0 and s["source_bytes_read"] == 0, s
 
     # -o zip_crc: every CRC-32 filled in before the mount is live
-    want = ckref.read_checkpoint_dir(os.path.join(d, "conv4"))
+    want = ckref.read_checkpoint_dir(os.path.join(d, "conv5"))
     with Mount(srcs["gpt2"], [mp("gpt2-conv1d-to-linear.json")], "zip_crc") as m:
         assert m.plan()["pytorch_model_bin"]["crc32"] is True
         check_zip(m.path("pytorch_model.bin"), crc=True)
@@ -228,7 +229,7 @@ with tempfile.TemporaryDirectory() as d:
     print("ZIP64: directory offsets past 4 GiB point at their local headers")
 
     # sharded flat view: the index names every key once, each shard holds its keys
-    want = ckref.read_checkpoint_dir(os.path.join(d, "conv1"))
+    want = ckref.read_checkpoint_dir(os.path.join(d, "conv2"))
     with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")], "max_shard_size=40KB") as m:
         idx = json.load(open(m.path("model.safetensors.index.json")))
         assert sorted(idx["weight_map"]) == sorted(want)
