@@ -13,7 +13,7 @@ static int oom(struct ck_err *err)
 static int push(struct ck_value *v, size_t *cap, const struct ck_piece *p, struct ck_err *err)
 {
 	if (v->n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 8;
+		size_t nc = *cap ? *cap * 2 : 1; /* most values are one piece */
 		struct ck_piece *np = realloc(v->p, nc * sizeof *np);
 		if (!np)
 			return oom(err);
@@ -239,7 +239,16 @@ int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, st
 	out->p = NULL;
 	out->n = 0;
 	out->shape[dim] = 0;
-	size_t cap = 0;
+	size_t cap = 0, total = 0;
+	for (int k = 0; k < n; k++)
+		total += vals[k].n;
+	if (total && total <= CK_MAX_PIECES) { /* one allocation, not a doubling series */
+		if (!(out->p = malloc(total * sizeof *out->p))) {
+			oom(err);
+			goto done;
+		}
+		cap = total;
+	}
 	for (int k = 0; k < n; k++) {
 		const struct ck_value *x = &vals[k];
 		if (x->dtype != vals[0].dtype) {
