@@ -3,14 +3,15 @@
 #   bash tools/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 # Targets: safetensors (header parser), index (model.safetensors.index.json),
 # mapping (mapping parser, patterns, expressions and the planner against a
-# fixed catalog). Each starts from tests/corpus/<target> and writes new
+# fixed catalog), torchbin (torch.save zips: directory, pickle, tensor
+# references) and pickle (the restricted pickle reader). Each starts from tests/corpus/<target> and writes new
 # inputs to build-fuzz/corpus-<target>; crashes land in build-fuzz/ as
 # crash-*: add them to tests/corpus/<target> (the replay tests run them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-targets=("${@:-safetensors index mapping}")
+targets=("${@:-safetensors index mapping torchbin pickle}")
 read -r -a targets <<<"${targets[*]}"
 command -v clang >/dev/null || { apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
 out=build-fuzz

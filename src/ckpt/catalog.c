@@ -9,10 +9,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../util/fileio.h"
 #include "../util/json_strict.h"
 #include "index.h"
+#include "torchbin.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
+#define TORCH_INDEX_NAME "pytorch_model.bin.index.json"
 #define MAX_INDEX_BYTES (256u << 20)
 #define MAX_CONFIG_BYTES (16u << 20)
 
@@ -118,8 +121,22 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 	fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
 	f->size = (uint64_t)st.st_size;
 	f->mtime = st.st_mtim;
-	if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0)
+	unsigned char magic[4] = {0};
+	if (f->size >= 4 && ck_pread_full(f->fd, magic, 4, 0) < 0)
+		return ck_fail_sys(err, EIO, "%s: cannot read", f->path);
+	const char *fmt = "safetensors";
+	if (f->size >= 4 && ck_is_zip(magic)) { /* a torch.save checkpoint */
+		size_t skipped;
+		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &skipped, err) < 0)
+			return -1;
+		fmt = "pytorch";
+	} else if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0) {
 		return -1;
+	}
+	if (!cat->format)
+		cat->format = fmt;
+	else if (strcmp(cat->format, fmt))
+		cat->format = "mixed";
 	f->header_len = hdr->header_len;
 	return 0;
 }
@@ -199,8 +216,10 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A directory without an index: every *.safetensors in it. */
-static int list_weight_files(const char *dir, char ***names, size_t *n, struct ck_err *err)
+/* A directory without an index: every *.safetensors in it, else every
+ * *.bin (torch.save files). */
+static int list_weight_files(const char *dir, const char *suffix, char ***names, size_t *n,
+			     struct ck_err *err)
 {
 	DIR *d = opendir(dir);
 	if (!d)
@@ -208,9 +227,9 @@ static int list_weight_files(const char *dir, char ***names, size_t *n, struct c
 	size_t cap = 16;
 	*n = 0;
 	*names = malloc(cap * sizeof **names);
-	struct dirent *de;
+	struct dirent *de = NULL;
 	while (*names && (de = readdir(d))) {
-		if (de->d_name[0] == '.' || !has_suffix(de->d_name, ".safetensors"))
+		if (de->d_name[0] == '.' || !has_suffix(de->d_name, suffix))
 			continue;
 		if (*n == cap) {
 			char **nn = realloc(*names, (cap *= 2) * sizeof **names);
@@ -227,8 +246,6 @@ static int list_weight_files(const char *dir, char ***names, size_t *n, struct c
 	if (failed)
 		return ck_fail_sys(err, ENOMEM, "%s", dir);
 	qsort(*names, *n, sizeof **names, cmp_str);
-	if (*n == 0)
-		return ck_fail(err, CK_E_SOURCE, "%s: no *.safetensors files in the directory", dir);
 	return 0;
 }
 
@@ -276,6 +293,16 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 	size_t n_names = 0;
 	int have_index = 0;
 	char *index_path = join(dir, INDEX_NAME);
+	struct stat st;
+	if (index_path && stat(index_path, &st) < 0) { /* torch's index, if that is what there is */
+		char *tp = join(dir, TORCH_INDEX_NAME);
+		if (tp && stat(tp, &st) == 0) {
+			free(index_path);
+			index_path = tp;
+		} else {
+			free(tp);
+		}
+	}
 	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (!index_path) {
 		ck_fail_sys(err, ENOMEM, "%s", dir);
@@ -285,7 +312,6 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 		ck_fail_sys(err, errno, "%s: cannot open directory", dir);
 		goto out;
 	}
-	struct stat st;
 	if (stat(index_path, &st) == 0) {
 		char *buf;
 		size_t len;
@@ -303,8 +329,19 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 			ck_fail(err, CK_E_SOURCE, "%s: weight_map is empty", index_path);
 			goto out;
 		}
-	} else if (list_weight_files(dir, &names, &n_names, err) < 0) {
+	} else if (list_weight_files(dir, ".safetensors", &names, &n_names, err) < 0) {
 		goto out;
+	} else if (n_names == 0) {
+		free(names);
+		names = NULL;
+		if (list_weight_files(dir, ".bin", &names, &n_names, err) < 0)
+			goto out;
+		if (n_names == 0) {
+			ck_fail(err, CK_E_SOURCE,
+				"%s: no *.safetensors (or torch.save *.bin) files in the directory",
+				dir);
+			goto out;
+		}
 	}
 	cat->files = calloc(n_names, sizeof *cat->files);
 	if (!cat->files) {
@@ -372,7 +409,6 @@ int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *
 		free(cat);
 		return ck_fail_sys(err, ENOMEM, "%s", source);
 	}
-	cat->format = "safetensors";
 	struct stat st;
 	int r;
 	if (stat(source, &st) < 0)

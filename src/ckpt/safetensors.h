@@ -22,6 +22,9 @@ struct ck_tensor_info {
 	uint64_t numel;
 	uint64_t nbytes;
 	uint64_t offset; /* absolute byte offset of the data in the file */
+	/* a view (torch sources): element strides; 0 when C-contiguous */
+	int strided;
+	int64_t stride[CK_MAX_DIMS];
 };
 
 struct ck_st_meta {

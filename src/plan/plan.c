@@ -848,6 +848,10 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 			keys_free(keys, i + 1);
 			return -1;
 		}
+		if (t->strided && keys[i].v.n) { /* a view (torch sources): its own strides */
+			for (int d = 0; d < t->ndim; d++)
+				keys[i].v.p[0].stride[d] = t->stride[d];
+		}
 	}
 	for (int s = 0; s < n_maps; s++)
 		if (run_stage(maps[s], s == 0, cat, &keys, &n, err) < 0)

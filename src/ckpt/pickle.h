@@ -1,0 +1,56 @@
+/* A restricted pickle reader that never executes anything: it runs the
+ * opcodes Python 3.11 emits for protocols 2-5 (the set torch.save's pickles
+ * use) and builds a tree of values. GLOBAL / STACK_GLOBAL become names,
+ * REDUCE / NEWOBJ become call nodes (callable, arguments), BUILD is kept as
+ * state beside its object, BINPERSID as a persistent-id node; the caller
+ * pattern-matches the tree. Any other opcode is an error naming it and its
+ * offset. Memory is bounded by the input: each opcode makes at most one node,
+ * and the memo and mark stack are bounded too. */
+#ifndef CK_PICKLE_H
+#define CK_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/error.h"
+
+enum ck_pk_kind {
+	CK_PK_NONE,
+	CK_PK_BOOL,
+	CK_PK_INT,
+	CK_PK_FLOAT,
+	CK_PK_STR,
+	CK_PK_BYTES,
+	CK_PK_TUPLE,
+	CK_PK_LIST,
+	CK_PK_DICT, /* items: key, value, key, value, ... */
+	CK_PK_GLOBAL, /* s: "module", s2: "name" */
+	CK_PK_CALL,   /* items[0]: the callable, items[1]: the argument tuple */
+	CK_PK_PERSID, /* items[0]: the persistent id */
+};
+
+struct ck_pk {
+	enum ck_pk_kind k;
+	int64_t i;
+	double f;
+	char *s, *s2; /* strings and bytes are NUL-terminated; len excludes it */
+	size_t len;
+	struct ck_pk **items;
+	size_t n, cap;
+	struct ck_pk *state; /* BUILD's state, if any */
+};
+
+struct ck_pickle {
+	struct ck_pk *root;
+	struct ck_pk **all; /* every node, for freeing */
+	size_t n_all, cap_all;
+};
+
+int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, struct ck_pickle *out,
+		    struct ck_err *err);
+void ck_pickle_free(struct ck_pickle *p);
+/* The callable's dotted name when n is a call of a GLOBAL ("torch._utils._rebuild_tensor_v2"
+ * is module "torch._utils", name "_rebuild_tensor_v2"). */
+int ck_pk_is_global(const struct ck_pk *n, const char *module, const char *name);
+
+#endif

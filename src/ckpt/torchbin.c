@@ -1,0 +1,260 @@
+#include "torchbin.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/fileio.h"
+#include "../util/strmap.h"
+#include "pickle.h"
+#include "zipread.h"
+
+#define MAX_PICKLE (1u << 30)
+#define MAX_NEST 64
+
+int ck_is_zip(const unsigned char *p)
+{
+	return p[0] == 'P' && p[1] == 'K' && p[2] == 3 && p[3] == 4;
+}
+
+static enum ck_dtype storage_dtype(const char *name)
+{
+	static const struct {
+		const char *n;
+		enum ck_dtype d;
+	} t[] = {{"FloatStorage", CK_DT_F32},	{"DoubleStorage", CK_DT_F64},
+		 {"HalfStorage", CK_DT_F16},	{"BFloat16Storage", CK_DT_BF16},
+		 {"LongStorage", CK_DT_I64},	{"IntStorage", CK_DT_I32},
+		 {"ShortStorage", CK_DT_I16},	{"CharStorage", CK_DT_I8},
+		 {"ByteStorage", CK_DT_U8},	{"BoolStorage", CK_DT_BOOL},
+		 {"ComplexFloatStorage", CK_DT_C64}};
+	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
+		if (!strcmp(name, t[i].n))
+			return t[i].d;
+	return CK_DT_INVALID;
+}
+
+struct ctx {
+	int fd;
+	uint64_t size;
+	const char *what;
+	struct ck_zip zip;
+	char *dir; /* the archive's top-level directory */
+	struct ck_st_header *h;
+	size_t cap, skipped;
+	struct ck_strmap seen;
+	struct ck_err *err;
+};
+
+static int int_tuple(const struct ck_pk *t, int64_t *out, int *n)
+{
+	if (!t || t->k != CK_PK_TUPLE || t->n > CK_MAX_DIMS)
+		return -1;
+	for (size_t i = 0; i < t->n; i++) {
+		if (t->items[i]->k != CK_PK_INT || t->items[i]->i < 0)
+			return -1;
+		out[i] = t->items[i]->i;
+	}
+	*n = (int)t->n;
+	return 0;
+}
+
+/* _rebuild_tensor_v2(storage, storage_offset, size, stride, ...) */
+static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
+{
+	const struct ck_pk *pid = args->n >= 4 ? args->items[0] : NULL;
+	const struct ck_pk *t = pid && pid->k == CK_PK_PERSID ? pid->items[0] : NULL;
+	if (!t || t->k != CK_PK_TUPLE || t->n < 5 || t->items[0]->k != CK_PK_STR ||
+	    strcmp(t->items[0]->s, "storage") || t->items[1]->k != CK_PK_GLOBAL ||
+	    t->items[2]->k != CK_PK_STR || t->items[4]->k != CK_PK_INT || t->items[4]->i < 0 ||
+	    args->items[1]->k != CK_PK_INT || args->items[1]->i < 0)
+		return ck_fail(c->err, CK_E_SOURCE,
+			       "%s: tensor \"%s\": not a ('storage', type, key, location, numel) "
+			       "reference",
+			       c->what, key);
+	const char *sname = t->items[1]->s2, *skey = t->items[2]->s;
+	enum ck_dtype dt = storage_dtype(sname);
+	if (dt == CK_DT_INVALID)
+		return ck_fail(c->err, CK_E_SOURCE, "%s: tensor \"%s\": storage type %s.%s is not "
+						    "supported",
+			       c->what, key, t->items[1]->s, sname);
+	struct ck_tensor_info ti;
+	memset(&ti, 0, sizeof ti);
+	ti.dtype = dt;
+	int nd, ns;
+	if (int_tuple(args->items[2], ti.shape, &nd) < 0 ||
+	    int_tuple(args->items[3], ti.stride, &ns) < 0 || nd != ns)
+		return ck_fail(c->err, CK_E_SOURCE,
+			       "%s: tensor \"%s\": size and stride are not tuples of as many "
+			       "non-negative integers (at most %d)",
+			       c->what, key, CK_MAX_DIMS);
+	ti.ndim = nd;
+	size_t es = ck_dtype_size(dt);
+	if (ck_shape_numel(ti.shape, nd, &ti.numel) < 0 ||
+	    ck_shape_bytes(ti.shape, nd, dt, &ti.nbytes) < 0)
+		return ck_fail(c->err, CK_E_SOURCE, "%s: tensor \"%s\": shape product overflows",
+			       c->what, key);
+	/* the view must stay inside its storage: offset + sum (size-1)*stride */
+	uint64_t snumel = (uint64_t)t->items[4]->i, last = (uint64_t)args->items[1]->i;
+	int bad = 0;
+	int64_t expect = 1;
+	for (int d = nd - 1; d >= 0; d--) {
+		if (ti.shape[d] > 1 && ti.stride[d] != expect)
+			ti.strided = 1;
+		expect *= ti.shape[d] ? ti.shape[d] : 1;
+		uint64_t span;
+		bad |= ti.shape[d] > 0 &&
+		       (__builtin_mul_overflow((uint64_t)(ti.shape[d] - 1), (uint64_t)ti.stride[d],
+					       &span) ||
+			__builtin_add_overflow(last, span, &last));
+	}
+	if (ti.numel && (bad || last >= snumel))
+		return ck_fail(c->err, CK_E_SOURCE,
+			       "%s: tensor \"%s\": view reaches element %llu of a %llu-element "
+			       "storage",
+			       c->what, key, (unsigned long long)last, (unsigned long long)snumel);
+	char rec[4200];
+	snprintf(rec, sizeof rec, "%s/data/%s", c->dir, skey);
+	const struct ck_zip_entry *e = ck_zip_find(&c->zip, rec);
+	uint64_t need;
+	if (!e)
+		return ck_fail(c->err, CK_E_SOURCE, "%s: tensor \"%s\": record %s is missing",
+			       c->what, key, rec);
+	if (__builtin_mul_overflow(snumel, (uint64_t)es, &need) || e->size < need)
+		return ck_fail(c->err, CK_E_SOURCE,
+			       "%s: tensor \"%s\": record %s holds %llu bytes, its storage needs "
+			       "%llu",
+			       c->what, key, rec, (unsigned long long)e->size,
+			       (unsigned long long)snumel * es);
+	uint64_t data;
+	if (ck_zip_data_offset(c->fd, c->size, e, c->what, &data, c->err) < 0)
+		return -1;
+	ti.offset = data + (uint64_t)args->items[1]->i * es;
+	if (!ti.strided)
+		memset(ti.stride, 0, sizeof ti.stride);
+	if (c->h->n_tensors == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 64;
+		struct ck_tensor_info *nt = realloc(c->h->tensors, cap * sizeof *nt);
+		if (!nt)
+			return ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+		c->h->tensors = nt;
+		c->cap = cap;
+	}
+	if (!(ti.name = strdup(key)))
+		return ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+	c->h->tensors[c->h->n_tensors++] = ti;
+	if (ck_strmap_put(&c->seen, ti.name, 0, NULL) == 1)
+		return ck_fail(c->err, CK_E_SOURCE, "%s: duplicate key \"%s\"", c->what, key);
+	return 0;
+}
+
+static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int depth)
+{
+	if (depth > MAX_NEST)
+		return ck_fail(c->err, CK_E_SOURCE, "%s: dicts nested deeper than %d", c->what,
+			       MAX_NEST);
+	for (size_t i = 0; i + 1 < d->n; i += 2) {
+		const struct ck_pk *k = d->items[i], *v = d->items[i + 1];
+		if (k->k != CK_PK_STR) {
+			c->skipped++;
+			continue;
+		}
+		size_t len = strlen(prefix) + k->len + 2;
+		char *key = malloc(len);
+		if (!key)
+			return ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+		snprintf(key, len, "%s%s%s", prefix, *prefix ? "." : "", k->s);
+		/* nn.Parameter: _rebuild_parameter(tensor, requires_grad, hooks) */
+		if (v->k == CK_PK_CALL && ck_pk_is_global(v->items[0], "torch._utils",
+							  "_rebuild_parameter") &&
+		    v->items[1]->n >= 1)
+			v = v->items[1]->items[0];
+		int r = 0;
+		if (v->k == CK_PK_CALL &&
+		    ck_pk_is_global(v->items[0], "torch._utils", "_rebuild_tensor_v2"))
+			r = add_tensor(c, key, v->items[1]);
+		else if (v->k == CK_PK_DICT)
+			r = walk(c, v, key, depth + 1);
+		else
+			c->skipped++;
+		free(key);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+			size_t *skipped, struct ck_err *err)
+{
+	memset(out, 0, sizeof *out);
+	struct ctx c = {fd, size, what, {0}, NULL, out, 0, 0, {0}, err};
+	struct ck_pickle pk = {0};
+	unsigned char *buf = NULL;
+	int rc = -1;
+	if (ck_zip_open(fd, size, what, &c.zip, err) < 0)
+		return -1;
+	if (!c.zip.n) {
+		ck_fail(err, CK_E_SOURCE, "%s: empty zip archive", what);
+		goto out;
+	}
+	/* the top-level directory: the first entry's name up to its first '/' */
+	const char *slash = strchr(c.zip.e[0].name, '/');
+	if (!slash) {
+		ck_fail(err, CK_E_SOURCE, "%s: not a torch.save archive (no top-level directory)",
+			what);
+		goto out;
+	}
+	if (!(c.dir = strndup(c.zip.e[0].name, (size_t)(slash - c.zip.e[0].name)))) {
+		ck_fail_sys(err, ENOMEM, "%s", what);
+		goto out;
+	}
+	char name[4200];
+	snprintf(name, sizeof name, "%s/data.pkl", c.dir);
+	const struct ck_zip_entry *pe = ck_zip_find(&c.zip, name);
+	uint64_t off;
+	if (!pe) {
+		ck_fail(err, CK_E_SOURCE, "%s: not a torch.save archive (no %s)", what, name);
+		goto out;
+	}
+	if (pe->size > MAX_PICKLE) {
+		ck_fail(err, CK_E_SOURCE, "%s: data.pkl is larger than %u bytes", what, MAX_PICKLE);
+		goto out;
+	}
+	if (ck_zip_data_offset(fd, size, pe, what, &off, err) < 0)
+		goto out;
+	if (!(buf = malloc(pe->size ? pe->size : 1))) {
+		ck_fail_sys(err, ENOMEM, "%s", what);
+		goto out;
+	}
+	int r = ck_pread_full(fd, buf, pe->size, off);
+	if (r < 0) {
+		ck_fail_sys(err, -r, "%s: cannot read data.pkl", what);
+		goto out;
+	}
+	char pwhat[4300];
+	snprintf(pwhat, sizeof pwhat, "%s: data.pkl", what);
+	if (ck_pickle_parse(buf, pe->size, pwhat, &pk, err) < 0)
+		goto out;
+	if (pk.root->k != CK_PK_DICT) {
+		ck_fail(err, CK_E_SOURCE, "%s: data.pkl does not hold a dict of tensors", what);
+		goto out;
+	}
+	if (ck_strmap_init(&c.seen, pk.root->n / 2 + 1) < 0) {
+		ck_fail_sys(err, ENOMEM, "%s", what);
+		goto out;
+	}
+	rc = walk(&c, pk.root, "", 0);
+out:
+	if (rc < 0)
+		ck_st_header_free(out);
+	if (skipped)
+		*skipped = c.skipped;
+	ck_strmap_free(&c.seen);
+	ck_pickle_free(&pk);
+	free(buf);
+	free(c.dir);
+	ck_zip_free(&c.zip);
+	return rc;
+}

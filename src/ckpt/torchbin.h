@@ -1,0 +1,23 @@
+/* torch.save checkpoints (pytorch_model.bin) as sources: the zip's directory,
+ * data.pkl through the restricted pickle reader, and every tensor as a
+ * (possibly strided) view into its stored `data/<key>` record, so tensor
+ * bytes are read in place like safetensors data. The pickle's dict may nest
+ * (a {"model": state_dict} checkpoint): keys are joined with ".". Values
+ * that are not tensors (ints, strings, optimizer hyper-parameters) are
+ * counted and left out. Storages are the typed ones of torch 1.x/2.x
+ * (torch.FloatStorage, ...). */
+#ifndef CK_TORCHBIN_H
+#define CK_TORCHBIN_H
+
+#include <stdint.h>
+
+#include "safetensors.h"
+
+/* Fills out->tensors (names owned), header_len 0; *skipped counts the
+ * non-tensor values left out. */
+int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+			size_t *skipped, struct ck_err *err);
+/* Whether the first bytes are a zip's (PK\3\4). */
+int ck_is_zip(const unsigned char *first4);
+
+#endif
