@@ -11,6 +11,7 @@
 
 #include "../util/fileio.h"
 #include "../util/json_strict.h"
+#include "dcp.h"
 #include "index.h"
 #include "torchbin.h"
 
@@ -68,6 +69,11 @@ void ck_catalog_free(struct ck_catalog *cat)
 	}
 	for (size_t i = 0; i < cat->n_entries; i++)
 		free(cat->entries[i].t.name);
+	for (size_t i = 0; i < cat->n_logical; i++) {
+		free(cat->logical[i].name);
+		free(cat->logical[i].chunks);
+	}
+	free(cat->logical);
 	free(cat->files);
 	free(cat->entries);
 	ck_strmap_free(&cat->by_name);
@@ -93,8 +99,8 @@ static char *join(const char *dir, const char *name)
 
 /* Open one weights file (following symlinks: the Hugging Face cache keeps
  * snapshots as links into blobs/) and parse its header. */
-static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
-		    struct ck_st_header *hdr, struct ck_err *err)
+int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
+			 struct ck_err *err)
 {
 	struct ck_source_file *f = &cat->files[cat->n_files];
 	memset(f, 0, sizeof *f);
@@ -121,6 +127,15 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 	fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
 	f->size = (uint64_t)st.st_size;
 	f->mtime = st.st_mtim;
+	return 0;
+}
+
+static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
+		    struct ck_st_header *hdr, struct ck_err *err)
+{
+	if (ck_catalog_open_file(cat, dirfd, dir, name, err) < 0)
+		return -1;
+	struct ck_source_file *f = &cat->files[cat->n_files - 1];
 	unsigned char magic[4] = {0};
 	if (f->size >= 4 && ck_pread_full(f->fd, magic, 4, 0) < 0)
 		return ck_fail_sys(err, EIO, "%s: cannot read", f->path);
@@ -129,6 +144,7 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 		size_t skipped;
 		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &skipped, err) < 0)
 			return -1;
+		cat->n_skipped += skipped;
 		fmt = "pytorch";
 	} else if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0) {
 		return -1;
@@ -142,8 +158,8 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 }
 
 /* Move a file's tensors into the catalog, refusing a key already present. */
-static int merge_header(struct ck_catalog *cat, struct ck_st_header *hdr, uint32_t file,
-			struct ck_err *err)
+int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uint32_t file,
+			   struct ck_err *err)
 {
 	size_t need = cat->n_entries + hdr->n_tensors;
 	struct ck_catalog_entry *e = realloc(cat->entries, (need ? need : 1) * sizeof *e);
@@ -161,7 +177,7 @@ static int merge_header(struct ck_catalog *cat, struct ck_st_header *hdr, uint32
 	return 0;
 }
 
-static int build_index_map(struct ck_catalog *cat, struct ck_err *err)
+int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err)
 {
 	qsort(cat->entries, cat->n_entries, sizeof *cat->entries, cmp_entry);
 	if (ck_strmap_init(&cat->by_name, cat->n_entries) < 0)
@@ -352,12 +368,12 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 		struct ck_st_header hdr = {0};
 		int r = add_file(cat, dirfd, dir, names[i], &hdr, err);
 		if (r == 0)
-			r = merge_header(cat, &hdr, (uint32_t)i, err);
+			r = ck_catalog_add_entries(cat, &hdr, (uint32_t)i, err);
 		ck_st_header_free(&hdr);
 		if (r < 0)
 			goto out;
 	}
-	if (build_index_map(cat, err) < 0)
+	if (ck_catalog_index(cat, err) < 0)
 		goto out;
 	if (have_index && check_against_index(cat, &idx, index_path, err) < 0)
 		goto out;
@@ -383,10 +399,10 @@ static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *er
 	struct ck_st_header hdr = {0};
 	int r = add_file(cat, AT_FDCWD, NULL, path, &hdr, err);
 	if (r == 0)
-		r = merge_header(cat, &hdr, 0, err);
+		r = ck_catalog_add_entries(cat, &hdr, 0, err);
 	ck_st_header_free(&hdr);
 	if (r == 0)
-		r = build_index_map(cat, err);
+		r = ck_catalog_index(cat, err);
 	if (r == 0) {
 		/* config.json beside a single weights file, as in an HF repo */
 		char *dir = strdup(path);
@@ -414,6 +430,8 @@ int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *
 	if (stat(source, &st) < 0)
 		r = errno == ENOENT ? ck_fail(err, CK_E_SOURCE, "%s: no such file or directory", source)
 				    : ck_fail_sys(err, errno, "%s: cannot stat", source);
+	else if (S_ISDIR(st.st_mode) && ck_dcp_detect(source))
+		r = ck_dcp_open(cat, source, err) < 0 ? -1 : load_config(cat, source, err);
 	else if (S_ISDIR(st.st_mode))
 		r = open_dir(cat, source, err);
 	else

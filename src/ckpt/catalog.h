@@ -29,6 +29,22 @@ struct ck_catalog_entry {
 	uint32_t file;
 };
 
+/* A tensor stored as chunks (DCP): chunk k is catalog entry entry[k], placed
+ * at off[k] of the whole. The chunks tile the tensor exactly. */
+struct ck_chunk {
+	uint32_t entry;
+	int64_t off[CK_MAX_DIMS];
+};
+
+struct ck_logical {
+	char *name;
+	enum ck_dtype dtype;
+	int ndim;
+	int64_t shape[CK_MAX_DIMS];
+	struct ck_chunk *chunks;
+	size_t n_chunks;
+};
+
 struct ck_catalog {
 	char *source;	    /* as given by the user */
 	const char *format; /* "safetensors" */
@@ -39,6 +55,11 @@ struct ck_catalog {
 	struct ck_strmap by_name;
 	cJSON *config; /* config.json beside the weights, or NULL */
 	uint64_t total_bytes;
+	/* DCP sources: the tensors are these, made of chunk entries; entries
+	 * are then the chunks ("name#k") */
+	struct ck_logical *logical;
+	size_t n_logical;
+	size_t n_skipped; /* non-tensor values left out (bytes items, ints, ...) */
 };
 
 /* Open a source: a .safetensors file, or a directory of them with or without
@@ -46,6 +67,15 @@ struct ck_catalog {
 int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *err);
 void ck_catalog_free(struct ck_catalog *cat);
 const struct ck_catalog_entry *ck_catalog_find(const struct ck_catalog *cat, const char *name);
+
+/* For the source readers: open dir/name (following links; a regular file)
+ * into cat->files[cat->n_files++] (the array must have room); add a parsed
+ * header's tensors as entries of file; sort and index the entries. */
+int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
+			 struct ck_err *err);
+int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uint32_t file,
+			   struct ck_err *err);
+int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err);
 
 /* Natural order: digit runs compare as numbers ("layers.2" < "layers.10"). */
 int ck_natural_cmp(const char *a, const char *b);

@@ -37,7 +37,6 @@ static enum ck_dtype storage_dtype(const char *name)
 
 struct ctx {
 	int fd;
-	uint64_t size;
 	const char *what;
 	struct ck_zip zip;
 	char *dir; /* the archive's top-level directory */
@@ -128,7 +127,7 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 			       c->what, key, rec, (unsigned long long)e->size,
 			       (unsigned long long)snumel * es);
 	uint64_t data;
-	if (ck_zip_data_offset(c->fd, c->size, e, c->what, &data, c->err) < 0)
+	if (ck_zip_data_offset(&c->zip, c->fd, e, c->what, &data, c->err) < 0)
 		return -1;
 	ti.offset = data + (uint64_t)args->items[1]->i * es;
 	if (!ti.strided)
@@ -147,6 +146,12 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 	if (ck_strmap_put(&c->seen, ti.name, 0, NULL) == 1)
 		return ck_fail(c->err, CK_E_SOURCE, "%s: duplicate key \"%s\"", c->what, key);
 	return 0;
+}
+
+static int is_tensor_call(const struct ck_pk *v)
+{
+	return v->k == CK_PK_CALL &&
+	       ck_pk_is_global(v->items[0], "torch._utils", "_rebuild_tensor_v2");
 }
 
 static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int depth)
@@ -171,8 +176,7 @@ static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int de
 		    v->items[1]->n >= 1)
 			v = v->items[1]->items[0];
 		int r = 0;
-		if (v->k == CK_PK_CALL &&
-		    ck_pk_is_global(v->items[0], "torch._utils", "_rebuild_tensor_v2"))
+		if (is_tensor_call(v))
 			r = add_tensor(c, key, v->items[1]);
 		else if (v->k == CK_PK_DICT)
 			r = walk(c, v, key, depth + 1);
@@ -188,12 +192,19 @@ static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int de
 int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
 			size_t *skipped, struct ck_err *err)
 {
+	return ck_torchbin_read_at(fd, 0, size, what, NULL, out, skipped, err);
+}
+
+int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
+			const char *single_name, struct ck_st_header *out, size_t *skipped,
+			struct ck_err *err)
+{
 	memset(out, 0, sizeof *out);
-	struct ctx c = {fd, size, what, {0}, NULL, out, 0, 0, {0}, err};
+	struct ctx c = {fd, what, {0}, NULL, out, 0, 0, {0}, err};
 	struct ck_pickle pk = {0};
 	unsigned char *buf = NULL;
 	int rc = -1;
-	if (ck_zip_open(fd, size, what, &c.zip, err) < 0)
+	if (ck_zip_open(fd, base, size, what, &c.zip, err) < 0)
 		return -1;
 	if (!c.zip.n) {
 		ck_fail(err, CK_E_SOURCE, "%s: empty zip archive", what);
@@ -222,7 +233,7 @@ int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_he
 		ck_fail(err, CK_E_SOURCE, "%s: data.pkl is larger than %u bytes", what, MAX_PICKLE);
 		goto out;
 	}
-	if (ck_zip_data_offset(fd, size, pe, what, &off, err) < 0)
+	if (ck_zip_data_offset(&c.zip, fd, pe, what, &off, err) < 0)
 		goto out;
 	if (!(buf = malloc(pe->size ? pe->size : 1))) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
@@ -237,12 +248,16 @@ int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_he
 	snprintf(pwhat, sizeof pwhat, "%s: data.pkl", what);
 	if (ck_pickle_parse(buf, pe->size, pwhat, &pk, err) < 0)
 		goto out;
-	if (pk.root->k != CK_PK_DICT) {
-		ck_fail(err, CK_E_SOURCE, "%s: data.pkl does not hold a dict of tensors", what);
-		goto out;
-	}
 	if (ck_strmap_init(&c.seen, pk.root->n / 2 + 1) < 0) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
+		goto out;
+	}
+	if (single_name && is_tensor_call(pk.root)) {
+		rc = add_tensor(&c, single_name, pk.root->items[1]);
+		goto out;
+	}
+	if (pk.root->k != CK_PK_DICT) {
+		ck_fail(err, CK_E_SOURCE, "%s: data.pkl does not hold a dict of tensors", what);
 		goto out;
 	}
 	rc = walk(&c, pk.root, "", 0);

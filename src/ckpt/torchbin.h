@@ -17,6 +17,11 @@
  * non-tensor values left out. */
 int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
 			size_t *skipped, struct ck_err *err);
+/* The archive in bytes [base, base+size) of the file; a pickle that holds a
+ * single tensor (DCP chunks) gives one tensor named single_name. */
+int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
+			const char *single_name, struct ck_st_header *out, size_t *skipped,
+			struct ck_err *err);
 /* Whether the first bytes are a zip's (PK\3\4). */
 int ck_is_zip(const unsigned char *first4);
 

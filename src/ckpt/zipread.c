@@ -52,15 +52,18 @@ static int zip64_extra(const unsigned char *x, size_t xl, struct ck_zip_entry *e
 	return need_size || need_csize || need_off ? -1 : 0;
 }
 
-int ck_zip_open(int fd, uint64_t size, const char *what, struct ck_zip *z, struct ck_err *err)
+int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct ck_zip *z,
+		struct ck_err *err)
 {
 	memset(z, 0, sizeof *z);
+	z->base = base;
+	z->size = size;
 	/* the end record: within the last 64 KiB + 22 bytes (comment) */
 	uint64_t tail = size < 65557 ? size : 65557;
 	unsigned char *t = malloc(tail ? tail : 1);
 	if (!t)
 		return ck_fail_sys(err, ENOMEM, "%s", what);
-	int r = ck_pread_full(fd, t, tail, size - tail);
+	int r = ck_pread_full(fd, t, tail, base + size - tail);
 	if (r < 0) {
 		free(t);
 		return ck_fail_sys(err, -r, "%s: cannot read", what);
@@ -80,7 +83,7 @@ int ck_zip_open(int fd, uint64_t size, const char *what, struct ck_zip *z, struc
 	if (at >= 20 && le(t + at - 20, 4) == Z64_LOC_SIG) { /* ZIP64 */
 		uint64_t z64 = le(t + at - 20 + 8, 8);
 		unsigned char rec[56];
-		if (z64 > eocd || eocd - z64 < 56 || ck_pread_full(fd, rec, 56, z64) < 0 ||
+		if (z64 > eocd || eocd - z64 < 56 || ck_pread_full(fd, rec, 56, base + z64) < 0 ||
 		    le(rec, 4) != Z64_EOCD_SIG) {
 			free(t);
 			return bad(err, what, "broken ZIP64 end record");
@@ -101,7 +104,7 @@ int ck_zip_open(int fd, uint64_t size, const char *what, struct ck_zip *z, struc
 		ck_zip_free(z);
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	}
-	if ((r = ck_pread_full(fd, cd, cd_size, cd_off)) < 0) {
+	if ((r = ck_pread_full(fd, cd, cd_size, base + cd_off)) < 0) {
 		free(cd);
 		ck_zip_free(z);
 		return ck_fail_sys(err, -r, "%s: cannot read the zip directory", what);
@@ -174,9 +177,10 @@ const struct ck_zip_entry *ck_zip_find(const struct ck_zip *z, const char *name)
 	return ck_strmap_get(&z->by_name, name, &i) == 0 ? &z->e[i] : NULL;
 }
 
-int ck_zip_data_offset(int fd, uint64_t size, const struct ck_zip_entry *e, const char *what,
-		       uint64_t *off, struct ck_err *err)
+int ck_zip_data_offset(const struct ck_zip *z, int fd, const struct ck_zip_entry *e,
+		       const char *what, uint64_t *off, struct ck_err *err)
 {
+	uint64_t size = z->size;
 	if (e->method != 0 || e->csize != e->size)
 		return ck_fail(err, CK_E_SOURCE,
 			       "%s: entry \"%s\" is compressed (method %u): ckptfs reads stored "
@@ -185,12 +189,12 @@ int ck_zip_data_offset(int fd, uint64_t size, const struct ck_zip_entry *e, cons
 	unsigned char h[30];
 	int r;
 	if (e->header_off > size || size - e->header_off < 30 ||
-	    (r = ck_pread_full(fd, h, 30, e->header_off)) < 0 || le(h, 4) != LH_SIG)
+	    (r = ck_pread_full(fd, h, 30, z->base + e->header_off)) < 0 || le(h, 4) != LH_SIG)
 		return bad(err, what, "an entry's local header is missing");
 	uint64_t data = e->header_off + 30 + le(h + 26, 2) + le(h + 28, 2);
 	if (data > size || e->size > size - data)
 		return ck_fail(err, CK_E_SOURCE, "%s: entry \"%s\" runs past the end of the file",
 			       what, e->name);
-	*off = data;
+	*off = z->base + data;
 	return 0;
 }

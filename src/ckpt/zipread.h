@@ -19,17 +19,21 @@ struct ck_zip_entry {
 };
 
 struct ck_zip {
-	struct ck_zip_entry *e;
+	struct ck_zip_entry *e; /* header_off: from the start of the archive */
 	size_t n;
 	struct ck_strmap by_name;
+	uint64_t base, size; /* the archive is bytes [base, base+size) of its file */
 };
 
-/* Read the directory of the open file (size bytes); what names it in errors. */
-int ck_zip_open(int fd, uint64_t size, const char *what, struct ck_zip *z, struct ck_err *err);
+/* Read the directory of the archive held in bytes [base, base+size) of the
+ * open file (a whole file, or a blob inside one: DCP's .distcp files); what
+ * names it in errors. */
+int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct ck_zip *z,
+		struct ck_err *err);
 void ck_zip_free(struct ck_zip *z);
 const struct ck_zip_entry *ck_zip_find(const struct ck_zip *z, const char *name);
 /* File offset of a stored entry's data (reads its local header). */
-int ck_zip_data_offset(int fd, uint64_t size, const struct ck_zip_entry *e, const char *what,
-		       uint64_t *off, struct ck_err *err);
+int ck_zip_data_offset(const struct ck_zip *z, int fd, const struct ck_zip_entry *e,
+		       const char *what, uint64_t *off, struct ck_err *err);
 
 #endif

@@ -135,8 +135,9 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 		printf("}");
 		total += rows[i].bytes;
 	}
-	printf("\n], \"n_tensors\": %zu, \"n_files\": %zu, \"total_bytes\": %" PRIu64, n,
-	       v->cat->n_files, total);
+	printf("\n], \"n_tensors\": %zu, \"n_files\": %zu, \"total_bytes\": %" PRIu64
+	       ", \"non_tensor_values\": %zu",
+	       n, v->cat->n_files, total, v->cat->n_skipped);
 	if (groups)
 		print_groups_json(v);
 	printf("}\n");
@@ -163,6 +164,9 @@ static void print_table(const struct ck_view *v, const struct row *rows, size_t 
 	printf("%zu tensors, %" PRIu64 " bytes (%.2f GiB) from %zu file%s, format %s\n", n, total,
 	       (double)total / (1 << 30), v->cat->n_files, v->cat->n_files == 1 ? "" : "s",
 	       v->cat->format);
+	if (v->cat->n_skipped)
+		printf("%zu non-tensor value%s left out\n", v->cat->n_skipped,
+		       v->cat->n_skipped == 1 ? "" : "s");
 	if (groups)
 		print_groups_table(v);
 }
@@ -353,7 +357,8 @@ int ck_cmd_inspect(int argc, char **argv)
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
-	int target = va.n_maps > 0 || va.mesh || va.shard_groups;
+	/* a DCP source's tensors are assembled from chunks: show the plan */
+	int target = va.n_maps > 0 || va.mesh || va.shard_groups || v.cat->logical != NULL;
 	size_t cap = target ? v.plan->n : v.cat->n_entries, n;
 	struct row *rows = malloc((cap ? cap : 1) * sizeof *rows);
 	if (!rows) {

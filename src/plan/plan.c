@@ -270,6 +270,22 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 	return 0;
 }
 
+/* Evaluate the rule's lets in order into env (freeing earlier values). */
+static int eval_lets(struct stage *st, const struct ck_rule *r, struct env *env)
+{
+	for (int i = 0; i < env->n_lets; i++)
+		ck_xval_free(&env->lets[i]);
+	env->n_lets = 0;
+	for (int i = 0; i < r->n_let; i++) {
+		if (ck_expr_eval(r->let[i].expr, env_lookup, env, &env->lets[i], st->err) < 0) {
+			rule_fail(st, r, r->let[i].name);
+			return -1;
+		}
+		env->n_lets++;
+	}
+	return 0;
+}
+
 /* b binds every non-reduced capture; rvals are the reduced capture's values */
 static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_binding *b,
 			const int64_t *rvals, int n_rvals)
@@ -322,13 +338,8 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				goto out;
 		}
 	}
-	for (int i = 0; i < r->n_let; i++) {
-		if (ck_expr_eval(r->let[i].expr, env_lookup, &env, &lets[i], st->err) < 0) {
-			rule_fail(st, r, r->let[i].name);
-			goto out;
-		}
-		env.n_lets++;
-	}
+	if (!r->for_name && eval_lets(st, r, &env) < 0)
+		goto out;
 	if (r->for_name) {
 		int64_t n;
 		if (eval_int(st, r->for_count, &env, &n) < 0) {
@@ -351,7 +362,8 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				goto out;
 			}
 			env.b = &bb;
-			int s = 0;
+			/* lets see the "for" capture: evaluated for each value */
+			int s = eval_lets(st, r, &env);
 			for (int k = 0; k < r->n_out && s == 0; k++)
 				s = emit_output(st, r, k, &bb, &env);
 			ck_binding_clear(&bb);
@@ -832,15 +844,51 @@ static int finish(struct ck_plan *p, struct ck_err *err)
 	return build_groups(p, err);
 }
 
+/* A chunked (DCP) tensor: each chunk's pieces, moved to its place. */
+static int logical_value(const struct ck_catalog *cat, const struct ck_logical *l,
+			 struct ck_value *v, struct ck_err *err)
+{
+	memset(v, 0, sizeof *v);
+	v->dtype = l->dtype;
+	v->ndim = l->ndim;
+	memcpy(v->shape, l->shape, sizeof v->shape);
+	if (!(v->p = calloc(l->n_chunks ? l->n_chunks : 1, sizeof *v->p)))
+		return nomem(err);
+	for (size_t k = 0; k < l->n_chunks; k++) {
+		const struct ck_tensor_info *t = &cat->entries[l->chunks[k].entry].t;
+		if (!t->numel)
+			continue;
+		struct ck_piece *p = &v->p[v->n++];
+		p->src = l->chunks[k].entry;
+		int64_t s = 1;
+		for (int d = t->ndim - 1; d >= 0; d--) {
+			p->lo[d] = l->chunks[k].off[d];
+			p->hi[d] = l->chunks[k].off[d] + t->shape[d];
+			p->stride[d] = t->strided ? t->stride[d] : s;
+			s *= t->shape[d];
+		}
+	}
+	return 0;
+}
+
 int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		  struct ck_plan **out, struct ck_err *err)
 {
 	*out = NULL;
-	size_t n = cat->n_entries;
+	size_t n = cat->logical ? cat->n_logical : cat->n_entries;
 	struct skey *keys = calloc(n ? n : 1, sizeof *keys);
 	if (!keys)
 		return nomem(err);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; cat->logical && i < n; i++) {
+		if (!(keys[i].name = strdup(cat->logical[i].name)) ||
+		    logical_value(cat, &cat->logical[i], &keys[i].v, err) < 0) {
+			if (!keys[i].name)
+				nomem(err);
+			keys_free(keys, i + 1);
+			return -1;
+		}
+	}
+	for (size_t i = 0; !cat->logical && i < n; i++) {
 		const struct ck_tensor_info *t = &cat->entries[i].t;
 		int bad = !(keys[i].name = strdup(t->name));
 		if (bad ? nomem(err) < 0

@@ -87,7 +87,7 @@ END_TEST
 
 START_TEST(empty_dir_refused)
 {
-	expect_refused(dir, "no *.safetensors files");
+	expect_refused(dir, "no *.safetensors (or torch.save *.bin) files");
 }
 END_TEST
 
