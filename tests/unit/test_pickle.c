@@ -4,6 +4,7 @@
  *    'b': {}}
  * and malformed inputs refused with a message naming the byte. */
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/pickle.h"
@@ -109,6 +110,20 @@ START_TEST(malformed)
 	refused("\x80\x02\x8a\x09\x01\x02\x03\x04\x05\x06\x07\x08\x09.", 14, "wider than 64 bits");
 	refused("\x80\x02r\xff\xff\xff\xff.", 8, "memo of an empty stack");
 	refused("\x80\x02)K\x01R.", 6, "call arguments are not a tuple");
+	/* huge lengths, memo indices out of range, nesting deeper than allowed */
+	refused("\x80\x02X\xff\xff\xff\xff.", 8, "truncated");
+	refused("\x80\x02" "B\xff\xff\xff\x7f.", 8, "truncated");
+	refused("\x80\x02j\x00\x00\x00\x10.", 8, "memo index not set");
+	refused("\x80\x02Nr\x00\x00\x00\x10.", 9, "memo index too large");
+	size_t deep = (1u << 20) + 16;
+	char *marks = malloc(deep + 4);
+	memcpy(marks, "\x80\x02", 2);
+	memset(marks + 2, '(', deep);
+	marks[deep + 2] = '.';
+	refused(marks, deep + 3, "too many MARKs");
+	memset(marks + 2, ']', deep); /* a million empty lists: the stack bound */
+	refused(marks, deep + 3, "stack too deep");
+	free(marks);
 	/* GLOBAL names are data: os.system is a name here, never a call */
 	struct ck_pickle p;
 	struct ck_err err;
