@@ -67,8 +67,10 @@ void ck_catalog_free(struct ck_catalog *cat)
 		free(cat->files[i].name);
 		free(cat->files[i].path);
 	}
-	for (size_t i = 0; i < cat->n_entries; i++)
+	for (size_t i = 0; i < cat->n_entries; i++) {
 		free(cat->entries[i].t.name);
+		free(cat->entries[i].t.stride);
+	}
 	for (size_t i = 0; i < cat->n_logical; i++) {
 		free(cat->logical[i].name);
 		free(cat->logical[i].chunks);
@@ -171,6 +173,7 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uin
 		ent->t = hdr->tensors[i];
 		ent->file = file;
 		hdr->tensors[i].name = NULL; /* ownership moved */
+		hdr->tensors[i].stride = NULL;
 		cat->n_entries++;
 		cat->total_bytes += ent->t.nbytes;
 	}

@@ -9,6 +9,7 @@
 #include "../util/fileio.h"
 #include "../util/json_strict.h"
 #include "../util/strmap.h"
+#include "st_header.h"
 
 int ck_shape_numel(const int64_t *shape, int ndim, uint64_t *numel)
 {
@@ -31,8 +32,10 @@ int ck_shape_bytes(const int64_t *shape, int ndim, enum ck_dtype dt, uint64_t *b
 
 void ck_st_header_free(struct ck_st_header *h)
 {
-	for (size_t i = 0; i < h->n_tensors; i++)
+	for (size_t i = 0; i < h->n_tensors; i++) {
 		free(h->tensors[i].name);
+		free(h->tensors[i].stride);
+	}
 	for (size_t i = 0; i < h->n_meta; i++) {
 		free(h->meta[i].key);
 		free(h->meta[i].value);
@@ -40,112 +43,6 @@ void ck_st_header_free(struct ck_st_header *h)
 	free(h->tensors);
 	free(h->meta);
 	memset(h, 0, sizeof *h);
-}
-
-static int parse_metadata(const cJSON *obj, const char *what, struct ck_st_header *h,
-			  struct ck_err *err)
-{
-	if (!cJSON_IsObject(obj))
-		return ck_fail(err, CK_E_SOURCE, "%s: __metadata__ must be an object of strings",
-			       what);
-	size_t n = (size_t)cJSON_GetArraySize(obj);
-	h->meta = calloc(n ? n : 1, sizeof *h->meta);
-	if (!h->meta)
-		return ck_fail_sys(err, ENOMEM, "%s", what);
-	for (const cJSON *c = obj->child; c; c = c->next) {
-		if (!cJSON_IsString(c))
-			return ck_fail(err, CK_E_SOURCE,
-				       "%s: __metadata__ value for \"%s\" is not a string", what,
-				       c->string);
-		struct ck_st_meta *m = &h->meta[h->n_meta++];
-		m->key = strdup(c->string);
-		m->value = strdup(c->valuestring);
-		if (!m->key || !m->value)
-			return ck_fail_sys(err, ENOMEM, "%s", what);
-	}
-	return 0;
-}
-
-/* Parse one tensor entry {"dtype", "shape", "data_offsets"}; unknown fields
- * are ignored as safetensors does, duplicated known fields are refused. */
-static int parse_entry(const cJSON *e, const char *what, struct ck_tensor_info *t,
-		       uint64_t *begin, uint64_t *end, struct ck_err *err)
-{
-	const char *key = e->string;
-	if (!cJSON_IsObject(e))
-		return ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": entry is not an object", what,
-			       key);
-	const cJSON *dt = NULL, *shape = NULL, *offs = NULL;
-	for (const cJSON *f = e->child; f; f = f->next) {
-		const cJSON **slot = strcmp(f->string, "dtype") == 0	    ? &dt
-				     : strcmp(f->string, "shape") == 0	    ? &shape
-				     : strcmp(f->string, "data_offsets") == 0 ? &offs
-									      : NULL;
-		if (!slot)
-			continue;
-		if (*slot)
-			return ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": duplicate field \"%s\"",
-				       what, key, f->string);
-		*slot = f;
-	}
-	if (!dt || !shape || !offs)
-		return ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": missing field \"%s\"", what,
-			       key, !dt ? "dtype" : !shape ? "shape" : "data_offsets");
-	if (!cJSON_IsString(dt))
-		return ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": dtype is not a string", what,
-			       key);
-	int subbyte;
-	t->dtype = ck_dtype_parse(dt->valuestring, &subbyte);
-	if (t->dtype == CK_DT_INVALID)
-		return ck_fail(err, CK_E_SOURCE,
-			       subbyte ? "%s: tensor \"%s\": sub-byte dtype %s is not supported"
-				       : "%s: tensor \"%s\": unknown dtype \"%s\"",
-			       what, key, dt->valuestring);
-	if (!cJSON_IsArray(shape))
-		return ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": shape is not a list", what,
-			       key);
-	int nd = cJSON_GetArraySize(shape);
-	if (nd > CK_MAX_DIMS)
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": %d dimensions, more than the supported %d", what,
-			       key, nd, CK_MAX_DIMS);
-	t->ndim = nd;
-	int i = 0;
-	for (const cJSON *d = shape->child; d; d = d->next, i++) {
-		int64_t v;
-		if (ck_json_int(d, 0, CK_JSON_MAX_EXACT_INT, &v) < 0)
-			return ck_fail(err, CK_E_SOURCE,
-				       "%s: tensor \"%s\": shape[%d] is not a non-negative integer",
-				       what, key, i);
-		t->shape[i] = v;
-	}
-	if (ck_shape_numel(t->shape, nd, &t->numel) < 0 ||
-	    ck_shape_bytes(t->shape, nd, t->dtype, &t->nbytes) < 0)
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": shape product overflows 64 bits", what, key);
-	if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2)
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": data_offsets is not a list of two integers",
-			       what, key);
-	int64_t b, en;
-	if (ck_json_int(offs->child, 0, CK_JSON_MAX_EXACT_INT, &b) < 0 ||
-	    ck_json_int(offs->child->next, 0, CK_JSON_MAX_EXACT_INT, &en) < 0)
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": data_offsets are not non-negative integers",
-			       what, key);
-	if (en < b)
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": data_offsets end %lld before begin %lld", what,
-			       key, (long long)en, (long long)b);
-	if ((uint64_t)(en - b) != t->nbytes)
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": data_offsets span %lld bytes but %s%s needs "
-			       "%llu",
-			       what, key, (long long)(en - b), ck_dtype_name(t->dtype),
-			       nd ? " of that shape" : " scalar", (unsigned long long)t->nbytes);
-	*begin = (uint64_t)b;
-	*end = (uint64_t)en;
-	return 0;
 }
 
 struct span {
@@ -170,54 +67,18 @@ static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, c
 {
 	memset(h, 0, sizeof *h);
 	h->header_len = n;
-	char ctx[600];
-	snprintf(ctx, sizeof ctx, "%s: header", what);
-	cJSON *root = ck_json_parse(json, (size_t)n, CK_JSON_INTEGERS_ONLY, CK_E_SOURCE, ctx, err);
-	if (!root)
-		return -1;
 	int rc = -1;
+	struct ck_st_span *raw = NULL;
 	struct span *spans = NULL;
-	struct ck_strmap seen = {0};
-	if (!cJSON_IsObject(root)) {
-		ck_fail(err, CK_E_SOURCE, "%s: header is not a JSON object", what);
+	if (ck_st_header_json(json, (size_t)n, what, h, &raw, err) < 0)
 		goto out;
-	}
-	size_t count = (size_t)cJSON_GetArraySize(root);
-	h->tensors = calloc(count ? count : 1, sizeof *h->tensors);
-	spans = calloc(count ? count : 1, sizeof *spans);
-	if (!h->tensors || !spans || ck_strmap_init(&seen, count) < 0) {
+	spans = calloc(h->n_tensors ? h->n_tensors : 1, sizeof *spans);
+	if (!spans) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
 	}
-	int have_meta = 0;
-	for (const cJSON *e = root->child; e; e = e->next) {
-		if (strcmp(e->string, "__metadata__") == 0) {
-			if (have_meta++) {
-				ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"__metadata__\"", what);
-				goto out;
-			}
-			if (parse_metadata(e, what, h, err) < 0)
-				goto out;
-			continue;
-		}
-		int r = ck_strmap_put(&seen, e->string, 0, NULL);
-		if (r != 0) {
-			if (r < 0)
-				ck_fail_sys(err, ENOMEM, "%s", what);
-			else
-				ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"%s\"", what, e->string);
-			goto out;
-		}
-		struct ck_tensor_info *t = &h->tensors[h->n_tensors];
-		struct span *sp = &spans[h->n_tensors];
-		if (parse_entry(e, what, t, &sp->begin, &sp->end, err) < 0)
-			goto out;
-		sp->idx = h->n_tensors++;
-		if (!(t->name = strdup(e->string))) {
-			ck_fail_sys(err, ENOMEM, "%s", what);
-			goto out;
-		}
-	}
+	for (size_t i = 0; i < h->n_tensors; i++)
+		spans[i] = (struct span){raw[i].begin, raw[i].end, i};
 	/* Spans sorted by offset must tile [0, data_size) exactly. */
 	qsort(spans, h->n_tensors, sizeof *spans, cmp_span);
 	uint64_t pos = 0;
@@ -241,25 +102,30 @@ static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, c
 			pos < data_size ? "trailing bytes" : "file truncated");
 		goto out;
 	}
-	/* Reorder tensors by offset and make offsets absolute. */
-	struct ck_tensor_info *sorted = calloc(h->n_tensors ? h->n_tensors : 1, sizeof *sorted);
-	if (!sorted) {
-		ck_fail_sys(err, ENOMEM, "%s", what);
-		goto out;
-	}
+	/* Reorder tensors by offset, in place (following the permutation's
+	 * cycles: no second copy of the array), and make offsets absolute. */
+	for (size_t i = 0; i < h->n_tensors; i++)
+		h->tensors[spans[i].idx].offset = 8 + n + spans[i].begin;
 	for (size_t i = 0; i < h->n_tensors; i++) {
-		sorted[i] = h->tensors[spans[i].idx];
-		sorted[i].offset = 8 + n + spans[i].begin;
+		if (spans[i].idx == SIZE_MAX || spans[i].idx == i)
+			continue;
+		struct ck_tensor_info tmp = h->tensors[i];
+		size_t k = i;
+		while (spans[k].idx != i) {
+			size_t from = spans[k].idx;
+			h->tensors[k] = h->tensors[from];
+			spans[k].idx = SIZE_MAX;
+			k = from;
+		}
+		h->tensors[k] = tmp;
+		spans[k].idx = SIZE_MAX;
 	}
-	free(h->tensors);
-	h->tensors = sorted;
 	rc = 0;
 out:
 	if (rc < 0)
 		ck_st_header_free(h);
-	ck_strmap_free(&seen);
+	free(raw);
 	free(spans);
-	cJSON_Delete(root);
 	return rc;
 }
 

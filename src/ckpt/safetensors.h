@@ -22,9 +22,9 @@ struct ck_tensor_info {
 	uint64_t numel;
 	uint64_t nbytes;
 	uint64_t offset; /* absolute byte offset of the data in the file */
-	/* a view (torch sources): element strides; 0 when C-contiguous */
-	int strided;
-	int64_t stride[CK_MAX_DIMS];
+	/* a view (torch sources): its element strides (ndim of them, owned);
+	 * NULL when C-contiguous */
+	int64_t *stride;
 };
 
 struct ck_st_meta {

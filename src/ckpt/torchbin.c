@@ -81,9 +81,10 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 	struct ck_tensor_info ti;
 	memset(&ti, 0, sizeof ti);
 	ti.dtype = dt;
-	int nd, ns;
+	int nd, ns, strided = 0;
+	int64_t stride[CK_MAX_DIMS];
 	if (int_tuple(args->items[2], ti.shape, &nd) < 0 ||
-	    int_tuple(args->items[3], ti.stride, &ns) < 0 || nd != ns)
+	    int_tuple(args->items[3], stride, &ns) < 0 || nd != ns)
 		return ck_fail(c->err, CK_E_SOURCE,
 			       "%s: tensor \"%s\": size and stride are not tuples of as many "
 			       "non-negative integers (at most %d)",
@@ -99,12 +100,12 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 	int bad = 0;
 	int64_t expect = 1;
 	for (int d = nd - 1; d >= 0; d--) {
-		if (ti.shape[d] > 1 && ti.stride[d] != expect)
-			ti.strided = 1;
+		if (ti.shape[d] > 1 && stride[d] != expect)
+			strided = 1;
 		expect *= ti.shape[d] ? ti.shape[d] : 1;
 		uint64_t span;
 		bad |= ti.shape[d] > 0 &&
-		       (__builtin_mul_overflow((uint64_t)(ti.shape[d] - 1), (uint64_t)ti.stride[d],
+		       (__builtin_mul_overflow((uint64_t)(ti.shape[d] - 1), (uint64_t)stride[d],
 					       &span) ||
 			__builtin_add_overflow(last, span, &last));
 	}
@@ -130,8 +131,6 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 	if (ck_zip_data_offset(&c->zip, c->fd, e, c->what, &data, c->err) < 0)
 		return -1;
 	ti.offset = data + (uint64_t)args->items[1]->i * es;
-	if (!ti.strided)
-		memset(ti.stride, 0, sizeof ti.stride);
 	if (c->h->n_tensors == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 64;
 		struct ck_tensor_info *nt = realloc(c->h->tensors, cap * sizeof *nt);
@@ -140,8 +139,13 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 		c->h->tensors = nt;
 		c->cap = cap;
 	}
-	if (!(ti.name = strdup(key)))
+	if (!(ti.name = strdup(key)) ||
+	    (strided && !(ti.stride = malloc((size_t)(nd ? nd : 1) * sizeof *ti.stride)))) {
+		free(ti.name);
 		return ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+	}
+	if (strided)
+		memcpy(ti.stride, stride, (size_t)nd * sizeof *stride);
 	c->h->tensors[c->h->n_tensors++] = ti;
 	if (ck_strmap_put(&c->seen, ti.name, 0, NULL) == 1)
 		return ck_fail(c->err, CK_E_SOURCE, "%s: duplicate key \"%s\"", c->what, key);

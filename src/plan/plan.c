@@ -864,7 +864,7 @@ static int logical_value(const struct ck_catalog *cat, const struct ck_logical *
 		for (int d = t->ndim - 1; d >= 0; d--) {
 			p->lo[d] = l->chunks[k].off[d];
 			p->hi[d] = l->chunks[k].off[d] + t->shape[d];
-			p->stride[d] = t->strided ? t->stride[d] : s;
+			p->stride[d] = t->stride ? t->stride[d] : s;
 			s *= t->shape[d];
 		}
 	}
@@ -896,7 +896,7 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 			keys_free(keys, i + 1);
 			return -1;
 		}
-		if (t->strided && keys[i].v.n) { /* a view (torch sources): its own strides */
+		if (t->stride && keys[i].v.n) { /* a view (torch sources): its own strides */
 			for (int d = 0; d < t->ndim; d++)
 				keys[i].v.p[0].stride[d] = t->stride[d];
 		}

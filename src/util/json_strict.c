@@ -108,6 +108,12 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 	return 0;
 }
 
+int ck_json_scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kind,
+		 const char *what, struct ck_err *err)
+{
+	return scan(buf, len, flags, kind, what, err);
+}
+
 cJSON *ck_json_parse(const char *buf, size_t len, unsigned flags, enum ck_errkind kind,
 		     const char *what, struct ck_err *err)
 {

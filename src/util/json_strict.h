@@ -27,6 +27,11 @@ enum {
 cJSON *ck_json_parse(const char *buf, size_t len, unsigned flags, enum ck_errkind kind,
 		     const char *what, struct ck_err *err);
 
+/* Only the raw-text checks of ck_json_parse (UTF-8, NUL, "\u0000", integer
+ * literals with CK_JSON_INTEGERS_ONLY), for parsers of their own. */
+int ck_json_scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kind,
+		 const char *what, struct ck_err *err);
+
 /* Read a JSON number that must be an exact integer in [lo, hi]. Returns 0 on
  * success, -1 if the item is not such a number. */
 int ck_json_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out);
