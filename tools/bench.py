@@ -48,9 +48,9 @@ def read_files(paths, buf=bytearray(MB)):
 
 
 class Ckptfs:
-    def __init__(self, src, maps=(), opts=None):
+    def __init__(self, src, maps=(), opts=None, extra=()):
         self.dir = tempfile.mkdtemp(prefix="bench-")
-        args = [CKPTFS, "mount", src, self.dir, "-f"]
+        args = [CKPTFS, "mount", src, self.dir, "-f", *extra]
         for m in maps:
             args += ["--mapping", m]
         if opts:
@@ -278,6 +278,23 @@ def main():
         reqs.append(io["read_requests"])
     print(f"{'per-rank tp=8, sparse 70b: source bytes requested / local':58s} "
           f"{max(ratios):8.4f} max over ranks ({min(reqs)}-{max(reqs)} requests per rank)")
+
+    # per-rank: time to read a rank's whole shard (tp=4, rank 1: a quarter of
+    # the sharded weights plus the replicated norms) on a fresh mount, vs the
+    # whole Megatron view's first read
+    whole = statistics.median(t for t, _ in measure(fresh(lambda: Ckptfs(src, [meg]),
+                                                          lambda m: read_files(m.files())), R))
+    local = []
+
+    def rank_read(m):
+        n = read_files(m.files())
+        local.append(n)
+        return n
+    rs = measure(fresh(lambda: Ckptfs(src, [meg], None, ["--mesh", "tp=4", "--rank", "1"]), rank_read), R)
+    t_rank = statistics.median(t for t, _ in rs)
+    print(f"{'per-rank tp=4: first read of rank 1 shard (' + str(local[0] // MB) + ' MiB)':58s} "
+          f"{t_rank * 1000:8.1f} ms   {local[0] / t_rank / 1e9:.2f} GB/s; "
+          f"{t_rank / whole:.2f} of the whole view's time")
 
     # memory: a checkpoint 4x larger than cache_size
     cache = total // 4

@@ -103,11 +103,21 @@ static int string(struct p *p)
 			return 0;
 		if (p->i >= p->n)
 			return syntax(p);
-		char e = p->s[p->i++], o[4];
-		const char *map = "\"\"\\\\//b\bf\fn\nr\rt\t";
-		const char *m = e != 'u' ? strchr(map, e) : NULL;
-		if (m && (m - map) % 2 == 0) {
-			if (put(p, m + 1, 1) < 0)
+		char e = p->s[p->i++], o[4], c;
+		switch (e) {
+		case '"': c = '"'; break;
+		case '\\': c = '\\'; break;
+		case '/': c = '/'; break;
+		case 'b': c = '\b'; break;
+		case 'f': c = '\f'; break;
+		case 'n': c = '\n'; break;
+		case 'r': c = '\r'; break;
+		case 't': c = '\t'; break;
+		case 'u': c = 0; break;
+		default: return syntax(p); /* found by fuzzing: "\<NUL>" once read past a table */
+		}
+		if (e != 'u') {
+			if (put(p, &c, 1) < 0)
 				return -1;
 			continue;
 		}

@@ -59,6 +59,9 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 				if (s[i] == '\\') {
 					if (i + 1 >= len)
 						break;
+					if (s[i + 1] == 0)
+						return ck_fail(err, kind, "%s: NUL byte at offset %zu",
+							       what, i + 1);
 					if (s[i + 1] == 'u' && i + 5 < len &&
 					    memcmp(s + i + 2, "0000", 4) == 0)
 						return ck_fail(err, kind,
