@@ -48,6 +48,8 @@ static void mount_help(FILE *f)
 		"                     (vLLM's sharded_state layout; default 5GiB)\n"
 		"  -o zip_crc         fill in pytorch_model.bin's CRC-32 fields (evaluates every\n"
 		"                     tensor before the mount is live; default: CRCs are 0)\n"
+		"  -o no_direct       evaluate renamed tensors through the cache too (default:\n"
+		"                     they are read straight from their source file)\n"
 		"  -o npy_f32         npy/ serves BF16 and FP8 tensors widened to float32\n"
 		"                     (default: raw '<V2' / '|V1' elements)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
@@ -105,6 +107,8 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			o->zip_crc = 1;
 		} else if (KEY("npy_f32")) {
 			o->npy_f32 = 1;
+		} else if (KEY("no_direct")) {
+			o->cache.no_direct = 1;
 		} else if (KEY("group_max")) {
 			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
 				return bad(err, opt);
@@ -241,12 +245,16 @@ static int mount_main(int argc, char **argv, int *synced)
 			sigaddset(&block, SIGINT);
 			sigaddset(&block, SIGHUP);
 			sigprocmask(SIG_BLOCK, &block, &old);
-			int all = ck_mpi_all_ok(ok);
+			int all = ck_mpi_agree(ok);
 			*synced = 1;
-			if (ok && all == 0) {
+			if (ok && all == 0) { /* unmount before MPI ends (see ck_mpi_agree) */
 				kill(pid, SIGTERM);
 				int st;
 				waitpid(pid, &st, 0);
+			}
+			if (all >= 0)
+				ck_mpi_finish();
+			if (ok && all == 0) {
 				fprintf(stderr, "ckptfs: another rank failed to mount; %s unmounted\n",
 					mountpoint);
 				return 1;

@@ -17,7 +17,7 @@
 #define LSAN_ON() ((void)0)
 #endif
 
-int ck_mpi_all_ok(int ok)
+int ck_mpi_agree(int ok)
 {
 #if CKPTFS_HAVE_MPI
 	if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK"))
@@ -27,7 +27,6 @@ int ck_mpi_all_ok(int ok)
 	if (r == MPI_SUCCESS) {
 		int mine = ok != 0;
 		r = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-		MPI_Finalize();
 	}
 	LSAN_ON();
 	return r == MPI_SUCCESS && all;
@@ -35,6 +34,28 @@ int ck_mpi_all_ok(int ok)
 	(void)ok;
 	return -1;
 #endif
+}
+
+void ck_mpi_finish(void)
+{
+#if CKPTFS_HAVE_MPI
+	int init = 0, done = 0;
+	MPI_Initialized(&init);
+	MPI_Finalized(&done);
+	if (init && !done) {
+		LSAN_OFF();
+		MPI_Finalize();
+		LSAN_ON();
+	}
+#endif
+}
+
+int ck_mpi_all_ok(int ok)
+{
+	int all = ck_mpi_agree(ok);
+	if (all >= 0)
+		ck_mpi_finish();
+	return all;
 }
 
 int ck_mpi_run_verb(int (*body)(int argc, char **argv, int *synced), int argc, char **argv)

@@ -9,6 +9,12 @@
  * by mpirun or built without MPI (then nothing was done). Every rank of the
  * job must call it exactly once. */
 int ck_mpi_all_ok(int ok);
+/* The same in two steps, for work that must happen between the agreement
+ * and the end of MPI: MPI_Finalize is collective, so no rank exits (and has
+ * mpirun tear the job down) before every rank has done it. ck_mpi_finish
+ * must follow a ck_mpi_agree that did not return -1. */
+int ck_mpi_agree(int ok);
+void ck_mpi_finish(void);
 
 /* Run a verb whose body sets *synced once it has called ck_mpi_all_ok (or
  * must not: a foreground daemon); if it returns before that, make the call

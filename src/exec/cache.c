@@ -69,6 +69,8 @@ struct ck_cache {
 	uint64_t bytes, hits, misses, evictions, groups, regions, errors, in_flight;
 	atomic_uchar *file_changed; /* per source file, set once and logged */
 	atomic_int logged_errors;
+	int64_t *direct; /* per target: file offset of its bytes, or -1 (see ck_cache_direct) */
+	atomic_uint_fast64_t direct_reads;
 };
 
 static size_t hslot(uint32_t t, uint64_t k)
@@ -400,6 +402,53 @@ static void *evaluator(void *arg)
 	return NULL;
 }
 
+/* A target whose bytes are one contiguous, cast-free range of one source
+ * file (a rename, the identity view) needs no evaluation: reads can be
+ * answered from the file itself. */
+int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t)
+{
+	const struct ck_target *tg = &plan->t[t];
+	const struct ck_value *v = &tg->v;
+	if (v->n != 1 || v->p[0].n_casts || tg->holes || !tg->nbytes)
+		return -1;
+	const struct ck_piece *p = &v->p[0];
+	int64_t run = 1;
+	for (int d = v->ndim - 1; d >= 0; d--) {
+		if (p->lo[d] != 0 || p->hi[d] != v->shape[d])
+			return -1;
+		if (v->shape[d] > 1 && p->stride[d] != run)
+			return -1;
+		run *= v->shape[d];
+	}
+	const struct ck_tensor_info *src = &plan->cat->entries[p->src].t;
+	return (int64_t)(src->offset + (uint64_t)p->base * ck_dtype_size(src->dtype));
+}
+
+int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
+		    uint64_t *pos)
+{
+	if (!c->direct || c->direct[t] < 0)
+		return 0;
+	if (target_sources_changed(c, t)) {
+		pthread_mutex_lock(&c->mu);
+		c->errors++;
+		pthread_mutex_unlock(&c->mu);
+		return -EIO;
+	}
+	const struct ck_catalog *cat = c->plan->cat;
+	*fd = cat->files[cat->entries[c->plan->t[t].v.p[0].src].file].fd;
+	*pos = (uint64_t)c->direct[t] + off;
+	atomic_fetch_add(&c->eng.source_bytes_read, len);
+	atomic_fetch_add(&c->eng.read_requests, 1);
+	atomic_fetch_add(&c->direct_reads, 1);
+	return 1;
+}
+
+int ck_cache_is_direct(const struct ck_cache *c, uint32_t t)
+{
+	return c->direct && c->direct[t] >= 0;
+}
+
 int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, struct ck_cache **out,
 		 struct ck_err *err)
 {
@@ -410,6 +459,15 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	}
 	c->plan = plan;
 	c->o = *o;
+	if (!o->no_direct) {
+		if (!(c->direct = malloc((plan->n ? plan->n : 1) * sizeof *c->direct))) {
+			free(c->file_changed);
+			free(c);
+			return ck_fail_sys(err, ENOMEM, "cache");
+		}
+		for (size_t t = 0; t < plan->n; t++)
+			c->direct[t] = ck_plan_direct_offset(plan, (uint32_t)t);
+	}
 	if (!c->o.chunk)
 		c->o.chunk = 4u << 20;
 	if (c->o.threads < 1)
@@ -450,6 +508,7 @@ void ck_cache_free(struct ck_cache *c)
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
 	free(c->file_changed);
+	free(c->direct);
 	free(c);
 }
 
@@ -530,6 +589,7 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->evaluations_in_flight = c->in_flight;
 	pthread_mutex_unlock(&c->mu);
 	s->source_bytes_read = atomic_load(&c->eng.source_bytes_read);
+	s->direct_reads = atomic_load(&c->direct_reads);
 	s->read_requests = atomic_load(&c->eng.read_requests);
 }
 

@@ -26,6 +26,7 @@ struct ck_cache_opts {
 	int threads;	    /* evaluator threads */
 	int use_uring;
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
+	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
 };
@@ -34,6 +35,7 @@ struct ck_cache_stats {
 	uint64_t source_bytes_read, read_requests, groups_evaluated, regions_evaluated;
 	uint64_t cache_hits, cache_misses, cache_bytes, cache_evictions, read_errors;
 	uint64_t evaluations_in_flight;
+	uint64_t direct_reads; /* reads answered from the source file itself */
 };
 
 /* A piece of a read's result, in cache memory that stays valid (referenced)
@@ -58,6 +60,16 @@ void ck_cache_free(struct ck_cache *c);
  * called). */
 int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
 		  void *arg);
+/* Targets that are one contiguous, cast-free range of a source file (renames,
+ * the identity view) are never evaluated: a read of [off, off+len) is
+ * answered from the file at *pos of *fd (after the same source-change check
+ * as evaluations; counted in the stats). Returns 1, 0 when t is not such a
+ * target (or no_direct), or -EIO when its source changed. */
+int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
+		    uint64_t *pos);
+int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
+/* The file offset of target t's bytes if it is such a target, else -1. */
+int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t);
 void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s);
 /* Whether io_uring could not be set up and pread is used. */
 int ck_cache_uring_fell_back(struct ck_cache *c);

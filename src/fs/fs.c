@@ -369,10 +369,11 @@ static char *stats_json(struct ckfs *fs, size_t *len)
 		", \"cache_hits\": %" PRIu64 ", \"cache_misses\": %" PRIu64
 		", \"cache_bytes\": %" PRIu64 ", \"cache_size\": %" PRIu64
 		", \"cache_evictions\": %" PRIu64 ", \"read_errors\": %" PRIu64
-		", \"evaluations_in_flight\": %" PRIu64 ", \"io\": \"%s\"}\n",
+		", \"evaluations_in_flight\": %" PRIu64 ", \"direct_reads\": %" PRIu64
+		", \"io\": \"%s\"}\n",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.cache.cache_size,
-		s.cache_evictions, s.read_errors, s.evaluations_in_flight,
+		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads,
 		fs->o.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread");
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }
@@ -425,7 +426,55 @@ struct pending {
 	char npy_head[256];
 	enum ck_dtype widen; /* npy_f32: the target span holds these, widen to F32 */
 	uint64_t skip;	     /* bytes of the first widened element before the read */
+	/* direct spans (renames, read from the source file): fd >= 0 */
+	int *dfd;
+	uint64_t *dpos;
+	size_t n_direct;
 };
+
+static void pending_free(struct pending *p)
+{
+	free(p->spans);
+	free(p->dfd);
+	free(p->dpos);
+	free(p);
+}
+
+/* Reply with literal, direct (file) and cache bytes in file order: libfuse
+ * reads or splices the file ranges. segs: the cache's bytes for the other
+ * target spans, in order. */
+static void reply_bufvec(struct pending *p, const struct ck_seg *segs, size_t n)
+{
+	size_t cnt = 0;
+	for (size_t i = 0; i < p->n; i++)
+		cnt += p->spans[i].lit || p->dfd[i] >= 0;
+	cnt += n;
+	struct fuse_bufvec *bv = calloc(1, sizeof *bv + (cnt ? cnt - 1 : 0) * sizeof(struct fuse_buf));
+	if (!bv) {
+		fuse_reply_err(p->req, ENOMEM);
+		return;
+	}
+	size_t k = 0, s = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_span *sp = &p->spans[i];
+		if (sp->lit) {
+			bv->buf[k++] = (struct fuse_buf){.size = sp->len, .mem = (void *)sp->lit};
+		} else if (p->dfd[i] >= 0) {
+			bv->buf[k++] = (struct fuse_buf){
+				.size = sp->len,
+				.flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY,
+				.fd = p->dfd[i],
+				.pos = (off_t)p->dpos[i]};
+		} else {
+			for (; s < n && segs[s].dst < sp->dst + sp->len; s++)
+				bv->buf[k++] = (struct fuse_buf){.size = segs[s].len,
+								 .mem = (void *)segs[s].p};
+		}
+	}
+	bv->count = k;
+	fuse_reply_data(p->req, bv, FUSE_BUF_SPLICE_MOVE);
+	free(bv);
+}
 
 /* npy_f32: convert the gathered narrow elements and reply from a buffer. */
 static void reply_widened(struct pending *p, const struct ck_seg *segs, size_t n)
@@ -468,6 +517,8 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 		fuse_reply_err(p->req, -err);
 	} else if (p->widen) {
 		reply_widened(p, segs, n);
+	} else if (p->n_direct) {
+		reply_bufvec(p, segs, n);
 	} else if (niov <= MAX_IOV) {
 		struct iovec stack[16] = {{0}};
 		struct iovec *iov = niov <= 16 ? stack : malloc(niov * sizeof *iov);
@@ -507,8 +558,7 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 			free(buf);
 		}
 	}
-	free(p->spans);
-	free(p);
+	pending_free(p);
 }
 
 static void reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off)
@@ -517,6 +567,33 @@ static void reply_slice(fuse_req_t req, const char *data, size_t len, size_t siz
 		fuse_reply_buf(req, NULL, 0);
 	else
 		fuse_reply_buf(req, data + off, len - (size_t)off < size ? len - (size_t)off : size);
+}
+
+/* Target spans of renamed tensors (one contiguous, cast-free source range)
+ * are answered from the source files themselves, not the cache. Returns the
+ * number of spans left for the cache (copied to *rest), or -errno. */
+static long split_direct(struct ckfs *fs, struct pending *p, struct ck_span **rest)
+{
+	p->dfd = malloc((p->n ? p->n : 1) * sizeof *p->dfd);
+	p->dpos = malloc((p->n ? p->n : 1) * sizeof *p->dpos);
+	*rest = malloc((p->n ? p->n : 1) * sizeof **rest);
+	if (!p->dfd || !p->dpos || !*rest)
+		return -ENOMEM;
+	long k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_span *s = &p->spans[i];
+		int r = 0;
+		p->dfd[i] = -1;
+		if (!s->lit && !p->widen)
+			r = ck_cache_direct(fs->cache, s->target, s->off, s->len, &p->dfd[i],
+					    &p->dpos[i]);
+		if (r < 0)
+			return r;
+		p->n_direct += r == 1;
+		if (!s->lit && r == 0)
+			(*rest)[k++] = *s;
+	}
+	return k;
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -598,9 +675,24 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	} else if (p->spans) {
 		p->spans[p->n++] = (struct ck_span){ct, (uint64_t)off, len, 0, NULL};
 	}
-	if (!p->spans || ck_cache_read(fs->cache, p->spans, p->n, read_done, p) < 0) {
-		free(p->spans);
-		free(p);
+	struct ck_span *rest = NULL;
+	long nr = p->spans ? split_direct(fs, p, &rest) : -ENOMEM;
+	if (nr < 0) {
+		fuse_reply_err(req, (int)-nr);
+		free(rest);
+		pending_free(p);
+		return;
+	}
+	if (nr == 0 && p->n_direct) { /* all from the source files, and literals */
+		reply_bufvec(p, NULL, 0);
+		free(rest);
+		pending_free(p);
+		return;
+	}
+	int r = ck_cache_read(fs->cache, rest, (size_t)nr, read_done, p);
+	free(rest);
+	if (r < 0) {
+		pending_free(p);
 		fuse_reply_err(req, ENOMEM);
 	}
 	/* the reply comes from read_done, possibly on an evaluator thread */
@@ -915,7 +1007,8 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 		ck_fail_sys(err, ENOMEM, "mount");
 		goto out;
 	}
-	struct fs_view_opts vo = {source, o->max_shard_size, o->part_size, o->zip_crc, fs_log, &fs};
+	struct fs_view_opts vo = {source,	    o->max_shard_size, o->part_size, o->zip_crc,
+				  o->cache.no_direct, fs_log,		   &fs};
 	uint64_t base = fs.multi ? INO_TOP + 1 : INO_TOP;
 	for (size_t k = 0; k < n_views; k++, fs.n_views++) {
 		struct fs_view *v = &fs.views[k];

@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../exec/cache.h"
 #include "../util/jsonw.h"
 #include "names.h"
 
@@ -169,8 +170,10 @@ static char *build_plan_json(const struct fs_view *fs, const struct fs_view_opts
 		for (int d = 0; d < t->v.ndim; d++)
 			fprintf(f, "%s%" PRId64, d ? ", " : "", t->v.shape[d]);
 		fprintf(f, "], \"bytes\": %" PRIu64 ", \"group\": %" PRIu32 ", \"flat_offset\": %" PRIu64
-			   "}",
-			t->nbytes, t->group, fs->flat.off[i]);
+			   ", \"direct\": %s}",
+			t->nbytes, t->group, fs->flat.off[i],
+			!o->no_direct && ck_plan_direct_offset(fs->plan, (uint32_t)i) >= 0 ? "true"
+											   : "false");
 	}
 	fprintf(f, "\n], \"pytorch_model_bin\": {\"crc32\": %s, \"omitted\": [",
 		o->zip_crc ? "true" : "false");

@@ -23,6 +23,7 @@ struct fs_view_opts {
 	uint64_t max_shard_size; /* >0: model-0000k-of-0000n.safetensors + index */
 	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors */
 	int zip_crc;
+	int no_direct; /* every target through the cache (plan.json says which are direct) */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
 };

@@ -92,6 +92,12 @@ class Mount:
                 raise
 
 
+def evaluated_groups(plan):
+    """Groups that a full read evaluates: those with a target that is not
+    direct (renames are read straight from their source file)."""
+    return len({t["group"] for t in plan["targets"] if not t["direct"]})
+
+
 def read_random(path, off=0, n=None):
     """Read without kernel readahead widening the request."""
     fd = os.open(path, os.O_RDONLY)
