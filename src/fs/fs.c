@@ -20,7 +20,9 @@
 #include "../util/jsonw.h"
 #include "../plan/npy.h"
 #include "../plan/shard.h"
+#include "../util/fileio.h"
 #include "bdi.h"
+#include "bufpool.h"
 #include "fsview.h"
 
 /* Inodes. A one-view mount puts its view's root at FUSE's root inode (1);
@@ -41,6 +43,7 @@ struct ckfs {
 	const char *source, *mountpoint;
 	struct ck_fs_opts o;
 	struct ck_cache *cache;
+	struct ck_bufpool pool; /* reply buffers of direct reads */
 	int ready_fd;
 	FILE *log;
 	pthread_mutex_t log_mu;
@@ -420,6 +423,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 struct pending {
 	fuse_req_t req;
+	struct ckfs *fs;
 	uint64_t len;	      /* of the read */
 	struct ck_span *spans; /* target spans and literal spans, in file order */
 	size_t n;
@@ -440,40 +444,41 @@ static void pending_free(struct pending *p)
 	free(p);
 }
 
-/* Reply with literal, direct (file) and cache bytes in file order: libfuse
- * reads or splices the file ranges. segs: the cache's bytes for the other
- * target spans, in order. */
-static void reply_bufvec(struct pending *p, const struct ck_seg *segs, size_t n)
+/* Reply with literal, direct (file) and cache bytes in file order: the file
+ * ranges are read into one pooled buffer (at their offsets in the reply),
+ * everything else goes out straight from where it is (fuse_reply_iov). segs:
+ * the cache's bytes for the other target spans, in order. */
+static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg *segs, size_t n)
 {
-	size_t cnt = 0;
+	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
+	size_t cnt = n;
 	for (size_t i = 0; i < p->n; i++)
 		cnt += p->spans[i].lit || p->dfd[i] >= 0;
-	cnt += n;
-	struct fuse_bufvec *bv = calloc(1, sizeof *bv + (cnt ? cnt - 1 : 0) * sizeof(struct fuse_buf));
-	if (!bv) {
-		fuse_reply_err(p->req, ENOMEM);
-		return;
-	}
+	struct iovec stack[16];
+	struct iovec *iov = cnt <= 16 ? stack : malloc(cnt * sizeof *iov);
+	int err = !buf || !iov ? ENOMEM : 0;
 	size_t k = 0, s = 0;
-	for (size_t i = 0; i < p->n; i++) {
+	for (size_t i = 0; i < p->n && !err; i++) {
 		const struct ck_span *sp = &p->spans[i];
 		if (sp->lit) {
-			bv->buf[k++] = (struct fuse_buf){.size = sp->len, .mem = (void *)sp->lit};
+			iov[k++] = (struct iovec){(void *)sp->lit, sp->len};
 		} else if (p->dfd[i] >= 0) {
-			bv->buf[k++] = (struct fuse_buf){
-				.size = sp->len,
-				.flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK | FUSE_BUF_FD_RETRY,
-				.fd = p->dfd[i],
-				.pos = (off_t)p->dpos[i]};
+			int r = ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]);
+			if (r < 0)
+				err = EIO; /* shorter than catalogued: changed under us */
+			iov[k++] = (struct iovec){buf + sp->dst, sp->len};
 		} else {
 			for (; s < n && segs[s].dst < sp->dst + sp->len; s++)
-				bv->buf[k++] = (struct fuse_buf){.size = segs[s].len,
-								 .mem = (void *)segs[s].p};
+				iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
 		}
 	}
-	bv->count = k;
-	fuse_reply_data(p->req, bv, FUSE_BUF_SPLICE_MOVE);
-	free(bv);
+	if (err)
+		fuse_reply_err(p->req, err);
+	else
+		fuse_reply_iov(p->req, iov, (int)k);
+	if (iov != stack)
+		free(iov);
+	ck_bufpool_put(&fs->pool, buf, p->len);
 }
 
 /* npy_f32: convert the gathered narrow elements and reply from a buffer. */
@@ -518,7 +523,7 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 	} else if (p->widen) {
 		reply_widened(p, segs, n);
 	} else if (p->n_direct) {
-		reply_bufvec(p, segs, n);
+		reply_direct(p->fs, p, segs, n);
 	} else if (niov <= MAX_IOV) {
 		struct iovec stack[16] = {{0}};
 		struct iovec *iov = niov <= 16 ? stack : malloc(niov * sizeof *iov);
@@ -651,6 +656,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uint64_t len = (uint64_t)size < total - (uint64_t)off ? size : total - (uint64_t)off;
 	uint64_t end = (uint64_t)off + len;
 	p->req = req;
+	p->fs = fs;
 	p->len = len;
 	size_t n = vf ? ck_vfile_spans(vf, (uint64_t)off, len, NULL, 0) : 2;
 	p->spans = calloc(n ? n : 1, sizeof *p->spans);
@@ -684,7 +690,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (nr == 0 && p->n_direct) { /* all from the source files, and literals */
-		reply_bufvec(p, NULL, 0);
+		reply_direct(fs, p, NULL, 0);
 		free(rest);
 		pending_free(p);
 		return;
@@ -974,6 +980,7 @@ static void free_fs(struct ckfs *fs)
 	for (size_t k = 0; k < fs->n_views; k++)
 		fs_view_free(&fs->views[k]);
 	free(fs->views);
+	ck_bufpool_destroy(&fs->pool);
 	if (fs->log && fs->log != stderr)
 		fclose(fs->log);
 	pthread_mutex_destroy(&fs->log_mu);
@@ -994,6 +1001,8 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 	fs.log = stderr;
 	fs.multi = n_views != 1 || views[0].dir[0];
 	pthread_mutex_init(&fs.log_mu, NULL);
+	/* one reply buffer per FUSE worker, kept: requests are at most 1 MiB */
+	ck_bufpool_init(&fs.pool, 1u << 20, (size_t)(o->fuse_threads > 0 ? o->fuse_threads : 10));
 	int rc = -1;
 	struct fuse_session *se = NULL;
 	struct fuse_loop_config *cfg = NULL;
