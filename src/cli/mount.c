@@ -50,6 +50,9 @@ static void mount_help(FILE *f)
 		"                     tensor before the mount is live; default: CRCs are 0)\n"
 		"  -o no_direct       evaluate renamed tensors through the cache too (default:\n"
 		"                     they are read straight from their source file)\n"
+		"  -o no_prefetch     do not evaluate the next group ahead of a reader that\n"
+		"                     starts a tensor (default: one group ahead, within half\n"
+		"                     the cache)\n"
 		"  -o npy_f32         npy/ serves BF16 and FP8 tensors widened to float32\n"
 		"                     (default: raw '<V2' / '|V1' elements)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
@@ -109,6 +112,8 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			o->npy_f32 = 1;
 		} else if (KEY("no_direct")) {
 			o->cache.no_direct = 1;
+		} else if (KEY("no_prefetch")) {
+			o->cache.no_prefetch = 1;
 		} else if (KEY("group_max")) {
 			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
 				return bad(err, opt);

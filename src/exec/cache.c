@@ -66,7 +66,7 @@ struct ck_cache {
 	struct job *qhead, *qtail;
 	int stop, nth, fell_back;
 	pthread_t th[64];
-	uint64_t bytes, hits, misses, evictions, groups, regions, errors, in_flight;
+	uint64_t bytes, hits, misses, evictions, groups, regions, errors, in_flight, prefetches;
 	atomic_uchar *file_changed; /* per source file, set once and logged */
 	atomic_int logged_errors;
 	int64_t *direct; /* per target: file offset of its bytes, or -1 (see ck_cache_direct) */
@@ -512,6 +512,27 @@ void ck_cache_free(struct ck_cache *c)
 	free(c);
 }
 
+/* Under the lock: a read has just touched the start of target t, as a
+ * reader going through the files in order does; evaluate the next evaluated
+ * group in plan order now, on an idle evaluator, so its bytes are ready when
+ * the reader gets there. One group ahead of the reader, and only while the
+ * cache is under half its budget. */
+static void prefetch_after(struct ck_cache *c, uint32_t t)
+{
+	const struct ck_plan *p = c->plan;
+	uint32_t g = p->t[t].group;
+	for (uint32_t u = t + 1; u < p->n; u++) {
+		if (p->t[u].group == g || !p->t[u].nbytes || ck_cache_is_direct(c, u))
+			continue;
+		uint64_t need = p->g[p->t[u].group].out_bytes;
+		if (need > c->o.group_max)
+			need = c->o.chunk;
+		if (!find(c, u, 0) && c->bytes + need <= c->o.cache_size / 2 && schedule(c, u, 0))
+			c->prefetches++;
+		return;
+	}
+}
+
 int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
 		  void *arg)
 {
@@ -533,6 +554,7 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 	op->arg = arg;
 	atomic_store(&op->pending, 1); /* held by this call until the end */
 	pthread_mutex_lock(&c->mu);
+	int64_t started = -1; /* a target whose first chunk this read missed */
 	for (size_t i = 0; i < n; i++) {
 		const struct ck_span *s = &spans[i];
 		if (s->lit) /* literal bytes are the caller's */
@@ -545,6 +567,8 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 			struct part *pt = &op->parts[op->n];
 			*pt = (struct part){NULL, in, len, s->dst + (pos - s->off), 0};
 			struct entry *e = find(c, s->target, k);
+			if (k == 0)
+				started = s->target;
 			if (e && e->state == READY) {
 				c->hits++;
 				e->refs++;
@@ -571,6 +595,8 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 			pos += len;
 		}
 	}
+	if (started >= 0 && !c->o.no_prefetch)
+		prefetch_after(c, (uint32_t)started);
 	pthread_mutex_unlock(&c->mu);
 	op_done(op);
 	return 0;
@@ -583,6 +609,7 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->regions_evaluated = c->regions;
 	s->cache_hits = c->hits;
 	s->cache_misses = c->misses;
+	s->prefetches = c->prefetches;
 	s->cache_bytes = c->bytes;
 	s->cache_evictions = c->evictions;
 	s->read_errors = c->errors;

@@ -27,6 +27,7 @@ struct ck_cache_opts {
 	int use_uring;
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
+	int no_prefetch;   /* do not evaluate the next group ahead of a reader */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
 };
@@ -36,6 +37,7 @@ struct ck_cache_stats {
 	uint64_t cache_hits, cache_misses, cache_bytes, cache_evictions, read_errors;
 	uint64_t evaluations_in_flight;
 	uint64_t direct_reads; /* reads answered from the source file itself */
+	uint64_t prefetches;   /* groups evaluated ahead of a sequential reader */
 };
 
 /* A piece of a read's result, in cache memory that stays valid (referenced)

@@ -373,10 +373,10 @@ static char *stats_json(struct ckfs *fs, size_t *len)
 		", \"cache_bytes\": %" PRIu64 ", \"cache_size\": %" PRIu64
 		", \"cache_evictions\": %" PRIu64 ", \"read_errors\": %" PRIu64
 		", \"evaluations_in_flight\": %" PRIu64 ", \"direct_reads\": %" PRIu64
-		", \"io\": \"%s\"}\n",
+		", \"prefetches\": %" PRIu64 ", \"io\": \"%s\"}\n",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.cache.cache_size,
-		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads,
+		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
 		fs->o.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread");
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }

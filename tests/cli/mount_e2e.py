@@ -93,9 +93,10 @@ with tempfile.TemporaryDirectory() as d:
         assert m.stats()["io"] == "pread"
 
     # laziness: listing, stat and xattrs evaluate nothing; one read, one group
+    # (no_prefetch: the group after a started tensor is not evaluated ahead)
     maps = [mp("llama-hf-to-megatron.json")]
     view = json.loads(ckref.run(CKPTFS, "inspect", srcs["llama"], "--mapping", maps[0], "--json").stdout)
-    with Mount(srcs["llama"], maps) as m:
+    with Mount(srcs["llama"], maps, "no_prefetch") as m:
         for name in os.listdir(m.path("tensors")):
             p = m.path("tensors", name)
             os.stat(p)
@@ -153,6 +154,25 @@ with tempfile.TemporaryDirectory() as d:
         erofs(lambda: os.chmod(p, 0o666))
         erofs(lambda: os.setxattr(p, "user.x", b"1"))
         erofs(lambda: os.removexattr(p, "user.ckptfs.dtype"))
+
+    # prefetch: starting an evaluated tensor evaluates the next evaluated group
+    # in plan order ahead of the reader, once; reading it then hits the cache
+    with Mount(srcs["llama"], maps) as m:
+        plan = m.plan()
+        evaluated = [t for t in plan["targets"] if not t["direct"]]
+        first = evaluated[0]
+        nxt = next(t for t in evaluated if t["group"] != first["group"])
+        read_random(m.path("tensors", first["name"]))
+        for _ in range(200):  # the prefetch finishes on an evaluator thread
+            s = m.stats()
+            if s["evaluations_in_flight"] == 0 and s["groups_evaluated"] == 2:
+                break
+            time.sleep(0.01)
+        assert s["prefetches"] == 1 and s["groups_evaluated"] == 2, s
+        misses = s["cache_misses"]
+        assert read_random(m.path("tensors", nxt["name"])) == expected(os.path.join(d, "conv2"))[nxt["name"]]
+        s = m.stats()
+        assert s["cache_misses"] == misses and s["prefetches"] == 2, s  # hit; it prefetches the next
 
     # a cache far smaller than the model still serves correct bytes
     want = expected(os.path.join(d, "conv2"))
