@@ -2,7 +2,8 @@
 # The main job on a small built-in example: generate a tiny Llama checkpoint,
 # inspect it, look at it through the HF -> Megatron mapping, convert it there
 # and back (checking the round trip is byte-identical), then mount the
-# Megatron view, list it, read a tensor with numpy and unmount. Installs what
+# Megatron view, list it, read a tensor with numpy, torch.load the virtual
+# pytorch_model.bin and unmount. Installs what
 # it needs on a fresh Debian 12 (run as root: mounting needs /dev/fuse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +39,8 @@ PY
 done
 echo "demo: HF -> Megatron -> HF round trip is byte-identical for every tensor"
 
-# the same view as a filesystem: mount, list, read one tensor, unmount
+# the same view as a filesystem: mount, list, read one tensor with numpy, load
+# the whole view with torch.load, unmount
 mnt="$work/mnt"
 mkdir "$mnt"
 set -x
@@ -51,6 +53,10 @@ shape = json.loads(os.getxattr(p, 'user.ckptfs.shape'))
 bf16 = np.fromfile(p, dtype=np.uint16).reshape(shape)
 print(os.getxattr(p, 'user.ckptfs.dtype').decode(), shape,
       (bf16.astype(np.uint32) << 16).view(np.float32)[0, :4])"
+/usr/bin/python3 -c "
+import torch  # a legacy loader: the flat pytorch_model.bin, assembled on the fly
+sd = torch.load('$mnt/pytorch_model.bin', weights_only=True)
+print(len(sd), 'tensors;', next(iter(sd)), sd['decoder.final_layernorm.weight'].dtype)"
 cat "$mnt/.ckptfs/stats.json"
 fusermount3 -u "$mnt"
 { set +x; } 2>/dev/null
