@@ -1,5 +1,4 @@
-#define FUSE_USE_VERSION 312
-#include "fs.h"
+#include "fs_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,55 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../kern/cpu.h"
 #include "../util/crc32.h"
 #include "../util/jsonw.h"
 #include "../plan/npy.h"
 #include "../plan/shard.h"
-#include "../util/fileio.h"
 #include "bdi.h"
 #include "bufpool.h"
 #include "fsview.h"
-
-/* Inodes. A one-view mount puts its view's root at FUSE's root inode (1);
- * a --ranks mount lists rank directories at 1 and gives each view a range
- * from 2 on. Within a view's range (from its base):
- *   +0 its root, +1 tensors/, +2 .ckptfs/, +3 stats.json, +4 plan.json,
- *   +5 npy/, +8+i target i, +8+n+i its npy file, +8+2n+k root file k. */
-enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_FIRST = 8 };
-#define INO_TOP 1
-#define TIMEOUT 86400.0 /* the view is immutable */
-#define BLKSIZE (1u << 20)
-
-struct ckfs {
-	const struct ck_plan *cache_plan;
-	struct fs_view *views;
-	size_t n_views;
-	int multi; /* rank directories at the top */
-	const char *source, *mountpoint;
-	struct ck_fs_opts o;
-	struct ck_cache *cache;
-	struct ck_bufpool pool; /* reply buffers of direct reads */
-	int ready_fd;
-	FILE *log;
-	pthread_mutex_t log_mu;
-	time_t mounted_at;
-};
-
-enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,
-	    N_FILE };
-
-/* An inode, decoded. */
-struct node {
-	enum kind k;
-	const struct fs_view *v;
-	uint32_t i; /* target index (N_TARGET, N_NPY) or root file index (N_FILE) */
-};
-
-struct snapshot {
-	char *data;
-	size_t len;
-};
 
 static void fs_log(void *ctx, const char *msg)
 {
@@ -76,12 +33,12 @@ static void fs_log(void *ctx, const char *msg)
 	pthread_mutex_unlock(&fs->log_mu);
 }
 
-static uint64_t view_size(const struct fs_view *v)
+uint64_t fs_view_size(const struct fs_view *v)
 {
 	return V_FIRST + 2 * (uint64_t)v->plan->n + v->n_roots;
 }
 
-static struct node decode(const struct ckfs *fs, fuse_ino_t ino)
+struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino)
 {
 	struct node nd = {N_NONE, NULL, 0};
 	if (fs->multi && ino == INO_TOP) {
@@ -97,7 +54,7 @@ static struct node decode(const struct ckfs *fs, fuse_ino_t ino)
 			hi = m;
 	}
 	const struct fs_view *v = &fs->views[lo];
-	if (ino < v->base || ino - v->base >= view_size(v))
+	if (ino < v->base || ino - v->base >= fs_view_size(v))
 		return nd;
 	uint64_t off = ino - v->base, n = v->plan->n;
 	static const enum kind fixed[V_FIRST] = {N_ROOT, N_TENSORS, N_META,  N_STATS,
@@ -114,7 +71,7 @@ static struct node decode(const struct ckfs *fs, fuse_ino_t ino)
 	return nd;
 }
 
-static fuse_ino_t ino_of(const struct fs_view *v, enum kind k, uint32_t i)
+fuse_ino_t fs_ino_of(const struct fs_view *v, enum kind k, uint32_t i)
 {
 	switch (k) {
 	case N_ROOT: return v->base + V_ROOT;
@@ -130,26 +87,26 @@ static fuse_ino_t ino_of(const struct fs_view *v, enum kind k, uint32_t i)
 	}
 }
 
-static int is_dir(enum kind k)
+int fs_is_dir(enum kind k)
 {
 	return k == N_TOP || k == N_ROOT || k == N_TENSORS || k == N_META || k == N_NPYDIR;
 }
 
 /* -o npy_f32: BF16 and FP8 targets (no NumPy dtype) served widened to F32. */
-static int npy_widens(const struct ckfs *fs, const struct ck_target *t)
+int fs_npy_widens(const struct ckfs *fs, const struct ck_target *t)
 {
 	enum ck_dtype dt = t->v.dtype;
 	return fs->o.npy_f32 && (dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2);
 }
 
-static uint64_t npy_data_bytes(const struct ckfs *fs, const struct ck_target *t)
+uint64_t fs_npy_data_bytes(const struct ckfs *fs, const struct ck_target *t)
 {
-	return npy_widens(fs, t) ? t->nbytes / ck_dtype_size(t->v.dtype) * 4 : t->nbytes;
+	return fs_npy_widens(fs, t) ? t->nbytes / ck_dtype_size(t->v.dtype) * 4 : t->nbytes;
 }
 
-static size_t npy_header(const struct ckfs *fs, const struct ck_target *t, char *buf)
+size_t fs_npy_header(const struct ckfs *fs, const struct ck_target *t, char *buf)
 {
-	return ck_npy_header(npy_widens(fs, t) ? CK_DT_F32 : t->v.dtype, t->v.ndim, t->v.shape,
+	return ck_npy_header(fs_npy_widens(fs, t) ? CK_DT_F32 : t->v.dtype, t->v.ndim, t->v.shape,
 			     buf, 256);
 }
 
@@ -161,7 +118,7 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 	st->st_gid = getgid();
 	st->st_blksize = BLKSIZE;
 	st->st_mtime = st->st_ctime = st->st_atime = fs->mounted_at;
-	if (is_dir(nd.k)) {
+	if (fs_is_dir(nd.k)) {
 		st->st_mode = S_IFDIR | 0555;
 		st->st_nlink = 2;
 		return;
@@ -177,7 +134,7 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 	else if (nd.k == N_NPY) {
 		char h[256];
 		const struct ck_target *t = &nd.v->plan->t[nd.i];
-		st->st_size = (off_t)(npy_header(fs, t, h) + npy_data_bytes(fs, t));
+		st->st_size = (off_t)(fs_npy_header(fs, t, h) + fs_npy_data_bytes(fs, t));
 	}
 	st->st_blocks = (st->st_size + 511) / 512;
 }
@@ -186,7 +143,7 @@ static void reply_entry(fuse_req_t req, const struct ckfs *fs, fuse_ino_t ino)
 {
 	struct fuse_entry_param e;
 	memset(&e, 0, sizeof e);
-	struct node nd = decode(fs, ino);
+	struct node nd = fs_decode(fs, ino);
 	e.ino = ino;
 	e.attr_timeout = e.entry_timeout = nd.k == N_STATS ? 0 : TIMEOUT;
 	fill_attr(fs, ino, nd, &e.attr);
@@ -227,33 +184,33 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	struct node p = decode(fs, parent);
+	struct node p = fs_decode(fs, parent);
 	fuse_ino_t ino = 0;
 	uint32_t i;
 	if (p.k == N_TOP) {
 		for (size_t k = 0; !ino && k < fs->n_views; k++)
 			if (!strcmp(name, fs->views[k].dir))
-				ino = ino_of(&fs->views[k], N_ROOT, 0);
+				ino = fs_ino_of(&fs->views[k], N_ROOT, 0);
 	} else if (p.k == N_ROOT) {
 		enum kind k = !strcmp(name, "tensors")	 ? N_TENSORS
 			      : !strcmp(name, ".ckptfs") ? N_META
 			      : !strcmp(name, "npy")	 ? N_NPYDIR
 							 : N_NONE;
 		if (k != N_NONE)
-			ino = ino_of(p.v, k, 0);
+			ino = fs_ino_of(p.v, k, 0);
 		for (size_t r = 0; !ino && r < p.v->n_roots; r++)
 			if (!strcmp(name, p.v->roots[r].name))
-				ino = ino_of(p.v, N_FILE, (uint32_t)r);
+				ino = fs_ino_of(p.v, N_FILE, (uint32_t)r);
 	} else if (p.k == N_META) {
-		ino = !strcmp(name, "stats.json")  ? ino_of(p.v, N_STATS, 0)
-		      : !strcmp(name, "plan.json") ? ino_of(p.v, N_PLAN, 0)
+		ino = !strcmp(name, "stats.json")  ? fs_ino_of(p.v, N_STATS, 0)
+		      : !strcmp(name, "plan.json") ? fs_ino_of(p.v, N_PLAN, 0)
 						   : 0;
 	} else if (p.k == N_TENSORS) {
 		if (ck_strmap_get(&p.v->by_name, name, &i) == 0)
-			ino = ino_of(p.v, N_TARGET, i);
+			ino = fs_ino_of(p.v, N_TARGET, i);
 	} else if (p.k == N_NPYDIR) {
 		if (ck_strmap_get(&p.v->npy_by_name, name, &i) == 0)
-			ino = ino_of(p.v, N_NPY, i);
+			ino = fs_ino_of(p.v, N_NPY, i);
 	}
 	if (!ino)
 		fuse_reply_err(req, ENOENT);
@@ -265,7 +222,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 {
 	(void)fi;
 	struct ckfs *fs = fuse_req_userdata(req);
-	struct node nd = decode(fs, ino);
+	struct node nd = fs_decode(fs, ino);
 	if (nd.k == N_NONE) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -286,7 +243,7 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
 	if (i < 2) { /* . and .. */
 		*name = i ? ".." : ".";
 		/* a view's root has the top (or, alone, itself: inode 1) above it */
-		*e = i == 0 ? ino : d.k == N_TOP || d.k == N_ROOT ? INO_TOP : ino_of(d.v, N_ROOT, 0);
+		*e = i == 0 ? ino : d.k == N_TOP || d.k == N_ROOT ? INO_TOP : fs_ino_of(d.v, N_ROOT, 0);
 		return 1;
 	}
 	i -= 2;
@@ -295,31 +252,31 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
 		if (i >= fs->n_views)
 			return 0;
 		*name = fs->views[i].dir;
-		*e = ino_of(&fs->views[i], N_ROOT, 0);
+		*e = fs_ino_of(&fs->views[i], N_ROOT, 0);
 		return 1;
 	case N_ROOT:
 		if (i < 3) {
 			*name = root[i];
-			*e = ino_of(d.v, root_k[i], 0);
+			*e = fs_ino_of(d.v, root_k[i], 0);
 			return 1;
 		}
 		if (i - 3 >= d.v->n_roots)
 			return 0;
 		*name = d.v->roots[i - 3].name;
-		*e = ino_of(d.v, N_FILE, (uint32_t)(i - 3));
+		*e = fs_ino_of(d.v, N_FILE, (uint32_t)(i - 3));
 		return 1;
 	case N_META:
 		if (i >= 2)
 			return 0;
 		*name = meta[i];
-		*e = ino_of(d.v, meta_k[i], 0);
+		*e = fs_ino_of(d.v, meta_k[i], 0);
 		return 1;
 	case N_TENSORS:
 	case N_NPYDIR:
 		if (i >= d.v->plan->n)
 			return 0;
 		*name = d.k == N_TENSORS ? d.v->names[i] : d.v->npy_names[i];
-		*e = ino_of(d.v, d.k == N_TENSORS ? N_TARGET : N_NPY, (uint32_t)i);
+		*e = fs_ino_of(d.v, d.k == N_TENSORS ? N_TARGET : N_NPY, (uint32_t)i);
 		return 1;
 	default:
 		return 0;
@@ -331,8 +288,8 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)fi;
 	struct ckfs *fs = fuse_req_userdata(req);
-	struct node d = decode(fs, ino);
-	if (!is_dir(d.k)) {
+	struct node d = fs_decode(fs, ino);
+	if (!fs_is_dir(d.k)) {
 		fuse_reply_err(req, d.k == N_NONE ? ENOENT : ENOTDIR);
 		return;
 	}
@@ -348,7 +305,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct stat st;
 		memset(&st, 0, sizeof st);
 		st.st_ino = e;
-		st.st_mode = is_dir(decode(fs, e).k) ? S_IFDIR : S_IFREG;
+		st.st_mode = fs_is_dir(fs_decode(fs, e).k) ? S_IFDIR : S_IFREG;
 		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
 		if (n > size - used)
 			break;
@@ -358,7 +315,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
-static char *stats_json(struct ckfs *fs, size_t *len)
+char *fs_stats_json(struct ckfs *fs, size_t *len)
 {
 	struct ck_cache_stats s;
 	ck_cache_get_stats(fs->cache, &s);
@@ -384,7 +341,7 @@ static char *stats_json(struct ckfs *fs, size_t *len)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	struct node nd = decode(fs, ino);
+	struct node nd = fs_decode(fs, ino);
 	if (nd.k == N_NONE) {
 		fuse_reply_err(req, ENOENT);
 		return;
@@ -395,7 +352,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	if (nd.k == N_STATS) { /* live: a snapshot per open, never a cached copy */
 		struct snapshot *s = malloc(sizeof *s);
-		if (!s || !(s->data = stats_json(fs, &s->len))) {
+		if (!s || !(s->data = fs_stats_json(fs, &s->len))) {
 			free(s);
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -413,295 +370,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	if (decode(fs, ino).k == N_STATS && fi->fh) {
+	if (fs_decode(fs, ino).k == N_STATS && fi->fh) {
 		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
 		free(s->data);
 		free(s);
 	}
 	fuse_reply_err(req, 0);
-}
-
-struct pending {
-	fuse_req_t req;
-	struct ckfs *fs;
-	uint64_t len;	      /* of the read */
-	struct ck_span *spans; /* target spans and literal spans, in file order */
-	size_t n;
-	char npy_head[256];
-	enum ck_dtype widen; /* npy_f32: the target span holds these, widen to F32 */
-	uint64_t skip;	     /* bytes of the first widened element before the read */
-	/* direct spans (renames, read from the source file): fd >= 0 */
-	int *dfd;
-	uint64_t *dpos;
-	size_t n_direct;
-};
-
-static void pending_free(struct pending *p)
-{
-	free(p->spans);
-	free(p->dfd);
-	free(p->dpos);
-	free(p);
-}
-
-/* Reply with literal, direct (file) and cache bytes in file order: the file
- * ranges are read into one pooled buffer (at their offsets in the reply),
- * everything else goes out straight from where it is (fuse_reply_iov). segs:
- * the cache's bytes for the other target spans, in order. */
-static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg *segs, size_t n)
-{
-	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
-	size_t cnt = n;
-	for (size_t i = 0; i < p->n; i++)
-		cnt += p->spans[i].lit || p->dfd[i] >= 0;
-	struct iovec stack[16];
-	struct iovec *iov = cnt <= 16 ? stack : malloc(cnt * sizeof *iov);
-	int err = !buf || !iov ? ENOMEM : 0;
-	size_t k = 0, s = 0;
-	for (size_t i = 0; i < p->n && !err; i++) {
-		const struct ck_span *sp = &p->spans[i];
-		if (sp->lit) {
-			iov[k++] = (struct iovec){(void *)sp->lit, sp->len};
-		} else if (p->dfd[i] >= 0) {
-			int r = ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]);
-			if (r < 0)
-				err = EIO; /* shorter than catalogued: changed under us */
-			iov[k++] = (struct iovec){buf + sp->dst, sp->len};
-		} else {
-			for (; s < n && segs[s].dst < sp->dst + sp->len; s++)
-				iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
-		}
-	}
-	if (err)
-		fuse_reply_err(p->req, err);
-	else
-		fuse_reply_iov(p->req, iov, (int)k);
-	if (iov != stack)
-		free(iov);
-	ck_bufpool_put(&fs->pool, buf, p->len);
-}
-
-/* npy_f32: convert the gathered narrow elements and reply from a buffer. */
-static void reply_widened(struct pending *p, const struct ck_seg *segs, size_t n)
-{
-	const struct ck_span *t = &p->spans[p->n - 1];
-	size_t es = ck_dtype_size(p->widen);
-	unsigned char *narrow = malloc(t->len ? t->len : 1);
-	unsigned char *out = malloc(p->len);
-	float *wide = malloc((t->len / es) * 4 + 1);
-	if (!narrow || !out || !wide) {
-		fuse_reply_err(p->req, ENOMEM);
-	} else {
-		for (size_t i = 0; i < n; i++) /* segment dst offsets are relative to t->dst */
-			memcpy(narrow + (segs[i].dst - t->dst), segs[i].p, segs[i].len);
-		for (uint64_t i = 0; i < t->len / es; i++)
-			wide[i] = ck_cpu_load_f32(narrow + i * es, p->widen);
-		if (p->n == 2)
-			memcpy(out, p->spans[0].lit, p->spans[0].len);
-		memcpy(out + t->dst, (unsigned char *)wide + p->skip, p->len - t->dst);
-		fuse_reply_buf(p->req, (const char *)out, p->len);
-	}
-	free(narrow);
-	free(out);
-	free(wide);
-}
-
-#define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
-
-/* Reply straight from cache memory and literal bytes (fuse_reply_iov: no
- * copy here). segs (target bytes) and the literal spans are each in file
- * order; merge them by their offset in the result. */
-static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
-{
-	struct pending *p = arg;
-	size_t n_lit = 0;
-	for (size_t i = 0; i < p->n; i++)
-		n_lit += p->spans[i].lit != NULL;
-	size_t niov = n + n_lit;
-	if (err) {
-		fuse_reply_err(p->req, -err);
-	} else if (p->widen) {
-		reply_widened(p, segs, n);
-	} else if (p->n_direct) {
-		reply_direct(p->fs, p, segs, n);
-	} else if (niov <= MAX_IOV) {
-		struct iovec stack[16] = {{0}};
-		struct iovec *iov = niov <= 16 ? stack : malloc(niov * sizeof *iov);
-		if (!iov) {
-			fuse_reply_err(p->req, ENOMEM);
-		} else {
-			size_t k = 0, s = 0, l = 0;
-			while (k < niov) {
-				while (l < p->n && !p->spans[l].lit)
-					l++;
-				if (l < p->n && (s == n || p->spans[l].dst < segs[s].dst)) {
-					iov[k++] = (struct iovec){(void *)p->spans[l].lit, p->spans[l].len};
-					l++;
-				} else {
-					iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
-					s++;
-				}
-			}
-			if (k)
-				fuse_reply_iov(p->req, iov, (int)k);
-			else
-				fuse_reply_buf(p->req, NULL, 0);
-			if (iov != stack)
-				free(iov);
-		}
-	} else { /* very many small pieces in one read: gather into one buffer */
-		unsigned char *buf = malloc(p->len);
-		if (!buf) {
-			fuse_reply_err(p->req, ENOMEM);
-		} else {
-			for (size_t i = 0; i < p->n; i++)
-				if (p->spans[i].lit)
-					memcpy(buf + p->spans[i].dst, p->spans[i].lit, p->spans[i].len);
-			for (size_t i = 0; i < n; i++)
-				memcpy(buf + segs[i].dst, segs[i].p, segs[i].len);
-			fuse_reply_buf(p->req, (const char *)buf, p->len);
-			free(buf);
-		}
-	}
-	pending_free(p);
-}
-
-static void reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off)
-{
-	if ((size_t)off >= len)
-		fuse_reply_buf(req, NULL, 0);
-	else
-		fuse_reply_buf(req, data + off, len - (size_t)off < size ? len - (size_t)off : size);
-}
-
-/* Target spans of renamed tensors (one contiguous, cast-free source range)
- * are answered from the source files themselves, not the cache. Returns the
- * number of spans left for the cache (copied to *rest), or -errno. */
-static long split_direct(struct ckfs *fs, struct pending *p, struct ck_span **rest)
-{
-	p->dfd = malloc((p->n ? p->n : 1) * sizeof *p->dfd);
-	p->dpos = malloc((p->n ? p->n : 1) * sizeof *p->dpos);
-	*rest = malloc((p->n ? p->n : 1) * sizeof **rest);
-	if (!p->dfd || !p->dpos || !*rest)
-		return -ENOMEM;
-	long k = 0;
-	for (size_t i = 0; i < p->n; i++) {
-		const struct ck_span *s = &p->spans[i];
-		int r = 0;
-		p->dfd[i] = -1;
-		if (!s->lit && !p->widen)
-			r = ck_cache_direct(fs->cache, s->target, s->off, s->len, &p->dfd[i],
-					    &p->dpos[i]);
-		if (r < 0)
-			return r;
-		p->n_direct += r == 1;
-		if (!s->lit && r == 0)
-			(*rest)[k++] = *s;
-	}
-	return k;
-}
-
-static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
-{
-	struct ckfs *fs = fuse_req_userdata(req);
-	struct node nd = decode(fs, ino);
-	if (nd.k == N_STATS) {
-		/* reply from a copy this thread owns: once the reply is written, the
-		 * reader may close the file and release() frees the snapshot while
-		 * this thread is still returning from fuse_reply_buf */
-		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
-		size_t n = (size_t)off < s->len ? s->len - (size_t)off : 0;
-		n = n < size ? n : size;
-		char *copy = malloc(n ? n : 1);
-		if (!copy) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		memcpy(copy, s->data + (n ? off : 0), n);
-		fuse_reply_buf(req, copy, n);
-		free(copy);
-		return;
-	}
-	if (nd.k == N_PLAN) {
-		reply_slice(req, nd.v->plan_json, nd.v->plan_json_len, size, off);
-		return;
-	}
-	if (nd.k != N_FILE && nd.k != N_TARGET && nd.k != N_NPY) {
-		fuse_reply_err(req, is_dir(nd.k) ? EISDIR : ENOENT);
-		return;
-	}
-	struct pending *p = calloc(1, sizeof *p);
-	if (!p) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	const struct ck_vfile *vf = nd.k == N_FILE ? nd.v->roots[nd.i].v : NULL;
-	const struct ck_target *t = nd.k == N_FILE ? NULL : &nd.v->plan->t[nd.i];
-	uint32_t ct = nd.k == N_FILE ? 0 : fs_view_cache_target(nd.v, nd.i);
-	uint64_t total, head = 0;
-	if (vf) {
-		total = vf->size;
-	} else if (nd.k == N_TARGET) {
-		total = t->nbytes;
-	} else {
-		head = npy_header(fs, t, p->npy_head);
-		total = head + npy_data_bytes(fs, t);
-	}
-	if ((uint64_t)off >= total || size == 0) {
-		free(p);
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	uint64_t len = (uint64_t)size < total - (uint64_t)off ? size : total - (uint64_t)off;
-	uint64_t end = (uint64_t)off + len;
-	p->req = req;
-	p->fs = fs;
-	p->len = len;
-	size_t n = vf ? ck_vfile_spans(vf, (uint64_t)off, len, NULL, 0) : 2;
-	p->spans = calloc(n ? n : 1, sizeof *p->spans);
-	if (p->spans && vf) {
-		p->n = ck_vfile_spans(vf, (uint64_t)off, len, p->spans, n);
-	} else if (p->spans && nd.k == N_NPY) { /* the header, then the tensor */
-		if ((uint64_t)off < head)
-			p->spans[p->n++] = (struct ck_span){0, 0, (end < head ? end : head) - (uint64_t)off,
-							    0, (unsigned char *)p->npy_head + off};
-		uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
-		if (end > head && npy_widens(fs, t)) {
-			/* whole narrow elements covering the F32 bytes [a, end) */
-			uint64_t e0 = (a - head) / 4, e1 = (end - head + 3) / 4;
-			size_t es = ck_dtype_size(t->v.dtype);
-			p->widen = t->v.dtype;
-			p->skip = (a - head) - e0 * 4;
-			p->spans[p->n++] = (struct ck_span){ct, e0 * es, (e1 - e0) * es,
-							    a - (uint64_t)off, NULL};
-		} else if (end > head) {
-			p->spans[p->n++] = (struct ck_span){ct, a - head, end - a, a - (uint64_t)off, NULL};
-		}
-	} else if (p->spans) {
-		p->spans[p->n++] = (struct ck_span){ct, (uint64_t)off, len, 0, NULL};
-	}
-	struct ck_span *rest = NULL;
-	long nr = p->spans ? split_direct(fs, p, &rest) : -ENOMEM;
-	if (nr < 0) {
-		fuse_reply_err(req, (int)-nr);
-		free(rest);
-		pending_free(p);
-		return;
-	}
-	if (nr == 0 && p->n_direct) { /* all from the source files, and literals */
-		reply_direct(fs, p, NULL, 0);
-		free(rest);
-		pending_free(p);
-		return;
-	}
-	int r = ck_cache_read(fs->cache, rest, (size_t)nr, read_done, p);
-	free(rest);
-	if (r < 0) {
-		pending_free(p);
-		fuse_reply_err(req, ENOMEM);
-	}
-	/* the reply comes from read_done, possibly on an evaluator thread */
 }
 
 /* Extended attributes of tensor files: dtype, shape, group and its sources. */
@@ -764,7 +438,7 @@ static void reply_sized(fuse_req_t req, const char *data, size_t len, size_t siz
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	struct node nd = decode(fs, ino);
+	struct node nd = fs_decode(fs, ino);
 	size_t len;
 	char *v = nd.k == N_TARGET ? xattr_value(nd.v->plan, &nd.v->plan->t[nd.i], name, &len) : NULL;
 	if (!v) {
@@ -778,7 +452,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	struct ckfs *fs = fuse_req_userdata(req);
-	struct node nd = decode(fs, ino);
+	struct node nd = fs_decode(fs, ino);
 	const struct ck_target *t = nd.k == N_TARGET ? &nd.v->plan->t[nd.i] : NULL;
 	if (!t) {
 		reply_sized(req, "", 0, size);
@@ -808,7 +482,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 		bytes += 2 * v->plan->total_bytes; /* tensors/ and npy/ */
 		for (size_t r = 0; r < v->n_roots; r++)
 			bytes += v->roots[r].v->size;
-		files += view_size(v);
+		files += fs_view_size(v);
 	}
 	s.f_bsize = s.f_frsize = 4096;
 	s.f_blocks = (bytes + 4095) / 4096;
@@ -888,7 +562,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.readdir = op_readdir,
 	.open = op_open,
 	.release = op_release,
-	.read = op_read,
+	.read = fs_op_read,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
 	.statfs = op_statfs,
@@ -1030,7 +704,7 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 			fs.n_views++;
 			goto out;
 		}
-		base += view_size(v);
+		base += fs_view_size(v);
 	}
 	struct ck_cache_opts co = o->cache;
 	co.log = fs_log;

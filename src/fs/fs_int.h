@@ -1,0 +1,70 @@
+/* Internals of the FUSE front end shared by its files: the daemon's
+ * top-level context, inode decoding and the read path (fsread.c). */
+#ifndef CK_FS_INT_H
+#define CK_FS_INT_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+#include "bufpool.h"
+#include "fs.h"
+#include "fsview.h"
+
+/* Inodes. A one-view mount puts its view's root at FUSE's root inode (1);
+ * a --ranks mount lists rank directories at 1 and gives each view a range
+ * from 2 on. Within a view's range (from its base):
+ *   +0 its root, +1 tensors/, +2 .ckptfs/, +3 stats.json, +4 plan.json,
+ *   +5 npy/, +8+i target i, +8+n+i its npy file, +8+2n+k root file k. */
+enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_FIRST = 8 };
+#define INO_TOP 1
+#define TIMEOUT 86400.0 /* the view is immutable */
+#define BLKSIZE (1u << 20)
+
+struct ckfs {
+	const struct ck_plan *cache_plan;
+	struct fs_view *views;
+	size_t n_views;
+	int multi; /* rank directories at the top */
+	const char *source, *mountpoint;
+	struct ck_fs_opts o;
+	struct ck_cache *cache;
+	struct ck_bufpool pool; /* reply buffers of direct reads */
+	int ready_fd;
+	FILE *log;
+	pthread_mutex_t log_mu;
+	time_t mounted_at;
+};
+
+enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,
+	    N_FILE };
+
+/* An inode, decoded. */
+struct node {
+	enum kind k;
+	const struct fs_view *v;
+	uint32_t i; /* target index (N_TARGET, N_NPY) or root file index (N_FILE) */
+};
+
+struct snapshot {
+	char *data;
+	size_t len;
+};
+
+
+uint64_t fs_view_size(const struct fs_view *v);
+struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino);
+fuse_ino_t fs_ino_of(const struct fs_view *v, enum kind k, uint32_t i);
+int fs_is_dir(enum kind k);
+/* -o npy_f32 */
+int fs_npy_widens(const struct ckfs *fs, const struct ck_target *t);
+uint64_t fs_npy_data_bytes(const struct ckfs *fs, const struct ck_target *t);
+size_t fs_npy_header(const struct ckfs *fs, const struct ck_target *t, char *buf);
+char *fs_stats_json(struct ckfs *fs, size_t *len);
+void fs_reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off);
+/* The read operation (fsread.c): literal, direct and cache bytes. */
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
+
+#endif

@@ -1,0 +1,297 @@
+/* The read path: a read of any file of the tree becomes literal spans
+ * (headers, pickles, zip directories), direct spans (renamed tensors, read
+ * from their source file) and cache spans (evaluated tensors); the reply
+ * goes out from where the bytes are, possibly on an evaluator thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "../kern/cpu.h"
+#include "../util/fileio.h"
+#include "fs_int.h"
+
+struct pending {
+	fuse_req_t req;
+	struct ckfs *fs;
+	uint64_t len;	      /* of the read */
+	struct ck_span *spans; /* target spans and literal spans, in file order */
+	size_t n;
+	char npy_head[256];
+	enum ck_dtype widen; /* npy_f32: the target span holds these, widen to F32 */
+	uint64_t skip;	     /* bytes of the first widened element before the read */
+	/* direct spans (renames, read from the source file): fd >= 0 */
+	int *dfd;
+	uint64_t *dpos;
+	size_t n_direct;
+};
+
+static void pending_free(struct pending *p)
+{
+	free(p->spans);
+	free(p->dfd);
+	free(p->dpos);
+	free(p);
+}
+
+/* Reply with literal, direct (file) and cache bytes in file order: the file
+ * ranges are read into one pooled buffer (at their offsets in the reply),
+ * everything else goes out straight from where it is (fuse_reply_iov). segs:
+ * the cache's bytes for the other target spans, in order. */
+static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg *segs, size_t n)
+{
+	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
+	size_t cnt = n;
+	for (size_t i = 0; i < p->n; i++)
+		cnt += p->spans[i].lit || p->dfd[i] >= 0;
+	struct iovec stack[16];
+	struct iovec *iov = cnt <= 16 ? stack : malloc(cnt * sizeof *iov);
+	int err = !buf || !iov ? ENOMEM : 0;
+	size_t k = 0, s = 0;
+	for (size_t i = 0; i < p->n && !err; i++) {
+		const struct ck_span *sp = &p->spans[i];
+		if (sp->lit) {
+			iov[k++] = (struct iovec){(void *)sp->lit, sp->len};
+		} else if (p->dfd[i] >= 0) {
+			int r = ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]);
+			if (r < 0)
+				err = EIO; /* shorter than catalogued: changed under us */
+			iov[k++] = (struct iovec){buf + sp->dst, sp->len};
+		} else {
+			for (; s < n && segs[s].dst < sp->dst + sp->len; s++)
+				iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
+		}
+	}
+	if (err)
+		fuse_reply_err(p->req, err);
+	else
+		fuse_reply_iov(p->req, iov, (int)k);
+	if (iov != stack)
+		free(iov);
+	ck_bufpool_put(&fs->pool, buf, p->len);
+}
+
+/* npy_f32: convert the gathered narrow elements and reply from a buffer. */
+static void reply_widened(struct pending *p, const struct ck_seg *segs, size_t n)
+{
+	const struct ck_span *t = &p->spans[p->n - 1];
+	size_t es = ck_dtype_size(p->widen);
+	unsigned char *narrow = malloc(t->len ? t->len : 1);
+	unsigned char *out = malloc(p->len);
+	float *wide = malloc((t->len / es) * 4 + 1);
+	if (!narrow || !out || !wide) {
+		fuse_reply_err(p->req, ENOMEM);
+	} else {
+		for (size_t i = 0; i < n; i++) /* segment dst offsets are relative to t->dst */
+			memcpy(narrow + (segs[i].dst - t->dst), segs[i].p, segs[i].len);
+		for (uint64_t i = 0; i < t->len / es; i++)
+			wide[i] = ck_cpu_load_f32(narrow + i * es, p->widen);
+		if (p->n == 2)
+			memcpy(out, p->spans[0].lit, p->spans[0].len);
+		memcpy(out + t->dst, (unsigned char *)wide + p->skip, p->len - t->dst);
+		fuse_reply_buf(p->req, (const char *)out, p->len);
+	}
+	free(narrow);
+	free(out);
+	free(wide);
+}
+
+#define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
+
+/* Reply straight from cache memory and literal bytes (fuse_reply_iov: no
+ * copy here). segs (target bytes) and the literal spans are each in file
+ * order; merge them by their offset in the result. */
+static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
+{
+	struct pending *p = arg;
+	size_t n_lit = 0;
+	for (size_t i = 0; i < p->n; i++)
+		n_lit += p->spans[i].lit != NULL;
+	size_t niov = n + n_lit;
+	if (err) {
+		fuse_reply_err(p->req, -err);
+	} else if (p->widen) {
+		reply_widened(p, segs, n);
+	} else if (p->n_direct) {
+		reply_direct(p->fs, p, segs, n);
+	} else if (niov <= MAX_IOV) {
+		struct iovec stack[16] = {{0}};
+		struct iovec *iov = niov <= 16 ? stack : malloc(niov * sizeof *iov);
+		if (!iov) {
+			fuse_reply_err(p->req, ENOMEM);
+		} else {
+			size_t k = 0, s = 0, l = 0;
+			while (k < niov) {
+				while (l < p->n && !p->spans[l].lit)
+					l++;
+				if (l < p->n && (s == n || p->spans[l].dst < segs[s].dst)) {
+					iov[k++] = (struct iovec){(void *)p->spans[l].lit, p->spans[l].len};
+					l++;
+				} else {
+					iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
+					s++;
+				}
+			}
+			if (k)
+				fuse_reply_iov(p->req, iov, (int)k);
+			else
+				fuse_reply_buf(p->req, NULL, 0);
+			if (iov != stack)
+				free(iov);
+		}
+	} else { /* very many small pieces in one read: gather into one buffer */
+		unsigned char *buf = malloc(p->len);
+		if (!buf) {
+			fuse_reply_err(p->req, ENOMEM);
+		} else {
+			for (size_t i = 0; i < p->n; i++)
+				if (p->spans[i].lit)
+					memcpy(buf + p->spans[i].dst, p->spans[i].lit, p->spans[i].len);
+			for (size_t i = 0; i < n; i++)
+				memcpy(buf + segs[i].dst, segs[i].p, segs[i].len);
+			fuse_reply_buf(p->req, (const char *)buf, p->len);
+			free(buf);
+		}
+	}
+	pending_free(p);
+}
+
+void fs_reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off)
+{
+	if ((size_t)off >= len)
+		fuse_reply_buf(req, NULL, 0);
+	else
+		fuse_reply_buf(req, data + off, len - (size_t)off < size ? len - (size_t)off : size);
+}
+
+/* Target spans of renamed tensors (one contiguous, cast-free source range)
+ * are answered from the source files themselves, not the cache. Returns the
+ * number of spans left for the cache (copied to *rest), or -errno. */
+static long split_direct(struct ckfs *fs, struct pending *p, struct ck_span **rest)
+{
+	p->dfd = malloc((p->n ? p->n : 1) * sizeof *p->dfd);
+	p->dpos = malloc((p->n ? p->n : 1) * sizeof *p->dpos);
+	*rest = malloc((p->n ? p->n : 1) * sizeof **rest);
+	if (!p->dfd || !p->dpos || !*rest)
+		return -ENOMEM;
+	long k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_span *s = &p->spans[i];
+		int r = 0;
+		p->dfd[i] = -1;
+		if (!s->lit && !p->widen)
+			r = ck_cache_direct(fs->cache, s->target, s->off, s->len, &p->dfd[i],
+					    &p->dpos[i]);
+		if (r < 0)
+			return r;
+		p->n_direct += r == 1;
+		if (!s->lit && r == 0)
+			(*rest)[k++] = *s;
+	}
+	return k;
+}
+
+void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct ckfs *fs = fuse_req_userdata(req);
+	struct node nd = fs_decode(fs, ino);
+	if (nd.k == N_STATS) {
+		/* reply from a copy this thread owns: once the reply is written, the
+		 * reader may close the file and release() frees the snapshot while
+		 * this thread is still returning from fuse_reply_buf */
+		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+		size_t n = (size_t)off < s->len ? s->len - (size_t)off : 0;
+		n = n < size ? n : size;
+		char *copy = malloc(n ? n : 1);
+		if (!copy) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		memcpy(copy, s->data + (n ? off : 0), n);
+		fuse_reply_buf(req, copy, n);
+		free(copy);
+		return;
+	}
+	if (nd.k == N_PLAN) {
+		fs_reply_slice(req, nd.v->plan_json, nd.v->plan_json_len, size, off);
+		return;
+	}
+	if (nd.k != N_FILE && nd.k != N_TARGET && nd.k != N_NPY) {
+		fuse_reply_err(req, fs_is_dir(nd.k) ? EISDIR : ENOENT);
+		return;
+	}
+	struct pending *p = calloc(1, sizeof *p);
+	if (!p) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	const struct ck_vfile *vf = nd.k == N_FILE ? nd.v->roots[nd.i].v : NULL;
+	const struct ck_target *t = nd.k == N_FILE ? NULL : &nd.v->plan->t[nd.i];
+	uint32_t ct = nd.k == N_FILE ? 0 : fs_view_cache_target(nd.v, nd.i);
+	uint64_t total, head = 0;
+	if (vf) {
+		total = vf->size;
+	} else if (nd.k == N_TARGET) {
+		total = t->nbytes;
+	} else {
+		head = fs_npy_header(fs, t, p->npy_head);
+		total = head + fs_npy_data_bytes(fs, t);
+	}
+	if ((uint64_t)off >= total || size == 0) {
+		free(p);
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	uint64_t len = (uint64_t)size < total - (uint64_t)off ? size : total - (uint64_t)off;
+	uint64_t end = (uint64_t)off + len;
+	p->req = req;
+	p->fs = fs;
+	p->len = len;
+	size_t n = vf ? ck_vfile_spans(vf, (uint64_t)off, len, NULL, 0) : 2;
+	p->spans = calloc(n ? n : 1, sizeof *p->spans);
+	if (p->spans && vf) {
+		p->n = ck_vfile_spans(vf, (uint64_t)off, len, p->spans, n);
+	} else if (p->spans && nd.k == N_NPY) { /* the header, then the tensor */
+		if ((uint64_t)off < head)
+			p->spans[p->n++] = (struct ck_span){0, 0, (end < head ? end : head) - (uint64_t)off,
+							    0, (unsigned char *)p->npy_head + off};
+		uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
+		if (end > head && fs_npy_widens(fs, t)) {
+			/* whole narrow elements covering the F32 bytes [a, end) */
+			uint64_t e0 = (a - head) / 4, e1 = (end - head + 3) / 4;
+			size_t es = ck_dtype_size(t->v.dtype);
+			p->widen = t->v.dtype;
+			p->skip = (a - head) - e0 * 4;
+			p->spans[p->n++] = (struct ck_span){ct, e0 * es, (e1 - e0) * es,
+							    a - (uint64_t)off, NULL};
+		} else if (end > head) {
+			p->spans[p->n++] = (struct ck_span){ct, a - head, end - a, a - (uint64_t)off, NULL};
+		}
+	} else if (p->spans) {
+		p->spans[p->n++] = (struct ck_span){ct, (uint64_t)off, len, 0, NULL};
+	}
+	struct ck_span *rest = NULL;
+	long nr = p->spans ? split_direct(fs, p, &rest) : -ENOMEM;
+	if (nr < 0) {
+		fuse_reply_err(req, (int)-nr);
+		free(rest);
+		pending_free(p);
+		return;
+	}
+	if (nr == 0 && p->n_direct) { /* all from the source files, and literals */
+		reply_direct(fs, p, NULL, 0);
+		free(rest);
+		pending_free(p);
+		return;
+	}
+	int r = ck_cache_read(fs->cache, rest, (size_t)nr, read_done, p);
+	free(rest);
+	if (r < 0) {
+		pending_free(p);
+		fuse_reply_err(req, ENOMEM);
+	}
+	/* the reply comes from read_done, possibly on an evaluator thread */
+}
+
