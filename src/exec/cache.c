@@ -70,6 +70,7 @@ struct ck_cache {
 	atomic_uchar *file_changed; /* per source file, set once and logged */
 	atomic_int logged_errors;
 	int64_t *direct; /* per target: file offset of its bytes, or -1 (see ck_cache_direct) */
+	uint32_t *next_eval; /* per target: the next evaluated target of another group, or n */
 	atomic_uint_fast64_t direct_reads;
 };
 
@@ -449,6 +450,26 @@ int ck_cache_is_direct(const struct ck_cache *c, uint32_t t)
 	return c->direct && c->direct[t] >= 0;
 }
 
+/* next_eval[t] for prefetch_after, computed once: a backwards sweep keeps
+ * the nearest evaluated target after t, and the nearest one of a group other
+ * than that one's (t's own group is evaluated with t). */
+static int build_next_eval(struct ck_cache *c)
+{
+	const struct ck_plan *p = c->plan;
+	if (!(c->next_eval = malloc((p->n ? p->n : 1) * sizeof *c->next_eval)))
+		return -1;
+	uint32_t a = (uint32_t)p->n, b = (uint32_t)p->n; /* nearest, and nearest of another group */
+	for (size_t i = p->n; i-- > 0;) {
+		c->next_eval[i] = a < p->n && p->t[a].group != p->t[i].group ? a : b;
+		if (p->t[i].nbytes && !ck_cache_is_direct(c, (uint32_t)i)) {
+			if (a < p->n && p->t[a].group != p->t[i].group)
+				b = a;
+			a = (uint32_t)i;
+		}
+	}
+	return 0;
+}
+
 int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, struct ck_cache **out,
 		 struct ck_err *err)
 {
@@ -467,6 +488,12 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 		}
 		for (size_t t = 0; t < plan->n; t++)
 			c->direct[t] = ck_plan_direct_offset(plan, (uint32_t)t);
+	}
+	if (build_next_eval(c) < 0) {
+		free(c->direct);
+		free(c->file_changed);
+		free(c);
+		return ck_fail_sys(err, ENOMEM, "cache");
 	}
 	if (!c->o.chunk)
 		c->o.chunk = 4u << 20;
@@ -509,6 +536,7 @@ void ck_cache_free(struct ck_cache *c)
 	pthread_cond_destroy(&c->cv);
 	free(c->file_changed);
 	free(c->direct);
+	free(c->next_eval);
 	free(c);
 }
 
@@ -520,17 +548,14 @@ void ck_cache_free(struct ck_cache *c)
 static void prefetch_after(struct ck_cache *c, uint32_t t)
 {
 	const struct ck_plan *p = c->plan;
-	uint32_t g = p->t[t].group;
-	for (uint32_t u = t + 1; u < p->n; u++) {
-		if (p->t[u].group == g || !p->t[u].nbytes || ck_cache_is_direct(c, u))
-			continue;
-		uint64_t need = p->g[p->t[u].group].out_bytes;
-		if (need > c->o.group_max)
-			need = c->o.chunk;
-		if (!find(c, u, 0) && c->bytes + need <= c->o.cache_size / 2 && schedule(c, u, 0))
-			c->prefetches++;
+	uint32_t u = c->next_eval[t];
+	if (u >= p->n)
 		return;
-	}
+	uint64_t need = p->g[p->t[u].group].out_bytes;
+	if (need > c->o.group_max)
+		need = c->o.chunk;
+	if (!find(c, u, 0) && c->bytes + need <= c->o.cache_size / 2 && schedule(c, u, 0))
+		c->prefetches++;
 }
 
 int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
