@@ -291,11 +291,10 @@ int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchz
 	z->included = calloc(n, sizeof *z->included);
 	z->omitted = calloc(n, sizeof *z->omitted);
 	z->crc_at = calloc(2 * n, sizeof *z->crc_at);
-	z->data_off = calloc(n, sizeof *z->data_off);
 	size_t n_entries = 0;
 	struct entry *e = calloc(n + 2, sizeof *e);
 	struct buf pk = {0}, cd = {0};
-	if (!z->included || !z->omitted || !z->crc_at || !z->data_off || !e)
+	if (!z->included || !z->omitted || !z->crc_at || !e)
 		goto oom;
 	for (size_t i = 0; i < p->n; i++) {
 		if (ck_torch_storage(p->t[i].v.dtype))
@@ -322,7 +321,6 @@ int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchz
 		if (at < 0)
 			goto oom;
 		z->crc_at[2 * k] = (uint64_t)at;
-		z->data_off[k] = z->v.size;
 		if (ck_vfile_target(&z->v, ti, 0, p->t[ti].nbytes) < 0)
 			goto oom;
 	}
@@ -370,6 +368,5 @@ void ck_torchzip_free(struct ck_torchzip *z)
 	free(z->included);
 	free(z->omitted);
 	free(z->crc_at);
-	free(z->data_off);
 	memset(z, 0, sizeof *z);
 }

@@ -25,7 +25,6 @@ struct ck_torchzip {
 	uint32_t *included, *omitted; /* target indices */
 	size_t n_included, n_omitted;
 	uint64_t *crc_at; /* blob offsets of the two CRC fields of included[k] */
-	uint64_t *data_off; /* file offset of included[k]'s data */
 };
 
 /* The torch storage class of a dtype ("FloatStorage"), or NULL. */
