@@ -226,7 +226,30 @@ with tempfile.TemporaryDirectory() as d:
             return read_random(p, info.header_offset + 30, nl).decode()
         for info in infos[-3:]:
             assert local_name(info) == info.filename
-    print("ZIP64: directory offsets past 4 GiB point at their local headers")
+    # one record past 4 GiB: every gate and up projection of the 8b preset
+    # stacked into one 7.5 GB tensor; its local header carries the ZIP64 sizes
+    bigmap = os.path.join(d, "big.json")
+    json.dump({"ckptfs_mapping": 1, "unused": "drop", "rules": [
+        {"from": {"g": "model.layers.{L}.mlp.gate_proj.weight", "u": "model.layers.{L}.mlp.up_proj.weight"},
+         "reduce": "L", "to": "big", "expr": "cat([stack(g, 0), stack(u, 0)], 0)"}]}, open(bigmap, "w"))
+    with Mount(s8, [bigmap]) as m:
+        p = m.path("pytorch_model.bin")
+        with zipfile.ZipFile(p) as z:
+            info = z.getinfo("pytorch_model/data/0")
+        size = os.stat(m.path("tensors", "big")).st_size
+        assert info.file_size == info.compress_size == size > 1 << 32, (info, size)
+        h = read_random(p, info.header_offset, 30)
+        nl, xl = struct.unpack("<HH", h[26:30])
+        assert h[:4] == b"PK\x03\x04" and struct.unpack("<II", h[18:26]) == (0xFFFFFFFF, 0xFFFFFFFF)
+        extra = read_random(p, info.header_offset + 30 + nl, xl)
+        assert struct.unpack("<HHQQ", extra[:20]) == (1, 16, size, size), extra[:20]  # ZIP64 sizes
+        data = info.header_offset + 30 + nl + xl
+        assert data % 64 == 0
+        # (the preset is holes: these reads show the offsets are served, not
+        # which bytes land where; the small views above check that)
+        for off in (0, size - 4096):  # first and last bytes, through both files
+            assert read_random(p, data + off, 4096) == read_random(m.path("tensors", "big"), off, 4096)
+    print("ZIP64: directory offsets past 4 GiB point at their local headers; a 7.5 GB record has ZIP64 sizes")
 
     # sharded flat view: the index names every key once, each shard holds its keys
     want = ckref.read_checkpoint_dir(os.path.join(d, "conv2"))
