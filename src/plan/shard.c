@@ -1,4 +1,4 @@
-#include "shard.h"
+#include "shard_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -46,7 +46,7 @@ int64_t ck_mesh_world(const struct ck_mesh *m)
 	return w;
 }
 
-static int axis_of(const struct ck_mesh *m, const char *name)
+int ck_mesh_axis(const struct ck_mesh *m, const char *name)
 {
 	for (int i = 0; i < m->n; i++)
 		if (!strcmp(m->name[i], name))
@@ -54,19 +54,13 @@ static int axis_of(const struct ck_mesh *m, const char *name)
 	return -1;
 }
 
-struct req_ctx {
-	const struct ck_mesh *m;
-	const cJSON *config;
-	const int64_t *coord; /* this rank's position on each axis */
-};
 
-/* Names in `require`: mesh axis sizes (an axis not in the mesh is 1), then
- * config.json values. */
-static int req_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
+
+int ck_shard_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
 {
 	struct req_ctx *c = vctx;
 	memset(out, 0, sizeof *out);
-	int a = axis_of(c->m, name);
+	int a = ck_mesh_axis(c->m, name);
 	if (a >= 0 || !strcmp(name, "tp") || !strcmp(name, "ep") || !strcmp(name, "dp") ||
 	    !strcmp(name, "pp")) {
 		out->kind = XV_INT;
@@ -112,7 +106,7 @@ static int shard_target(struct ck_target *t, const struct ck_partition *r, const
 		info->axis_frag[d] = 1;
 		if (!r->spec[d])
 			continue;
-		int a = axis_of(m, r->spec[d]);
+		int a = ck_mesh_axis(m, r->spec[d]);
 		if (a >= 0) {
 			if (used[a]++)
 				return ck_fail(err, CK_E_MAPPING,
@@ -187,209 +181,6 @@ static int shard_target(struct ck_target *t, const struct ck_partition *r, const
 	return 0;
 }
 
-/* The integer value of a capture, or -1 if it is not a decimal integer. */
-static int64_t capture_int(const struct ck_binding *b, const char *name)
-{
-	const char *v = ck_binding_get(b, name);
-	if (!v || !*v || strlen(v) > 12)
-		return -1;
-	int64_t x = 0;
-	for (const char *q = v; *q; q++) {
-		if (!isdigit((unsigned char)*q))
-			return -1;
-		x = x * 10 + (*q - '0');
-	}
-	return x;
-}
-
-/* Contiguous range [lo, hi) of a split's values held by position c. */
-static int select_range(const struct ck_select *s, const struct ck_plan *p, const struct ck_mesh *m,
-			int a, const char *path, struct req_ctx *rc, int64_t *lo, int64_t *hi,
-			int64_t *count_out, struct ck_err *err)
-{
-	int64_t count = 0, size = m->size[a];
-	if (s->count) {
-		struct ck_xval v;
-		if (ck_expr_eval(s->count, req_lookup, rc, &v, err) < 0) {
-			char msg[sizeof err->msg];
-			memcpy(msg, err->msg, sizeof msg);
-			return ck_fail(err, CK_E_MAPPING, "%s: select rule %d: count: %s", path,
-				       s->index, msg);
-		}
-		int ok = v.kind == XV_INT && v.i >= 0;
-		count = v.i;
-		ck_xval_free(&v);
-		if (!ok)
-			return ck_fail(err, CK_E_MAPPING, "%s: select rule %d: count is not a "
-							  "non-negative integer",
-				       path, s->index);
-	} else {
-		for (size_t i = 0; i < p->n; i++) {
-			struct ck_binding b = {0};
-			if (ck_pattern_match(&s->match, p->t[i].name, &b) > 0) {
-				int64_t x = capture_int(&b, s->split);
-				count = x >= count ? x + 1 : count;
-			}
-			ck_binding_clear(&b);
-		}
-	}
-	int64_t c = rc->coord[a]; /* this rank's position on the axis */
-	*count_out = count;
-	if (s->bounds) {
-		if (s->n_bounds != size + 1 || s->bounds[s->n_bounds - 1] != count)
-			return ck_fail(err, CK_E_MAPPING,
-				       "%s: select rule %d: boundaries need %lld values from 0 to %lld "
-				       "(the count of {%s}) for %s=%lld",
-				       path, s->index, (long long)(size + 1), (long long)count, s->split,
-				       s->axis, (long long)size);
-		*lo = s->bounds[c];
-		*hi = s->bounds[c + 1];
-		return 0;
-	}
-	if (count % size)
-		return ck_fail(err, CK_E_MAPPING,
-			       "%s: select rule %d: %lld values of {%s} do not split evenly over "
-			       "%s=%lld (give \"boundaries\")",
-			       path, s->index, (long long)count, s->split, s->axis, (long long)size);
-	*lo = c * (count / size);
-	*hi = *lo + count / size;
-	return 0;
-}
-
-struct order {
-	struct ck_target t;
-	unsigned axes;
-	char *global;
-};
-
-static int cmp_order(const void *a, const void *b)
-{
-	const struct order *x = a, *y = b;
-	int c = ck_natural_cmp(x->t.name, y->t.name);
-	return c ? c : strcmp(x->t.name, y->t.name);
-}
-
-/* Apply the select rules: drop the targets this rank does not hold, rename
- * renumbered ones (keeping the global name), and record per target the
- * axes it is placed on (not replicated over). */
-static int select_targets(struct ck_plan *p, const struct ck_mapping *rules,
-			  const struct ck_mesh *m, const char *path, struct req_ctx *rc,
-			  unsigned **sel_axes, char ***global_out, struct ck_err *err)
-{
-	int ns = rules ? rules->n_sels : 0;
-	int64_t lo[64], hi[64], cnt[64];
-	int ax[64];
-	if (ns > 64)
-		return ck_fail(err, CK_E_MAPPING, "%s: more than 64 select rules", path);
-	for (int k = 0; k < ns; k++) {
-		const struct ck_select *s = &rules->sels[k];
-		ax[k] = axis_of(m, s->axis);
-		if (ax[k] >= 0 && s->split &&
-		    select_range(s, p, m, ax[k], path, rc, &lo[k], &hi[k], &cnt[k], err) < 0)
-			return -1;
-	}
-	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);
-	char **global = calloc(p->n ? p->n : 1, sizeof *global);
-	if (!*sel_axes || !global) {
-		free(global);
-		return ck_fail_sys(err, ENOMEM, "select");
-	}
-	size_t kept = 0;
-	int rc_ = 0;
-	for (size_t i = 0; i < p->n; i++) {
-		struct ck_target *t = &p->t[i];
-		unsigned axes = 0;
-		int keep = 1;
-		char *name = t->name, *orig = NULL;
-		for (int k = 0; k < ns && keep && rc_ == 0; k++) {
-			const struct ck_select *s = &rules->sels[k];
-			struct ck_binding b = {0};
-			if (ax[k] < 0 || ck_pattern_match(&s->match, name, &b) <= 0) {
-				ck_binding_clear(&b);
-				continue;
-			}
-			int64_t c = rc->coord[ax[k]], size = m->size[ax[k]];
-			axes |= 1u << ax[k];
-			if (s->stage) {
-				keep = s->stage == 1 ? c == 0 : c == size - 1;
-			} else {
-				int64_t x = capture_int(&b, s->split);
-				if (x < 0 || x >= cnt[k])
-					rc_ = ck_fail(err, CK_E_MAPPING,
-						      "%s: select rule %d: {%s} of \"%s\" is not an "
-						      "integer below its count",
-						      path, s->index, s->split, t->name);
-				keep = x >= lo[k] && x < hi[k];
-				if (keep && s->renumber) {
-					char num[24], *nn = NULL;
-					snprintf(num, sizeof num, "%lld", (long long)(x - lo[k]));
-					if (ck_binding_set(&b, s->split, num) < 0 ||
-					    ck_pattern_subst(&s->match, &b, &nn, err) < 0)
-						rc_ = -1;
-					if (!orig)
-						orig = name;
-					else if (name != t->name)
-						free(name);
-					name = nn;
-				}
-			}
-			ck_binding_clear(&b);
-		}
-		if (rc_ < 0) { /* keep every target owned by the plan, then fail */
-			if (name != t->name)
-				free(name);
-			size_t k0 = kept;
-			for (size_t j = i; j < p->n; j++)
-				p->t[kept++] = p->t[j];
-			p->n = kept;
-			for (size_t j = 0; j < k0; j++)
-				free(global[j]);
-			free(global);
-			return -1;
-		}
-		if (!keep) { /* not this rank's */
-			if (name != t->name)
-				free(name);
-			free(t->name);
-			ck_value_free(&t->v);
-			continue;
-		}
-		if (orig) {
-			global[kept] = orig;
-			t->name = name;
-		}
-		(*sel_axes)[kept] = axes;
-		p->t[kept++] = *t;
-	}
-	p->n = kept;
-	/* renumbered names sort anew; keep the global names beside them */
-	struct order *o = calloc(p->n ? p->n : 1, sizeof *o);
-	if (!o) {
-		*global_out = global;
-		return ck_fail_sys(err, ENOMEM, "select");
-	}
-	for (size_t i = 0; i < p->n; i++)
-		o[i] = (struct order){p->t[i], (*sel_axes)[i], global[i]};
-	qsort(o, p->n, sizeof *o, cmp_order);
-	ck_strmap_free(&p->by_name);
-	int bad = ck_strmap_init(&p->by_name, p->n) < 0;
-	for (size_t i = 0; i < p->n; i++) {
-		p->t[i] = o[i].t;
-		(*sel_axes)[i] = o[i].axes;
-		global[i] = o[i].global;
-		uint32_t other;
-		if (!bad && ck_strmap_put(&p->by_name, p->t[i].name, (uint32_t)i, &other) == 1)
-			rc_ = ck_fail(err, CK_E_MAPPING, "%s: renumbering gives two targets the name "
-							  "\"%s\"",
-				      path, p->t[i].name);
-	}
-	free(o);
-	*global_out = global;
-	if (bad)
-		return ck_fail_sys(err, ENOMEM, "select");
-	return rc_;
-}
-
 int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		  int64_t rank, struct ck_err *err)
 {
@@ -425,7 +216,7 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		if (!pr->require)
 			continue;
 		struct ck_xval v;
-		if (ck_expr_eval(pr->require, req_lookup, &rc, &v, err) < 0) {
+		if (ck_expr_eval(pr->require, ck_shard_lookup, &rc, &v, err) < 0) {
 			char msg[sizeof err->msg];
 			memcpy(msg, err->msg, sizeof msg);
 			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: require: %s", path,
@@ -439,7 +230,7 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	}
 	unsigned *sel_axes = NULL;
 	char **global = NULL;
-	int rc_ = select_targets(p, rules, m, path, &rc, &sel_axes, &global, err);
+	int rc_ = ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, err);
 	for (size_t i = 0; rc_ == 0 && i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		struct ck_shard_info *info = calloc(1, sizeof *info);
@@ -482,71 +273,6 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	free(global);
 	free(sel_axes);
 	return rc_ < 0 ? -1 : ck_plan_refresh(p, err);
-}
-
-/* qsort_r order: output bytes descending, then group index */
-static int cmp_group_size(const void *a, const void *b, void *ctx)
-{
-	const struct ck_plan *p = ctx;
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	uint64_t bx = p->g[x].out_bytes, by = p->g[y].out_bytes;
-	return bx != by ? (bx < by ? 1 : -1) : (x > y) - (x < y);
-}
-
-int ck_groups_assign(const struct ck_plan *p, int64_t world, uint32_t **rank_of,
-		     struct ck_err *err)
-{
-	if (world < 1 || world > (1 << 20))
-		return ck_fail(err, CK_E_USAGE, "--shard-groups: world size %lld is not 1..%d",
-			       (long long)world, 1 << 20);
-	size_t ng = p->n_groups;
-	uint32_t *order = malloc((ng ? ng : 1) * sizeof *order);
-	uint64_t *load = calloc((size_t)world, sizeof *load);
-	*rank_of = malloc((ng ? ng : 1) * sizeof **rank_of);
-	if (!order || !load || !*rank_of) {
-		free(order);
-		free(load);
-		free(*rank_of);
-		*rank_of = NULL;
-		return ck_fail_sys(err, ENOMEM, "group sharding");
-	}
-	for (size_t g = 0; g < ng; g++)
-		order[g] = (uint32_t)g;
-	/* largest first; equal sizes in group order (a total order: the same
-	 * assignment on every process) */
-	qsort_r(order, ng, sizeof *order, cmp_group_size, (void *)p);
-	for (size_t i = 0; i < ng; i++) {
-		int64_t best = 0;
-		for (int64_t r = 1; r < world; r++)
-			if (load[r] < load[best])
-				best = r;
-		(*rank_of)[order[i]] = (uint32_t)best;
-		load[best] += p->g[order[i]].out_bytes;
-	}
-	free(order);
-	free(load);
-	return 0;
-}
-
-int ck_plan_shard_groups(struct ck_plan *p, int64_t world, int64_t rank, struct ck_err *err)
-{
-	if (rank < 0 || rank >= world)
-		return ck_fail(err, CK_E_USAGE, "rank %lld is outside the world (size %lld)",
-			       (long long)rank, (long long)world);
-	uint32_t *rank_of;
-	if (ck_groups_assign(p, world, &rank_of, err) < 0)
-		return -1;
-	unsigned char *keep = malloc(p->n ? p->n : 1);
-	if (!keep) {
-		free(rank_of);
-		return ck_fail_sys(err, ENOMEM, "group sharding");
-	}
-	for (size_t i = 0; i < p->n; i++)
-		keep[i] = rank_of[p->t[i].group] == (uint32_t)rank;
-	free(rank_of);
-	int r = ck_plan_retain(p, keep, err);
-	free(keep);
-	return r;
 }
 
 void ck_shard_fput_json(FILE *f, const struct ck_shard_info *s, int ndim, const char *field)

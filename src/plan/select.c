@@ -1,0 +1,214 @@
+/* Select rules: whole targets placed on positions of a mesh axis (pipeline
+ * stages, experts of per-expert keys), renumbered if asked. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shard_int.h"
+
+/* The integer value of a capture, or -1 if it is not a decimal integer. */
+static int64_t capture_int(const struct ck_binding *b, const char *name)
+{
+	const char *v = ck_binding_get(b, name);
+	if (!v || !*v || strlen(v) > 12)
+		return -1;
+	int64_t x = 0;
+	for (const char *q = v; *q; q++) {
+		if (!isdigit((unsigned char)*q))
+			return -1;
+		x = x * 10 + (*q - '0');
+	}
+	return x;
+}
+
+/* Contiguous range [lo, hi) of a split's values held by position c. */
+static int select_range(const struct ck_select *s, const struct ck_plan *p, const struct ck_mesh *m,
+			int a, const char *path, struct req_ctx *rc, int64_t *lo, int64_t *hi,
+			int64_t *count_out, struct ck_err *err)
+{
+	int64_t count = 0, size = m->size[a];
+	if (s->count) {
+		struct ck_xval v;
+		if (ck_expr_eval(s->count, ck_shard_lookup, rc, &v, err) < 0) {
+			char msg[sizeof err->msg];
+			memcpy(msg, err->msg, sizeof msg);
+			return ck_fail(err, CK_E_MAPPING, "%s: select rule %d: count: %s", path,
+				       s->index, msg);
+		}
+		int ok = v.kind == XV_INT && v.i >= 0;
+		count = v.i;
+		ck_xval_free(&v);
+		if (!ok)
+			return ck_fail(err, CK_E_MAPPING, "%s: select rule %d: count is not a "
+							  "non-negative integer",
+				       path, s->index);
+	} else {
+		for (size_t i = 0; i < p->n; i++) {
+			struct ck_binding b = {0};
+			if (ck_pattern_match(&s->match, p->t[i].name, &b) > 0) {
+				int64_t x = capture_int(&b, s->split);
+				count = x >= count ? x + 1 : count;
+			}
+			ck_binding_clear(&b);
+		}
+	}
+	int64_t c = rc->coord[a]; /* this rank's position on the axis */
+	*count_out = count;
+	if (s->bounds) {
+		if (s->n_bounds != size + 1 || s->bounds[s->n_bounds - 1] != count)
+			return ck_fail(err, CK_E_MAPPING,
+				       "%s: select rule %d: boundaries need %lld values from 0 to %lld "
+				       "(the count of {%s}) for %s=%lld",
+				       path, s->index, (long long)(size + 1), (long long)count, s->split,
+				       s->axis, (long long)size);
+		*lo = s->bounds[c];
+		*hi = s->bounds[c + 1];
+		return 0;
+	}
+	if (count % size)
+		return ck_fail(err, CK_E_MAPPING,
+			       "%s: select rule %d: %lld values of {%s} do not split evenly over "
+			       "%s=%lld (give \"boundaries\")",
+			       path, s->index, (long long)count, s->split, s->axis, (long long)size);
+	*lo = c * (count / size);
+	*hi = *lo + count / size;
+	return 0;
+}
+
+struct order {
+	struct ck_target t;
+	unsigned axes;
+	char *global;
+};
+
+static int cmp_order(const void *a, const void *b)
+{
+	const struct order *x = a, *y = b;
+	int c = ck_natural_cmp(x->t.name, y->t.name);
+	return c ? c : strcmp(x->t.name, y->t.name);
+}
+
+/* Apply the select rules: drop the targets this rank does not hold, rename
+ * renumbered ones (keeping the global name), and record per target the
+ * axes it is placed on (not replicated over). */
+int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
+		      const char *path, struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
+		      struct ck_err *err)
+{
+	int ns = rules ? rules->n_sels : 0;
+	int64_t lo[64], hi[64], cnt[64];
+	int ax[64];
+	if (ns > 64)
+		return ck_fail(err, CK_E_MAPPING, "%s: more than 64 select rules", path);
+	for (int k = 0; k < ns; k++) {
+		const struct ck_select *s = &rules->sels[k];
+		ax[k] = ck_mesh_axis(m, s->axis);
+		if (ax[k] >= 0 && s->split &&
+		    select_range(s, p, m, ax[k], path, rc, &lo[k], &hi[k], &cnt[k], err) < 0)
+			return -1;
+	}
+	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);
+	char **global = calloc(p->n ? p->n : 1, sizeof *global);
+	if (!*sel_axes || !global) {
+		free(global);
+		return ck_fail_sys(err, ENOMEM, "select");
+	}
+	size_t kept = 0;
+	int rc_ = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		unsigned axes = 0;
+		int keep = 1;
+		char *name = t->name, *orig = NULL;
+		for (int k = 0; k < ns && keep && rc_ == 0; k++) {
+			const struct ck_select *s = &rules->sels[k];
+			struct ck_binding b = {0};
+			if (ax[k] < 0 || ck_pattern_match(&s->match, name, &b) <= 0) {
+				ck_binding_clear(&b);
+				continue;
+			}
+			int64_t c = rc->coord[ax[k]], size = m->size[ax[k]];
+			axes |= 1u << ax[k];
+			if (s->stage) {
+				keep = s->stage == 1 ? c == 0 : c == size - 1;
+			} else {
+				int64_t x = capture_int(&b, s->split);
+				if (x < 0 || x >= cnt[k])
+					rc_ = ck_fail(err, CK_E_MAPPING,
+						      "%s: select rule %d: {%s} of \"%s\" is not an "
+						      "integer below its count",
+						      path, s->index, s->split, t->name);
+				keep = x >= lo[k] && x < hi[k];
+				if (keep && s->renumber) {
+					char num[24], *nn = NULL;
+					snprintf(num, sizeof num, "%lld", (long long)(x - lo[k]));
+					if (ck_binding_set(&b, s->split, num) < 0 ||
+					    ck_pattern_subst(&s->match, &b, &nn, err) < 0)
+						rc_ = -1;
+					if (!orig)
+						orig = name;
+					else if (name != t->name)
+						free(name);
+					name = nn;
+				}
+			}
+			ck_binding_clear(&b);
+		}
+		if (rc_ < 0) { /* keep every target owned by the plan, then fail */
+			if (name != t->name)
+				free(name);
+			size_t k0 = kept;
+			for (size_t j = i; j < p->n; j++)
+				p->t[kept++] = p->t[j];
+			p->n = kept;
+			for (size_t j = 0; j < k0; j++)
+				free(global[j]);
+			free(global);
+			return -1;
+		}
+		if (!keep) { /* not this rank's */
+			if (name != t->name)
+				free(name);
+			free(t->name);
+			ck_value_free(&t->v);
+			continue;
+		}
+		if (orig) {
+			global[kept] = orig;
+			t->name = name;
+		}
+		(*sel_axes)[kept] = axes;
+		p->t[kept++] = *t;
+	}
+	p->n = kept;
+	/* renumbered names sort anew; keep the global names beside them */
+	struct order *o = calloc(p->n ? p->n : 1, sizeof *o);
+	if (!o) {
+		*global_out = global;
+		return ck_fail_sys(err, ENOMEM, "select");
+	}
+	for (size_t i = 0; i < p->n; i++)
+		o[i] = (struct order){p->t[i], (*sel_axes)[i], global[i]};
+	qsort(o, p->n, sizeof *o, cmp_order);
+	ck_strmap_free(&p->by_name);
+	int bad = ck_strmap_init(&p->by_name, p->n) < 0;
+	for (size_t i = 0; i < p->n; i++) {
+		p->t[i] = o[i].t;
+		(*sel_axes)[i] = o[i].axes;
+		global[i] = o[i].global;
+		uint32_t other;
+		if (!bad && ck_strmap_put(&p->by_name, p->t[i].name, (uint32_t)i, &other) == 1)
+			rc_ = ck_fail(err, CK_E_MAPPING, "%s: renumbering gives two targets the name "
+							  "\"%s\"",
+				      path, p->t[i].name);
+	}
+	free(o);
+	*global_out = global;
+	if (bad)
+		return ck_fail_sys(err, ENOMEM, "select");
+	return rc_;
+}
+
