@@ -151,7 +151,7 @@ static int string(struct p *p)
 	}
 }
 
-/* An integer token (the scan allowed no other numbers); *ok = 0 when the
+/* An integer token (the scan allowed no other numbers); *is_num = 0 when the
  * value is not a number at all (the caller decides what that means). */
 static int number(struct p *p, int64_t *v, int *is_num)
 {

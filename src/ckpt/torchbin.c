@@ -18,20 +18,31 @@ int ck_is_zip(const unsigned char *p)
 	return p[0] == 'P' && p[1] == 'K' && p[2] == 3 && p[3] == 4;
 }
 
+const char *ck_torch_storage(enum ck_dtype dt)
+{
+	switch (dt) {
+	case CK_DT_F64: return "DoubleStorage";
+	case CK_DT_F32: return "FloatStorage";
+	case CK_DT_F16: return "HalfStorage";
+	case CK_DT_BF16: return "BFloat16Storage";
+	case CK_DT_I64: return "LongStorage";
+	case CK_DT_I32: return "IntStorage";
+	case CK_DT_I16: return "ShortStorage";
+	case CK_DT_I8: return "CharStorage";
+	case CK_DT_U8: return "ByteStorage";
+	case CK_DT_BOOL: return "BoolStorage";
+	case CK_DT_C64: return "ComplexFloatStorage";
+	default: return NULL;
+	}
+}
+
 static enum ck_dtype storage_dtype(const char *name)
 {
-	static const struct {
-		const char *n;
-		enum ck_dtype d;
-	} t[] = {{"FloatStorage", CK_DT_F32},	{"DoubleStorage", CK_DT_F64},
-		 {"HalfStorage", CK_DT_F16},	{"BFloat16Storage", CK_DT_BF16},
-		 {"LongStorage", CK_DT_I64},	{"IntStorage", CK_DT_I32},
-		 {"ShortStorage", CK_DT_I16},	{"CharStorage", CK_DT_I8},
-		 {"ByteStorage", CK_DT_U8},	{"BoolStorage", CK_DT_BOOL},
-		 {"ComplexFloatStorage", CK_DT_C64}};
-	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-		if (!strcmp(name, t[i].n))
-			return t[i].d;
+	for (int dt = 1; dt < CK_DT_COUNT; dt++) {
+		const char *s = ck_torch_storage((enum ck_dtype)dt);
+		if (s && !strcmp(s, name))
+			return (enum ck_dtype)dt;
+	}
 	return CK_DT_INVALID;
 }
 

@@ -22,6 +22,11 @@ int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_he
 int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
 			const char *single_name, struct ck_st_header *out, size_t *skipped,
 			struct ck_err *err);
+/* The typed storage class of a dtype ("FloatStorage"), or NULL for dtypes
+ * torch 1.13 has none for (FP8, unsigned wider than 8 bits): one table for
+ * reading torch.save files and writing the virtual pytorch_model.bin. */
+const char *ck_torch_storage(enum ck_dtype dt);
+
 /* Whether the first bytes are a zip's (PK\3\4). */
 int ck_is_zip(const unsigned char *first4);
 

@@ -5,29 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ckpt/torchbin.h"
 #include "../util/crc32.h"
 
 #define U32_MAX_ZIP 0xFFFFFFFFu
 #define ALIGN 64
 #define PAGE_ALIGN 4096
-
-const char *ck_torch_storage(enum ck_dtype dt)
-{
-	switch (dt) {
-	case CK_DT_F64: return "DoubleStorage";
-	case CK_DT_F32: return "FloatStorage";
-	case CK_DT_F16: return "HalfStorage";
-	case CK_DT_BF16: return "BFloat16Storage";
-	case CK_DT_I64: return "LongStorage";
-	case CK_DT_I32: return "IntStorage";
-	case CK_DT_I16: return "ShortStorage";
-	case CK_DT_I8: return "CharStorage";
-	case CK_DT_U8: return "ByteStorage";
-	case CK_DT_BOOL: return "BoolStorage";
-	case CK_DT_C64: return "ComplexFloatStorage";
-	default: return NULL;
-	}
-}
 
 /* A growable byte buffer for the pickle and the directory. */
 struct buf {

@@ -27,9 +27,6 @@ struct ck_torchzip {
 	uint64_t *crc_at; /* blob offsets of the two CRC fields of included[k] */
 };
 
-/* The torch storage class of a dtype ("FloatStorage"), or NULL. */
-const char *ck_torch_storage(enum ck_dtype dt);
-
 /* dir: the archive's top-level directory name (torch uses the file's base
  * name: "pytorch_model"). */
 int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
