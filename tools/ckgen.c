@@ -78,10 +78,13 @@ int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
 	return ck_fail(err, CK_E_USAGE, "no preset \"%s\" for model \"%s\"", preset, arch);
 }
 
+enum gkind { G_PLAIN, G_FP8, G_SCALE };
+
 struct gtensor {
 	char name[192];
 	int ndim;
 	int64_t shape[3];
+	enum gkind kind;
 };
 
 struct glist {
@@ -112,7 +115,29 @@ static int add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_
 	g->ndim = ndim;
 	g->shape[0] = d0;
 	g->shape[1] = d1;
+	g->kind = G_PLAIN;
 	return 0;
+}
+
+/* The last tensor added becomes FP8 with its block scales beside it. */
+static int make_fp8(struct glist *l, int64_t block)
+{
+	if (block <= 0)
+		return 0;
+	struct gtensor w = l->t[l->n - 1];
+	char base[192];
+	snprintf(base, sizeof base, "%s", w.name);
+	l->t[l->n - 1].kind = G_FP8;
+	if (add(l, "", 2, (w.shape[0] + block - 1) / block, (w.shape[1] + block - 1) / block,
+		"%s_scale_inv", base) < 0)
+		return -1;
+	l->t[l->n - 1].kind = G_SCALE;
+	return 0;
+}
+
+static enum ck_dtype gdtype(const struct ckgen_spec *s, const struct gtensor *t)
+{
+	return t->kind == G_FP8 ? CK_DT_F8_E4M3 : t->kind == G_SCALE ? CK_DT_F32 : s->dtype;
 }
 
 static int64_t head_dim(const struct ckgen_spec *s)
@@ -128,10 +153,11 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 	for (int64_t L = 0; L < s->layers && !r; L++) {
 		const char *a = "model.layers.%" PRId64 ".self_attn.%s.weight";
 		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".input_layernorm.weight", L);
-		r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj");
-		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj");
-		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj");
-		r |= add(l, p, 2, H, s->heads * hd, a, L, "o_proj");
+		int64_t B = s->fp8_block;
+		r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj") || make_fp8(l, B);
+		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || make_fp8(l, B);
+		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || make_fp8(l, B);
+		r |= add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || make_fp8(l, B);
 		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
 			 L);
 		if (!strcmp(s->arch, "mixtral")) {
@@ -140,15 +166,15 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 			r |= add(l, p, 2, s->experts, H,
 				 "model.layers.%" PRId64 ".block_sparse_moe.gate.weight", L);
 			for (int64_t x = 0; x < s->experts; x++) {
-				r |= add(l, p, 2, I, H, e, L, x, "w1");
-				r |= add(l, p, 2, H, I, e, L, x, "w2");
-				r |= add(l, p, 2, I, H, e, L, x, "w3");
+				r |= add(l, p, 2, I, H, e, L, x, "w1") || make_fp8(l, B);
+				r |= add(l, p, 2, H, I, e, L, x, "w2") || make_fp8(l, B);
+				r |= add(l, p, 2, I, H, e, L, x, "w3") || make_fp8(l, B);
 			}
 		} else {
 			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
-			r |= add(l, p, 2, I, H, m, L, "gate_proj");
-			r |= add(l, p, 2, I, H, m, L, "up_proj");
-			r |= add(l, p, 2, H, I, m, L, "down_proj");
+			r |= add(l, p, 2, I, H, m, L, "gate_proj") || make_fp8(l, B);
+			r |= add(l, p, 2, I, H, m, L, "up_proj") || make_fp8(l, B);
+			r |= add(l, p, 2, H, I, m, L, "down_proj") || make_fp8(l, B);
 		}
 	}
 	r |= add(l, p, 1, H, 0, "model.norm.weight");
@@ -217,6 +243,12 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			s->tie ? "true" : "false", tdt);
 		if (s->head_dim)
 			fprintf(f, ",\n  \"head_dim\": %" PRId64, s->head_dim);
+		if (s->fp8_block > 0)
+			fprintf(f,
+				",\n  \"quantization_config\": {\"activation_scheme\": \"dynamic\", "
+				"\"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": "
+				"[%" PRId64 ", %" PRId64 "]}",
+				s->fp8_block, s->fp8_block);
 		if (moe)
 			fprintf(f, ",\n  \"num_local_experts\": %" PRId64
 				   ",\n  \"num_experts_per_tok\": 2",
@@ -233,6 +265,9 @@ static void encode(enum ck_dtype dt, double v, unsigned char *out)
 	float f = (float)v;
 	uint16_t h;
 	switch (dt) {
+	case CK_DT_F8_E4M3:
+		out[0] = ck_f32_to_e4m3(f, 0);
+		break;
 	case CK_DT_F16:
 		h = ck_f32_to_f16(f, 0);
 		memcpy(out, &h, 2);
@@ -258,7 +293,8 @@ static int write_data(int fd, const struct gtensor *t, enum ck_dtype dt, uint64_
 	for (uint64_t i = 0; i < numel; i += CHUNK) {
 		uint64_t n = numel - i < CHUNK ? numel - i : CHUNK;
 		for (uint64_t j = 0; j < n; j++) {
-			double v = ((double)(ckgen_splitmix64(h + i + j) % 255) - 127.0) / 64.0;
+			uint64_t r = ckgen_splitmix64(h + i + j) % 255;
+			double v = t->kind == G_SCALE ? ((double)r + 1.0) / 64.0 : ((double)r - 127.0) / 64.0;
 			encode(dt, v, buf + j * es);
 		}
 		if (pwrite(fd, buf, n * es, (off_t)(off + i * es)) != (ssize_t)(n * es)) {
@@ -285,10 +321,10 @@ static int write_shard(const struct ckgen_spec *s, const struct gtensor *t, size
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++) {
 		o[i].name = t[i].name;
-		o[i].dtype = s->dtype;
+		o[i].dtype = gdtype(s, &t[i]);
 		o[i].ndim = t[i].ndim;
 		o[i].shape = t[i].shape;
-		ck_shape_bytes(t[i].shape, t[i].ndim, s->dtype, &o[i].nbytes);
+		ck_shape_bytes(t[i].shape, t[i].ndim, o[i].dtype, &o[i].nbytes);
 		total += o[i].nbytes;
 	}
 	const char *mk[] = {"format"}, *mv[] = {"pt"};
@@ -304,7 +340,7 @@ static int write_shard(const struct ckgen_spec *s, const struct gtensor *t, size
 		goto out;
 	}
 	for (size_t i = 0; i < n && !s->sparse; i++)
-		if (write_data(fd, &t[i], s->dtype, hl + off[i], o[i].nbytes / ck_dtype_size(s->dtype),
+		if (write_data(fd, &t[i], o[i].dtype, hl + off[i], o[i].nbytes / ck_dtype_size(o[i].dtype),
 			       path, err) < 0)
 			goto out;
 	rc = 0;
@@ -334,7 +370,7 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 	uint64_t total = 0;
 	for (size_t i = 0; i < l.n; i++) {
 		uint64_t nb;
-		ck_shape_bytes(l.t[i].shape, l.t[i].ndim, s->dtype, &nb);
+		ck_shape_bytes(l.t[i].shape, l.t[i].ndim, gdtype(s, &l.t[i]), &nb);
 		total += nb;
 	}
 	int shards = (size_t)s->shards > l.n ? (int)l.n : s->shards;
@@ -360,7 +396,7 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 		while (end < l.n && (end == start || done < goal || k == shards - 1) &&
 		       l.n - end > (size_t)(shards - k - 1)) {
 			uint64_t nb;
-			ck_shape_bytes(l.t[end].shape, l.t[end].ndim, s->dtype, &nb);
+			ck_shape_bytes(l.t[end].shape, l.t[end].ndim, gdtype(s, &l.t[end]), &nb);
 			done += nb;
 			end++;
 		}

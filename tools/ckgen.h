@@ -22,6 +22,12 @@ struct ckgen_spec {
 	int shards; /* 1: model.safetensors; >1: model-0000k-of-0000n + index */
 	int sparse; /* headers only, data left as file holes */
 	char prefix[64]; /* prepended to every key (e.g. "module." for wrapper tests) */
+	/* > 0: DeepSeek-V3-style FP8 checkpoint. Every 2-D weight of a layer is
+	 * F8_E4M3, element i = E4M3(v(key, i)) (round to nearest even), with a
+	 * F32 `...weight_scale_inv` of ceil(rows/B) x ceil(cols/B) blocks, scale j
+	 * = ((splitmix64(fnv1a64(scale key) + j) mod 255) + 1) / 64; config.json
+	 * gets quantization_config.weight_block_size [B, B]. */
+	int64_t fp8_block;
 };
 
 uint64_t ckgen_splitmix64(uint64_t x);

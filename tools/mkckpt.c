@@ -18,6 +18,8 @@ static void usage(FILE *f)
 		"  --sparse                     headers only; data left as file holes\n"
 		"  --layers N --hidden N --intermediate N --heads N --kv-heads N\n"
 		"  --vocab N --experts N --head-dim N --tie --untie --prefix STR\n"
+		"  --fp8-block B                layer weights as F8_E4M3 + F32 weight_scale_inv\n"
+		"                               per BxB block (DeepSeek-V3 style)\n"
 		"Element i of tensor KEY is ((splitmix64(fnv1a64(KEY) + i) %% 255) - 127) / 64.\n");
 }
 
@@ -35,11 +37,11 @@ static int64_t num(const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_LAYERS = 256, O_HIDDEN, O_INTER, O_HEADS, O_KV, O_VOCAB, O_EXPERTS, O_HD,
-	       O_TIE, O_UNTIE, O_PREFIX, O_SPARSE };
+	       O_TIE, O_UNTIE, O_PREFIX, O_SPARSE, O_FP8 };
 	static const struct option opts[] = {
 		{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
 		{"dtype", required_argument, 0, 'd'}, {"shards", required_argument, 0, 's'},
-		{"sparse", no_argument, 0, O_SPARSE}, {"layers", required_argument, 0, O_LAYERS},
+		{"sparse", no_argument, 0, O_SPARSE}, {"fp8-block", required_argument, 0, O_FP8}, {"layers", required_argument, 0, O_LAYERS},
 		{"hidden", required_argument, 0, O_HIDDEN},
 		{"intermediate", required_argument, 0, O_INTER},
 		{"heads", required_argument, 0, O_HEADS}, {"kv-heads", required_argument, 0, O_KV},
@@ -82,6 +84,7 @@ int main(int argc, char **argv)
 			break;
 		case 's': s.shards = (int)num(optarg); break;
 		case O_SPARSE: s.sparse = 1; break;
+		case O_FP8: s.fp8_block = num(optarg); break;
 		case O_LAYERS: s.layers = num(optarg); break;
 		case O_HIDDEN: s.hidden = num(optarg); break;
 		case O_INTER: s.intermediate = num(optarg); break;

@@ -156,7 +156,7 @@ int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
 		       struct ck_st_header *out, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
-	uint64_t n;
+	uint64_t n = 0;
 	if (check_prefix(buf, len, what, &n, err) < 0)
 		return -1;
 	return parse_header_json((const char *)buf + 8, n, len - 8 - n, what, out, err);
@@ -167,7 +167,7 @@ int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_st_hea
 {
 	memset(out, 0, sizeof *out);
 	unsigned char p8[8] = {0};
-	uint64_t n;
+	uint64_t n = 0;
 	int r = file_size >= 8 ? ck_pread_full(fd, p8, 8, 0) : 0;
 	if (r < 0)
 		return ck_fail_sys(err, -r, "%s: cannot read header length", what);

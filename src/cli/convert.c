@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "../exec/convert.h"
+#include "../kern/device.h"
 #include "../plan/shard.h"
 #include "../util/jsonw.h"
 #include "cli.h"
@@ -77,7 +78,9 @@ static int convert_main(int argc, char **argv, int *synced)
 	struct ck_view_args va = {.rank = -1};
 	char outbuf[4096];
 	int r;
-	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL, NULL};
+	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL, NULL, NULL, 0};
+	struct ck_device dev;
+	ck_device_parse("cpu", &dev, NULL);
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -99,6 +102,17 @@ static int convert_main(int argc, char **argv, int *synced)
 					(ck_fail(&err, CK_E_USAGE, "--threads: 1..64"), &err));
 		} else if (!strcmp(a, "--no-uring")) {
 			o.use_uring = 0;
+		} else if (!strcmp(a, "--device") && has) {
+			struct ck_device d;
+			if (ck_device_parse(argv[++i], &d, &err) < 0)
+				return ck_cli_report(&err);
+			dev.kind = d.kind; /* --gpu-mem may come before or after */
+			dev.index = d.index;
+		} else if (!strcmp(a, "--gpu-mem") && has) {
+			if (ck_parse_size(argv[++i], &dev.gpu_mem) < 0 || !dev.gpu_mem)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+							      "--gpu-mem: not a size: %s", argv[i]),
+						      &err));
 		} else if (!strcmp(a, "--progress")) {
 			o.progress = 1;
 		} else if (!strcmp(a, "--quiet")) {
@@ -118,7 +132,7 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (!source || !outdir)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
-					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N] [--mesh AXES --rank R | --shard-groups]"),
+					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N] [--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | --shard-groups]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse(dtype, NULL)))
@@ -176,7 +190,17 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (v.cat->config && (!va.shard_groups || v.rank == 0))
 		o.config_src = cfg;
 	struct ck_convert_stats stats;
-	int rc = ck_convert(v.plan, outdir, &o, &stats, &err);
+	/* the GPU opens last: every input error has been reported by now */
+	int lanes = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	char note[400];
+	int rc = ck_device_open(&dev, lanes < 1 ? 1 : lanes > 64 ? 64 : lanes, &o.gpu, note,
+				sizeof note, &err);
+	if (rc == 0 && note[0] && o.progress >= 0)
+		fprintf(stderr, "ckptfs: %s\n", note);
+	o.gpu_min = dev.gpu_min;
+	if (rc == 0)
+		rc = ck_convert(v.plan, outdir, &o, &stats, &err);
+	ck_gpu_close(o.gpu);
 	/* under mpirun every rank learns whether all succeeded; rank 0 of a
 	 * group-sharded convert then writes the index (without MPI it does so
 	 * after its own part: check every rank's exit status) */

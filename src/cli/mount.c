@@ -21,6 +21,7 @@ static void mount_help(FILE *f)
 	fprintf(f,
 		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]...\n"
 		"                    [--mesh AXES (--rank R | --ranks LIST) | --shard-groups]\n"
+		"                    [--device cpu|cuda|cuda:N|auto]\n"
 		"                    [-f] [-o OPT[,OPT...]]\n"
 		"  --ranks 0-7        with --mesh: one daemon serving rank0/ ... rank7/ (also 0,2,5\n"
 		"                     or all), one cache and one evaluation of every replicated or\n"
@@ -55,6 +56,11 @@ static void mount_help(FILE *f)
 		"                     the cache)\n"
 		"  -o npy_f32         npy/ serves BF16 and FP8 tensors widened to float32\n"
 		"                     (default: raw '<V2' / '|V1' elements)\n"
+		"  --device cpu|cuda|cuda:N|auto  where casts, transposes and block scales run\n"
+		"                     (default cpu; cuda: the local rank's GPU; the GPU is opened\n"
+		"                     by the daemon and a failure leaves nothing mounted)\n"
+		"  -o gpu_mem=SIZE    device memory for the CUDA lanes (default 1GiB)\n"
+		"  -o gpu_min=SIZE    smaller reads stay on the CPU (default 256KiB)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  any other -o option goes to FUSE: allow_other, debug, fsname=..., ...\n"
 		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
@@ -136,6 +142,11 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			o->cache.use_uring = 0;
 		} else if (KEY("direct_io")) {
 			o->direct_io = 1;
+		} else if (KEY("gpu_mem") || KEY("gpu_min")) {
+			uint64_t v;
+			if (!val || ck_parse_size(val, &v) < 0 || (KEY("gpu_mem") && !v))
+				return bad(err, opt);
+			*(KEY("gpu_mem") ? &o->device.gpu_mem : &o->device.gpu_min) = v;
 		} else {
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
@@ -158,6 +169,8 @@ static int mount_main(int argc, char **argv, int *synced)
 	o.cache.use_uring = 1;
 	o.part_size = (uint64_t)5 << 30; /* vLLM's default max file size */
 	o.cache.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	ck_device_parse("cpu", &o.device, NULL);
+	const char *device = NULL;
 	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
 	int fuse_argc = 3;
 	struct ck_err err;
@@ -170,6 +183,8 @@ static int mount_main(int argc, char **argv, int *synced)
 			if (r < 0)
 				return ck_cli_report(&err);		} else if (!strcmp(a, "-f")) {
 			o.foreground = 1;
+		} else if (!strcmp(a, "--device") && i + 1 < argc) {
+			device = argv[++i];
 		} else if (!strcmp(a, "-o") && i + 1 < argc) {
 			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
 				return ck_cli_report(&err);
@@ -186,6 +201,13 @@ static int mount_main(int argc, char **argv, int *synced)
 	if (!source || !mnt_arg) {
 		mount_help(stderr);
 		return 2;
+	}
+	if (device) { /* after -o, whose gpu_mem / gpu_min it keeps */
+		struct ck_device d;
+		if (ck_device_parse(device, &d, &err) < 0)
+			return ck_cli_report(&err);
+		o.device.kind = d.kind;
+		o.device.index = d.index;
 	}
 	if (!o.cache.cache_size)
 		o.cache.cache_size = default_cache_size();

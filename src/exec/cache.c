@@ -232,31 +232,39 @@ static void log_msg(struct ck_cache *c, const char *msg)
 		c->o.log(c->o.log_ctx, msg);
 }
 
-/* Has a source file of target t changed size or mtime since the catalog? */
+/* Has source file f changed size or mtime since the catalog? Logged once. */
+static int file_changed(struct ck_cache *c, uint32_t f)
+{
+	if (atomic_load(&c->file_changed[f]))
+		return 1;
+	struct stat st;
+	const struct ck_source_file *sf = &c->plan->cat->files[f];
+	if (fstat(sf->fd, &st) == 0 && (uint64_t)st.st_size == sf->size &&
+	    st.st_mtim.tv_sec == sf->mtime.tv_sec && st.st_mtim.tv_nsec == sf->mtime.tv_nsec)
+		return 0;
+	if (!atomic_exchange(&c->file_changed[f], 1)) {
+		char m[4200];
+		snprintf(m, sizeof m,
+			 "%s: changed after mount (size or mtime); reads that need it fail with EIO",
+			 sf->path);
+		log_msg(c, m);
+	}
+	return 1;
+}
+
+/* Has a source file of target t (its block scales' too) changed? */
 static int target_sources_changed(struct ck_cache *c, uint32_t t)
 {
 	const struct ck_catalog *cat = c->plan->cat;
 	const struct ck_value *v = &c->plan->t[t].v;
 	for (size_t i = 0; i < v->n; i++) {
 		uint32_t f = cat->entries[v->p[i].src].file;
-		if (atomic_load(&c->file_changed[f]))
+		if (v->p[i].sc.on && file_changed(c, cat->entries[v->p[i].sc.src].file))
 			return 1;
-		if (i && cat->entries[v->p[i - 1].src].file == f)
-			continue;
-		struct stat st;
-		const struct ck_source_file *sf = &cat->files[f];
-		if (fstat(sf->fd, &st) < 0 || (uint64_t)st.st_size != sf->size ||
-		    st.st_mtim.tv_sec != sf->mtime.tv_sec || st.st_mtim.tv_nsec != sf->mtime.tv_nsec) {
-			if (!atomic_exchange(&c->file_changed[f], 1)) {
-				char m[4200];
-				snprintf(m, sizeof m,
-					 "%s: changed after mount (size or mtime); reads that need it "
-					 "fail with EIO",
-					 sf->path);
-				log_msg(c, m);
-			}
+		if (i && cat->entries[v->p[i - 1].src].file == f && !atomic_load(&c->file_changed[f]))
+			continue; /* checked for the previous piece */
+		if (file_changed(c, f))
 			return 1;
-		}
 	}
 	return 0;
 }
@@ -410,7 +418,7 @@ int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t)
 {
 	const struct ck_target *tg = &plan->t[t];
 	const struct ck_value *v = &tg->v;
-	if (v->n != 1 || v->p[0].n_casts || tg->holes || !tg->nbytes)
+	if (v->n != 1 || !ck_piece_plain(&v->p[0]) || tg->holes || !tg->nbytes)
 		return -1;
 	const struct ck_piece *p = &v->p[0];
 	int64_t run = 1;
@@ -503,6 +511,9 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 		c->o.threads = 64;
 	c->lru.lnext = c->lru.lprev = &c->lru;
 	ck_engine_init(&c->eng, plan, o->use_uring);
+	c->eng.gpu = o->gpu;
+	if (o->gpu_min)
+		c->eng.gpu_min = o->gpu_min;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	for (; c->nth < c->o.threads; c->nth++)
@@ -641,6 +652,8 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->evaluations_in_flight = c->in_flight;
 	pthread_mutex_unlock(&c->mu);
 	s->source_bytes_read = atomic_load(&c->eng.source_bytes_read);
+	s->gpu_reads = atomic_load(&c->eng.gpu_reads);
+	s->gpu_bytes = atomic_load(&c->eng.gpu_bytes);
 	s->direct_reads = atomic_load(&c->direct_reads);
 	s->read_requests = atomic_load(&c->eng.read_requests);
 }

@@ -28,6 +28,8 @@ struct ck_cache_opts {
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
 	int no_prefetch;   /* do not evaluate the next group ahead of a reader */
+	struct ck_gpu *gpu; /* CUDA backend, a lane per evaluator (NULL: CPU) */
+	uint64_t gpu_min;   /* reads from this size go to the GPU */
 	void (*log)(void *ctx, const char *msg);
 	void *log_ctx;
 };
@@ -38,6 +40,7 @@ struct ck_cache_stats {
 	uint64_t evaluations_in_flight;
 	uint64_t direct_reads; /* reads answered from the source file itself */
 	uint64_t prefetches;   /* groups evaluated ahead of a sequential reader */
+	uint64_t gpu_reads, gpu_bytes; /* evaluations run on the GPU, and their bytes */
 };
 
 /* A piece of a read's result, in cache memory that stays valid (referenced)

@@ -233,6 +233,9 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 	j.plan = plan;
 	pthread_mutex_init(&j.err_lock, NULL);
 	ck_engine_init(&j.eng, plan, o->use_uring);
+	j.eng.gpu = o->gpu;
+	if (o->gpu_min)
+		j.eng.gpu_min = o->gpu_min;
 	struct shard *sh = calloc(plan->n ? plan->n : 1, sizeof *sh);
 	j.shards = sh;
 	j.shard_of = calloc(plan->n ? plan->n : 1, sizeof *j.shard_of);

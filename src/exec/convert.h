@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "../kern/gpu.h"
 #include "../plan/plan.h"
 
 struct ck_convert_opts {
@@ -17,6 +18,8 @@ struct ck_convert_opts {
 	const char *config_src; /* config.json to copy, or NULL */
 	const char *file_name;	/* one file of this name, no index (group-sharded
 				 * converts: the index is written by rank 0) */
+	struct ck_gpu *gpu;	/* CUDA backend with a lane per thread, or NULL */
+	uint64_t gpu_min;	/* reads from this size go to the GPU */
 };
 
 struct ck_convert_stats {

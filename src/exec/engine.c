@@ -12,6 +12,7 @@ void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uri
 	e->plan = plan;
 	e->use_uring = use_uring;
 	e->window_max = CK_WINDOW_MAX;
+	e->gpu_min = CK_GPU_MIN_DEFAULT;
 }
 
 void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e)
@@ -19,12 +20,16 @@ void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e)
 	memset(c, 0, sizeof *c);
 	c->eng = e;
 	ck_io_init(&c->io, e->use_uring, 64, &c->uring_fell_back);
+	if (e->gpu)
+		c->lane = ck_gpu_lane_take(e->gpu); /* none left: this evaluator stays on CPU */
 }
 
 void ck_eval_ctx_free(struct ck_eval_ctx *c)
 {
 	ck_io_close(&c->io);
+	ck_gpu_lane_give(c->lane);
 	free(c->win);
+	free(c->scwin);
 	free(c->reqs);
 	memset(c, 0, sizeof *c);
 }
@@ -91,7 +96,7 @@ static int cmp_dim_stride(const void *a, const void *b, void *ctx)
 /* Read the source elements of the step into the window (window[0] is source
  * element wlo), as runs in source order, coalescing small gaps. */
 static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
-		       struct ck_err *err)
+		       unsigned char *win, struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	size_t ses = ck_dtype_size(s->src->t.dtype);
@@ -119,7 +124,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 	int dense = (uint64_t)(whi - wlo) <= (uint64_t)nruns * (uint64_t)run * 2;
 	if (nruns > 65536 || (nruns > 1 && dense && (uint64_t)run * ses < CK_COALESCE_GAP)) {
 		/* many tiny or dense runs: one read of the whole window */
-		if (push_req(c, &l, fd, fbase + (uint64_t)wlo * ses, wbytes, c->win, err) < 0)
+		if (push_req(c, &l, fd, fbase + (uint64_t)wlo * ses, wbytes, win, err) < 0)
 			return -1;
 	} else {
 		int64_t idx[CK_MAX_DIMS];
@@ -129,7 +134,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 		for (;;) {
 			int64_t so = src_at(s, idx);
 			if (push_req(c, &l, fd, fbase + (uint64_t)so * ses, (uint64_t)run * ses,
-				     c->win + (uint64_t)(so - wlo) * ses, err) < 0)
+				     win + (uint64_t)(so - wlo) * ses, err) < 0)
 				return -1;
 			int j = k;
 			while (j < nd && ++idx[dims[j]] == s->hi[dims[j]]) {
@@ -157,7 +162,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
  * output, with no staging copy. */
 static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err *err)
 {
-	if (s->p->n_casts)
+	if (!ck_piece_plain(s->p) || c->on_gpu)
 		return 0;
 	int first = 0;
 	while (first < s->ndim && s->hi[first] - s->lo[first] == 1)
@@ -187,6 +192,76 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 	return 1;
 }
 
+/* The kernel box of a step (see box.h); *sc_lo and *sc_n: the scale
+ * elements it reaches (sc_lo is its origin). */
+static void step_box(const struct ck_catalog *cat, const struct step *s, struct ck_box *b,
+		     int64_t *sc_lo, int64_t *sc_n)
+{
+	const struct ck_piece *p = s->p;
+	memset(b, 0, sizeof *b);
+	b->ndim = s->ndim;
+	b->sdt = s->src->t.dtype;
+	b->ddt = s->tdt;
+	b->nc = p->n_casts;
+	memcpy(b->casts, p->casts, sizeof b->casts);
+	b->saturate = p->saturate;
+	for (int d = 0; d < s->ndim; d++) {
+		b->ext[d] = s->hi[d] - s->lo[d];
+		b->sstride[d] = p->stride[d];
+		b->dstride[d] = s->cstride[d];
+		b->sblock[d] = 1;
+	}
+	*sc_lo = 0;
+	*sc_n = 0;
+	if (!p->sc.on)
+		return;
+	b->scaled = 1;
+	b->divide = p->sc.divide;
+	b->scdt = cat->entries[p->sc.src].t.dtype;
+	int64_t lo = p->sc.base, span = 0;
+	for (int k = 0; k < p->sc.n; k++) {
+		int d = p->sc.dim[k];
+		int64_t pos = s->lo[d] - p->lo[d] + p->sc.phase[k];
+		lo += p->sc.stride[k] * (pos / p->sc.block[k]);
+		b->sblock[d] = p->sc.block[k];
+		b->sphase[d] = pos % p->sc.block[k];
+		b->scstride[d] = p->sc.stride[k];
+		span += b->scstride[d] * ((b->ext[d] - 1 + b->sphase[d]) / b->sblock[d]);
+	}
+	*sc_lo = lo;
+	*sc_n = span + 1;
+}
+
+static int read_scales(struct ck_eval_ctx *c, const struct step *s, int64_t lo, int64_t n,
+		       unsigned char *buf, struct ck_err *err)
+{
+	const struct ck_catalog *cat = c->eng->plan->cat;
+	const struct ck_catalog_entry *e = &cat->entries[s->p->sc.src];
+	size_t es = ck_dtype_size(e->t.dtype);
+	struct ck_io_req r = {cat->files[e->file].fd, e->t.offset + (uint64_t)lo * es,
+			      (uint64_t)n * es, buf};
+	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
+	atomic_fetch_add(&c->eng->read_requests, 1);
+	int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);
+	if (rc < 0)
+		return ck_fail_sys(err, -rc, "%s: reading scales \"%s\"", cat->files[e->file].path,
+				   e->t.name);
+	return 0;
+}
+
+static int grow(unsigned char **buf, size_t *cap, size_t need, const char *what,
+		struct ck_err *err)
+{
+	if (need <= *cap)
+		return 0;
+	unsigned char *w = realloc(*buf, need);
+	if (!w)
+		return ck_fail_sys(err, ENOMEM, "%s", what);
+	*buf = w;
+	*cap = need;
+	return 0;
+}
+
 static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 {
 	int direct = try_direct(c, s, err);
@@ -203,7 +278,10 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 		if (s->hi[d] - s->lo[d] > 1 && span >= widest)
 			widest = span, split = d;
 	}
-	if ((uint64_t)(whi - wlo) * ses > c->eng->window_max && split >= 0) {
+	uint64_t wmax = c->eng->window_max;
+	if (c->on_gpu && ck_gpu_lane_window(c->lane) < wmax)
+		wmax = ck_gpu_lane_window(c->lane);
+	if ((uint64_t)(whi - wlo) * ses > wmax && split >= 0) {
 		/* too wide for the window: halve along the widest dim */
 		int64_t lo = s->lo[split], hi = s->hi[split], mid = lo + (hi - lo) / 2;
 		s->hi[split] = mid;
@@ -216,40 +294,36 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 		s->lo[split] = lo;
 		return r;
 	}
+	struct ck_box b;
+	int64_t sc_lo, sc_n;
+	step_box(c->eng->plan->cat, s, &b, &sc_lo, &sc_n);
 	size_t need = (size_t)(whi - wlo) * ses;
-	if (need > c->win_cap) {
-		unsigned char *w = realloc(c->win, need);
-		if (!w)
-			return ck_fail_sys(err, ENOMEM, "evaluation window");
-		c->win = w;
-		c->win_cap = need;
+	size_t scneed = b.scaled ? (size_t)sc_n * ck_dtype_size(b.scdt) : 0;
+	unsigned char *win, *scales;
+	if (c->on_gpu) {
+		if (ck_gpu_stage(c->lane, need, scneed, &win, &scales, err) < 0)
+			return -1;
+	} else {
+		if (grow(&c->win, &c->win_cap, need, "evaluation window", err) < 0 ||
+		    grow(&c->scwin, &c->scwin_cap, scneed, "scale window", err) < 0)
+			return -1;
+		win = c->win;
+		scales = c->scwin;
 	}
-	if (read_window(c, s, wlo, whi, err) < 0)
+	if (read_window(c, s, wlo, whi, win, err) < 0 ||
+	    (b.scaled && read_scales(c, s, sc_lo, sc_n, scales, err) < 0))
 		return -1;
 	if (c->eng->dry_run)
 		return 0;
-	/* gather rows along the innermost target dim */
-	int last = s->ndim - 1;
-	size_t des = ck_dtype_size(s->tdt);
-	int64_t idx[CK_MAX_DIMS];
+	int64_t lin = 0;
 	for (int d = 0; d < s->ndim; d++)
-		idx[d] = s->lo[d];
-	int64_t n = last >= 0 ? s->hi[last] - s->lo[last] : 1;
-	int64_t sstride = last >= 0 ? s->p->stride[last] : 1;
-	for (;;) {
-		int64_t so = src_at(s, idx), lin = 0;
-		for (int d = 0; d < s->ndim; d++)
-			lin += idx[d] * s->cstride[d];
-		ck_cpu_convert_run(c->win + (size_t)(so - wlo) * ses, sstride, s->src->t.dtype,
-				   s->p->casts, s->p->n_casts, s->p->saturate, s->out + (size_t)(lin - s->e0) * des, n);
-		int d = last - 1;
-		while (d >= 0 && ++idx[d] == s->hi[d]) {
-			idx[d] = s->lo[d];
-			d--;
-		}
-		if (d < 0)
-			break;
-	}
+		lin += s->lo[d] * s->cstride[d];
+	size_t src_off = (size_t)(src_at(s, s->lo) - wlo) * ses;
+	size_t dst_off = (size_t)(lin - s->e0) * ck_dtype_size(s->tdt);
+	if (c->on_gpu)
+		return ck_gpu_submit(c->lane, &b, src_off, 0, dst_off, err);
+	ck_box_normalise(&b);
+	ck_cpu_convert_box(&b, win + src_off, b.scaled ? scales : NULL, s->out + dst_off);
 	return 0;
 }
 
@@ -313,6 +387,62 @@ static int eval_range(struct ck_eval_ctx *c, const struct ck_target *t, int dim,
 	return 0;
 }
 
+/* Worth a PCIe round trip: some piece casts, scales or transposes. */
+static int gpu_worth(const struct ck_target *t)
+{
+	int last = t->v.ndim - 1;
+	for (size_t i = 0; i < t->v.n; i++) {
+		const struct ck_piece *p = &t->v.p[i];
+		if (!ck_piece_plain(p) ||
+		    (last >= 0 && p->hi[last] - p->lo[last] > 1 && p->stride[last] != 1))
+			return 1;
+	}
+	return 0;
+}
+
+/* Elements [e0, e1) of t into buf (buf[0] is element e0). */
+static int eval_elems(struct ck_eval_ctx *c, const struct ck_target *t, int64_t e0, int64_t e1,
+		      unsigned char *buf, struct ck_err *err)
+{
+	int64_t cstride[CK_MAX_DIMS] = {0}, lo[CK_MAX_DIMS] = {0}, hi[CK_MAX_DIMS] = {0};
+	int64_t s = 1;
+	for (int d = t->v.ndim - 1; d >= 0; d--) {
+		cstride[d] = s;
+		s *= t->v.shape[d];
+	}
+	if (t->v.ndim == 0)
+		return eval_box(c, t, lo, hi, cstride, 0, buf, err);
+	return eval_range(c, t, 0, lo, hi, e0, e1, cstride, e0, buf, err);
+}
+
+/* The same on the GPU lane, in pieces of the lane's output buffer. */
+static int eval_elems_gpu(struct ck_eval_ctx *c, const struct ck_target *t, int64_t e0,
+			  int64_t e1, unsigned char *buf, struct ck_err *err)
+{
+	size_t es = ck_dtype_size(t->v.dtype);
+	int64_t step = (int64_t)(ck_gpu_lane_out_cap(c->lane) / es);
+	int rc = 0;
+	c->on_gpu = 1;
+	for (int64_t a = e0; a < e1 && rc == 0; a += step) {
+		int64_t b = e1 - a < step ? e1 : a + step;
+		if (ck_gpu_begin(c->lane, (size_t)(b - a) * es, t->holes, err) < 0) {
+			rc = -1;
+			break;
+		}
+		rc = eval_elems(c, t, a, b, NULL, err);
+		struct ck_err e2;
+		if (ck_gpu_end(c->lane, rc == 0 ? buf + (size_t)(a - e0) * es : NULL,
+			       rc == 0 ? err : &e2) < 0)
+			rc = -1;
+	}
+	c->on_gpu = 0;
+	if (rc == 0) {
+		atomic_fetch_add(&c->eng->gpu_reads, 1);
+		atomic_fetch_add(&c->eng->gpu_bytes, (uint64_t)(e1 - e0) * es);
+	}
+	return rc;
+}
+
 int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t len, void *dst,
 		   struct ck_err *err)
 {
@@ -327,19 +457,15 @@ int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t le
 	unsigned char *buf = aligned ? dst : malloc((size_t)(e1 - e0) * es);
 	if (!buf)
 		return ck_fail_sys(err, ENOMEM, "evaluation");
-	int64_t cstride[CK_MAX_DIMS], lo[CK_MAX_DIMS] = {0}, hi[CK_MAX_DIMS] = {0};
-	int64_t s = 1;
-	for (int d = t->v.ndim - 1; d >= 0; d--) {
-		cstride[d] = s;
-		s *= t->v.shape[d];
-	}
-	if (t->holes) /* padding: what no piece covers reads as zeros */
-		memset(buf, 0, (size_t)(e1 - e0) * es);
 	int r;
-	if (t->v.ndim == 0)
-		r = eval_box(c, t, lo, hi, cstride, 0, buf, err);
-	else
-		r = eval_range(c, t, 0, lo, hi, e0, e1, cstride, e0, buf, err);
+	if (c->lane && !c->eng->dry_run && len >= c->eng->gpu_min && t->v.ndim > 0 &&
+	    gpu_worth(t)) {
+		r = eval_elems_gpu(c, t, e0, e1, buf, err);
+	} else {
+		if (t->holes) /* padding: what no piece covers reads as zeros */
+			memset(buf, 0, (size_t)(e1 - e0) * es);
+		r = eval_elems(c, t, e0, e1, buf, err);
+	}
 	if (!aligned) {
 		if (r == 0)
 			memcpy(dst, buf + (off - (uint64_t)e0 * es), len);

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../kern/gpu.h"
 #include "../plan/plan.h"
 #include "io.h"
 
@@ -22,7 +23,16 @@ struct ck_engine {
 	int dry_run;	     /* plan and count the reads, do not read or convert */
 	atomic_uint_fast64_t source_bytes_read; /* bytes requested from source files */
 	atomic_uint_fast64_t read_requests;
+	/* The CUDA backend (NULL: CPU only). A read goes to the GPU when its
+	 * evaluator holds a lane, it is at least gpu_min bytes and some piece has
+	 * work worth a PCIe round trip: a cast, a block scale or a transpose.
+	 * Copy-only work (renames, slices, concatenation) stays on the CPU. */
+	struct ck_gpu *gpu;
+	uint64_t gpu_min;
+	atomic_uint_fast64_t gpu_reads, gpu_bytes;
 };
+
+#define CK_GPU_MIN_DEFAULT (256u << 10)
 
 /* Per-thread scratch: the I/O ring and the staging window. */
 struct ck_eval_ctx {
@@ -30,8 +40,12 @@ struct ck_eval_ctx {
 	struct ck_io io;
 	unsigned char *win;
 	size_t win_cap;
+	unsigned char *scwin; /* block scales of the current step */
+	size_t scwin_cap;
 	struct ck_io_req *reqs;
 	size_t reqs_cap;
+	struct ck_gpu_lane *lane; /* this evaluator's GPU lane, if any */
+	int on_gpu;		  /* the read being evaluated runs on the lane */
 	int uring_fell_back; /* io_uring was asked for but is unavailable */
 };
 

@@ -330,11 +330,13 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		", \"cache_bytes\": %" PRIu64 ", \"cache_size\": %" PRIu64
 		", \"cache_evictions\": %" PRIu64 ", \"read_errors\": %" PRIu64
 		", \"evaluations_in_flight\": %" PRIu64 ", \"direct_reads\": %" PRIu64
-		", \"prefetches\": %" PRIu64 ", \"io\": \"%s\"}\n",
+		", \"prefetches\": %" PRIu64 ", \"io\": \"%s\", \"device\": \"%s\""
+		", \"gpu_reads\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 "}\n",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.cache.cache_size,
 		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
-		fs->o.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread");
+		fs->o.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
+		fs->gpu ? ck_gpu_name(fs->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }
 
@@ -651,6 +653,7 @@ static int report(int *ready_fd, struct ck_err *err)
 static void free_fs(struct ckfs *fs)
 {
 	ck_cache_free(fs->cache);
+	ck_gpu_close(fs->gpu); /* after the evaluators that hold its lanes */
 	for (size_t k = 0; k < fs->n_views; k++)
 		fs_view_free(&fs->views[k]);
 	free(fs->views);
@@ -709,6 +712,14 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 	struct ck_cache_opts co = o->cache;
 	co.log = fs_log;
 	co.log_ctx = &fs;
+	char note[400];
+	if (ck_device_open(&o->device, co.threads > 0 ? co.threads : 1, &fs.gpu, note,
+			   sizeof note, err) < 0)
+		goto out;
+	if (note[0])
+		fs_log(&fs, note);
+	co.gpu = fs.gpu;
+	co.gpu_min = o->device.gpu_min;
 	if (ck_cache_new(cache_plan, &co, &fs.cache, err) < 0 ||
 	    (o->zip_crc && zip_crcs(&fs, err) < 0))
 		goto out;

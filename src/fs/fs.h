@@ -14,11 +14,13 @@
 #define CK_FS_H
 
 #include "../exec/cache.h"
+#include "../kern/device.h"
 #include "../plan/flat.h"
 #include "../plan/plan.h"
 
 struct ck_fs_opts {
 	struct ck_cache_opts cache;
+	struct ck_device device; /* --device: cpu unless asked */
 	int foreground;
 	int fuse_threads; /* most FUSE worker threads */
 	int direct_io;	  /* no kernel page cache for data files (readers that never mmap) */

@@ -31,6 +31,7 @@ struct ckfs {
 	const char *source, *mountpoint;
 	struct ck_fs_opts o;
 	struct ck_cache *cache;
+	struct ck_gpu *gpu;	/* --device cuda: opened in the daemon, after the fork */
 	struct ck_bufpool pool; /* reply buffers of direct reads */
 	int ready_fd;
 	FILE *log;

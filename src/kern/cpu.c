@@ -2,50 +2,16 @@
 
 #include <string.h>
 
-#include "fpconv.h"
+#include "elem.h"
 
 float ck_cpu_load_f32(const unsigned char *p, enum ck_dtype dt)
 {
-	uint16_t h;
-	float f;
-	switch (dt) {
-	case CK_DT_F16:
-		memcpy(&h, p, 2);
-		return ck_f16_to_f32(h);
-	case CK_DT_BF16:
-		memcpy(&h, p, 2);
-		return ck_bf16_to_f32(h);
-	case CK_DT_F8_E4M3:
-		return ck_e4m3_to_f32(p[0]);
-	case CK_DT_F8_E5M2:
-		return ck_e5m2_to_f32(p[0]);
-	default:
-		memcpy(&f, p, 4);
-		return f;
-	}
+	return ck_elem_load(p, dt);
 }
 
 void ck_cpu_store_f32(unsigned char *p, enum ck_dtype dt, float v, int saturate)
 {
-	uint16_t h;
-	switch (dt) {
-	case CK_DT_F16:
-		h = ck_f32_to_f16(v, saturate);
-		memcpy(p, &h, 2);
-		break;
-	case CK_DT_BF16:
-		h = ck_f32_to_bf16(v, saturate);
-		memcpy(p, &h, 2);
-		break;
-	case CK_DT_F8_E4M3:
-		p[0] = ck_f32_to_e4m3(v, saturate);
-		break;
-	case CK_DT_F8_E5M2:
-		p[0] = ck_f32_to_e5m2(v, saturate);
-		break;
-	default:
-		memcpy(p, &v, 4);
-	}
+	ck_elem_store(p, dt, v, saturate);
 }
 
 static void copy_strided(const unsigned char *src, int64_t ss, size_t es, unsigned char *dst,
@@ -124,16 +90,68 @@ void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype
 	}
 	if (nc == 1 && !saturate && sstride == 1 && fast_cast(src, sdt, casts[0], dst, n))
 		return;
-	enum ck_dtype last = casts[nc - 1];
-	size_t des = ck_dtype_size(last);
+	size_t des = ck_dtype_size(casts[nc - 1]);
+	for (int64_t i = 0; i < n; i++)
+		ck_elem_finish(ck_elem_load(src + i * sstride * (int64_t)ses, sdt), casts, nc,
+			       saturate, dst + (size_t)i * des);
+}
+
+/* One row of a box: n elements, source stride ss, output stride ds. */
+static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss,
+		    const unsigned char *scale, unsigned char *dst, int64_t ds,
+		    int64_t n)
+{
+	size_t ses = ck_dtype_size(b->sdt), des = ck_dtype_size(b->ddt);
+	if (!b->scaled && ds == 1) {
+		ck_cpu_convert_run(src, ss, b->sdt, b->casts, b->nc, b->saturate, dst, n);
+		return;
+	}
+	int last = b->ndim - 1;
+	size_t scs = ck_dtype_size(b->scdt);
 	for (int64_t i = 0; i < n; i++) {
-		float v = ck_cpu_load_f32(src + i * sstride * (int64_t)ses, sdt);
-		/* intermediate casts round through their format */
-		for (int k = 0; k < nc - 1; k++) {
-			unsigned char tmp[4];
-			ck_cpu_store_f32(tmp, casts[k], v, (saturate >> k) & 1);
-			v = ck_cpu_load_f32(tmp, casts[k]);
+		const unsigned char *s = src + i * ss * (int64_t)ses;
+		unsigned char *d = dst + i * ds * (int64_t)des;
+		if (!ck_box_is_float(b)) {
+			memcpy(d, s, ses);
+			continue;
 		}
-		ck_cpu_store_f32(dst + (size_t)i * des, last, v, (saturate >> (nc - 1)) & 1);
+		float v = ck_elem_load(s, b->sdt);
+		if (b->scaled) {
+			int64_t k = last >= 0 ? b->scstride[last] * ((i + b->sphase[last]) / b->sblock[last]) : 0;
+			v = ck_elem_scaled(v, ck_elem_load(scale + k * (int64_t)scs, b->scdt), b->divide);
+		}
+		ck_elem_finish(v, b->casts, b->nc, b->saturate, d);
+	}
+}
+
+void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
+			const unsigned char *scale, unsigned char *dst)
+{
+	size_t ses = ck_dtype_size(b->sdt), des = ck_dtype_size(b->ddt);
+	size_t scs = b->scaled ? ck_dtype_size(b->scdt) : 0;
+	int last = b->ndim - 1;
+	if (last < 0) {
+		box_row(b, src, 1, scale, dst, 1, 1);
+		return;
+	}
+	int64_t idx[CK_MAX_DIMS] = {0};
+	for (;;) {
+		int64_t so = 0, dof = 0, sco = 0;
+		for (int d = 0; d < last; d++) {
+			so += b->sstride[d] * idx[d];
+			dof += b->dstride[d] * idx[d];
+			if (b->scaled)
+				sco += b->scstride[d] * ((idx[d] + b->sphase[d]) / b->sblock[d]);
+		}
+		box_row(b, src + so * (int64_t)ses, b->sstride[last],
+			scale ? scale + sco * (int64_t)scs : NULL, dst + dof * (int64_t)des,
+			b->dstride[last], b->ext[last]);
+		int d = last - 1;
+		while (d >= 0 && ++idx[d] == b->ext[d]) {
+			idx[d] = 0;
+			d--;
+		}
+		if (d < 0)
+			break;
 	}
 }

@@ -517,7 +517,23 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			       na ? kind_name(a[0].kind) : "call without arguments");
 	}
 	struct ck_value *t = &a[0].t;
-	if (!strcmp(fn, "view") || !strcmp(fn, "reshape")) {
+	if (!strcmp(fn, "dequant") || !strcmp(fn, "quant")) {
+		/* dequant(w, scale, block): w * scale of its block, in F32 (DeepSeek-V3
+		 * weight_scale_inv); quant divides. block: one size for every dim, or
+		 * one per dim. */
+		int64_t block[CK_MAX_DIMS];
+		if (na < 3 || a[1].kind != XV_TENSOR)
+			return ck_fail(err, CK_E_MAPPING, "%s: takes (weight, scale, block sizes)", fn);
+		if (int_list(ev, fn, a, na, 2, ints, &ni) < 0)
+			return -1;
+		if (ni != 1 && ni != t->ndim)
+			return ck_fail(err, CK_E_MAPPING, "%s: %d block sizes for %d dims", fn, ni,
+				       t->ndim);
+		for (int k = 0; k < t->ndim; k++)
+			block[k] = ni == 1 ? ints[0] : ints[k];
+		if (ck_value_block_scale(t, &a[1].t, block, fn[0] == 'q', err) < 0)
+			return -1;
+	} else if (!strcmp(fn, "view") || !strcmp(fn, "reshape")) {
 		if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || ck_value_reshape(t, ints, ni, err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "transpose")) {

@@ -66,6 +66,17 @@ static int piece_equal(const struct ck_piece *a, const struct ck_piece *b, int n
 	for (int k = 0; k < a->n_casts; k++)
 		if (a->casts[k] != b->casts[k])
 			return 0;
+	if (a->sc.on != b->sc.on)
+		return 0;
+	if (a->sc.on) {
+		const struct ck_piece_scale *x = &a->sc, *y = &b->sc;
+		if (x->src != y->src || x->divide != y->divide || x->n != y->n || x->base != y->base)
+			return 0;
+		for (int k = 0; k < x->n; k++)
+			if (x->dim[k] != y->dim[k] || x->block[k] != y->block[k] ||
+			    x->phase[k] != y->phase[k] || x->stride[k] != y->stride[k])
+				return 0;
+	}
 	for (int d = 0; d < ndim; d++)
 		if (a->lo[d] != b->lo[d] || a->hi[d] != b->hi[d] || a->stride[d] != b->stride[d])
 			return 0;
@@ -148,6 +159,10 @@ int ck_value_permute(struct ck_value *v, const int *perm, struct ck_err *err)
 			q.hi[d] = v->p[i].hi[perm[d]];
 			q.stride[d] = v->p[i].stride[perm[d]];
 		}
+		for (int k = 0; k < q.sc.n; k++) /* old dim perm[d] is new dim d */
+			for (int d = 0; d < v->ndim; d++)
+				if (perm[d] == v->p[i].sc.dim[k])
+					q.sc.dim[k] = (int8_t)d;
 		v->p[i] = q;
 	}
 	return 0;
@@ -171,6 +186,12 @@ int ck_value_narrow(struct ck_value *v, int dim, int64_t start, int64_t len, str
 		if (lo >= hi)
 			continue;
 		q.base += q.stride[dim] * (lo - q.lo[dim]);
+		for (int k = 0; k < q.sc.n; k++)
+			if (q.sc.dim[k] == dim) { /* the new corner's block and place in it */
+				int64_t pos = q.sc.phase[k] + (lo - q.lo[dim]);
+				q.sc.base += q.sc.stride[k] * (pos / q.sc.block[k]);
+				q.sc.phase[k] = pos % q.sc.block[k];
+			}
 		q.lo[dim] = lo - start;
 		q.hi[dim] = hi - start;
 		v->p[k++] = q;
@@ -199,9 +220,29 @@ int ck_value_unsqueeze(struct ck_value *v, int dim, struct ck_err *err)
 		q->lo[dim] = 0;
 		q->hi[dim] = 1;
 		q->stride[dim] = 0;
+		for (int k = 0; k < q->sc.n; k++)
+			if (q->sc.dim[k] >= dim)
+				q->sc.dim[k]++;
 	}
 	v->ndim++;
 	return 0;
+}
+
+/* Dim d (of extent 1 in the piece) goes away: its index is always lo, so its
+ * entry adds nothing (phase < block); later dims move down. */
+static void scale_drop_dim(struct ck_piece_scale *sc, int d)
+{
+	int n = 0;
+	for (int k = 0; k < sc->n; k++) {
+		if (sc->dim[k] == d)
+			continue;
+		sc->dim[n] = (int8_t)(sc->dim[k] > d ? sc->dim[k] - 1 : sc->dim[k]);
+		sc->block[n] = sc->block[k];
+		sc->phase[n] = sc->phase[k];
+		sc->stride[n] = sc->stride[k];
+		n++;
+	}
+	sc->n = (uint8_t)n;
 }
 
 int ck_value_squeeze(struct ck_value *v, int dim, struct ck_err *err)
@@ -215,6 +256,7 @@ int ck_value_squeeze(struct ck_value *v, int dim, struct ck_err *err)
 			q->hi[d] = q->hi[d + 1];
 			q->stride[d] = q->stride[d + 1];
 		}
+		scale_drop_dim(&q->sc, dim);
 	}
 	for (int d = dim; d < v->ndim - 1; d++)
 		v->shape[d] = v->shape[d + 1];
@@ -480,6 +522,18 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 	out.n = 0;
 	out.ndim = ndim;
 	memcpy(out.shape, shape, sizeof shape);
+	/* Block-scaled dims must stay whole: old dim -> new dim where a group is
+	 * one dim on both sides, -1 elsewhere. */
+	int dmap[CK_MAX_DIMS];
+	for (int d = 0, o = 0; d < v->ndim; d++) {
+		dmap[d] = -1;
+		if (v->shape[d] == 1)
+			continue;
+		for (int k = 0; k < ng; k++)
+			if (g[k].a == o && g[k].b == o + 1 && g[k].d == g[k].c + 1)
+				dmap[d] = nmap[g[k].c];
+		o++;
+	}
 	struct reshape_ctx x = {osh, shape, nmap, ndim, g, ng, &out, 0, err};
 	for (size_t k = 0; k < v->n; k++) {
 		struct ck_piece in = v->p[k], q;
@@ -497,6 +551,26 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 		q.saturate = in.saturate;
 		memcpy(q.casts, in.casts, sizeof q.casts);
 		q.base = in.base;
+		q.sc = in.sc;
+		q.sc.n = 0;
+		for (int e = 0; e < in.sc.n; e++) {
+			int od = in.sc.dim[e];
+			if (v->shape[od] == 1)
+				continue; /* a constant index: the entry adds nothing */
+			if (dmap[od] < 0) {
+				ck_value_free(&out);
+				return ck_fail(err, CK_E_MAPPING,
+					       "reshape: dim %d of a block-scaled value would be split or "
+					       "merged; its blocks must stay whole (reshape before "
+					       "quant/dequant is not possible either: slice or permute)",
+					       od);
+			}
+			int n = q.sc.n++;
+			q.sc.dim[n] = (int8_t)dmap[od];
+			q.sc.block[n] = in.sc.block[e];
+			q.sc.phase[n] = in.sc.phase[e];
+			q.sc.stride[n] = in.sc.stride[e];
+		}
 		for (int d = 0; d < ndim; d++)
 			q.lo[d] = 0, q.hi[d] = 1, q.stride[d] = 0; /* size-1 new dims */
 		if (emit_groups(&x, &in, &q, 0) < 0) {
@@ -506,6 +580,72 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 	}
 	free(v->p);
 	*v = out;
+	return 0;
+}
+
+int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int64_t *block,
+			 int divide, struct ck_err *err)
+{
+	const char *op = divide ? "quant" : "dequant";
+	if (!ck_dtype_is_castable_float(v->dtype))
+		return ck_fail(err, CK_E_MAPPING, "%s: the weight is %s, not a float type", op,
+			       ck_dtype_name(v->dtype));
+	if (s->dtype != CK_DT_F32 && s->dtype != CK_DT_BF16 && s->dtype != CK_DT_F16)
+		return ck_fail(err, CK_E_MAPPING, "%s: the scale is %s (F32, BF16 or F16 expected)",
+			       op, ck_dtype_name(s->dtype));
+	if (s->ndim != v->ndim)
+		return ck_fail(err, CK_E_MAPPING, "%s: the scale has %d dims, the weight %d", op,
+			       s->ndim, v->ndim);
+	int nscaled = 0;
+	for (int d = 0; d < v->ndim; d++) {
+		if (block[d] < 1)
+			return ck_fail(err, CK_E_MAPPING, "%s: block size %lld in dim %d", op,
+				       (long long)block[d], d);
+		int64_t want = (v->shape[d] + block[d] - 1) / block[d];
+		if (s->shape[d] != want)
+			return ck_fail(err, CK_E_MAPPING,
+				       "%s: the scale has %lld blocks in dim %d; a weight of %lld "
+				       "in blocks of %lld needs %lld",
+				       op, (long long)s->shape[d], d, (long long)v->shape[d],
+				       (long long)block[d], (long long)want);
+		nscaled += want > 1;
+	}
+	if (nscaled > CK_SCALE_DIMS)
+		return ck_fail(err, CK_E_MAPPING, "%s: more than %d dims hold several blocks", op,
+			       CK_SCALE_DIMS);
+	if (s->n != 1 || !ck_piece_plain(&s->p[0]) || ck_value_has_holes(s))
+		return ck_fail(err, CK_E_MAPPING,
+			       "%s: the scale must be one stored tensor (sliced or permuted at "
+			       "most), not cast, scaled or assembled from several",
+			       op);
+	const struct ck_piece *sp = &s->p[0];
+	for (size_t i = 0; i < v->n; i++)
+		if (!ck_piece_plain(&v->p[i]))
+			return ck_fail(err, CK_E_MAPPING,
+				       "%s: the weight must be read as stored (apply it before any "
+				       "cast, quant or dequant)",
+				       op);
+	for (size_t i = 0; i < v->n; i++) {
+		struct ck_piece *q = &v->p[i];
+		struct ck_piece_scale *sc = &q->sc;
+		memset(sc, 0, sizeof *sc);
+		sc->on = 1;
+		sc->divide = (uint8_t)divide;
+		sc->src = sp->src;
+		sc->base = sp->base;
+		for (int d = 0; d < v->ndim; d++) {
+			int64_t b = q->lo[d] / block[d];
+			sc->base += sp->stride[d] * (b - sp->lo[d]);
+			if (s->shape[d] > 1) {
+				int n = sc->n++;
+				sc->dim[n] = (int8_t)d;
+				sc->block[n] = block[d];
+				sc->phase[n] = q->lo[d] % block[d];
+				sc->stride[n] = sp->stride[d];
+			}
+		}
+	}
+	v->dtype = CK_DT_F32;
 	return 0;
 }
 

@@ -19,6 +19,20 @@
 #define CK_MAX_CASTS 4
 #define CK_MAX_PIECES (1u << 16) /* per value */
 
+/* Block scaling (DeepSeek-V3-style FP8 weights): each element read is
+ * multiplied (dequant) or divided (quant) in F32 by a scale element, before
+ * the casts. The scale element for index t of the piece is
+ *     base + sum_k stride[k] * ((t[dim[k]] - lo[dim[k]] + phase[k]) / block[k])
+ * with 0 <= phase < block; dims without an entry stay inside one block. */
+#define CK_SCALE_DIMS 4
+struct ck_piece_scale {
+	uint32_t src; /* catalog entry of the scale tensor (F32, BF16 or F16) */
+	uint8_t on, divide, n;
+	int8_t dim[CK_SCALE_DIMS];
+	int64_t block[CK_SCALE_DIMS], phase[CK_SCALE_DIMS], stride[CK_SCALE_DIMS];
+	int64_t base;
+};
+
 struct ck_piece {
 	uint32_t src; /* catalog entry */
 	uint8_t n_casts;
@@ -27,6 +41,7 @@ struct ck_piece {
 	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
 	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
 	int64_t base;		     /* source element at lo */
+	struct ck_piece_scale sc;
 };
 
 struct ck_value {
@@ -55,6 +70,18 @@ int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, st
 /* shape may hold one -1. */
 int ck_value_reshape(struct ck_value *v, const int64_t *shape, int ndim, struct ck_err *err);
 int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_err *err);
+/* Block scaling: v (as stored: no casts, no scale yet) times (or, with
+ * divide, divided by) the block scale s, one element per block of
+ * block[d] elements in each dim (s.shape[d] = ceil(v.shape[d] / block[d]));
+ * s must be one uncast, unscaled piece of F32, BF16 or F16. The result is
+ * F32; cast it for the dtype wanted. */
+int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int64_t *block,
+			 int divide, struct ck_err *err);
+/* Whether a piece is read as stored: no cast and no scale. */
+static inline int ck_piece_plain(const struct ck_piece *p)
+{
+	return p->n_casts == 0 && !p->sc.on;
+}
 
 uint64_t ck_value_numel(const struct ck_value *v);
 /* Grow dim to size (>= its size): the new elements belong to no piece and

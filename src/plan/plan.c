@@ -72,8 +72,11 @@ static void keys_free(struct skey *k, size_t n)
 static int config_value(const cJSON *cfg, const char *name, struct ck_xval *out, struct ck_err *err)
 {
 	const cJSON *j = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, name) : NULL;
-	if (!j && cfg) { /* multimodal configs nest the language model */
-		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
+	/* multimodal configs nest the language model; quantised checkpoints keep
+	 * their block sizes (weight_block_size) under quantization_config */
+	static const char *const nests[] = {"text_config", "quantization_config"};
+	for (size_t k = 0; !j && cfg && k < sizeof nests / sizeof *nests; k++) {
+		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(cfg, nests[k]);
 		j = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, name) : NULL;
 	}
 	if (!j || cJSON_IsNull(j))
@@ -89,12 +92,34 @@ static int config_value(const cJSON *cfg, const char *name, struct ck_xval *out,
 		return (out->s = strdup(j->valuestring)) ? 0 : nomem(err);
 	}
 	int64_t v;
+	if (cJSON_IsArray(j)) { /* a list of integers, e.g. weight_block_size: [128, 128] */
+		int n = cJSON_GetArraySize(j);
+		if (n > CK_MAX_DIMS)
+			return ck_fail(err, CK_E_MAPPING, "config.json: \"%s\" has more than %d items",
+				       name, CK_MAX_DIMS);
+		out->kind = XV_LIST;
+		if (!(out->items = calloc((size_t)(n ? n : 1), sizeof *out->items)))
+			return nomem(err);
+		const cJSON *it;
+		cJSON_ArrayForEach(it, j)
+		{
+			if (ck_json_int(it, INT64_MIN / 2, INT64_MAX / 2, &v) != 0) {
+				ck_xval_free(out);
+				return ck_fail(err, CK_E_MAPPING,
+					       "config.json: \"%s\" is not a list of integers", name);
+			}
+			out->items[out->n].kind = XV_INT;
+			out->items[out->n++].i = v;
+		}
+		return 0;
+	}
 	if (ck_json_int(j, INT64_MIN / 2, INT64_MAX / 2, &v) == 0) {
 		out->kind = XV_INT;
 		out->i = v;
 		return 0;
 	}
-	return ck_fail(err, CK_E_MAPPING, "config.json: \"%s\" is not an integer, boolean or string",
+	return ck_fail(err, CK_E_MAPPING,
+		       "config.json: \"%s\" is not an integer, boolean, string or list of integers",
 		       name);
 }
 
@@ -776,6 +801,11 @@ static int build_groups(struct ck_plan *p, struct ck_err *err)
 			uint32_t a = uf_find(par, (uint32_t)(ns + t)),
 				 b = uf_find(par, p->t[t].v.p[k].src);
 			par[a] = b;
+			if (p->t[t].v.p[k].sc.on) { /* the scale tensor is a source of the group too */
+				a = uf_find(par, (uint32_t)(ns + t));
+				b = uf_find(par, p->t[t].v.p[k].sc.src);
+				par[a] = b;
+			}
 		}
 	/* groups numbered in target order; sources without targets get none */
 	p->g = calloc(p->n ? p->n : 1, sizeof *p->g);

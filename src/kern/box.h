@@ -1,0 +1,44 @@
+/* The kernels' common unit of work, the same on every backend: a box of n
+ * dimensions whose element i (a multi-index) is read from
+ *     src[sum_d sstride[d] * i[d]]     (source elements, dtype sdt)
+ * and written to
+ *     dst[sum_d dstride[d] * i[d]]     (output elements, dtype ddt)
+ * through the element pipeline of elem.h. With a block scale, the factor is
+ *     scale[sum_d scstride[d] * ((i[d] + sphase[d]) / sblock[d])]
+ * (integer division: the block that holds the element). Strides are never
+ * negative. The engine builds one box per piece of a target it evaluates. */
+#ifndef CK_BOX_H
+#define CK_BOX_H
+
+#include <stdint.h>
+
+#include "../ckpt/dtype.h"
+#include "../ckpt/safetensors.h" /* CK_MAX_DIMS */
+
+#define CK_BOX_CASTS 4
+
+struct ck_box {
+	int ndim; /* 0: one element */
+	int64_t ext[CK_MAX_DIMS];
+	int64_t sstride[CK_MAX_DIMS], dstride[CK_MAX_DIMS];
+	enum ck_dtype sdt, ddt; /* ddt: the last cast, F32 when scaled without casts, else sdt */
+	int nc;
+	enum ck_dtype casts[CK_BOX_CASTS];
+	unsigned saturate; /* bit k: cast k clamps overflow to the largest finite value */
+	int scaled, divide;
+	enum ck_dtype scdt;
+	int64_t sblock[CK_MAX_DIMS], sphase[CK_MAX_DIMS], scstride[CK_MAX_DIMS];
+};
+
+/* Canonical form: dims of extent 1 dropped, neighbours that chain in the
+ * source, the output and the scale merged, innermost output dim last. Keeps
+ * the same element mapping; the kernels then see few, long dims. */
+void ck_box_normalise(struct ck_box *b);
+uint64_t ck_box_numel(const struct ck_box *b);
+/* Whether elements go through the float pipeline (casts or a scale). */
+static inline int ck_box_is_float(const struct ck_box *b)
+{
+	return b->nc > 0 || b->scaled;
+}
+
+#endif
