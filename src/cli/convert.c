@@ -108,10 +108,11 @@ static int convert_main(int argc, char **argv, int *synced)
 				return ck_cli_report(&err);
 			dev.kind = d.kind; /* --gpu-mem may come before or after */
 			dev.index = d.index;
-		} else if (!strcmp(a, "--gpu-mem") && has) {
-			if (ck_parse_size(argv[++i], &dev.gpu_mem) < 0 || !dev.gpu_mem)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-							      "--gpu-mem: not a size: %s", argv[i]),
+		} else if ((!strcmp(a, "--gpu-mem") || !strcmp(a, "--gpu-min")) && has) {
+			uint64_t *to = a[6] == 'e' ? &dev.gpu_mem : &dev.gpu_min;
+			if (ck_parse_size(argv[++i], to) < 0 || (to == &dev.gpu_mem && !*to))
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s: not a size: %s",
+							      a, argv[i]),
 						      &err));
 		} else if (!strcmp(a, "--progress")) {
 			o.progress = 1;

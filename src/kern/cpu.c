@@ -106,21 +106,33 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 		ck_cpu_convert_run(src, ss, b->sdt, b->casts, b->nc, b->saturate, dst, n);
 		return;
 	}
+	if (!ck_box_is_float(b)) {
+		for (int64_t i = 0; i < n; i++)
+			memcpy(dst + i * ds * (int64_t)des, src + i * ss * (int64_t)ses, ses);
+		return;
+	}
+	if (!b->scaled) {
+		for (int64_t i = 0; i < n; i++)
+			ck_elem_finish(ck_elem_load(src + i * ss * (int64_t)ses, b->sdt), b->casts,
+				       b->nc, b->saturate, dst + i * ds * (int64_t)des);
+		return;
+	}
+	/* scaled: the row in runs that share one scale element */
 	int last = b->ndim - 1;
+	int64_t blk = last >= 0 ? b->sblock[last] : 1, ph = last >= 0 ? b->sphase[last] : 0;
+	int64_t scst = last >= 0 ? b->scstride[last] : 0;
+	if (scst == 0)
+		blk = n + ph; /* one scale for the whole row */
 	size_t scs = ck_dtype_size(b->scdt);
-	for (int64_t i = 0; i < n; i++) {
-		const unsigned char *s = src + i * ss * (int64_t)ses;
-		unsigned char *d = dst + i * ds * (int64_t)des;
-		if (!ck_box_is_float(b)) {
-			memcpy(d, s, ses);
-			continue;
-		}
-		float v = ck_elem_load(s, b->sdt);
-		if (b->scaled) {
-			int64_t k = last >= 0 ? b->scstride[last] * ((i + b->sphase[last]) / b->sblock[last]) : 0;
-			v = ck_elem_scaled(v, ck_elem_load(scale + k * (int64_t)scs, b->scdt), b->divide);
-		}
-		ck_elem_finish(v, b->casts, b->nc, b->saturate, d);
+	for (int64_t i = 0; i < n;) {
+		int64_t q = (i + ph) / blk, end = (q + 1) * blk - ph;
+		if (end > n)
+			end = n;
+		float sv = ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt);
+		for (; i < end; i++)
+			ck_elem_finish(ck_elem_scaled(ck_elem_load(src + i * ss * (int64_t)ses, b->sdt),
+						      sv, b->divide),
+				       b->casts, b->nc, b->saturate, dst + i * ds * (int64_t)des);
 	}
 }
 

@@ -73,10 +73,13 @@ CK_HD void ck_elem_finish(float v, const enum ck_dtype *casts, int nc, unsigned 
 	ck_elem_store(dst, casts[nc - 1], v, (saturate >> (nc - 1)) & 1);
 }
 
-/* Scale values are F32, BF16 or F16 (checked when the plan is made). */
+/* Scale values are F32, BF16 or F16 (checked when the plan is made). A NaN
+ * result is made canonical (0x7FC00000): x86 passes an operand's payload
+ * through, a GPU does not, and an F32 output must not depend on which ran. */
 CK_HD float ck_elem_scaled(float v, float s, int divide)
 {
-	return divide ? v / s : v * s;
+	float r = divide ? v / s : v * s;
+	return r != r ? ck_bits_f32(0x7FC00000u) : r;
 }
 
 #endif

@@ -41,31 +41,86 @@ __device__ __forceinline__ int64_t qdiv(int64_t a, int64_t b)
 	return a / b;
 }
 
+/* Element access with the element's own width: every element offset is a
+ * multiple of its size and every buffer is aligned, so a load is one
+ * instruction (memcpy through unsigned char would be byte by byte). The
+ * conversions themselves are elem.h's, shared with the CPU. */
+__device__ __forceinline__ float ld(const unsigned char *p, enum ck_dtype dt)
+{
+	switch (dt) {
+	case CK_DT_F16:
+		return ck_f16_to_f32(*(const uint16_t *)p);
+	case CK_DT_BF16:
+		return ck_bf16_to_f32(*(const uint16_t *)p);
+	case CK_DT_F8_E4M3:
+		return ck_e4m3_to_f32(*p);
+	case CK_DT_F8_E5M2:
+		return ck_e5m2_to_f32(*p);
+	default:
+		return *(const float *)p;
+	}
+}
+
+__device__ __forceinline__ void st(unsigned char *p, enum ck_dtype dt, float v, int sat)
+{
+	switch (dt) {
+	case CK_DT_F16:
+		*(uint16_t *)p = ck_f32_to_f16(v, sat);
+		break;
+	case CK_DT_BF16:
+		*(uint16_t *)p = ck_f32_to_bf16(v, sat);
+		break;
+	case CK_DT_F8_E4M3:
+		*p = ck_f32_to_e4m3(v, sat);
+		break;
+	case CK_DT_F8_E5M2:
+		*p = ck_f32_to_e5m2(v, sat);
+		break;
+	default:
+		*(float *)p = v;
+	}
+}
+
+/* An element copied as it is (size 1, 2, 4 or 8 bytes). */
+__device__ __forceinline__ void copy_elem(unsigned char *d, const unsigned char *s, int size)
+{
+	switch (size) {
+	case 1:
+		*d = *s;
+		break;
+	case 2:
+		*(uint16_t *)d = *(const uint16_t *)s;
+		break;
+	case 4:
+		*(uint32_t *)d = *(const uint32_t *)s;
+		break;
+	default:
+		*(uint64_t *)d = *(const uint64_t *)s;
+	}
+}
+
 /* One element: source at s, scale element k (when scaled), output at d. */
 __device__ __forceinline__ void elem(const struct kargs &a, const unsigned char *s,
 				     int64_t k, unsigned char *d)
 {
 	const struct ck_box &b = a.b;
 	if (!(b.nc > 0 || b.scaled)) {
-		switch (a.ses) {
-		case 1:
-			*d = *s;
-			break;
-		case 2:
-			memcpy(d, s, 2);
-			break;
-		case 4:
-			memcpy(d, s, 4);
-			break;
-		default:
-			memcpy(d, s, 8);
-		}
+		copy_elem(d, s, a.ses);
 		return;
 	}
-	float v = ck_elem_load(s, b.sdt);
+	float v = ld(s, b.sdt);
 	if (b.scaled)
-		v = ck_elem_scaled(v, ck_elem_load(a.scale + k * a.scs, b.scdt), b.divide);
-	ck_elem_finish(v, b.casts, b.nc, b.saturate, d);
+		v = ck_elem_scaled(v, ld(a.scale + k * a.scs, b.scdt), b.divide);
+	if (b.nc == 0) {
+		*(float *)d = v;
+		return;
+	}
+	for (int c = 0; c < b.nc - 1; c++) { /* as ck_elem_finish: round through each cast */
+		unsigned char tmp[4];
+		ck_elem_store(tmp, b.casts[c], v, (b.saturate >> c) & 1);
+		v = ck_elem_load(tmp, b.casts[c]);
+	}
+	st(d, b.casts[b.nc - 1], v, (b.saturate >> (b.nc - 1)) & 1);
 }
 
 /* Offsets of row r (all dims but the last; skip: a dim to leave out). */
@@ -85,25 +140,58 @@ __device__ __forceinline__ void outer_offsets(const struct ck_box &b, int64_t r,
 	}
 }
 
-/* tpr threads per row (a power of two, >= 32), 256 / tpr rows per block. */
-__global__ void k_rows(struct kargs a, int64_t nrows, int tpr)
+/* The pipeline with the dtypes known at compile time, so the dtype switches
+ * of elem.h fold away: one cast (or none after a scale, F32 out). SDT < 0:
+ * the generic path, everything read from the box. */
+template <int SDT, int DDT, int SCALED>
+__device__ __forceinline__ void elem_t(const struct kargs &a, const unsigned char *s, int64_t k,
+				       unsigned char *d)
+{
+	if (SDT < 0) {
+		elem(a, s, k, d);
+		return;
+	}
+	float v = ld(s, (enum ck_dtype)SDT);
+	if (SCALED)
+		v = ck_elem_scaled(v, ld(a.scale + k * a.scs, a.b.scdt), a.b.divide);
+	st(d, (enum ck_dtype)DDT, v, (int)(a.b.saturate & 1));
+}
+
+#define VEC 4 /* consecutive elements per thread */
+
+/* tpr threads per row (a power of two, >= 32), 256 / tpr rows per block;
+ * sshift: log2 of the row's scale block when it is a power of two, else -1. */
+template <int SDT, int DDT, int SCALED>
+__global__ void k_rows(struct kargs a, int64_t nrows, int tpr, int sshift)
 {
 	const struct ck_box &b = a.b;
 	int last = b.ndim - 1;
 	int64_t n = last >= 0 ? b.ext[last] : 1;
 	int64_t ss = last >= 0 ? b.sstride[last] : 1, ds = last >= 0 ? b.dstride[last] : 1;
+	int64_t scs = last >= 0 ? b.scstride[last] : 0, ph = last >= 0 ? b.sphase[last] : 0;
+	int64_t blk = last >= 0 ? b.sblock[last] : 1;
 	int rpb = blockDim.x / tpr, lane = threadIdx.x % tpr;
 	int64_t first = (int64_t)blockIdx.y * rpb + threadIdx.x / tpr;
 	int64_t rstep = (int64_t)gridDim.y * rpb;
 	for (int64_t r = first; r < nrows; r += rstep) {
 		int64_t so, dof, sco;
 		outer_offsets(b, r, -1, &so, &dof, &sco);
-		for (int64_t i = (int64_t)blockIdx.x * tpr + lane; i < n;
-		     i += (int64_t)gridDim.x * tpr) {
-			int64_t k = sco;
-			if (b.scaled && last >= 0)
-				k += b.scstride[last] * qdiv(i + b.sphase[last], b.sblock[last]);
-			elem(a, a.src + (so + i * ss) * a.ses, k, a.dst + (dof + i * ds) * a.des);
+		const unsigned char *src = a.src + so * a.ses;
+		unsigned char *dst = a.dst + dof * a.des;
+		/* VEC elements per thread, a warp-wide stride apart: every access
+		 * instruction of a warp is contiguous */
+		for (int64_t i0 = (int64_t)blockIdx.x * tpr * VEC + lane; i0 < n;
+		     i0 += (int64_t)gridDim.x * tpr * VEC) {
+#pragma unroll
+			for (int u = 0; u < VEC; u++) {
+				int64_t i = i0 + (int64_t)u * tpr;
+				if (i >= n)
+					break;
+				int64_t k = sco;
+				if (SCALED || (SDT < 0 && b.scaled))
+					k += scs * (sshift >= 0 ? (i + ph) >> sshift : qdiv(i + ph, blk));
+				elem_t<SDT, DDT, SCALED>(a, src + i * ss * a.ses, k, dst + i * ds * a.des);
+			}
 		}
 	}
 }
@@ -144,9 +232,9 @@ __global__ void k_tile(struct kargs a, int kd, int64_t nrest)
 				for (int j = threadIdx.y; j < TILE; j += TROWS) {
 					int64_t k = k0 + j, n = n0 + threadIdx.x;
 					if (k < K && n < N) {
-						uint64_t v = tile[threadIdx.x][j];
-						memcpy(a.dst + (dof + k * b.dstride[kd] + n * b.dstride[last]) * a.des,
-						       &v, a.des);
+						uint64_t v = tile[threadIdx.x][j]; /* little endian: low bytes first */
+						copy_elem(a.dst + (dof + k * b.dstride[kd] + n * b.dstride[last]) * a.des,
+							  (const unsigned char *)&v, a.des);
 					}
 				}
 				__syncthreads();
@@ -202,16 +290,43 @@ static void launch(const struct ck_box *box, const unsigned char *src, const uns
 	for (int d = 0; d < last; d++)
 		nrows *= b.ext[d];
 	int tpr = 32;
-	while (tpr < 256 && tpr < n)
+	while (tpr < 256 && (int64_t)tpr * VEC < n)
 		tpr *= 2;
 	int rpb = 256 / tpr;
-	int64_t gx = (n + tpr - 1) / tpr, gy = (nrows + rpb - 1) / rpb;
+	int64_t gx = (n + (int64_t)tpr * VEC - 1) / ((int64_t)tpr * VEC),
+		gy = (nrows + rpb - 1) / rpb;
 	/* enough blocks to fill the device; threads loop over the rest */
 	if (gx > 4096)
 		gx = 4096;
 	if (gy > 65535)
 		gy = 65535;
-	k_rows<<<dim3((unsigned)gx, (unsigned)gy), 256, 0, st>>>(a, nrows, tpr);
+	int sshift = -1;
+	if (last >= 0 && b.sblock[last] > 0 && !(b.sblock[last] & (b.sblock[last] - 1)))
+		sshift = __builtin_ctzll((unsigned long long)b.sblock[last]);
+	dim3 grid((unsigned)gx, (unsigned)gy);
+	/* one cast, or a scale with F32 out: a specialised kernel if common */
+	int one = b.nc == 1 ? b.casts[0] == b.ddt : b.nc == 0 && b.scaled && b.ddt == CK_DT_F32;
+	int sc = b.scaled;
+#define ROWS(S, D, SC)                                                                             \
+	if (one && b.sdt == (S) && b.ddt == (D) && sc == (SC)) {                                   \
+		k_rows<S, D, SC><<<grid, 256, 0, st>>>(a, nrows, tpr, sshift);                       \
+		return;                                                                            \
+	}
+	ROWS(CK_DT_BF16, CK_DT_F32, 0)
+	ROWS(CK_DT_F16, CK_DT_F32, 0)
+	ROWS(CK_DT_F32, CK_DT_BF16, 0)
+	ROWS(CK_DT_F32, CK_DT_F16, 0)
+	ROWS(CK_DT_BF16, CK_DT_F16, 0)
+	ROWS(CK_DT_F16, CK_DT_BF16, 0)
+	ROWS(CK_DT_F32, CK_DT_F8_E4M3, 0)
+	ROWS(CK_DT_BF16, CK_DT_F8_E4M3, 0)
+	ROWS(CK_DT_F8_E4M3, CK_DT_BF16, 1)
+	ROWS(CK_DT_F8_E4M3, CK_DT_F32, 1)
+	ROWS(CK_DT_F8_E4M3, CK_DT_F16, 1)
+	ROWS(CK_DT_BF16, CK_DT_F8_E4M3, 1)
+	ROWS(CK_DT_F32, CK_DT_F8_E4M3, 1)
+#undef ROWS
+	k_rows<-1, -1, 0><<<grid, 256, 0, st>>>(a, nrows, tpr, sshift);
 }
 
 /* ---- host side ---- */

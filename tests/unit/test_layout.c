@@ -167,6 +167,16 @@ static void dense_cat(struct dense *x, struct dense *b, int dim)
 	*x = y;
 }
 
+static void random_perm(int *perm, int n)
+{
+	for (int i = 0; i < n; i++)
+		perm[i] = i;
+	for (int i = n - 1; i > 0; i--) {
+		int j = (int)rr(i + 1), t = perm[i];
+		perm[i] = perm[j], perm[j] = t;
+	}
+}
+
 static void random_shape(int64_t n, int64_t *s, int *nd)
 {
 	/* random factorisation of n into 1..4 dims, size-1 dims allowed */
@@ -201,12 +211,7 @@ START_TEST(random_op_sequences)
 		int kind = (int)rr(6);
 		if (kind == 0 && v.ndim > 0) { /* permute */
 			int perm[CK_MAX_DIMS];
-			for (int i = 0; i < v.ndim; i++)
-				perm[i] = i;
-			for (int i = v.ndim - 1; i > 0; i--) {
-				int j = (int)rr(i + 1), t = perm[i];
-				perm[i] = perm[j], perm[j] = t;
-			}
+			random_perm(perm, v.ndim);
 			ck_assert_int_eq(ck_value_permute(&v, perm, &err), 0);
 			dense_permute(&x, perm);
 		} else if (kind == 1 && v.ndim > 0) { /* narrow */
@@ -255,6 +260,173 @@ START_TEST(random_op_sequences)
 	}
 	ck_value_free(&v);
 	free(x.d);
+}
+END_TEST
+
+/* The scale element each element of v is multiplied by (scale src * 1e6 +
+ * element), -1 for unscaled pieces, against the dense reference. */
+static void check_scales(const struct ck_value *v, const struct dense *x)
+{
+	int64_t n = numel(v->shape, v->ndim), st[CK_MAX_DIMS];
+	cstrides(v->shape, v->ndim, st);
+	int64_t wrong = 0, first = -1, got_first = 0;
+	for (size_t k = 0; k < v->n; k++) {
+		const struct ck_piece *p = &v->p[k];
+		int64_t idx[CK_MAX_DIMS], cnt = 1;
+		for (int d = 0; d < v->ndim; d++) {
+			idx[d] = p->lo[d];
+			cnt *= p->hi[d] - p->lo[d];
+		}
+		for (int64_t c = 0; c < cnt; c++) {
+			int64_t lin = 0, got = -1;
+			for (int d = 0; d < v->ndim; d++)
+				lin += idx[d] * st[d];
+			if (p->sc.on) {
+				int64_t e = p->sc.base;
+				for (int j = 0; j < p->sc.n; j++) {
+					int d = p->sc.dim[j];
+					e += p->sc.stride[j] *
+					     ((idx[d] - p->lo[d] + p->sc.phase[j]) / p->sc.block[j]);
+				}
+				got = (int64_t)p->sc.src * 1000000 + e;
+			}
+			if (lin < n && got != x->d[lin] && !wrong++)
+				first = lin, got_first = got;
+			for (int d = v->ndim - 1; d >= 0; d--) {
+				if (++idx[d] < p->hi[d])
+					break;
+				idx[d] = p->lo[d];
+			}
+		}
+	}
+	ck_assert_msg(wrong == 0, "%lld elements get the wrong scale; element %lld: %lld, dense %lld",
+		      (long long)wrong, (long long)first, (long long)got_first,
+		      first >= 0 ? (long long)x->d[first] : -1LL);
+}
+
+/* Block scaling survives permute, narrow, cat, unsqueeze, squeeze and the
+ * reshapes that keep scaled dims whole: a dense reference tracks, for every
+ * element, the weight element and the scale element it is multiplied by. */
+START_TEST(block_scale_op_sequences)
+{
+	rng_state = 0xB10C5CA1ULL + (uint64_t)_i * 104729;
+	struct ck_err err;
+	int nd = 2 + (int)rr(2);
+	int64_t ws[CK_MAX_DIMS], ss[CK_MAX_DIMS], block[CK_MAX_DIMS];
+	for (int d = 0; d < nd; d++) {
+		ws[d] = 1 + rr(nd == 2 ? 20 : 9);
+		block[d] = 1 + rr(6);
+		ss[d] = (ws[d] + block[d] - 1) / block[d];
+	}
+	struct ck_value v, sv;
+	ck_assert_int_eq(ck_value_leaf(&v, 0, CK_DT_F8_E4M3, nd, ws, &err), 0);
+	ck_assert_int_eq(ck_value_leaf(&sv, 7, CK_DT_F32, nd, ss, &err), 0);
+	if (rr(2)) { /* a transposed scale tensor works too */
+		int perm[CK_MAX_DIMS];
+		for (int d = 0; d < nd; d++)
+			perm[d] = nd - 1 - d;
+		int64_t rs[CK_MAX_DIMS];
+		for (int d = 0; d < nd; d++)
+			rs[d] = ss[nd - 1 - d];
+		ck_value_free(&sv);
+		ck_assert_int_eq(ck_value_leaf(&sv, 7, CK_DT_F32, nd, rs, &err), 0);
+		ck_assert_int_eq(ck_value_permute(&sv, perm, &err), 0);
+	}
+	ck_assert_msg(ck_value_block_scale(&v, &sv, block, (int)rr(2), &err) == 0, "%s", err.msg);
+	/* dense: weight ids, and the scale ids evaluated from sv's own layout */
+	struct dense x = dense_leaf(0, ws, nd), sc = dense_leaf(0, ws, nd);
+	int64_t sst[CK_MAX_DIMS], idx[CK_MAX_DIMS];
+	for (int64_t i = 0; i < numel(ws, nd); i++) {
+		unravel(i, ws, nd, idx);
+		int64_t e = sv.p[0].base;
+		for (int d = 0; d < nd; d++)
+			e += sv.p[0].stride[d] * (idx[d] / block[d]);
+		sc.d[i] = 7 * 1000000 + e;
+	}
+	(void)sst;
+	ck_value_free(&sv);
+	check_equal(&v, &x);
+	check_scales(&v, &sc);
+	int nops = 1 + (int)rr(6);
+	for (int op = 0; op < nops; op++) {
+		int kind = (int)rr(6);
+		if (kind == 0) {
+			int perm[CK_MAX_DIMS];
+			random_perm(perm, v.ndim);
+			ck_assert_int_eq(ck_value_permute(&v, perm, &err), 0);
+			dense_permute(&x, perm);
+			dense_permute(&sc, perm);
+		} else if (kind == 1) {
+			int d = (int)rr(v.ndim);
+			int64_t start = rr(v.shape[d]), len = 1 + rr(v.shape[d] - start);
+			ck_assert_int_eq(ck_value_narrow(&v, d, start, len, &err), 0);
+			dense_narrow(&x, d, start, len);
+			dense_narrow(&sc, d, start, len);
+		} else if (kind == 2) { /* cat an unscaled F32 leaf */
+			int d = (int)rr(v.ndim);
+			int64_t s[CK_MAX_DIMS];
+			memcpy(s, v.shape, sizeof s);
+			s[d] = 1 + rr(3);
+			struct ck_value vals[2];
+			vals[0] = v;
+			ck_assert_int_eq(ck_value_leaf(&vals[1], 1 + (uint32_t)op, CK_DT_F32, v.ndim, s, &err), 0);
+			ck_assert_int_eq(ck_value_cat(&v, vals, 2, d, &err), 0);
+			struct dense b = dense_leaf(1 + (uint32_t)op, s, x.ndim), bs = b;
+			bs.d = malloc((size_t)numel(s, x.ndim) * sizeof *bs.d);
+			for (int64_t i = 0; i < numel(s, x.ndim); i++)
+				bs.d[i] = -1;
+			dense_cat(&x, &b, d);
+			dense_cat(&sc, &bs, d);
+		} else if (kind == 3 && v.ndim < 6) {
+			int d = (int)rr(v.ndim + 1);
+			ck_assert_int_eq(ck_value_unsqueeze(&v, d, &err), 0);
+			for (int i = x.ndim; i > d; i--)
+				x.shape[i] = x.shape[i - 1], sc.shape[i] = sc.shape[i - 1];
+			x.shape[d] = sc.shape[d] = 1;
+			x.ndim++, sc.ndim++;
+		} else if (kind == 4) {
+			for (int d = 0; d < v.ndim; d++)
+				if (v.shape[d] == 1) {
+					ck_assert_int_eq(ck_value_squeeze(&v, d, &err), 0);
+					for (int i = d; i < x.ndim - 1; i++)
+						x.shape[i] = x.shape[i + 1], sc.shape[i] = sc.shape[i + 1];
+					x.ndim--, sc.ndim--;
+					break;
+				}
+		} else if (kind == 5) { /* view(1, *shape): scaled dims stay whole */
+			int64_t s[CK_MAX_DIMS];
+			s[0] = 1;
+			memcpy(s + 1, v.shape, (size_t)v.ndim * sizeof *s);
+			ck_assert_msg(ck_value_reshape(&v, s, v.ndim + 1, &err) == 0, "%s", err.msg);
+			memcpy(x.shape, s, sizeof s);
+			memcpy(sc.shape, s, sizeof s);
+			x.ndim++, sc.ndim++;
+		}
+		check_equal(&v, &x);
+		check_scales(&v, &sc);
+	}
+	/* merging two dims that both hold several blocks is refused, loudly */
+	int a = -1;
+	for (int d = 0; d + 1 < v.ndim && a < 0; d++)
+		for (size_t k = 0; k < v.n && a < 0; k++)
+			for (int j = 0; j < v.p[k].sc.n; j++)
+				if (v.p[k].sc.dim[j] == d && v.shape[d] > 1 && v.shape[d + 1] > 1)
+					a = d;
+	if (a >= 0) {
+		int64_t s[CK_MAX_DIMS];
+		int m = 0;
+		for (int d = 0; d < v.ndim; d++) {
+			if (d == a + 1)
+				s[m - 1] *= v.shape[d];
+			else
+				s[m++] = v.shape[d];
+		}
+		ck_assert_int_eq(ck_value_reshape(&v, s, m, &err), -1);
+		ck_assert_msg(strstr(err.msg, "block-scaled"), "%s", err.msg);
+	}
+	ck_value_free(&v);
+	free(x.d);
+	free(sc.d);
 }
 END_TEST
 
@@ -322,6 +494,7 @@ int main(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_loop_test(tc, random_op_sequences, 0, 400);
 	tcase_add_test(tc, qkv_interleave_pieces);
+	tcase_add_loop_test(tc, block_scale_op_sequences, 0, 300);
 	tcase_add_test(tc, errors);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 0); /* 400 small loop tests: no fork each */
