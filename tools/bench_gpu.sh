@@ -22,6 +22,8 @@ echo "== inputs: llama $P BF16, and llama $P FP8 (128x128 block scales)"
 echo '{"ckptfs_mapping": 1, "rules": [{"from": "{k:path}", "to": "{k}", "expr": "x.to(F32)"}]}' >"$W/f32.json"
 MEG=(--mapping "$ROOT/mappings/llama-hf-to-megatron.json" --mapping "$W/f32.json")
 DEQ=(--mapping "$ROOT/mappings/fp8-block-dequant.json")
+# the source of a view: FP8 for the dequantisation, BF16 otherwise
+src_of() { if [ "$1" = DEQ ]; then echo "$W/fp8"; else echo "$W/bf16"; fi; }
 secs() {
 	local t0=$EPOCHREALTIME
 	"$@" >/dev/null 2>&1 || echo "FAILED: $*" >&2
@@ -30,8 +32,7 @@ secs() {
 echo "== 2. convert (seconds; outputs compared byte for byte)"
 for view in MEG DEQ; do
 	declare -n args=$view
-	src=$W/bf16
-	[ $view = DEQ ] && src=$W/fp8
+	src=$(src_of $view)
 	for dev in cpu cuda; do
 		rm -rf "$W/out-$dev"
 		t=$(secs "$C" convert "$src" "$W/out-$dev" "${args[@]}" --device $dev --quiet)
@@ -43,8 +44,7 @@ done
 echo "== 3. mount, first read of every tensors/ file (GB/s of output)"
 for view in MEG DEQ; do
 	declare -n args=$view
-	src=$W/bf16
-	[ $view = DEQ ] && src=$W/fp8
+	src=$(src_of $view)
 	for dev in cpu cuda; do
 		for rep in 1 2 3; do
 			mnt=$W/mnt-$dev-$rep

@@ -80,7 +80,7 @@ static int convert_main(int argc, char **argv, int *synced)
 	int r;
 	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL, NULL, NULL, 0};
 	struct ck_device dev;
-	ck_device_parse("cpu", &dev, NULL);
+	ck_device_init(&dev);
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -103,11 +103,8 @@ static int convert_main(int argc, char **argv, int *synced)
 		} else if (!strcmp(a, "--no-uring")) {
 			o.use_uring = 0;
 		} else if (!strcmp(a, "--device") && has) {
-			struct ck_device d;
-			if (ck_device_parse(argv[++i], &d, &err) < 0)
+			if (ck_device_parse(argv[++i], &dev, &err) < 0)
 				return ck_cli_report(&err);
-			dev.kind = d.kind; /* --gpu-mem may come before or after */
-			dev.index = d.index;
 		} else if ((!strcmp(a, "--gpu-mem") || !strcmp(a, "--gpu-min")) && has) {
 			uint64_t *to = a[6] == 'e' ? &dev.gpu_mem : &dev.gpu_min;
 			if (ck_parse_size(argv[++i], to) < 0 || (to == &dev.gpu_mem && !*to))

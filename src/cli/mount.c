@@ -169,8 +169,7 @@ static int mount_main(int argc, char **argv, int *synced)
 	o.cache.use_uring = 1;
 	o.part_size = (uint64_t)5 << 30; /* vLLM's default max file size */
 	o.cache.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	ck_device_parse("cpu", &o.device, NULL);
-	const char *device = NULL;
+	ck_device_init(&o.device);
 	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
 	int fuse_argc = 3;
 	struct ck_err err;
@@ -184,7 +183,8 @@ static int mount_main(int argc, char **argv, int *synced)
 				return ck_cli_report(&err);		} else if (!strcmp(a, "-f")) {
 			o.foreground = 1;
 		} else if (!strcmp(a, "--device") && i + 1 < argc) {
-			device = argv[++i];
+			if (ck_device_parse(argv[++i], &o.device, &err) < 0)
+				return ck_cli_report(&err);
 		} else if (!strcmp(a, "-o") && i + 1 < argc) {
 			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
 				return ck_cli_report(&err);
@@ -201,13 +201,6 @@ static int mount_main(int argc, char **argv, int *synced)
 	if (!source || !mnt_arg) {
 		mount_help(stderr);
 		return 2;
-	}
-	if (device) { /* after -o, whose gpu_mem / gpu_min it keeps */
-		struct ck_device d;
-		if (ck_device_parse(device, &d, &err) < 0)
-			return ck_cli_report(&err);
-		o.device.kind = d.kind;
-		o.device.index = d.index;
 	}
 	if (!o.cache.cache_size)
 		o.cache.cache_size = default_cache_size();

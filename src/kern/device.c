@@ -6,12 +6,17 @@
 
 #include "../exec/engine.h"
 
-int ck_device_parse(const char *spec, struct ck_device *d, struct ck_err *err)
+void ck_device_init(struct ck_device *d)
 {
-	memset(d, 0, sizeof *d);
+	d->kind = CK_DEV_CPU;
 	d->index = -1;
 	d->gpu_mem = CK_GPU_MEM_DEFAULT;
 	d->gpu_min = CK_GPU_MIN_DEFAULT;
+}
+
+int ck_device_parse(const char *spec, struct ck_device *d, struct ck_err *err)
+{
+	d->index = -1;
 	if (!strcmp(spec, "cpu")) {
 		d->kind = CK_DEV_CPU;
 	} else if (!strcmp(spec, "auto")) {

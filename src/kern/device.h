@@ -20,7 +20,10 @@ struct ck_device {
 	uint64_t gpu_min; /* smallest read worth the GPU */
 };
 
-/* Parse a --device value (syntax only; no GPU is touched). */
+/* The default: cpu, CK_GPU_MEM_DEFAULT, CK_GPU_MIN_DEFAULT. */
+void ck_device_init(struct ck_device *d);
+/* Parse a --device value into d->kind and d->index (syntax only; no GPU
+ * is touched; the budgets set by other options stay). */
 int ck_device_parse(const char *spec, struct ck_device *d, struct ck_err *err);
 /* Open the device for `lanes` evaluators: *out is NULL for the CPU (auto
  * without a usable GPU says so in note). Fails with one line when cuda was
