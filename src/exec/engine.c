@@ -387,8 +387,7 @@ static int eval_range(struct ck_eval_ctx *c, const struct ck_target *t, int dim,
 	return 0;
 }
 
-/* Worth a PCIe round trip: some piece casts, scales or transposes. */
-static int gpu_worth(const struct ck_target *t)
+int ck_engine_gpu_worth(const struct ck_target *t)
 {
 	int last = t->v.ndim - 1;
 	for (size_t i = 0; i < t->v.n; i++) {
@@ -459,7 +458,7 @@ int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t le
 		return ck_fail_sys(err, ENOMEM, "evaluation");
 	int r;
 	if (c->lane && !c->eng->dry_run && len >= c->eng->gpu_min && t->v.ndim > 0 &&
-	    gpu_worth(t)) {
+	    ck_engine_gpu_worth(t)) {
 		r = eval_elems_gpu(c, t, e0, e1, buf, err);
 	} else {
 		if (t->holes) /* padding: what no piece covers reads as zeros */

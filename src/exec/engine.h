@@ -53,6 +53,10 @@ void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uri
 void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e);
 void ck_eval_ctx_free(struct ck_eval_ctx *c);
 
+/* The GPU policy: whether t has work worth a PCIe round trip (a piece
+ * casts, scales or transposes); copies, slices and concatenation do not. */
+int ck_engine_gpu_worth(const struct ck_target *t);
+
 /* Fill dst with bytes [off, off+len) of target t (C order, little endian).
  * Returns 0, or -1 with err (a source read failure is CK_E_SYS with errno). */
 int ck_engine_read(struct ck_eval_ctx *c, uint32_t t, uint64_t off, uint64_t len, void *dst,

@@ -77,3 +77,15 @@ with tempfile.TemporaryDirectory() as tmp:
             st = mnt.stats()
             assert st["gpu_reads"] > 0 and st["device"] != "cpu", st
         print(f"mount --device cuda: {len(want)} tensors equal, {st['gpu_reads']} GPU reads")
+        # the policy: renames (copies) never go to the GPU, even with gpu_min=0;
+        # transposes do
+        for maps, gpu in (([m("identity")], False), ([m("gpt2-conv1d-to-linear")], True)):
+            src = srcs["llama" if not gpu else "gpt2"]
+            with mountlib.Mount(src, maps, opts="gpu_min=0,no_direct", extra=["--device", "cuda"],
+                                expect_errors=True) as mnt:
+                for f in os.listdir(mnt.path("tensors")):
+                    with open(mnt.path("tensors", f), "rb") as fh:
+                        fh.read()
+                st = mnt.stats()
+                assert (st["gpu_reads"] > 0) == gpu, (maps, st)
+        print("identity view: 0 GPU reads; Conv1D transposes: on the GPU")

@@ -261,6 +261,22 @@ START_TEST(failed_convert_leaves_nothing)
 }
 END_TEST
 
+/* Only work worth a PCIe round trip goes to a GPU: casts and transposes,
+ * not slices or concatenation. */
+START_TEST(gpu_policy_keeps_copies_on_cpu)
+{
+	struct ck_plan *p = plan_of(MAP);
+	static const struct {
+		const char *name;
+		int gpu;
+	} want[] = {{"rows", 0}, {"cols", 0}, {"cat", 0}, {"tr", 1}, {"e4", 1}, {"wide", 1}};
+	for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+		ck_assert_msg(ck_engine_gpu_worth(&p->t[tidx(p, want[k].name)]) == want[k].gpu,
+			      "%s", want[k].name);
+	ck_plan_free(p);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("engine");
@@ -272,6 +288,7 @@ int main(void)
 	tcase_add_test(tc, small_window_same_bytes);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 2);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
+	tcase_add_test(tc, gpu_policy_keeps_copies_on_cpu);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
