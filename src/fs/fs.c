@@ -5,6 +5,7 @@
 #include <fuse_lowlevel.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -359,6 +360,13 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
+		pthread_mutex_lock(&fs->snap_mu);
+		s->prev = NULL;
+		s->next = fs->snaps;
+		if (fs->snaps)
+			fs->snaps->prev = s;
+		fs->snaps = s;
+		pthread_mutex_unlock(&fs->snap_mu);
 		fi->fh = (uintptr_t)s;
 		fi->direct_io = 1;
 	} else if (fs->o.direct_io) {
@@ -374,6 +382,14 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct ckfs *fs = fuse_req_userdata(req);
 	if (fs_decode(fs, ino).k == N_STATS && fi->fh) {
 		struct snapshot *s = (struct snapshot *)(uintptr_t)fi->fh;
+		pthread_mutex_lock(&fs->snap_mu);
+		if (s->prev)
+			s->prev->next = s->next;
+		else
+			fs->snaps = s->next;
+		if (s->next)
+			s->next->prev = s->prev;
+		pthread_mutex_unlock(&fs->snap_mu);
 		free(s->data);
 		free(s);
 	}
@@ -661,6 +677,13 @@ static void free_fs(struct ckfs *fs)
 	if (fs->log && fs->log != stderr)
 		fclose(fs->log);
 	pthread_mutex_destroy(&fs->log_mu);
+	while (fs->snaps) {
+		struct snapshot *s = fs->snaps;
+		fs->snaps = s->next;
+		free(s->data);
+		free(s);
+	}
+	pthread_mutex_destroy(&fs->snap_mu);
 }
 
 int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, size_t n_views,
@@ -678,6 +701,7 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 	fs.log = stderr;
 	fs.multi = n_views != 1 || views[0].dir[0];
 	pthread_mutex_init(&fs.log_mu, NULL);
+	pthread_mutex_init(&fs.snap_mu, NULL);
 	/* one reply buffer per FUSE worker, kept: requests are at most 1 MiB */
 	ck_bufpool_init(&fs.pool, 1u << 20, (size_t)(o->fuse_threads > 0 ? o->fuse_threads : 10));
 	int rc = -1;
@@ -757,7 +781,10 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 	}
 	fuse_loop_cfg_set_max_threads(cfg, (unsigned)(o->fuse_threads > 0 ? o->fuse_threads : 10));
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
-	rc = fuse_session_loop_mt(se, cfg) == 0 ? 0 : -1;
+	/* the loop answers the signal that ended it (SIGINT, SIGTERM, SIGHUP:
+	 * the handlers fuse_set_signal_handlers installs): a clean stop */
+	int loop = fuse_session_loop_mt(se, cfg);
+	rc = loop == 0 || loop == SIGINT || loop == SIGTERM || loop == SIGHUP ? 0 : -1;
 	if (rc < 0)
 		ck_fail(err, CK_E_SYS, "the FUSE loop failed");
 	fuse_loop_cfg_destroy(cfg);

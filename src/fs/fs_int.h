@@ -37,6 +37,10 @@ struct ckfs {
 	FILE *log;
 	pthread_mutex_t log_mu;
 	time_t mounted_at;
+	/* open stats.json snapshots: a RELEASE the kernel sends as the session
+	 * ends may never be served, so teardown frees what is left here */
+	struct snapshot *snaps;
+	pthread_mutex_t snap_mu;
 };
 
 enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,
@@ -52,6 +56,7 @@ struct node {
 struct snapshot {
 	char *data;
 	size_t len;
+	struct snapshot *prev, *next;
 };
 
 
