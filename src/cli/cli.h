@@ -12,6 +12,8 @@ int ck_cmd_convert(int argc, char **argv);
 int ck_cmd_mount(int argc, char **argv);
 /* Print "ckptfs: <message>" and return the exit status for err's kind. */
 int ck_cli_report(const struct ck_err *err);
+/* Allocator settings for large plans (heap.c); call first thing in main. */
+void ck_heap_tune(void);
 
 /* A source opened and planned through its mappings. */
 struct ck_view {

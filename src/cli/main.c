@@ -40,6 +40,7 @@ int ck_cli_report(const struct ck_err *err)
 
 int main(int argc, char **argv)
 {
+	ck_heap_tune();
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

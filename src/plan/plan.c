@@ -14,6 +14,10 @@ struct skey {
 	struct ck_value v;
 	int consumed_by; /* rule index that consumed it, 0 if none */
 	int produced_by; /* rule index, 0 for the stage's inputs */
+	/* source key leaf - 1, its value not built yet (v empty): a source key
+	 * holds no pieces until a rule reads it or it becomes a target, so a
+	 * 100k-key plan does not hold every leaf and its copy at once */
+	uint32_t leaf;
 };
 
 struct stage {
@@ -53,7 +57,7 @@ static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *
 		return nomem(err);
 	if (r == 1)
 		return 1;
-	(*arr)[*n] = (struct skey){name, *v, 0, rule};
+	(*arr)[*n] = (struct skey){name, *v, 0, rule, 0};
 	(*n)++;
 	return 0;
 }
@@ -197,6 +201,16 @@ static int rule_fail(struct stage *st, const struct ck_rule *r, const char *key)
 }
 
 /* ---- consuming inputs ---- */
+
+static int source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
+			struct ck_err *err);
+
+/* The value of a key, as a copy the caller owns. */
+static int key_value(const struct ck_catalog *cat, const struct skey *k, struct ck_value *out,
+		     struct ck_err *err)
+{
+	return k->leaf ? source_value(cat, k->leaf - 1, out, err) : ck_value_copy(out, &k->v, err);
+}
 
 static int consume(struct stage *st, const struct ck_rule *r, const char *key, int want_share,
 		   struct skey **out)
@@ -359,7 +373,7 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 			if (s < 0)
 				goto out;
 			slot->kind = XV_TENSOR;
-			if (ck_value_copy(&slot->t, &k->v, st->err) < 0)
+			if (key_value(st->cat, k, &slot->t, st->err) < 0)
 				goto out;
 		}
 	}
@@ -647,7 +661,9 @@ static int run_stage(const struct ck_mapping *m, int first, const struct ck_cata
 	st.cat = cat;
 	st.err = err;
 	int rc = -1;
-	if (ck_strmap_init(&st.in_map, *n_keys) < 0 || ck_strmap_init(&st.out_map, *n_keys) < 0) {
+	st.cap_in = *n_keys ? *n_keys : 1; /* every key moves in: no doubling series */
+	if (!(st.in = malloc(st.cap_in * sizeof *st.in)) ||
+	    ck_strmap_init(&st.in_map, *n_keys) < 0 || ck_strmap_init(&st.out_map, *n_keys) < 0) {
 		nomem(err);
 		goto out;
 	}
@@ -666,6 +682,7 @@ static int run_stage(const struct ck_mapping *m, int first, const struct ck_cata
 			free(name);
 			goto out;
 		}
+		st.in[st.n_in - 1].leaf = k->leaf;
 		k->v.p = NULL; /* moved into the stage */
 	}
 	rc = 0;
@@ -712,6 +729,7 @@ out:
 				free(name);
 				goto fail;
 			}
+			st.out[st.n_out - 1].leaf = k->leaf;
 			k->v.p = NULL;
 			k->v.n = 0;
 		}
@@ -901,6 +919,22 @@ static int logical_value(const struct ck_catalog *cat, const struct ck_logical *
 	return 0;
 }
 
+/* Source key i (a tensor, or a DCP tensor made of chunks) as a value. */
+static int source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
+			struct ck_err *err)
+{
+	if (cat->logical)
+		return logical_value(cat, &cat->logical[i], v, err);
+	const struct ck_tensor_info *t = &cat->entries[i].t;
+	if (ck_value_leaf(v, i, t->dtype, t->ndim, t->shape, err) < 0)
+		return -1;
+	if (t->stride && v->n) { /* a view (torch sources): its own strides */
+		for (int d = 0; d < t->ndim; d++)
+			v->p[0].stride[d] = t->stride[d];
+	}
+	return 0;
+}
+
 int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		  struct ck_plan **out, struct ck_err *err)
 {
@@ -909,31 +943,24 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 	struct skey *keys = calloc(n ? n : 1, sizeof *keys);
 	if (!keys)
 		return nomem(err);
-	for (size_t i = 0; cat->logical && i < n; i++) {
-		if (!(keys[i].name = strdup(cat->logical[i].name)) ||
-		    logical_value(cat, &cat->logical[i], &keys[i].v, err) < 0) {
-			if (!keys[i].name)
-				nomem(err);
-			keys_free(keys, i + 1);
-			return -1;
-		}
-	}
-	for (size_t i = 0; !cat->logical && i < n; i++) {
-		const struct ck_tensor_info *t = &cat->entries[i].t;
-		int bad = !(keys[i].name = strdup(t->name));
-		if (bad ? nomem(err) < 0
-			: ck_value_leaf(&keys[i].v, (uint32_t)i, t->dtype, t->ndim, t->shape, err) < 0) {
-			keys_free(keys, i + 1);
-			return -1;
-		}
-		if (t->stride && keys[i].v.n) { /* a view (torch sources): its own strides */
-			for (int d = 0; d < t->ndim; d++)
-				keys[i].v.p[0].stride[d] = t->stride[d];
+	for (size_t i = 0; i < n; i++) {
+		keys[i].leaf = (uint32_t)i + 1;
+		if (!(keys[i].name = strdup(cat->logical ? cat->logical[i].name
+							 : cat->entries[i].t.name))) {
+			keys_free(keys, i);
+			return nomem(err);
 		}
 	}
 	for (int s = 0; s < n_maps; s++)
 		if (run_stage(maps[s], s == 0, cat, &keys, &n, err) < 0)
 			return -1;
+	for (size_t i = 0; i < n; i++) { /* targets that are source keys as they are */
+		if (keys[i].leaf && source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0) {
+			keys_free(keys, n);
+			return -1;
+		}
+		keys[i].leaf = 0;
+	}
 	struct ck_plan *p = calloc(1, sizeof *p);
 	struct ck_target *t = calloc(n ? n : 1, sizeof *t);
 	if (!p || !t) {

@@ -16,30 +16,26 @@ int ck_strmap_init(struct ck_strmap *m, size_t expected)
 	size_t cap = 16;
 	while (cap < expected * 2 + 1)
 		cap *= 2;
-	m->keys = calloc(cap, sizeof *m->keys);
-	m->vals = calloc(cap, sizeof *m->vals);
-	m->cap = cap;
+	m->slots = calloc(cap, sizeof *m->slots);
+	m->cap = m->slots ? cap : 0;
 	m->len = 0;
-	if (!m->keys || !m->vals) {
-		ck_strmap_free(m);
-		return -1;
-	}
-	return 0;
+	return m->slots ? 0 : -1;
 }
 
 void ck_strmap_free(struct ck_strmap *m)
 {
-	free(m->keys);
-	free(m->vals);
-	m->keys = NULL;
-	m->vals = NULL;
+	free(m->slots);
+	m->slots = NULL;
 	m->cap = m->len = 0;
 }
 
-static size_t slot_of(const struct ck_strmap *m, const char *key)
+/* The slot holding key, or the empty slot where it would go. The stored hash
+ * is the low 32 bits, the probe start its low bits: equal keys have equal
+ * stored hashes, so a mismatch skips the string compare. */
+static size_t slot_of(const struct ck_strmap *m, const char *key, uint32_t h)
 {
-	size_t i = (size_t)ck_hash_str(key) & (m->cap - 1);
-	while (m->keys[i] && strcmp(m->keys[i], key) != 0)
+	size_t i = h & (m->cap - 1);
+	while (m->slots[i].key && (m->slots[i].hash != h || strcmp(m->slots[i].key, key) != 0))
 		i = (i + 1) & (m->cap - 1);
 	return i;
 }
@@ -49,13 +45,16 @@ static int grow(struct ck_strmap *m)
 	struct ck_strmap n;
 	if (ck_strmap_init(&n, m->cap) < 0) /* doubles the capacity */
 		return -1;
-	for (size_t i = 0; i < m->cap; i++)
-		if (m->keys[i]) {
-			size_t j = slot_of(&n, m->keys[i]);
-			n.keys[j] = m->keys[i];
-			n.vals[j] = m->vals[i];
-			n.len++;
-		}
+	for (size_t i = 0; i < m->cap; i++) {
+		const struct ck_strmap_slot *s = &m->slots[i];
+		if (!s->key)
+			continue;
+		size_t j = s->hash & (n.cap - 1); /* keys are distinct: first empty slot */
+		while (n.slots[j].key)
+			j = (j + 1) & (n.cap - 1);
+		n.slots[j] = *s;
+		n.len++;
+	}
 	ck_strmap_free(m);
 	*m = n;
 	return 0;
@@ -65,14 +64,14 @@ int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *
 {
 	if ((m->len + 1) * 2 > m->cap && grow(m) < 0)
 		return -1;
-	size_t i = slot_of(m, key);
-	if (m->keys[i]) {
+	uint32_t h = (uint32_t)ck_hash_str(key);
+	size_t i = slot_of(m, key, h);
+	if (m->slots[i].key) {
 		if (existing)
-			*existing = m->vals[i];
+			*existing = m->slots[i].val;
 		return 1;
 	}
-	m->keys[i] = key;
-	m->vals[i] = val;
+	m->slots[i] = (struct ck_strmap_slot){key, h, val};
 	m->len++;
 	return 0;
 }
@@ -81,9 +80,9 @@ int ck_strmap_get(const struct ck_strmap *m, const char *key, uint32_t *val)
 {
 	if (!m->cap)
 		return -1;
-	size_t i = slot_of(m, key);
-	if (!m->keys[i])
+	size_t i = slot_of(m, key, (uint32_t)ck_hash_str(key));
+	if (!m->slots[i].key)
 		return -1;
-	*val = m->vals[i];
+	*val = m->slots[i].val;
 	return 0;
 }

@@ -7,9 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct ck_strmap_slot {
+	const char *key; /* NULL: empty */
+	uint32_t hash;	 /* low bits of the key's hash: most probes end without strcmp */
+	uint32_t val;
+};
+
 struct ck_strmap {
-	const char **keys;
-	uint32_t *vals;
+	struct ck_strmap_slot *slots;
 	size_t cap; /* power of two */
 	size_t len;
 };
