@@ -121,6 +121,46 @@ static uint64_t chunk_len(const struct ck_cache *c, uint32_t t, uint64_t k)
 	return n < c->o.chunk ? n : c->o.chunk;
 }
 
+/* Chunks of 2 MiB and more are mappings of their own, on transparent huge
+ * pages: a fresh 4 MiB chunk otherwise costs a thousand page faults before
+ * the first byte lands, and an evicted chunk's memory goes straight back to
+ * the system (freed heap memory would stay resident: the daemon's RSS is
+ * documented against cache_size). */
+#define HUGE_PAGE (2u << 20)
+
+static unsigned char *alloc_chunk(uint64_t len)
+{
+	if (len < HUGE_PAGE)
+		return malloc(len ? len : 1);
+	size_t n = (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	/* over-map by one huge page and trim, so the chunk is 2 MiB aligned */
+	unsigned char *m = mmap(NULL, n + HUGE_PAGE, PROT_READ | PROT_WRITE,
+				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	uintptr_t a = ((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+	unsigned char *p = (unsigned char *)a;
+	if (p > m)
+		munmap(m, (size_t)(p - m));
+	if (p + n < m + n + HUGE_PAGE)
+		munmap(p + n, (size_t)(m + n + HUGE_PAGE - (p + n)));
+	madvise(p, n, MADV_HUGEPAGE);
+#ifdef MADV_POPULATE_WRITE
+	madvise(p, n, MADV_POPULATE_WRITE); /* fault it in at once, not page by page */
+#endif
+	return p;
+}
+
+static void free_chunk(unsigned char *p, uint64_t len)
+{
+	if (!p)
+		return;
+	if (len < HUGE_PAGE)
+		free(p);
+	else
+		munmap(p, (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+}
+
 /* Drop least recently used unreferenced entries until under budget. */
 static void evict(struct ck_cache *c)
 {
@@ -132,7 +172,7 @@ static void evict(struct ck_cache *c)
 			ht_remove(c, e);
 			c->bytes -= e->len;
 			c->evictions++;
-			free(e->data);
+			free_chunk(e->data, e->len);
 			free(e);
 		}
 		e = prev;
@@ -269,25 +309,51 @@ static int target_sources_changed(struct ck_cache *c, uint32_t t)
 	return 0;
 }
 
-/* Chunks of 2 MiB and more on transparent huge pages: a fresh 4 MiB chunk
- * otherwise costs a thousand page faults before the first byte lands. */
-static unsigned char *alloc_chunk(uint64_t len)
+/* Publish one evaluated (or failed) entry of a job: its waiters take their
+ * references and complete outside the lock (their callbacks reply straight
+ * from the chunk). The job keeps its own reference until the whole job is
+ * over: a completing read may evict. A failed entry is unhashed (a later read
+ * tries again) and, its waiters done, freed here: nobody else can reach it. */
+static void publish(struct ck_cache *c, struct job *j, size_t i)
 {
-	const size_t huge = 2u << 20;
-	void *p = NULL;
-	if (len >= huge) {
-		if (posix_memalign(&p, huge, (len + huge - 1) / huge * huge) != 0)
-			return NULL;
-		size_t n = (len + huge - 1) / huge * huge;
-		madvise(p, n, MADV_HUGEPAGE);
-#ifdef MADV_POPULATE_WRITE
-		madvise(p, n, MADV_POPULATE_WRITE); /* fault it in at once, not page by page */
-#endif
-		return p;
+	struct entry *e = j->ents[i];
+	pthread_mutex_lock(&c->mu);
+	struct waiter *ws = e->waiters;
+	e->waiters = NULL;
+	if (e->failed) {
+		c->errors++;
+		c->bytes -= e->len;
+		ht_remove(c, e);
+		free_chunk(e->data, e->len);
+		e->data = NULL;
+	} else {
+		e->state = READY;
+		lru_front(c, e);
+		e->refs++; /* the job's */
 	}
-	return malloc(len ? len : 1);
+	for (struct waiter *w = ws; w; w = w->next) {
+		if (e->failed) {
+			atomic_store(&w->op->err, e->failed);
+		} else {
+			e->refs++;
+			w->op->parts[w->part].held = 1;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	for (struct waiter *w = ws, *next; w; w = next) {
+		next = w->next;
+		op_done(w->op);
+		free(w);
+	}
+	if (e->failed) {
+		free(e);
+		j->ents[i] = NULL;
+	}
 }
 
+/* Evaluate a job's entries in order (the chunk that was asked for first),
+ * each published as soon as it is ready: a reader of the first chunk of a
+ * group is answered while the rest of the group is still being evaluated. */
 static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 {
 	uint64_t total = 0;
@@ -309,74 +375,25 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 	for (size_t i = 0; i < j->n; i++) {
 		struct entry *e = j->ents[i];
 		struct ck_err err;
-		e->data = alloc_chunk(e->len);
-		if (!e->data) {
+		if (!(e->data = alloc_chunk(e->len)))
 			e->failed = -ENOMEM;
-			continue;
-		}
-		if (target_sources_changed(c, e->target)) {
+		else if (target_sources_changed(c, e->target))
 			e->failed = -EIO;
-			continue;
-		}
-		if (ck_engine_read(ctx, e->target, e->chunk * c->o.chunk, e->len, e->data, &err) < 0) {
+		else if (ck_engine_read(ctx, e->target, e->chunk * c->o.chunk, e->len, e->data,
+					&err) < 0) {
 			e->failed = err.sys_errno ? -err.sys_errno : -EIO;
 			if (atomic_fetch_add(&c->logged_errors, 1) < 16)
 				log_msg(c, err.msg);
 		}
+		publish(c, j, i);
 	}
-	/* publish; each waiter's read takes a reference, then completes outside
-	 * the lock (its callback replies straight from the chunk). The job keeps
-	 * its own reference until delivery is over: a completing read may evict. */
-	struct waiter **lists = malloc(j->n * sizeof *lists);
 	pthread_mutex_lock(&c->mu);
 	c->in_flight--;
-	for (size_t i = 0; i < j->n; i++) {
-		struct entry *e = j->ents[i];
-		if (lists)
-			lists[i] = e->waiters;
-		e->waiters = NULL;
-		if (e->failed) {
-			c->errors++;
-			c->bytes -= e->len;
-			ht_remove(c, e); /* a later read tries again */
-			free(e->data);
-			e->data = NULL;
-		} else {
-			e->state = READY;
-			lru_front(c, e);
-			e->refs++; /* the job's */
-		}
-		for (struct waiter *w = lists ? lists[i] : NULL; w; w = w->next) {
-			if (e->failed) {
-				atomic_store(&w->op->err, e->failed);
-			} else {
-				e->refs++;
-				w->op->parts[w->part].held = 1;
-			}
-		}
-	}
-	pthread_mutex_unlock(&c->mu);
-	for (size_t i = 0; i < j->n; i++)
-		for (struct waiter *w = lists ? lists[i] : NULL, *next; w; w = next) {
-			next = w->next;
-			op_done(w->op);
-			free(w);
-		}
-	/* failed entries were unhashed above and their waiters are done: nobody
-	 * else can reach them. Free them before dropping the job's references,
-	 * after which an evict may free the others at any moment. */
-	for (size_t i = 0; i < j->n; i++)
-		if (j->ents[i]->failed) {
-			free(j->ents[i]);
-			j->ents[i] = NULL;
-		}
-	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < j->n; i++)
 		if (j->ents[i])
 			j->ents[i]->refs--;
 	evict(c);
 	pthread_mutex_unlock(&c->mu);
-	free(lists);
 	free(j->ents);
 	free(j);
 }
@@ -540,7 +557,7 @@ void ck_cache_free(struct ck_cache *c)
 	for (size_t s = 0; s < (1u << HT_BITS); s++)
 		for (struct entry *e = c->ht[s], *n; e; e = n) {
 			n = e->hnext;
-			free(e->data);
+			free_chunk(e->data, e->len);
 			free(e);
 		}
 	pthread_mutex_destroy(&c->mu);
