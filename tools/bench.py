@@ -10,7 +10,11 @@ min-max over the repetitions, absolute figures beside the ratios):
   re-reads (today's workflow) vs mount + read; time to the first byte of a
   last-layer tensor; planning on sparse real-size presets and a 100k-key
   MoE; daemon peak RSS against the documented bound; concurrent readers;
-  cold-cache reads where the page cache can be dropped."""
+  cold-cache reads where the page cache can be dropped.
+First reads are timed from a fresh mount's listing to its last byte, on
+both sides, in rounds that read every subject once (interleaved, so the
+noise of a shared machine hits all of them alike) (the passthrough lists its directory too); mount start-up has
+rows of its own, and the workflow row includes mount and unmount."""
 import argparse
 import json
 import os
@@ -83,8 +87,9 @@ class Passthrough:
         self.dir = tempfile.mkdtemp(prefix="bench-pt-")
         run(PT, src, self.dir)  # returns once mounted
 
-    def files(self, names):
-        return [os.path.join(self.dir, n) for n in names]
+    def files(self):  # listed like ckptfs' tensors/: the same work on both sides
+        return [os.path.join(self.dir, n) for n in sorted(os.listdir(self.dir))
+                if n.endswith(".safetensors")]
 
     def close(self):
         subprocess.run(["fusermount3", "-u", self.dir], check=False)
@@ -97,6 +102,24 @@ def measure(fn, reps):
         t0 = time.perf_counter()
         nbytes = fn()
         out.append((time.perf_counter() - t0, nbytes))
+    return out
+
+
+def measure_fresh(factory, reader, reps, cold=False):
+    """A first read: each repetition mounts afresh (not timed: mount
+    start-up is its own row), optionally drops the page cache, then times the
+    reader (listing and reading every file)."""
+    out = []
+    for _ in range(reps):
+        m = factory()
+        try:
+            if cold:
+                drop_caches()
+            t0 = time.perf_counter()
+            nbytes = reader(m)
+            out.append((time.perf_counter() - t0, nbytes))
+        finally:
+            m.close()
     return out
 
 
@@ -192,42 +215,47 @@ def main():
     raw = row("raw read of the source files (page cache)",
               measure(lambda: read_files([os.path.join(src, f) for f in shards]), R))
 
-    def fresh(factory, reader):
-        def go():
-            m = factory()
-            try:
-                return reader(m)
-            finally:
-                m.close()
-        return go
-
-    ceiling = row("passthrough FUSE, first read (the FUSE ceiling)",
-                  measure(fresh(lambda: Passthrough(src), lambda m: read_files(m.files(shards))), R), raw)
-    pt = Passthrough(src)
-    read_files(pt.files(shards))
-    pt2 = row("passthrough FUSE, second read (keep_cache)",
-              measure(lambda: read_files(pt.files(shards)), R), raw)
-    pt.close()
-    row("ckptfs identity tensors/, first read  vs ceiling",
-        measure(fresh(lambda: Ckptfs(src), lambda m: read_files(m.files())), R), ceiling)
-    m = Ckptfs(src)
-    read_files(m.files())
-    row("ckptfs identity tensors/, second read vs passthrough 2nd",
-        measure(lambda: read_files(m.files()), R), pt2)
-    m.close()
+    # first reads, interleaved: each round mounts and reads every subject once,
+    # so a slow spell of this shared machine hits all of them alike
     flat = lambda m: read_files([os.path.join(m.dir, "model.safetensors")])  # noqa: E731
-    row("ckptfs identity model.safetensors, first read vs ceiling",
-        measure(fresh(lambda: Ckptfs(src), flat), R), ceiling)
-    row("ckptfs Megatron view tensors/, first read vs ceiling",
-        measure(fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files())), R), ceiling)
-    row("ckptfs Megatron view + cast to F32, first read vs ceiling",
-        measure(fresh(lambda: Ckptfs(src, [meg, to_f32]), lambda m: read_files(m.files())), R), ceiling)
+    every = lambda m: read_files(m.files())  # noqa: E731
+    subjects = [("pt", lambda: Passthrough(src), every), ("id", lambda: Ckptfs(src), every),
+                ("flat", lambda: Ckptfs(src), flat), ("meg", lambda: Ckptfs(src, [meg]), every),
+                ("f32", lambda: Ckptfs(src, [meg, to_f32]), every)]
+    first = {k: [] for k, _, _ in subjects}
+    for _ in range(R):
+        for k, factory, reader in subjects:
+            first[k] += measure_fresh(factory, reader, 1)
+    ceiling = row("passthrough FUSE, first read (the FUSE ceiling)", first["pt"], raw)
+    row("ckptfs identity tensors/, first read  vs ceiling", first["id"], ceiling)
+    row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
+    row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling)
+    row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling)
+
+    # second reads (kernel page cache, keep_cache), interleaved the same way
+    pt, m = Passthrough(src), Ckptfs(src)
+    read_files(pt.files())
+    read_files(m.files())
+    second = {"pt": [], "id": []}
+    for _ in range(R):
+        second["pt"] += measure(lambda: read_files(pt.files()), 1)
+        second["id"] += measure(lambda: read_files(m.files()), 1)
+    pt.close()
+    m.close()
+    pt2 = row("passthrough FUSE, second read (keep_cache)", second["pt"], raw)
+    row("ckptfs identity tensors/, second read vs passthrough 2nd", second["id"], pt2)
 
     # today's workflow vs mount + read (output bytes per second of wall time)
     peer_out = os.path.join(work, "peer.safetensors")
     peer = measure(lambda: peer_convert(src, peer_out, cfg), R)
     os.unlink(peer_out)
-    mine = measure(fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files())), R)
+    def mount_and_read():  # the workflow's figure includes mount and unmount
+        m = Ckptfs(src, [meg])
+        try:
+            return read_files(m.files())
+        finally:
+            m.close()
+    mine = measure(mount_and_read, R)
     pm, cm = statistics.median(t for t, _ in peer), statistics.median(t for t, _ in mine)
     print(f"{'numpy peer: mmap, convert, write, read back':58s} {pm:8.2f} s")
     print(f"{'ckptfs: mount + read the Megatron view':58s} {cm:8.2f} s     speed-up {pm / cm:5.2f}x")
@@ -282,15 +310,15 @@ def main():
     # per-rank: time to read a rank's whole shard (tp=4, rank 1: a quarter of
     # the sharded weights plus the replicated norms) on a fresh mount, vs the
     # whole Megatron view's first read
-    whole = statistics.median(t for t, _ in measure(fresh(lambda: Ckptfs(src, [meg]),
-                                                          lambda m: read_files(m.files())), R))
+    whole = statistics.median(t for t, _ in measure_fresh(lambda: Ckptfs(src, [meg]),
+                                                          lambda m: read_files(m.files()), R))
     local = []
 
     def rank_read(m):
         n = read_files(m.files())
         local.append(n)
         return n
-    rs = measure(fresh(lambda: Ckptfs(src, [meg], None, ["--mesh", "tp=4", "--rank", "1"]), rank_read), R)
+    rs = measure_fresh(lambda: Ckptfs(src, [meg], None, ["--mesh", "tp=4", "--rank", "1"]), rank_read, R)
     t_rank = statistics.median(t for t, _ in rs)
     print(f"{'per-rank tp=4: first read of rank 1 shard (' + str(local[0] // MB) + ' MiB)':58s} "
           f"{t_rank * 1000:8.1f} ms   {local[0] / t_rank / 1e9:.2f} GB/s; "
@@ -330,15 +358,14 @@ def main():
 
     # cold cache: the number a user with a checkpoint on disk sees
     if drop_caches():
-        def cold(fn):
-            def go():
-                drop_caches()
-                return fn()
-            return go
-        rc = row("cold: raw read of the source",
-                 measure(cold(lambda: read_files([os.path.join(src, f) for f in shards])), R))
-        row("cold: identity view vs raw", measure(cold(fresh(lambda: Ckptfs(src), lambda m: read_files(m.files()))), R), rc)
-        row("cold: Megatron view vs raw", measure(cold(fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files()))), R), rc)
+        def cold_raw():
+            drop_caches()
+            return read_files([os.path.join(src, f) for f in shards])
+        rc = row("cold: raw read of the source", measure(cold_raw, R))
+        row("cold: identity view vs raw",
+            measure_fresh(lambda: Ckptfs(src), lambda m: read_files(m.files()), R, cold=True), rc)
+        row("cold: Megatron view vs raw",
+            measure_fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files()), R, cold=True), rc)
     else:
         print("cold cache: /proc/sys/vm/drop_caches not writable here; skipped")
     subprocess.run(["rm", "-rf", work])
