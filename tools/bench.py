@@ -26,13 +26,13 @@ import tempfile
 import threading
 import time
 
-import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B = os.path.join(ROOT, "build")
 CKPTFS, MKCKPT, PT = (os.path.join(B, p) for p in ("src/ckptfs", "tools/mkckpt", "tools/passthrough"))
 MAPS = os.path.join(ROOT, "mappings")
 MB = 1 << 20
+np = None  # numpy, imported by prepare() once it is installed
 
 
 def run(*a, **kw):
@@ -192,11 +192,23 @@ def peer_convert(src, out, cfg):
     return read_files([out])
 
 
+def prepare():
+    """One command from a clean clone: the dependencies (tools/install-deps.sh,
+    silent when present) and an up-to-date build/ (ckptfs, mkckpt, passthrough)."""
+    global np
+    subprocess.run(["bash", os.path.join(ROOT, "tools", "install-deps.sh")], check=True)
+    if not os.path.exists(os.path.join(B, "build.ninja")):
+        subprocess.run(["meson", "setup", B, ROOT], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["meson", "compile", "-C", B], check=True, stdout=subprocess.DEVNULL)
+    import numpy as np  # noqa: F811 (python3-numpy: installed just above)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--reps", type=int, default=3)
     a = ap.parse_args()
+    prepare()
     work = tempfile.mkdtemp(prefix="ckptfs-bench-")
     src = os.path.join(work, "llama")
     run(MKCKPT, "--model", "llama", "--hidden", "2048", "--intermediate", "5632", "--heads", "16",
