@@ -80,6 +80,8 @@ void ck_catalog_free(struct ck_catalog *cat)
 	free(cat->entries);
 	ck_strmap_free(&cat->by_name);
 	cJSON_Delete(cat->config);
+	free(cat->config_raw);
+	ck_leftout_free(&cat->left_out);
 	free(cat->source);
 	free(cat);
 }
@@ -143,10 +145,10 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 		return ck_fail_sys(err, EIO, "%s: cannot read", f->path);
 	const char *fmt = "safetensors";
 	if (f->size >= 4 && ck_is_zip(magic)) { /* a torch.save checkpoint */
-		size_t skipped;
-		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &skipped, err) < 0)
+		size_t before = cat->left_out.total;
+		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
 			return -1;
-		cat->n_skipped += skipped;
+		cat->n_skipped += cat->left_out.total - before;
 		fmt = "pytorch";
 	} else if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0) {
 		return -1;
@@ -164,10 +166,15 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uin
 			   struct ck_err *err)
 {
 	size_t need = cat->n_entries + hdr->n_tensors;
-	struct ck_catalog_entry *e = realloc(cat->entries, (need ? need : 1) * sizeof *e);
-	if (!e)
-		return ck_fail_sys(err, ENOMEM, "catalog");
-	cat->entries = e;
+	if (need > cat->cap_entries || !cat->entries) {
+		/* geometric growth: DCP adds one chunk at a time */
+		size_t cap = cat->cap_entries * 2 > need ? cat->cap_entries * 2 : need;
+		struct ck_catalog_entry *e = realloc(cat->entries, (cap ? cap : 1) * sizeof *e);
+		if (!e)
+			return ck_fail_sys(err, ENOMEM, "catalog");
+		cat->entries = e;
+		cat->cap_entries = cap;
+	}
 	for (size_t i = 0; i < hdr->n_tensors; i++) {
 		struct ck_catalog_entry *ent = &cat->entries[cat->n_entries];
 		ent->t = hdr->tensors[i];
@@ -214,7 +221,8 @@ static int load_config(struct ck_catalog *cat, const char *dir, struct ck_err *e
 	int rc = ck_read_file(path, MAX_CONFIG_BYTES, &buf, &len, CK_E_SOURCE, err);
 	if (rc == 0) {
 		cat->config = ck_json_parse(buf, len, 0, CK_E_SOURCE, path, err);
-		free(buf);
+		cat->config_raw = buf;
+		cat->config_len = len;
 		if (!cat->config)
 			rc = -1;
 		else if (!cJSON_IsObject(cat->config))

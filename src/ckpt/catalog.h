@@ -13,6 +13,7 @@
 
 #include "../util/error.h"
 #include "../util/strmap.h"
+#include "leftout.h"
 #include "safetensors.h"
 
 struct ck_source_file {
@@ -51,15 +52,19 @@ struct ck_catalog {
 	struct ck_source_file *files;
 	size_t n_files;
 	struct ck_catalog_entry *entries; /* natural name order */
-	size_t n_entries;
+	size_t n_entries, cap_entries;
 	struct ck_strmap by_name;
 	cJSON *config; /* config.json beside the weights, or NULL */
+	char *config_raw; /* its bytes as read: served and copied verbatim (a re-print
+			   * would turn 10000.0 into 10000 and round long integers) */
+	size_t config_len;
 	uint64_t total_bytes;
 	/* DCP sources: the tensors are these, made of chunk entries; entries
 	 * are then the chunks ("name#k") */
 	struct ck_logical *logical;
 	size_t n_logical;
 	size_t n_skipped; /* non-tensor values left out (bytes items, ints, ...) */
+	struct ck_leftout left_out; /* the same, with their keys and what they are */
 };
 
 /* Open a source: a .safetensors file, or a directory of them with or without

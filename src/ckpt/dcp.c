@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,21 +68,9 @@ static int size_of(const struct ck_pk *s, int64_t *out, int *n)
 
 static enum ck_dtype torch_dtype(const struct ck_pk *g)
 {
-	static const struct {
-		const char *n;
-		enum ck_dtype d;
-	} t[] = {{"float32", CK_DT_F32},   {"float", CK_DT_F32},	 {"float64", CK_DT_F64},
-		 {"double", CK_DT_F64},	   {"float16", CK_DT_F16},	 {"half", CK_DT_F16},
-		 {"bfloat16", CK_DT_BF16}, {"int64", CK_DT_I64},	 {"long", CK_DT_I64},
-		 {"int32", CK_DT_I32},	   {"int", CK_DT_I32},		 {"int16", CK_DT_I16},
-		 {"short", CK_DT_I16},	   {"int8", CK_DT_I8},		 {"uint8", CK_DT_U8},
-		 {"bool", CK_DT_BOOL},	   {"complex64", CK_DT_C64}};
 	if (!g || g->k != CK_PK_GLOBAL || strcmp(g->s, "torch"))
 		return CK_DT_INVALID;
-	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-		if (!strcmp(g->s2, t[i].n))
-			return t[i].d;
-	return CK_DT_INVALID;
+	return ck_dtype_from_torch(g->s2);
 }
 
 /* TensorProperties: __getstate__ is (dtype, layout, requires_grad,
@@ -157,29 +146,129 @@ static int file_of(struct dctx *c, const char *rel, uint32_t *out)
 		       : 0;
 }
 
+#define MAX_GRID_CELLS ((uint64_t)1 << 26)
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* index of v in the sorted, unique cuts[0..n) (v is one of them) */
+static size_t cut_index(const int64_t *cuts, size_t n, int64_t v)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (cuts[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Overlap check in O(cells + n log n): every chunk edge cuts its dim; the
+ * cuts make a grid whose cells lie each inside one chunk or none, and a cell
+ * claimed twice is an overlap. 1: overlap, 0: none, -1: grid too large or
+ * no memory (*big set when too large). */
+static int grid_overlap(const struct ck_logical *l, const int64_t (*sizes)[CK_MAX_DIMS],
+			int *big)
+{
+	int nd = l->ndim, rc = -1;
+	size_t n = l->n_chunks, ncut[CK_MAX_DIMS] = {0};
+	int64_t *cuts[CK_MAX_DIMS] = {0};
+	uint8_t *claimed = NULL;
+	uint64_t cells = 1;
+	*big = 0;
+	for (int d = 0; d < nd; d++) {
+		if (!(cuts[d] = malloc((2 * n + 2) * sizeof **cuts)))
+			goto out;
+		size_t k = 0;
+		cuts[d][k++] = 0;
+		cuts[d][k++] = l->shape[d];
+		for (size_t c = 0; c < n; c++) {
+			cuts[d][k++] = l->chunks[c].off[d];
+			cuts[d][k++] = l->chunks[c].off[d] + sizes[c][d];
+		}
+		qsort(cuts[d], k, sizeof **cuts, cmp_i64);
+		size_t u = 0;
+		for (size_t i = 0; i < k; i++)
+			if (!u || cuts[d][i] != cuts[d][u - 1])
+				cuts[d][u++] = cuts[d][i];
+		ncut[d] = u;
+		if (__builtin_mul_overflow(cells, (uint64_t)(u - 1), &cells) || cells > MAX_GRID_CELLS) {
+			*big = 1;
+			goto out;
+		}
+	}
+	if (!(claimed = calloc(cells / 8 + 1, 1)))
+		goto out;
+	rc = 0;
+	for (size_t c = 0; c < n && rc == 0; c++) {
+		size_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS], at[CK_MAX_DIMS];
+		int empty = 0;
+		for (int d = 0; d < nd; d++) {
+			lo[d] = cut_index(cuts[d], ncut[d], l->chunks[c].off[d]);
+			hi[d] = cut_index(cuts[d], ncut[d], l->chunks[c].off[d] + sizes[c][d]);
+			empty |= lo[d] == hi[d];
+			at[d] = lo[d];
+		}
+		if (empty)
+			continue;
+		for (;;) { /* every cell of the chunk, odometer order */
+			uint64_t cell = 0;
+			for (int d = 0; d < nd; d++)
+				cell = cell * (ncut[d] - 1) + at[d];
+			if (claimed[cell / 8] >> (cell % 8) & 1) {
+				rc = 1;
+				break;
+			}
+			claimed[cell / 8] |= (uint8_t)(1u << (cell % 8));
+			int d = nd - 1;
+			while (d >= 0 && ++at[d] == hi[d])
+				at[d] = lo[d], d--;
+			if (d < 0)
+				break;
+		}
+	}
+out:
+	for (int d = 0; d < nd; d++)
+		free(cuts[d]);
+	free(claimed);
+	return rc;
+}
+
 /* Chunks must lie inside the tensor, not overlap, and cover it. */
 static int check_tiling(struct dctx *c, const struct ck_logical *l, const int64_t (*sizes)[CK_MAX_DIMS])
 {
 	uint64_t total = 0, numel = 1;
 	for (int d = 0; d < l->ndim; d++)
-		numel *= (uint64_t)l->shape[d];
+		if (__builtin_mul_overflow(numel, (uint64_t)l->shape[d], &numel))
+			return fail(c, "\"%s\": the size overflows%s", l->name, "");
 	for (size_t k = 0; k < l->n_chunks; k++) {
 		uint64_t vol = 1;
 		for (int d = 0; d < l->ndim; d++) {
 			if (l->chunks[k].off[d] > l->shape[d] ||
 			    sizes[k][d] > l->shape[d] - l->chunks[k].off[d])
 				return fail(c, "a chunk of \"%s\" lies outside the tensor%s", l->name, "");
-			vol *= (uint64_t)sizes[k][d];
+			vol *= (uint64_t)sizes[k][d]; /* <= numel: the chunk is inside */
 		}
-		total += vol;
-		for (size_t j = 0; j < k && vol; j++) {
-			int overlap = 1;
-			for (int d = 0; d < l->ndim && overlap; d++)
-				overlap = l->chunks[j].off[d] < l->chunks[k].off[d] + sizes[k][d] &&
-					  l->chunks[k].off[d] < l->chunks[j].off[d] + sizes[j][d];
-			if (overlap)
-				return fail(c, "chunks of \"%s\" overlap%s", l->name, "");
-		}
+		if (__builtin_add_overflow(total, vol, &total))
+			return fail(c, "the chunks of \"%s\" overlap%s", l->name, "");
+	}
+	if (l->ndim == 0 || l->n_chunks < 2) {
+		/* a scalar or a single chunk: nothing can overlap */
+	} else {
+		int big, r = grid_overlap(l, sizes, &big);
+		if (r < 0 && !big)
+			return ck_fail_sys(c->err, ENOMEM, "%s", c->mpath);
+		if (r < 0)
+			return fail(c, "the chunks of \"%s\" cut it into more than 2^26 cells; such a "
+				       "fragmented tensor is not supported%s",
+				    l->name, "");
+		if (r > 0)
+			return fail(c, "chunks of \"%s\" overlap%s", l->name, "");
 	}
 	if (total != numel)
 		return fail(c, "the chunks of \"%s\" do not cover the tensor%s", l->name, "");
@@ -252,9 +341,8 @@ static int add_key(struct dctx *c, const char *fqn, const struct ck_pk *meta)
 		snprintf(what, sizeof what, "%s (item of \"%s\" at %lld)", f->path, fqn,
 			 (long long)off->i);
 		struct ck_st_header h;
-		size_t skipped;
 		if ((rc = ck_torchbin_read_at(f->fd, (uint64_t)off->i, (uint64_t)len->i, what, cname,
-					      &h, &skipped, c->err)) < 0)
+					      &h, NULL, c->err)) < 0)
 			break;
 		const struct ck_tensor_info *t = h.n_tensors == 1 ? &h.tensors[0] : NULL;
 		int same = t && t->dtype == l->dtype && t->ndim == l->ndim;
@@ -356,6 +444,11 @@ int ck_dcp_open(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 		}
 		if (is_obj(v, "BytesStorageMetadata")) {
 			cat->n_skipped++;
+			if (ck_leftout_add(&cat->left_out, k->s, "bytes item (BytesStorageMetadata)") <
+			    0) {
+				ck_fail_sys(err, ENOMEM, "%s", mpath);
+				goto out;
+			}
 			continue;
 		}
 		if (!is_obj(v, "TensorStorageMetadata")) {

@@ -36,6 +36,12 @@ size_t ck_dtype_size(enum ck_dtype dt);
  * *subbyte is set when the name is a known sub-byte type (F4, F6_*) that
  * ckptfs refuses, so the caller can say so precisely. */
 enum ck_dtype ck_dtype_parse(const char *s, int *subbyte);
+/* torch's dtype names ("bfloat16", "float", "float8_e4m3fn"; "torch." may
+ * precede): the one table for DCP metadata, --expect and the CLI. */
+enum ck_dtype ck_dtype_from_torch(const char *name);
+/* A dtype a person typed: safetensors names in any case ("bf16") or
+ * torch's names ("bfloat16", "torch.float16"). */
+enum ck_dtype ck_dtype_parse_user(const char *s);
 /* True for the floating-point types the cast op converts between. */
 int ck_dtype_is_castable_float(enum ck_dtype dt);
 

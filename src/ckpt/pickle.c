@@ -20,6 +20,9 @@ struct vm {
 	size_t nmarks, mcap;
 	struct ck_pk **memo;
 	size_t memo_cap, memo_count;
+	size_t max_nodes;
+	int over; /* the node budget ran out (err already says so) */
+	struct ck_pk *none, *btrue, *bfalse, *empty_tuple;
 };
 
 static int fail(struct vm *v, const char *msg)
@@ -29,26 +32,48 @@ static int fail(struct vm *v, const char *msg)
 
 static int oom(struct vm *v)
 {
+	if (v->over) /* node() said why */
+		return -1;
 	return ck_fail_sys(v->err, ENOMEM, "%s: pickle", v->what);
 }
+
+#define SLAB_NODES 1024
+
+struct ck_pk_slab {
+	struct ck_pk_slab *next;
+	size_t used;
+	struct ck_pk n[SLAB_NODES];
+};
 
 static struct ck_pk *node(struct vm *v, enum ck_pk_kind k)
 {
 	struct ck_pickle *p = v->p;
-	if (p->n_all == p->cap_all) {
-		size_t c = p->cap_all ? 2 * p->cap_all : 256;
-		struct ck_pk **na = realloc(p->all, c * sizeof *na);
-		if (!na)
+	if (p->n_nodes >= v->max_nodes) {
+		fail(v, "more values than the pickle's size allows (a hostile or corrupt pickle)");
+		v->over = 1;
+		return NULL;
+	}
+	struct ck_pk_slab *s = p->slabs;
+	if (!s || s->used == SLAB_NODES) {
+		if (!(s = malloc(sizeof *s)))
 			return NULL;
-		p->all = na;
-		p->cap_all = c;
+		s->next = p->slabs;
+		s->used = 0;
+		p->slabs = s;
 	}
-	struct ck_pk *n = calloc(1, sizeof *n);
-	if (n) {
-		n->k = k;
-		p->all[p->n_all++] = n;
-	}
+	struct ck_pk *n = &s->n[s->used++];
+	memset(n, 0, sizeof *n);
+	n->k = k;
+	p->n_nodes++;
 	return n;
+}
+
+/* None, True, False and () carry nothing mutable: one node each */
+static struct ck_pk *shared(struct vm *v, struct ck_pk **slot, enum ck_pk_kind k, int64_t i)
+{
+	if (!*slot && (*slot = node(v, k)))
+		(*slot)->i = i;
+	return *slot;
 }
 
 static int add_item(struct ck_pk *n, struct ck_pk *x)
@@ -68,7 +93,7 @@ static int add_item(struct ck_pk *n, struct ck_pk *x)
 static int push(struct vm *v, struct ck_pk *n)
 {
 	if (!n)
-		return oom(v);
+		return v->over ? -1 : oom(v);
 	if (v->sp == v->scap) {
 		if (v->scap >= MAX_DEPTH)
 			return fail(v, "stack too deep");
@@ -267,7 +292,7 @@ static int step(struct vm *v, int *stop)
 			return global(v, mod, name);
 		}
 	case ')':
-		return push(v, node(v, CK_PK_TUPLE));
+		return push(v, shared(v, &v->empty_tuple, CK_PK_TUPLE, 0));
 	case ']':
 		return push(v, node(v, CK_PK_LIST));
 	case '}':
@@ -310,7 +335,10 @@ static int step(struct vm *v, int *stop)
 	case 'b': /* BUILD: state kept beside the object */
 		if (!(b = pop(v)) || !v->sp)
 			return b ? fail(v, "BUILD of an empty stack") : -1;
-		v->stack[v->sp - 1]->state = b;
+		a = v->stack[v->sp - 1];
+		if (a == v->none || a == v->btrue || a == v->bfalse || a == v->empty_tuple)
+			return fail(v, "BUILD on None, a boolean or ()");
+		a->state = b;
 		return 0;
 	case 's': /* SETITEM */
 		if (!(c = pop(v)) || !(b = pop(v)) || !v->sp)
@@ -369,13 +397,11 @@ static int step(struct vm *v, int *stop)
 		return push(v, n);
 	}
 	case 'N':
-		return push(v, node(v, CK_PK_NONE));
+		return push(v, shared(v, &v->none, CK_PK_NONE, 0));
 	case 0x88:
+		return push(v, shared(v, &v->btrue, CK_PK_BOOL, 1));
 	case 0x89:
-		if (!(n = node(v, CK_PK_BOOL)))
-			return oom(v);
-		n->i = op == 0x88;
-		return push(v, n);
+		return push(v, shared(v, &v->bfalse, CK_PK_BOOL, 0));
 	case 'G': { /* BINFLOAT: big-endian double */
 		if (need(v, 8) < 0)
 			return -1;
@@ -409,7 +435,8 @@ int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, stru
 		    struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
-	struct vm v = {buf, len, 0, what, err, out, NULL, 0, 0, NULL, 0, 0, NULL, 0, 0};
+	struct vm v = {.b = buf, .len = len, .what = what, .err = err, .p = out,
+		       .max_nodes = len / 2 + 4096};
 	int stop = 0, rc = 0;
 	while (!stop && rc == 0) {
 		if (v.pos >= len) {
@@ -432,13 +459,15 @@ int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, stru
 
 void ck_pickle_free(struct ck_pickle *p)
 {
-	for (size_t i = 0; i < p->n_all; i++) {
-		free(p->all[i]->s);
-		free(p->all[i]->s2);
-		free(p->all[i]->items);
-		free(p->all[i]);
+	for (struct ck_pk_slab *s = p->slabs, *next; s; s = next) {
+		next = s->next;
+		for (size_t i = 0; i < s->used; i++) {
+			free(s->n[i].s);
+			free(s->n[i].s2);
+			free(s->n[i].items);
+		}
+		free(s);
 	}
-	free(p->all);
 	memset(p, 0, sizeof *p);
 }
 

@@ -4,8 +4,9 @@
  * REDUCE / NEWOBJ become call nodes (callable, arguments), BUILD is kept as
  * state beside its object, BINPERSID as a persistent-id node; the caller
  * pattern-matches the tree. Any other opcode is an error naming it and its
- * offset. Memory is bounded by the input: each opcode makes at most one node,
- * and the memo and mark stack are bounded too. */
+ * offset. Memory is bounded by the input: at most one node per two input
+ * bytes (None, booleans and the empty tuple are shared, never copied), and
+ * the memo and mark stack are bounded too. */
 #ifndef CK_PICKLE_H
 #define CK_PICKLE_H
 
@@ -40,10 +41,12 @@ struct ck_pk {
 	struct ck_pk *state; /* BUILD's state, if any */
 };
 
+struct ck_pk_slab; /* nodes are allocated in slabs, freed together */
+
 struct ck_pickle {
 	struct ck_pk *root;
-	struct ck_pk **all; /* every node, for freeing */
-	size_t n_all, cap_all;
+	struct ck_pk_slab *slabs;
+	size_t n_nodes; /* at most len / 2 + 4096: real pickles make < 0.2 per byte */
 };
 
 int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, struct ck_pickle *out,

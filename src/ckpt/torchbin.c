@@ -7,6 +7,7 @@
 
 #include "../util/fileio.h"
 #include "../util/strmap.h"
+#include "leftout.h"
 #include "pickle.h"
 #include "zipread.h"
 
@@ -52,7 +53,12 @@ struct ctx {
 	struct ck_zip zip;
 	char *dir; /* the archive's top-level directory */
 	struct ck_st_header *h;
-	size_t cap, skipped;
+	size_t cap;
+	struct ck_leftout *lo;
+	/* dict items the walk may visit: shared dicts (one object reached
+	 * through the memo from several places) are walked each time, so a
+	 * chain of them would expand exponentially without a bound */
+	size_t visits_left;
 	struct ck_strmap seen;
 	struct ck_err *err;
 };
@@ -169,6 +175,32 @@ static int is_tensor_call(const struct ck_pk *v)
 	       ck_pk_is_global(v->items[0], "torch._utils", "_rebuild_tensor_v2");
 }
 
+/* What a left-out value is, for `inspect`: "int", "call of os.system", ... */
+static void describe(const struct ck_pk *v, char *buf, size_t n)
+{
+	static const char *const kind[] = {"None", "bool",  "int",    "float",  "str",
+					   "bytes", "tuple", "list",  "dict",   "global",
+					   "call",  "persistent id"};
+	const struct ck_pk *fn = v->k == CK_PK_CALL ? v->items[0] : v;
+	if (fn->k == CK_PK_GLOBAL)
+		snprintf(buf, n, "%s %s.%s", v->k == CK_PK_CALL ? "call of" : "global", fn->s,
+			 fn->s2);
+	else
+		snprintf(buf, n, "%s", kind[v->k]);
+}
+
+static int left_out(struct ctx *c, const char *key, const struct ck_pk *v)
+{
+	char what[600];
+	if (v)
+		describe(v, what, sizeof what);
+	else
+		snprintf(what, sizeof what, "a dict item whose key is not a string");
+	if (c->lo && ck_leftout_add(c->lo, key, what) < 0)
+		return ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+	return 0;
+}
+
 static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int depth)
 {
 	if (depth > MAX_NEST)
@@ -176,8 +208,14 @@ static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int de
 			       MAX_NEST);
 	for (size_t i = 0; i + 1 < d->n; i += 2) {
 		const struct ck_pk *k = d->items[i], *v = d->items[i + 1];
+		if (c->visits_left-- == 0)
+			return ck_fail(c->err, CK_E_SOURCE,
+				       "%s: dicts shared through the pickle's memo expand to more "
+				       "entries than the pickle holds (a hostile pickle)",
+				       c->what);
 		if (k->k != CK_PK_STR) {
-			c->skipped++;
+			if (left_out(c, prefix, NULL) < 0)
+				return -1;
 			continue;
 		}
 		size_t len = strlen(prefix) + k->len + 2;
@@ -196,7 +234,7 @@ static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int de
 		else if (v->k == CK_PK_DICT)
 			r = walk(c, v, key, depth + 1);
 		else
-			c->skipped++;
+			r = left_out(c, key, v);
 		free(key);
 		if (r < 0)
 			return -1;
@@ -205,17 +243,17 @@ static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int de
 }
 
 int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
-			size_t *skipped, struct ck_err *err)
+			struct ck_leftout *lo, struct ck_err *err)
 {
-	return ck_torchbin_read_at(fd, 0, size, what, NULL, out, skipped, err);
+	return ck_torchbin_read_at(fd, 0, size, what, NULL, out, lo, err);
 }
 
 int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
-			const char *single_name, struct ck_st_header *out, size_t *skipped,
+			const char *single_name, struct ck_st_header *out, struct ck_leftout *lo,
 			struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
-	struct ctx c = {fd, what, {0}, NULL, out, 0, 0, {0}, err};
+	struct ctx c = {.fd = fd, .what = what, .h = out, .lo = lo, .err = err};
 	struct ck_pickle pk = {0};
 	unsigned char *buf = NULL;
 	int rc = -1;
@@ -275,12 +313,13 @@ int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
 		ck_fail(err, CK_E_SOURCE, "%s: data.pkl does not hold a dict of tensors", what);
 		goto out;
 	}
+	/* each node's items once, and again for legitimate sharing (a dict
+	 * saved under two names), but not exponentially */
+	c.visits_left = 4 * pk.n_nodes + 4096;
 	rc = walk(&c, pk.root, "", 0);
 out:
 	if (rc < 0)
 		ck_st_header_free(out);
-	if (skipped)
-		*skipped = c.skipped;
 	ck_strmap_free(&c.seen);
 	ck_pickle_free(&pk);
 	free(buf);

@@ -11,16 +11,17 @@
 
 #include <stdint.h>
 
+#include "leftout.h"
 #include "safetensors.h"
 
-/* Fills out->tensors (names owned), header_len 0; *skipped counts the
- * non-tensor values left out. */
+/* Fills out->tensors (names owned), header_len 0; the non-tensor values
+ * left out are added to *lo (may be NULL) with what they are. */
 int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
-			size_t *skipped, struct ck_err *err);
+			struct ck_leftout *lo, struct ck_err *err);
 /* The archive in bytes [base, base+size) of the file; a pickle that holds a
  * single tensor (DCP chunks) gives one tensor named single_name. */
 int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
-			const char *single_name, struct ck_st_header *out, size_t *skipped,
+			const char *single_name, struct ck_st_header *out, struct ck_leftout *lo,
 			struct ck_err *err);
 /* The typed storage class of a dtype ("FloatStorage"), or NULL for dtypes
  * torch 1.13 has none for (FP8, unsigned wider than 8 bits): one table for

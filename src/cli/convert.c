@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include "../exec/convert.h"
+#include "../exec/outdir.h"
 #include "../kern/device.h"
 #include "../plan/shard.h"
 #include "../util/jsonw.h"
+#include "../util/error.h"
 #include "cli.h"
 #include "mpi_sync.h"
 
@@ -20,6 +22,8 @@ static int write_group_index(const char *source, const struct ck_view_args *va, 
 {
 	struct ck_view_args whole = *va;
 	whole.shard_groups = 0;
+	whole.rank = -1;
+	whole.world = 0;
 	struct ck_view v;
 	uint32_t *rank_of = NULL;
 	if (ck_view_open(&v, source, &whole, err) < 0)
@@ -71,6 +75,38 @@ static int dp_replica(const char *mesh, int64_t rank)
 	return 0;
 }
 
+/* The files a group-sharded run of `world` processes writes together. */
+static char **group_names(int64_t world, int *n)
+{
+	*n = 0;
+	char **names = calloc((size_t)world + 2, sizeof *names);
+	if (!names)
+		return NULL;
+	for (int64_t r = 0; r < world; r++) {
+		char buf[64];
+		snprintf(buf, sizeof buf, "model-%05lld-of-%05lld.safetensors", (long long)r + 1,
+			 (long long)world);
+		if (!(names[(*n)++] = strdup(buf)))
+			goto fail;
+	}
+	if (!(names[(*n)++] = strdup("model.safetensors.index.json")) ||
+	    !(names[(*n)++] = strdup("config.json")))
+		goto fail;
+	return names;
+fail:
+	for (int k = 0; k < *n; k++)
+		free(names[k]);
+	free(names);
+	return NULL;
+}
+
+static void free_names(char **names, int n)
+{
+	for (int k = 0; names && k < n; k++)
+		free(names[k]);
+	free(names);
+}
+
 /* *synced: whether the MPI agreement (ck_mpi_all_ok) has been made */
 static int convert_main(int argc, char **argv, int *synced)
 {
@@ -78,16 +114,24 @@ static int convert_main(int argc, char **argv, int *synced)
 	struct ck_view_args va = {.rank = -1};
 	char outbuf[4096];
 	int r;
-	struct ck_convert_opts o = {0, 0, 1, isatty(2), NULL, NULL, NULL, 0};
+	struct ck_convert_opts o = {.use_uring = 1, .progress = isatty(2)};
+	int overwrite = 0;
 	struct ck_device dev;
 	ck_device_init(&dev);
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		int has = i + 1 < argc;
+		static const char *const valued[] = {"--max-shard-size", "--dtype", "--threads",
+						     "--device", "--gpu-mem", "--gpu-min"};
+		for (size_t k = 0; !has && k < sizeof valued / sizeof *valued; k++)
+			if (!strcmp(a, valued[k]))
+				return ck_cli_report(
+					(ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
 		if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
 			if (r < 0)
-				return ck_cli_report(&err);		} else if (!strcmp(a, "--max-shard-size") && has) {
+				return ck_cli_report(&err);
+		} else if (!strcmp(a, "--max-shard-size") && has) {
 			if (ck_parse_size(argv[++i], &o.max_shard_size) < 0 || !o.max_shard_size)
 				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 							      "--max-shard-size: not a size: %s",
@@ -111,6 +155,8 @@ static int convert_main(int argc, char **argv, int *synced)
 				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s: not a size: %s",
 							      a, argv[i]),
 						      &err));
+		} else if (!strcmp(a, "--overwrite")) {
+			overwrite = 1;
 		} else if (!strcmp(a, "--progress")) {
 			o.progress = 1;
 		} else if (!strcmp(a, "--quiet")) {
@@ -130,12 +176,17 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (!source || !outdir)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
-					      "[--max-shard-size SIZE] [--dtype DTYPE] [--threads N] [--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | --shard-groups]"),
+					      "[--max-shard-size SIZE] [--dtype DTYPE] [--overwrite] [--threads N] "
+					      "[--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | "
+					      "--shard-groups]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
-	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse(dtype, NULL)))
+	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse_user(dtype)))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--dtype must be F32, F16, BF16, F8_E4M3 or F8_E5M2"),
+					      "--dtype %s: must be F32, F16, BF16, F8_E4M3 or F8_E5M2 "
+					      "(any case, or torch's float32, float16, bfloat16, "
+					      "float8_e4m3fn, float8_e5m2)",
+					      dtype),
 				      &err));
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
@@ -172,21 +223,35 @@ static int convert_main(int argc, char **argv, int *synced)
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
-	/* the source's config.json travels with the converted weights */
-	struct stat st;
-	char cfg[4096];
-	const char *dir = source;
-	char tmp[4096];
-	if (stat(source, &st) == 0 && !S_ISDIR(st.st_mode)) {
-		snprintf(tmp, sizeof tmp, "%s", source);
-		char *slash = strrchr(tmp, '/');
-		if (slash)
-			*slash = '\0';
-		dir = slash ? tmp : ".";
+	/* the source's config.json travels with the converted weights, verbatim */
+	if (v.cat->config && (!va.shard_groups || v.rank == 0)) {
+		o.config = v.cat->config_raw;
+		o.config_len = v.cat->config_len;
 	}
-	snprintf(cfg, sizeof cfg, "%s/config.json", dir);
-	if (v.cat->config && (!va.shard_groups || v.rank == 0))
-		o.config_src = cfg;
+	/* the output: never over the source, never mixed with an old checkpoint */
+	struct ck_outdir od;
+	char **own = NULL;
+	int n_own = 0;
+	if (va.shard_groups && !(own = group_names(v.world, &n_own))) {
+		ck_view_close(&v);
+		return ck_cli_report((ck_fail_sys(&err, ENOMEM, "convert"), &err));
+	}
+	if (va.shard_groups && overwrite && !ck_mpi_launched()) {
+		free_names(own, n_own);
+		ck_view_close(&v);
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "--overwrite with --shard-groups needs mpirun (the "
+					      "ranks must all succeed before the old checkpoint "
+					      "goes)"),
+				      &err));
+	}
+	if (ck_outdir_check_source(outdir, source, v.cat, &err) < 0 ||
+	    ck_outdir_begin(&od, outdir, overwrite, va.shard_groups, (const char *const *)own,
+			    n_own, &err) < 0) {
+		free_names(own, n_own);
+		ck_view_close(&v);
+		return ck_cli_report(&err);
+	}
 	struct ck_convert_stats stats;
 	/* the GPU opens last: every input error has been reported by now */
 	int lanes = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -197,15 +262,25 @@ static int convert_main(int argc, char **argv, int *synced)
 		fprintf(stderr, "ckptfs: %s\n", note);
 	o.gpu_min = dev.gpu_min;
 	if (rc == 0)
-		rc = ck_convert(v.plan, outdir, &o, &stats, &err);
+		rc = ck_convert(v.plan, od.stage, &o, &stats, &err);
 	ck_gpu_close(o.gpu);
-	/* under mpirun every rank learns whether all succeeded; rank 0 of a
-	 * group-sharded convert then writes the index (without MPI it does so
-	 * after its own part: check every rank's exit status) */
+	/* under mpirun every rank learns whether all succeeded; only then does
+	 * any rank put its output in place (rank 0 of a group-sharded convert
+	 * writes the index; without MPI it does so after its own part: check
+	 * every rank's exit status) */
 	int all = ck_mpi_all_ok(rc == 0);
 	*synced = 1;
-	if (rc == 0 && all != 0 && va.shard_groups && v.rank == 0)
-		rc = write_group_index(source, &va, v.world, outdir, &err);
+	if (rc == 0 && all != 0 && va.shard_groups && v.rank == 0) {
+		if (overwrite) /* the old checkpoint's other files go before the new index */
+			rc = ck_outdir_remove_others(&od, (const char *const *)own, n_own, &err);
+		if (rc == 0)
+			rc = write_group_index(source, &va, v.world, od.final, &err);
+	}
+	if (rc == 0 && all != 0 && !va.shard_groups)
+		rc = ck_outdir_commit(&od, &err);
+	if (rc < 0 || all == 0)
+		ck_outdir_abort(&od);
+	free_names(own, n_own);
 	if (rc < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
@@ -213,13 +288,15 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (all == 0) {
 		ck_view_close(&v);
 		fprintf(stderr, "ckptfs: another rank failed%s\n",
-			va.shard_groups ? ": no index written" : "");
+			va.shard_groups ? ": no index written" : ": nothing written");
 		return 1;
 	}
+	char shown[600];
+	ck_escape_controls(od.final, shown, sizeof shown);
 	fprintf(stderr, "ckptfs: wrote %zu tensors, %llu bytes in %d file%s to %s (read %llu source "
 			"bytes)\n",
 		v.plan->n, (unsigned long long)stats.bytes_written, stats.n_files,
-		stats.n_files == 1 ? "" : "s", outdir, (unsigned long long)stats.source_bytes_read);
+		stats.n_files == 1 ? "" : "s", shown, (unsigned long long)stats.source_bytes_read);
 	ck_view_close(&v);
 	return 0;
 }

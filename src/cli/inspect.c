@@ -96,10 +96,16 @@ static void print_groups_table(const struct ck_view *v)
 		       " bytes)\n",
 		       g, gr->n_sources, gr->n_sources == 1 ? "" : "s", gr->in_bytes, gr->n_targets,
 		       gr->n_targets == 1 ? "" : "s", gr->out_bytes);
-		for (size_t k = 0; k < gr->n_sources; k++)
-			printf("  < %s\n", v->cat->entries[gr->sources[k]].t.name);
-		for (size_t k = 0; k < gr->n_targets; k++)
-			printf("  > %s\n", p->t[gr->targets[k]].name);
+		for (size_t k = 0; k < gr->n_sources; k++) {
+			printf("  < ");
+			ck_fput_safe(stdout, v->cat->entries[gr->sources[k]].t.name);
+			putchar('\n');
+		}
+		for (size_t k = 0; k < gr->n_targets; k++) {
+			printf("  > ");
+			ck_fput_safe(stdout, p->t[gr->targets[k]].name);
+			putchar('\n');
+		}
 	}
 }
 
@@ -138,9 +144,56 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 	printf("\n], \"n_tensors\": %zu, \"n_files\": %zu, \"total_bytes\": %" PRIu64
 	       ", \"non_tensor_values\": %zu",
 	       n, v->cat->n_files, total, v->cat->n_skipped);
+	const struct ck_leftout *lo = &v->cat->left_out;
+	printf(", \"left_out\": [");
+	for (size_t i = 0; i < lo->n; i++) {
+		printf("%s\n  {\"key\": ", i ? "," : "");
+		ck_json_fput_str(stdout, lo->e[i].key);
+		printf(", \"what\": ");
+		ck_json_fput_str(stdout, lo->e[i].what);
+		printf("}");
+	}
+	printf("]");
 	if (groups)
 		print_groups_json(v);
 	printf("}\n");
+}
+
+/* Width of a name once its control bytes are written as \xNN. */
+static int safe_len(const char *s)
+{
+	int n = 0;
+	for (; *s; s++)
+		n += (unsigned char)*s < 0x20 || (unsigned char)*s == 0x7f ? 4 : 1;
+	return n;
+}
+
+/* A name padded to width w, escaped for the terminal. */
+static void put_name(const char *s, int w)
+{
+	ck_fput_safe(stdout, s);
+	for (int k = safe_len(s); k < w; k++)
+		putchar(' ');
+}
+
+#define LEFT_OUT_SHOWN 20
+
+static void print_left_out(const struct ck_catalog *cat)
+{
+	if (!cat->n_skipped)
+		return;
+	printf("%zu non-tensor value%s left out (never executed):\n", cat->n_skipped,
+	       cat->n_skipped == 1 ? "" : "s");
+	size_t shown = cat->left_out.n < LEFT_OUT_SHOWN ? cat->left_out.n : LEFT_OUT_SHOWN;
+	for (size_t i = 0; i < shown; i++) {
+		printf("  ");
+		ck_fput_safe(stdout, cat->left_out.e[i].key[0] ? cat->left_out.e[i].key : "(top)");
+		printf(": ");
+		ck_fput_safe(stdout, cat->left_out.e[i].what);
+		printf("\n");
+	}
+	if (cat->n_skipped > shown)
+		printf("  ... and %zu more (inspect --json lists them)\n", cat->n_skipped - shown);
 }
 
 static void print_table(const struct ck_view *v, const struct row *rows, size_t n, int groups)
@@ -149,24 +202,25 @@ static void print_table(const struct ck_view *v, const struct row *rows, size_t 
 	char shape[512];
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++) {
-		int l = (int)strlen(rows[i].name), s = shape_str(shape, sizeof shape, rows[i].ndim,
-								 rows[i].shape);
+		int l = safe_len(rows[i].name), s = shape_str(shape, sizeof shape, rows[i].ndim,
+							      rows[i].shape);
 		wn = l > wn ? l : wn;
 		ws = s > ws ? s : ws;
 	}
 	printf("%-*s  %-11s  %-*s  %14s  %s\n", wn, "NAME", "DTYPE", ws, "SHAPE", "BYTES", "FILE");
 	for (size_t i = 0; i < n; i++) {
 		shape_str(shape, sizeof shape, rows[i].ndim, rows[i].shape);
-		printf("%-*s  %-11s  %-*s  %14" PRIu64 "  %s\n", wn, rows[i].name,
-		       ck_dtype_name(rows[i].dtype), ws, shape, rows[i].bytes, rows[i].file);
+		put_name(rows[i].name, wn);
+		printf("  %-11s  %-*s  %14" PRIu64 "  ", ck_dtype_name(rows[i].dtype), ws, shape,
+		       rows[i].bytes);
+		ck_fput_safe(stdout, rows[i].file);
+		putchar('\n');
 		total += rows[i].bytes;
 	}
 	printf("%zu tensors, %" PRIu64 " bytes (%.2f GiB) from %zu file%s, format %s\n", n, total,
 	       (double)total / (1 << 30), v->cat->n_files, v->cat->n_files == 1 ? "" : "s",
 	       v->cat->format);
-	if (v->cat->n_skipped)
-		printf("%zu non-tensor value%s left out\n", v->cat->n_skipped,
-		       v->cat->n_skipped == 1 ? "" : "s");
+	print_left_out(v->cat);
 	if (groups)
 		print_groups_table(v);
 }
@@ -174,21 +228,8 @@ static void print_table(const struct ck_view *v, const struct row *rows, size_t 
 /* torch and safetensors dtype spellings of an expected key. */
 static enum ck_dtype expect_dtype(const char *s)
 {
-	static const struct {
-		const char *torch;
-		enum ck_dtype dt;
-	} names[] = {{"float32", CK_DT_F32}, {"float", CK_DT_F32},     {"float16", CK_DT_F16},
-		     {"half", CK_DT_F16},    {"bfloat16", CK_DT_BF16}, {"float64", CK_DT_F64},
-		     {"double", CK_DT_F64},  {"int64", CK_DT_I64},     {"long", CK_DT_I64},
-		     {"int32", CK_DT_I32},   {"int", CK_DT_I32},       {"int16", CK_DT_I16},
-		     {"int8", CK_DT_I8},     {"uint8", CK_DT_U8},      {"bool", CK_DT_BOOL},
-		     {"float8_e4m3fn", CK_DT_F8_E4M3}, {"float8_e5m2", CK_DT_F8_E5M2}};
-	if (!strncmp(s, "torch.", 6))
-		s += 6;
-	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-		if (!strcmp(s, names[i].torch))
-			return names[i].dt;
-	return ck_dtype_parse(s, NULL);
+	enum ck_dtype dt = ck_dtype_from_torch(s);
+	return dt != CK_DT_INVALID ? dt : ck_dtype_parse(s, NULL);
 }
 
 /* Compare rows with KEYS.json; print a strict load_state_dict style report. */
@@ -208,7 +249,8 @@ static int check_expect(const char *path, const struct row *rows, size_t n, stru
 	memset(&want, 0, sizeof want);
 	const cJSON *list = cJSON_IsArray(root) ? root : NULL;
 	if (!list) {
-		ck_fail(err, CK_E_USAGE, "%s: expected a list of {name, dtype, shape}", path);
+		ck_fail(err, CK_E_USAGE, "%s: expected a list of key names or of {name, dtype, shape}",
+			path);
 		goto out;
 	}
 	if (ck_strmap_init(&have, n) < 0 || ck_strmap_init(&want, 64) < 0) {
@@ -219,20 +261,27 @@ static int check_expect(const char *path, const struct row *rows, size_t n, stru
 		ck_strmap_put(&have, rows[i].name, (uint32_t)i, NULL);
 	size_t missing = 0, mismatched = 0, unexpected = 0, idx = 0;
 	for (const cJSON *e = list->child; e; e = e->next, idx++) {
-		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-		const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
-		const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+		/* an entry is a key name (list(state_dict().keys())) or an object
+		 * with the name and optionally dtype and shape */
+		const cJSON *nm = cJSON_IsString(e) ? e : cJSON_GetObjectItemCaseSensitive(e, "name");
+		const cJSON *dt = cJSON_IsString(e) ? NULL : cJSON_GetObjectItemCaseSensitive(e, "dtype");
+		const cJSON *sh = cJSON_IsString(e) ? NULL : cJSON_GetObjectItemCaseSensitive(e, "shape");
 		if (!cJSON_IsString(nm) || (dt && !cJSON_IsString(dt)) || (sh && !cJSON_IsArray(sh))) {
-			ck_fail(err, CK_E_USAGE, "%s: entry %zu needs \"name\" (string), optional "
-						 "\"dtype\" (string) and \"shape\" (list)",
+			ck_fail(err, CK_E_USAGE, "%s: entry %zu is neither a key name nor an object "
+						 "with \"name\" (string), optional \"dtype\" "
+						 "(string) and \"shape\" (list)",
 				path, idx);
 			goto out;
 		}
-		ck_strmap_put(&want, nm->valuestring, 0, NULL);
+		if (ck_strmap_put(&want, nm->valuestring, 0, NULL) < 0) {
+			ck_fail_sys(err, ENOMEM, "expect");
+			goto out;
+		}
 		uint32_t r;
 		if (ck_strmap_get(&have, nm->valuestring, &r) < 0) {
-			printf("%s \"%s\"", missing++ ? "," : "Missing key(s) in the view:",
-			       nm->valuestring);
+			printf("%s \"", missing++ ? "," : "Missing key(s) in the view:");
+			ck_fput_safe(stdout, nm->valuestring);
+			putchar('"');
 			continue;
 		}
 		int bad = 0;
@@ -254,9 +303,11 @@ static int check_expect(const char *path, const struct row *rows, size_t n, stru
 			char s[256];
 			char *ws = sh ? cJSON_PrintUnformatted(sh) : NULL;
 			shape_str(s, sizeof s, rows[r].ndim, rows[r].shape);
-			printf("size or dtype mismatch for %s: the view has %s %s, expected %s %s\n",
-			       nm->valuestring, ck_dtype_name(rows[r].dtype), s,
-			       dt ? dt->valuestring : "(any dtype)", ws ? ws : "(any shape)");
+			printf("size or dtype mismatch for ");
+			ck_fput_safe(stdout, nm->valuestring);
+			printf(": the view has %s %s, expected ", ck_dtype_name(rows[r].dtype), s);
+			ck_fput_safe(stdout, dt ? dt->valuestring : "(any dtype)");
+			printf(" %s\n", ws ? ws : "(any shape)");
 			free(ws);
 			mismatched++;
 		}
@@ -265,9 +316,11 @@ static int check_expect(const char *path, const struct row *rows, size_t n, stru
 		printf("\n");
 	for (size_t i = 0; i < n; i++) {
 		uint32_t r;
-		if (ck_strmap_get(&want, rows[i].name, &r) < 0)
-			printf("%s \"%s\"", unexpected++ ? "," : "Unexpected key(s) in the view:",
-			       rows[i].name);
+		if (ck_strmap_get(&want, rows[i].name, &r) < 0) {
+			printf("%s \"", unexpected++ ? "," : "Unexpected key(s) in the view:");
+			ck_fput_safe(stdout, rows[i].name);
+			putchar('"');
+		}
 	}
 	if (unexpected)
 		printf("\n");
@@ -328,8 +381,13 @@ int ck_cmd_inspect(int argc, char **argv)
 			groups = 1;
 		else if (!strcmp(argv[i], "--io-plan"))
 			ioplan = 1;
-		else if (!strcmp(argv[i], "--expect") && i + 1 < argc)
+		else if (!strcmp(argv[i], "--expect")) {
+			if (i + 1 >= argc)
+				return ck_cli_report(
+					(ck_fail(&err, CK_E_USAGE, "--expect needs a file of keys"),
+					 &err));
 			expect = argv[++i];
+		}
 		else if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
 			if (r < 0)
 				return ck_cli_report(&err);

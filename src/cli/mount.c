@@ -1,12 +1,14 @@
 /* ckptfs mount: plan first, then fork the daemon (before any thread, ring or
  * GPU context exists), and return only when the mount is live: the child
  * reports through a pipe once FUSE_INIT has arrived, or sends its error. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,11 +34,13 @@ static void mount_help(FILE *f)
 		"                     under mpirun, returns once every rank's mount is live)\n"
 		"  -f                 stay in the foreground (messages on stderr)\n"
 		"  -o cache_size=SIZE evaluated bytes kept (default: 1/4 of the cgroup's\n"
-		"                     memory.max, else of RAM; at least 64MiB)\n"
+		"                     memory.max, else of RAM, at least 64MiB; never less than\n"
+		"                     4 chunks)\n"
 		"  -o threads=N       evaluator threads, each with its own io_uring ring\n"
 		"                     (default: one per core)\n"
 		"  -o fuse_threads=N  most FUSE worker threads (default 10)\n"
-		"  -o chunk=SIZE      bytes of a tensor per cache entry (default 4MiB)\n"
+		"  -o chunk=SIZE      bytes of a tensor per cache entry (default 4MiB; 4KiB to\n"
+		"                     256MiB)\n"
 		"  -o group_max=SIZE  dependency groups up to this size are evaluated whole on\n"
 		"                     first read (default: cache_size/8, at most 256MiB)\n"
 		"  -o log=FILE        append daemon messages to FILE\n"
@@ -61,8 +65,12 @@ static void mount_help(FILE *f)
 		"                     by the daemon and a failure leaves nothing mounted)\n"
 		"  -o gpu_mem=SIZE    device memory for the CUDA lanes (default 1GiB)\n"
 		"  -o gpu_min=SIZE    smaller reads stay on the CPU (default 256KiB)\n"
+		"  -o nonempty        mount over a directory that is not empty\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
-		"  any other -o option goes to FUSE: allow_other, debug, fsname=..., ...\n"
+		"  FUSE and mount options passed on: allow_other, allow_root, auto_unmount,\n"
+		"                     default_permissions, debug, fsname=, subtype=, max_read=,\n"
+		"                     max_background=, max_threads=, noatime, nodev, nosuid, ...\n"
+		"  any other -o option is refused\n"
 		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
 }
 
@@ -87,9 +95,90 @@ static uint64_t default_cache_size(void)
 	return c < (64u << 20) ? (64u << 20) : c;
 }
 
-static int bad(struct ck_err *err, const char *opt)
+#define MIN_CACHE_CHUNKS 4 /* room for a reader, a prefetch and an eviction */
+#define DEFAULT_CHUNK ((uint64_t)4 << 20)
+#define MAX_CHUNK ((uint64_t)256 << 20)
+
+static int bad(struct ck_err *err, const char *opt, const char *want)
 {
-	return ck_fail(err, CK_E_USAGE, "mount: bad option -o %s (see ckptfs mount --help)", opt);
+	return ck_fail(err, CK_E_USAGE, "mount: bad option -o %s (%s; see ckptfs mount --help)",
+		       opt, want);
+}
+
+/* The FUSE and mount(8) options passed on to libfuse; anything else is
+ * refused here with one line instead of two from libfuse after the fork. */
+static int fuse_option(const char *opt, size_t klen)
+{
+	static const char *const flags[] = {
+		"allow_other", "allow_root", "auto_unmount", "default_permissions", "debug",
+		"ro", "noatime", "nodiratime", "relatime", "nodev", "nosuid", "noexec", "dev",
+		"suid", "exec", "async_read", "sync_read", "clone_fd"};
+	static const char *const valued[] = {"fsname", "subtype", "max_read", "max_background",
+					     "congestion_threshold", "max_idle_threads",
+					     "max_threads"};
+	int has_val = opt[klen] == '=';
+	for (size_t k = 0; !has_val && k < sizeof flags / sizeof *flags; k++)
+		if (klen == strlen(flags[k]) && !strncmp(opt, flags[k], klen))
+			return 1;
+	for (size_t k = 0; has_val && k < sizeof valued / sizeof *valued; k++)
+		if (klen == strlen(valued[k]) && !strncmp(opt, valued[k], klen))
+			return 1;
+	return 0;
+}
+
+/* The mount point: an existing directory, not already a mount point (two
+ * daemons stacked on one path), and empty unless -o nonempty. */
+static int check_mountpoint(const char *path, int nonempty, struct ck_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return ck_fail(err, CK_E_USAGE, "%s: mount point: %s", path, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return ck_fail(err, CK_E_USAGE, "%s: mount point is not a directory", path);
+	FILE *mi = fopen("/proc/self/mountinfo", "r");
+	if (mi) {
+		char line[8192];
+		int mounted = 0;
+		while (!mounted && fgets(line, sizeof line, mi)) {
+			/* "id parent major:minor root MOUNTPOINT ...", octal escapes */
+			char *f = line;
+			for (int k = 0; k < 4 && f; k++)
+				f = strchr(f, ' ') ? strchr(f, ' ') + 1 : NULL;
+			if (!f)
+				continue;
+			char mp[4096];
+			size_t n = 0;
+			for (; *f && *f != ' ' && n + 1 < sizeof mp; f++) {
+				if (f[0] == '\\' && f[1] >= '0' && f[1] <= '3' && f[2] && f[3]) {
+					mp[n++] = (char)((f[1] - '0') * 64 + (f[2] - '0') * 8 + (f[3] - '0'));
+					f += 3;
+				} else {
+					mp[n++] = *f;
+				}
+			}
+			mp[n] = '\0';
+			mounted = !strcmp(mp, path);
+		}
+		fclose(mi);
+		if (mounted)
+			return ck_fail(err, CK_E_USAGE,
+				       "%s: already a mount point (unmount it first: fusermount3 -u %s)",
+				       path, path);
+	}
+	if (!nonempty) {
+		DIR *d = opendir(path);
+		if (!d)
+			return ck_fail(err, CK_E_USAGE, "%s: mount point: %s", path, strerror(errno));
+		struct dirent *e;
+		int empty = 1;
+		while (empty && (e = readdir(d)))
+			empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+		closedir(d);
+		if (!empty)
+			return ck_fail(err, CK_E_USAGE,
+				       "%s: mount point is not empty (-o nonempty mounts over it)", path);
+	}
+	return 0;
 }
 
 /* Split one -o list into ckptfs options and FUSE options. */
@@ -102,16 +191,22 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 		size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
 #define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
 		if (KEY("cache_size")) {
-			if (!val || ck_parse_size(val, &o->cache.cache_size) < 0 || !o->cache.cache_size)
-				return bad(err, opt);
+			if (!val || ck_parse_size(val, &o->cache.cache_size) < 0 ||
+			    !o->cache.cache_size)
+				return bad(err, opt, "a size of at least 4 chunks");
 		} else if (KEY("chunk")) {
-			if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096)
-				return bad(err, opt);
+			if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096 ||
+			    o->cache.chunk > MAX_CHUNK)
+				return bad(err, opt, "4KiB to 256MiB");
 		} else if (KEY("max_shard_size") || KEY("part_size")) {
 			uint64_t v;
 			if (!val || ck_parse_size(val, &v) < 0 || !v)
-				return bad(err, opt);
+				return bad(err, opt, "a size above 0");
 			*(KEY("part_size") ? &o->part_size : &o->max_shard_size) = v;
+		} else if (val && (KEY("zip_crc") || KEY("npy_f32") || KEY("no_direct") ||
+				   KEY("no_prefetch") || KEY("no_uring") || KEY("direct_io") ||
+				   KEY("nonempty"))) {
+			return bad(err, opt, "a flag takes no value");
 		} else if (KEY("zip_crc")) {
 			o->zip_crc = 1;
 		} else if (KEY("npy_f32")) {
@@ -122,12 +217,12 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			o->cache.no_prefetch = 1;
 		} else if (KEY("group_max")) {
 			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
-				return bad(err, opt);
+				return bad(err, opt, "a size");
 		} else if (KEY("threads") || KEY("fuse_threads") || KEY("eval_delay_ms")) {
 			char *end;
 			long v = val ? strtol(val, &end, 10) : -1;
 			if (!val || *end || v < 1 || v > (KEY("eval_delay_ms") ? 600000 : 64))
-				return bad(err, opt);
+				return bad(err, opt, KEY("eval_delay_ms") ? "1 to 600000" : "1 to 64");
 			if (KEY("threads"))
 				o->cache.threads = (int)v;
 			else if (KEY("fuse_threads"))
@@ -136,7 +231,7 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 				o->cache.delay_ms = (unsigned)v;
 		} else if (KEY("log")) {
 			if (!val || !*val)
-				return bad(err, opt);
+				return bad(err, opt, "a file name");
 			o->log_path = val;
 		} else if (KEY("no_uring")) {
 			o->cache.use_uring = 0;
@@ -145,13 +240,18 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 		} else if (KEY("gpu_mem") || KEY("gpu_min")) {
 			uint64_t v;
 			if (!val || ck_parse_size(val, &v) < 0 || (KEY("gpu_mem") && !v))
-				return bad(err, opt);
+				return bad(err, opt, "a size");
 			*(KEY("gpu_mem") ? &o->device.gpu_mem : &o->device.gpu_min) = v;
-		} else {
+		} else if (KEY("nonempty")) {
+			o->nonempty = 1;
+		} else if (fuse_option(opt, klen)) {
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
 			fuse_argv[(*fuse_argc)++] = "-o";
 			fuse_argv[(*fuse_argc)++] = opt;
+		} else {
+			return ck_fail(err, CK_E_USAGE,
+				       "mount: unknown option -o %s (see ckptfs mount --help)", opt);
 		}
 #undef KEY
 	}
@@ -182,10 +282,12 @@ static int mount_main(int argc, char **argv, int *synced)
 			if (r < 0)
 				return ck_cli_report(&err);		} else if (!strcmp(a, "-f")) {
 			o.foreground = 1;
-		} else if (!strcmp(a, "--device") && i + 1 < argc) {
+		} else if ((!strcmp(a, "--device") || !strcmp(a, "-o")) && i + 1 >= argc) {
+			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
+		} else if (!strcmp(a, "--device")) {
 			if (ck_device_parse(argv[++i], &o.device, &err) < 0)
 				return ck_cli_report(&err);
-		} else if (!strcmp(a, "-o") && i + 1 < argc) {
+		} else if (!strcmp(a, "-o")) {
 			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
 				return ck_cli_report(&err);
 		} else if (a[0] == '-' && a[1]) {
@@ -204,6 +306,14 @@ static int mount_main(int argc, char **argv, int *synced)
 	}
 	if (!o.cache.cache_size)
 		o.cache.cache_size = default_cache_size();
+	uint64_t chunk = o.cache.chunk ? o.cache.chunk : DEFAULT_CHUNK;
+	if (o.cache.cache_size < MIN_CACHE_CHUNKS * chunk)
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "mount: -o cache_size=%llu is less than 4 chunks of %llu "
+					      "bytes (lower -o chunk, or raise cache_size)",
+					      (unsigned long long)o.cache.cache_size,
+					      (unsigned long long)chunk),
+				      &err));
 	if (!o.cache.group_max) {
 		o.cache.group_max = o.cache.cache_size / 8;
 		if (o.cache.group_max > (256u << 20))
@@ -223,7 +333,8 @@ static int mount_main(int argc, char **argv, int *synced)
 	char mountpoint[PATH_MAX], mnt_sub[PATH_MAX];
 	if (ck_subst_rank(mnt_arg, va.mesh, v.rank, mnt_sub, sizeof mnt_sub, &err) < 0 ||
 	    (!realpath(mnt_sub, mountpoint) &&
-	     ck_fail_sys(&err, errno, "%s: mount point", mnt_sub) < 0)) {
+	     ck_fail(&err, CK_E_USAGE, "%s: mount point: %s", mnt_sub, strerror(errno)) < 0) ||
+	    check_mountpoint(mountpoint, o.nonempty, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}

@@ -17,6 +17,11 @@
 #define LSAN_ON() ((void)0)
 #endif
 
+int ck_mpi_launched(void)
+{
+	return CKPTFS_HAVE_MPI && (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK"));
+}
+
 int ck_mpi_agree(int ok)
 {
 #if CKPTFS_HAVE_MPI

@@ -9,6 +9,8 @@
  * by mpirun or built without MPI (then nothing was done). Every rank of the
  * job must call it exactly once. */
 int ck_mpi_all_ok(int ok);
+/* Whether ck_mpi_agree will take place (built with MPI, started by mpirun). */
+int ck_mpi_launched(void);
 /* The same in two steps, for work that must happen between the agreement
  * and the end of MPI: MPI_Finalize is collective, so no rank exits (and has
  * mpirun tear the job down) before every rank has done it. ck_mpi_finish

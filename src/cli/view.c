@@ -49,8 +49,14 @@ int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck
 		a->shard_groups = 1;
 		return 1;
 	}
-	if (!has)
+	static const char *const valued[] = {"--mapping", "--mesh", "--ranks", "--rank",
+					     "--world-size"};
+	if (!has) {
+		for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+			if (!strcmp(o, valued[k]))
+				return ck_fail(err, CK_E_USAGE, "%s needs a value", o);
 		return 0;
+	}
 	if (!strcmp(o, "--mapping")) {
 		if (a->n_maps == CK_MAX_MAPPINGS)
 			return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
@@ -217,6 +223,12 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 		return ck_fail(err, CK_E_USAGE, "--mesh and --shard-groups do not go together");
 	if (a->ranks && !mesh)
 		return ck_fail(err, CK_E_USAGE, "--ranks needs --mesh");
+	/* a rank that selects nothing would silently give the whole view */
+	if (a->rank >= 0 && !mesh && !a->shard_groups)
+		return ck_fail(err, CK_E_USAGE, "--rank needs --mesh (a per-rank view) or "
+						"--shard-groups");
+	if (a->world > 0 && !a->shard_groups)
+		return ck_fail(err, CK_E_USAGE, "--world-size goes with --shard-groups");
 	if (a->shard_groups) {
 		world = ck_env_world(a->world);
 		if (!world || (rank = ck_env_rank(rank)) < 0)
@@ -292,7 +304,10 @@ int ck_parse_size(const char *s, uint64_t *out)
 	char *end;
 	if (!isdigit((unsigned char)*s))
 		return -1;
+	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
+	if (errno == ERANGE)
+		return -1;
 	static const struct {
 		const char *suf;
 		uint64_t mul;

@@ -16,6 +16,7 @@
 #include "../util/json_strict.h"
 #include "../util/jsonw.h"
 #include "engine.h"
+#include "outdir.h"
 
 #define CHUNK (16u << 20) /* output bytes per engine call */
 
@@ -206,24 +207,6 @@ int ck_write_file_atomic(const char *dir, const char *name, const void *data, si
 	return rc;
 }
 
-/* mkdir -p: OUTDIR templates such as /ckpt/megatron/rank{rank} name new trees */
-static int mkdirs(const char *path, struct ck_err *err)
-{
-	char p[4096];
-	if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
-		return ck_fail(err, CK_E_USAGE, "%s: path too long", path);
-	for (char *s = p + 1; *s; s++)
-		if (*s == '/') {
-			*s = '\0';
-			if (mkdir(p, 0755) < 0 && errno != EEXIST)
-				return ck_fail_sys(err, errno, "%s: cannot create", p);
-			*s = '/';
-		}
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		return ck_fail_sys(err, errno, "%s: cannot create", p);
-	return 0;
-}
-
 int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
 	       struct ck_convert_stats *stats, struct ck_err *err)
 {
@@ -245,7 +228,7 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 		ck_fail_sys(err, ENOMEM, "convert");
 		goto out;
 	}
-	if (mkdirs(outdir, err) < 0)
+	if (ck_mkdirs(outdir, err) < 0)
 		goto out;
 	/* shards: targets in plan order, a new file when the next would overflow */
 	uint64_t cur = 0;
@@ -373,17 +356,14 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 		if (r < 0)
 			goto out;
 	}
-	if (o->config_src) {
-		char *txt;
-		size_t len;
+	if (o->config) {
 		cfg_tmp = path2(outdir, ".ckptfs-tmp-", "config.json");
 		cfg_final = path2(outdir, "", "config.json");
-		if (!cfg_tmp || !cfg_final ||
-		    ck_read_file(o->config_src, 16u << 20, &txt, &len, CK_E_SOURCE, err) < 0)
+		if (!cfg_tmp || !cfg_final) {
+			ck_fail_sys(err, ENOMEM, "convert");
 			goto out;
-		int r = write_small(cfg_tmp, txt, len, err);
-		free(txt);
-		if (r < 0)
+		}
+		if (write_small(cfg_tmp, o->config, o->config_len, err) < 0)
 			goto out;
 	}
 	/* commit: every temp file is complete and synced */

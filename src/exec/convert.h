@@ -15,7 +15,8 @@ struct ck_convert_opts {
 	int threads;		 /* 0: one per core */
 	int use_uring;
 	int progress; /* draw a progress bar on stderr */
-	const char *config_src; /* config.json to copy, or NULL */
+	const char *config; /* config.json's bytes to write verbatim, or NULL */
+	size_t config_len;
 	const char *file_name;	/* one file of this name, no index (group-sharded
 				 * converts: the index is written by rank 0) */
 	struct ck_gpu *gpu;	/* CUDA backend with a lane per thread, or NULL */

@@ -29,7 +29,9 @@ static void fs_log(void *ctx, const char *msg)
 	if (!fs->log)
 		return;
 	pthread_mutex_lock(&fs->log_mu);
-	fprintf(fs->log, "ckptfs: %s\n", msg);
+	fputs("ckptfs: ", fs->log);
+	ck_fput_safe(fs->log, msg); /* keys and paths: one line each, no raw ESC */
+	fputc('\n', fs->log);
 	fflush(fs->log);
 	pthread_mutex_unlock(&fs->log_mu);
 }
@@ -396,6 +398,8 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_err(req, 0);
 }
 
+#define XATTR_MAX 65536 /* XATTR_SIZE_MAX: the most a getxattr(2) can return */
+
 /* Extended attributes of tensor files: dtype, shape, group and its sources. */
 static char *xattr_value(const struct ck_plan *plan, const struct ck_target *t, const char *name,
 			 size_t *len)
@@ -422,6 +426,24 @@ static char *xattr_value(const struct ck_plan *plan, const struct ck_target *t, 
 			ck_json_fput_str(f, plan->cat->entries[g->sources[k]].t.name);
 		}
 		fputc(']', f);
+		if (fflush(f) == 0 && *len > XATTR_MAX) {
+			/* past the kernel's 64 KiB xattr limit the value could be
+			 * listed but never read: say how many, name those that fit */
+			rewind(f);
+			fprintf(f, "{\"n_sources\": %zu, \"truncated\": true, \"first\": [",
+				g->n_sources);
+			long room = XATTR_MAX - 64;
+			for (size_t k = 0; k < g->n_sources; k++) {
+				const char *n = plan->cat->entries[g->sources[k]].t.name;
+				if (fflush(f) != 0 || ftell(f) + 8 * (long)strlen(n) + 8 > room)
+					break;
+				fprintf(f, "%s", k ? ", " : "");
+				ck_json_fput_str(f, n);
+			}
+			fputs("]}", f);
+			fflush(f);
+			*len = (size_t)ftell(f);
+		}
 	} else if (t->shard && !strncmp(name, "user.ckptfs.", 12) &&
 		   (!strcmp(name + 12, "global_shape") || !strcmp(name + 12, "fragments") ||
 		    !strcmp(name + 12, "axis_fragmentations") || !strcmp(name + 12, "replica_id"))) {
@@ -430,10 +452,12 @@ static char *xattr_value(const struct ck_plan *plan, const struct ck_target *t, 
 		fputs(t->shard->global_name, f);
 	} else
 		found = 0;
-	if (fclose(f) != 0 || !found) {
+	long end = ftell(f);
+	if (fclose(f) != 0 || !found || end < 0) {
 		free(buf);
 		return NULL;
 	}
+	*len = (size_t)end; /* after a rewind the stream's buffer may be longer */
 	return buf;
 }
 
@@ -472,20 +496,24 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	struct ckfs *fs = fuse_req_userdata(req);
 	struct node nd = fs_decode(fs, ino);
 	const struct ck_target *t = nd.k == N_TARGET ? &nd.v->plan->t[nd.i] : NULL;
-	if (!t) {
-		reply_sized(req, "", 0, size);
-	} else if (!t->shard) {
-		reply_sized(req, XATTRS, sizeof XATTRS, size);
-	} else {
-		static const char GLOBAL[] = "user.ckptfs.global_name";
-		int g = t->shard->global_name != NULL;
-		char all[sizeof XATTRS + sizeof SHARD_XATTRS + sizeof GLOBAL];
-		memcpy(all, XATTRS, sizeof XATTRS);
-		memcpy(all + sizeof XATTRS, SHARD_XATTRS, sizeof SHARD_XATTRS);
-		memcpy(all + sizeof XATTRS + sizeof SHARD_XATTRS, GLOBAL, sizeof GLOBAL);
-		reply_sized(req, all, sizeof XATTRS + sizeof SHARD_XATTRS + (g ? sizeof GLOBAL : 0),
-			    size);
-	}
+	static const char GLOBAL[] = "user.ckptfs.global_name";
+	char all[sizeof XATTRS + sizeof SHARD_XATTRS + sizeof GLOBAL];
+	size_t n = 0;
+	/* only names whose value can be read back (the kernel's 64 KiB limit) */
+	const char *lists[] = {XATTRS, t && t->shard ? SHARD_XATTRS : "",
+			       t && t->shard ? GLOBAL : ""};
+	size_t sizes[] = {sizeof XATTRS, sizeof SHARD_XATTRS, sizeof GLOBAL};
+	for (int l = 0; t && l < 3; l++)
+		for (const char *a = lists[l]; *a && a < lists[l] + sizes[l]; a += strlen(a) + 1) {
+			size_t len;
+			char *v = xattr_value(nd.v->plan, t, a, &len);
+			if (v && len <= XATTR_MAX) {
+				memcpy(all + n, a, strlen(a) + 1);
+				n += strlen(a) + 1;
+			}
+			free(v);
+		}
+	reply_sized(req, all, n, size);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)

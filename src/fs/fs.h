@@ -27,8 +27,9 @@ struct ck_fs_opts {
 	const char *log_path;
 	uint64_t max_shard_size; /* >0: also serve model-0000k-of-0000n.safetensors + index */
 	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors size */
-	int zip_crc;
-	int npy_f32;		 /* npy/ serves BF16 and FP8 targets widened to F32 */		 /* compute pytorch_model.bin's CRC-32s before mounting */
+	int zip_crc;		 /* compute pytorch_model.bin's CRC-32s before mounting */
+	int npy_f32;		 /* npy/ serves BF16 and FP8 targets widened to F32 */
+	int nonempty;		 /* the mount point may hold files */
 };
 
 /* What the mount shows: one view (dir "") at the root, or several (dir

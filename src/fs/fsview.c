@@ -100,21 +100,19 @@ static int build_roots(struct fs_view *fs, const struct fs_view_opts *o, struct 
 		return ck_fail_sys(err, ENOMEM, "mount");
 	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
 		const struct ck_target *t = &fs->plan->t[fs->zip.omitted[k]];
-		char msg[600];
+		char msg[600], name[300];
+		ck_escape_controls(t->name, name, sizeof name);
 		snprintf(msg, sizeof msg,
 			 "pytorch_model.bin leaves out %s: torch 1.13 has no typed storage for %s "
 			 "(tensors/, npy/ and model.safetensors have it)",
-			 t->name, ck_dtype_name(t->v.dtype));
+			 name, ck_dtype_name(t->v.dtype));
 		if (o->log)
 			o->log(o->log_ctx, msg);
 	}
-	if (fs->plan->cat->config) {
-		char *txt = cJSON_Print(fs->plan->cat->config);
-		int r = txt ? ck_vfile_lit(&fs->config, txt, strlen(txt)) : -1;
-		if (r == 0)
-			r = ck_vfile_lit(&fs->config, "\n", 1);
-		cJSON_free(txt);
-		if (r < 0 || add_root(fs, "config.json", &fs->config) < 0)
+	if (fs->plan->cat->config) { /* the source's bytes, verbatim */
+		const struct ck_catalog *cat = fs->plan->cat;
+		if (ck_vfile_lit(&fs->config, cat->config_raw, cat->config_len) < 0 ||
+		    add_root(fs, "config.json", &fs->config) < 0)
 			return ck_fail_sys(err, ENOMEM, "mount");
 	}
 	char name[128];

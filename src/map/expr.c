@@ -6,13 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_DEPTH 64 /* nesting bound for untrusted mapping text */
+#define MAX_DEPTH 64 /* parser recursion bound for untrusted mapping text */
+/* AST height bound: `1+1+...`, `x.T.T...` and `x[0][0]...` are parsed in a
+ * loop but make trees as deep as they are long, and evaluation, freeing and
+ * name walks recurse over that height. */
+#define MAX_HEIGHT 256
 #define MAX_ARGS 64
 
 enum node { N_INT, N_NAME, N_CALL, N_LIST, N_INDEX, N_ATTR, N_BIN, N_UN };
 
 struct ck_expr {
 	enum node kind;
+	int height; /* 1 + the largest child's height */
 	int64_t i;
 	char *name; /* N_NAME, N_CALL, N_ATTR; operator text for N_BIN/N_UN */
 	struct ck_expr **args;
@@ -36,10 +41,12 @@ static void skip_ws(struct parser *ps)
 static struct ck_expr *mk(enum node k, struct parser *ps)
 {
 	struct ck_expr *e = calloc(1, sizeof *e);
-	if (!e)
+	if (!e) {
 		ck_fail_sys(ps->err, ENOMEM, "expression");
-	else
+	} else {
 		e->kind = k;
+		e->height = 1;
+	}
 	return e;
 }
 
@@ -54,11 +61,17 @@ void ck_expr_free(struct ck_expr *e)
 	free(e);
 }
 
+static int perr(struct parser *ps, const char *what);
+
 static int add_arg(struct ck_expr *e, struct ck_expr *a, struct parser *ps)
 {
 	if (e->n == MAX_ARGS) {
 		ck_expr_free(a);
 		return ck_fail(ps->err, CK_E_MAPPING, "more than %d arguments", MAX_ARGS);
+	}
+	if (a->height >= MAX_HEIGHT) {
+		ck_expr_free(a);
+		return perr(ps, "nested too deeply (a chain of more than 256 operations)");
 	}
 	struct ck_expr **na = realloc(e->args, (size_t)(e->n + 1) * sizeof *na);
 	if (!na) {
@@ -67,6 +80,8 @@ static int add_arg(struct ck_expr *e, struct ck_expr *a, struct parser *ps)
 	}
 	e->args = na;
 	e->args[e->n++] = a;
+	if (a->height + 1 > e->height)
+		e->height = a->height + 1;
 	return 0;
 }
 
@@ -603,7 +618,7 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			return -1;
 		if (n < 1 || n > CK_MAX_PIECES)
 			return ck_fail(err, CK_E_MAPPING, "chunk: %lld chunks", (long long)n);
-		int64_t sz = (t->shape[d] + n - 1) / n, *sizes = malloc((size_t)n * sizeof *sizes);
+		int64_t sz = t->shape[d] / n + (t->shape[d] % n != 0), *sizes = malloc((size_t)n * sizeof *sizes);
 		if (!sizes)
 			return ck_fail_sys(err, ENOMEM, "expression");
 		int cnt = 0;
@@ -626,7 +641,11 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			if (int_list(ev, fn, a, 2, 1, sizes, &ni) < 0)
 				return -1;
 			for (int k = 0; k < ni; k++)
-				sum += sizes[k];
+				if (sizes[k] < 0 || __builtin_add_overflow(sum, sizes[k], &sum))
+					return ck_fail(err, CK_E_MAPPING,
+						       "split: size %lld (sizes are >= 0 and sum to the "
+						       "dim)",
+						       (long long)sizes[k]);
 			if (sum != t->shape[d])
 				return ck_fail(err, CK_E_MAPPING,
 					       "split: sizes sum to %lld, dim %d has %lld",
@@ -637,14 +656,18 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			return -1;
 		if (a[1].i < 1)
 			return ck_fail(err, CK_E_MAPPING, "split: size %lld", (long long)a[1].i);
-		int64_t n = (t->shape[d] + a[1].i - 1) / a[1].i;
+		/* ceil without overflow: x.split(2**63-1) is one piece, as in torch */
+		int64_t n = t->shape[d] / a[1].i + (t->shape[d] % a[1].i != 0);
 		if (n > CK_MAX_PIECES)
 			return ck_fail(err, CK_E_MAPPING, "split: too many pieces");
 		int64_t *sizes = malloc((size_t)(n ? n : 1) * sizeof *sizes);
 		if (!sizes)
 			return ck_fail_sys(err, ENOMEM, "expression");
-		for (int64_t k = 0; k < n; k++)
-			sizes[k] = t->shape[d] - k * a[1].i < a[1].i ? t->shape[d] - k * a[1].i : a[1].i;
+		int64_t left = t->shape[d];
+		for (int64_t k = 0; k < n; k++) {
+			sizes[k] = left < a[1].i ? left : a[1].i;
+			left -= sizes[k];
+		}
 		int rc = pieces_list(ev, t, d, sizes, (int)n, out);
 		free(sizes);
 		return rc;
@@ -762,7 +785,10 @@ static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 			}
 		return 0;
 	case N_CALL: {
-		struct ck_xval a[MAX_ARGS];
+		/* arguments on the heap: a frame of this recursion stays small */
+		struct ck_xval *a = calloc((size_t)(e->n ? e->n : 1), sizeof *a);
+		if (!a)
+			return ck_fail_sys(ev->err, ENOMEM, "expression");
 		int n = 0, rc = 0;
 		for (; n < e->n && rc == 0; n++)
 			rc = eval(ev, e->args[n], &a[n]);
@@ -770,6 +796,7 @@ static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 			rc = call(ev, e->name, a, e->n, out);
 		for (int k = 0; k < n; k++)
 			ck_xval_free(&a[k]);
+		free(a);
 		if (rc < 0) {
 			ck_xval_free(out);
 			ck_err_prefix(ev->err, "%s()", e->name);

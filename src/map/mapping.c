@@ -78,6 +78,7 @@ void ck_mapping_free(struct ck_mapping *m)
 		free_rule(&m->rules[i]);
 	free(m->rules);
 	free_named_expr(m->params, m->n_params);
+	ck_strmap_free(&m->param_index);
 	for (int i = 0; i < m->n_strip_prefixes; i++)
 		free(m->strip_prefixes[i]);
 	for (int i = 0; i < m->n_strip_segments; i++)
@@ -153,6 +154,18 @@ static int parse_pat(struct pctx *c, struct ck_rule *r, const char *name, const 
 		return fail_at(c, r, "%s%s", m, NULL);
 	}
 	return 0;
+}
+
+/* An input pattern binds each capture once. */
+static int input_pattern_ok(struct pctx *c, const struct ck_rule *r, const char *where,
+			    const struct ck_pattern *p)
+{
+	if (!p->repeated)
+		return 0;
+	char msg[600];
+	snprintf(msg, sizeof msg, "%s\"%s\" names capture {%s} twice (a name is bound once)",
+		 where, p->text, p->repeated);
+	return fail_at(c, r, "%s%s", msg, NULL);
 }
 
 /* "from"/"to": a string (one name, `dflt`) or an object of named patterns. */
@@ -240,7 +253,12 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
 				       NULL, NULL);
 		r->drop = 1;
-		return parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in);
+		if (parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in) < 0)
+			return -1;
+		for (int i = 0; i < r->n_in; i++)
+			if (input_pattern_ok(c, r, "pattern ", &r->in[i].pat) < 0)
+				return -1;
+		return 0;
 	}
 	if (!from || !to)
 		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s",
@@ -248,6 +266,9 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 	if (parse_pats(c, r, from, "from", "x", &r->in, &r->n_in) < 0 ||
 	    parse_pats(c, r, to, "to", "out", &r->out, &r->n_out) < 0)
 		return -1;
+	for (int i = 0; i < r->n_in; i++)
+		if (input_pattern_ok(c, r, "pattern ", &r->in[i].pat) < 0)
+			return -1;
 	r->expr = calloc((size_t)r->n_out, sizeof *r->expr);
 	if (!r->expr)
 		return ck_fail_sys(c->err, ENOMEM, "mapping");
@@ -322,6 +343,32 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 		if (parse_expr_json(c, r, forj->child, "for", &r->for_count) < 0)
 			return -1;
 	}
+	/* a name is bound once: "for" and "let" may not rebind a capture, an
+	 * input or each other (a silent rebinding maps keys to wrong targets) */
+	if (r->for_name) {
+		for (int i = 0; i < r->n_in; i++)
+			if (ck_pattern_has_capture(&r->in[i].pat, r->for_name))
+				return fail_at(c, r, "\"for\" binds {%s}, which input pattern \"%s\" "
+						     "already captures",
+					       r->for_name, r->in[i].name);
+	}
+	for (int k = 0; k < r->n_let; k++) {
+		const char *n = r->let[k].name;
+		for (int j = 0; j < k; j++)
+			if (!strcmp(r->let[j].name, n))
+				return fail_at(c, r, "\"let\" binds \"%s\" twice%s", n, NULL);
+		for (int i = 0; i < r->n_in; i++)
+			if (!strcmp(r->in[i].name, n) || ck_pattern_has_capture(&r->in[i].pat, n))
+				return fail_at(c, r, "\"let\" binds \"%s\", which is already an input "
+						     "or a capture",
+					       n, NULL);
+		if (r->for_name && !strcmp(r->for_name, n))
+			return fail_at(c, r, "\"let\" binds \"%s\", which \"for\" binds%s", n, NULL);
+	}
+	for (int k = 0; k < r->n_reduce; k++)
+		for (int j = 0; j < k; j++)
+			if (!strcmp(r->reduce[j], r->reduce[k]))
+				return fail_at(c, r, "\"reduce\" names {%s} twice%s", r->reduce[k], NULL);
 	/* every output capture must come from an input pattern or "for" */
 	for (int k = 0; k < r->n_out; k++)
 		for (int t = 0; t < r->out[k].pat.n; t++) {
@@ -365,11 +412,15 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	if (!cJSON_IsString(match) || !cJSON_IsArray(spec))
 		return fail_at(c, NULL, "%s: needs \"match\" (a pattern) and \"spec\" (a list)%s",
 			       where, NULL);
-	if (ck_pattern_compile(match->valuestring, &p->match, c->err) < 0)
+	if (ck_pattern_compile(match->valuestring, &p->match, c->err) < 0 ||
+	    input_pattern_ok(c, NULL, "partition rule: match ", &p->match) < 0)
 		return -1;
-	p->ndim = cJSON_GetArraySize(spec);
-	if (p->ndim > 16)
+	/* the count is set only once it is known to fit: free_partition walks
+	 * spec[0..ndim) */
+	int ndim = cJSON_GetArraySize(spec);
+	if (ndim > 16)
 		return fail_at(c, NULL, "%s: more than 16 dims%s", where, NULL);
+	p->ndim = ndim;
 	int d = 0;
 	for (const cJSON *e = spec->child; e; e = e->next, d++) {
 		p->blocks[d] = 1;
@@ -430,7 +481,8 @@ static int parse_select(struct pctx *c, const cJSON *j, struct ck_select *s)
 		return fail_at(c, NULL, "%s: needs exactly one of \"split\" (a capture) and "
 				     "\"stage\" (\"first\" or \"last\")%s",
 			       where, NULL);
-	if (ck_pattern_compile(match->valuestring, &s->match, c->err) < 0)
+	if (ck_pattern_compile(match->valuestring, &s->match, c->err) < 0 ||
+	    input_pattern_ok(c, NULL, "select rule: match ", &s->match) < 0)
 		return -1;
 	if (!(s->axis = strdup(axis->valuestring)))
 		return ck_fail_sys(c->err, ENOMEM, "mapping");
@@ -535,7 +587,8 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 				goto out;
 			}
 			int n = cJSON_GetArraySize(e);
-			if (!(m->params = calloc((size_t)(n ? n : 1), sizeof *m->params))) {
+			if (!(m->params = calloc((size_t)(n ? n : 1), sizeof *m->params)) ||
+			    ck_strmap_init(&m->param_index, (size_t)n) < 0) {
 				ck_fail_sys(err, ENOMEM, "mapping");
 				goto out;
 			}
@@ -548,6 +601,16 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 				}
 				if (!(ne->name = strdup(p->string))) {
 					ck_fail_sys(err, ENOMEM, "mapping");
+					goto out;
+				}
+				int put = ck_strmap_put(&m->param_index, ne->name,
+							(uint32_t)(m->n_params - 1), NULL);
+				if (put != 0) {
+					if (put < 0)
+						ck_fail_sys(err, ENOMEM, "mapping");
+					else
+						fail_at(&c, NULL, "param \"%s\" given twice%s", p->string,
+							NULL);
 					goto out;
 				}
 				if (parse_expr_json(&c, NULL, p, p->string, &ne->expr) < 0)

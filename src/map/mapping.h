@@ -5,6 +5,7 @@
 #define CK_MAPPING_H
 
 #include "../util/error.h"
+#include "../util/strmap.h"
 #include "expr.h"
 #include "pattern.h"
 
@@ -80,6 +81,7 @@ struct ck_mapping {
 	int n_sels;
 	struct ck_named_expr *params;
 	int n_params;
+	struct ck_strmap param_index; /* param name -> its index (names are unique) */
 	enum ck_unused unused;
 	char **strip_prefixes, **strip_segments;
 	int n_strip_prefixes, n_strip_segments;

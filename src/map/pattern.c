@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 void ck_pattern_free(struct ck_pattern *p)
@@ -97,6 +98,9 @@ int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *er
 			free(name);
 			goto fail;
 		}
+		for (int k = 0; k < p->n && !p->repeated; k++)
+			if (!p->tok[k].lit && !strcmp(p->tok[k].name, name))
+				p->repeated = p->tok[k].name;
 		if (add_tok(p, NULL, name, t) < 0) {
 			free(name);
 			goto nomem;
@@ -188,20 +192,59 @@ static void unbind_from(struct ck_binding *b, int k)
 		free(b->val[--b->n]);
 }
 
-/* Backtracking matcher; captures go into b as they bind. 1 match, 0 none. */
-static int match_from(const struct ck_pattern *p, int ti, const char *s, struct ck_binding *b)
+struct mstate {
+	const struct ck_pattern *p;
+	const char *key;
+	size_t len;
+	struct ck_binding *b;
+	size_t steps, budget;
+	uint8_t *failed; /* bit (ti, pos): tokens ti.. cannot match key+pos */
+};
+
+static int known_failed(const struct mstate *m, int ti, size_t pos)
 {
+	size_t bit = (size_t)ti * (m->len + 1) + pos;
+	return m->failed && (m->failed[bit / 8] >> (bit % 8) & 1);
+}
+
+static int note_failed(struct mstate *m, int ti, size_t pos)
+{
+	if (m->failed) {
+		size_t bit = (size_t)ti * (m->len + 1) + pos;
+		m->failed[bit / 8] |= (uint8_t)(1u << (bit % 8));
+	}
+	return 0;
+}
+
+/* Backtracking matcher; captures go into b as they bind. 1 match, 0 none.
+ * Without back-references the outcome of (ti, pos) does not depend on the
+ * bindings made before it, so a failed state never needs a second try. */
+static int match_from(struct mstate *m, int ti, size_t pos)
+{
+	const struct ck_pattern *p = m->p;
+	struct ck_binding *b = m->b;
+	const char *s = m->key + pos;
 	if (ti == p->n)
 		return *s == '\0';
+	if (known_failed(m, ti, pos))
+		return 0;
+	if (++m->steps > m->budget && !m->failed && !p->repeated) {
+		size_t bits = (size_t)(p->n + 1) * (m->len + 1);
+		if (!(m->failed = calloc(bits / 8 + 1, 1)))
+			return -1;
+	}
 	const struct ck_ptok *t = &p->tok[ti];
 	if (t->lit) {
 		size_t n = strlen(t->lit);
-		return strncmp(s, t->lit, n) == 0 ? match_from(p, ti + 1, s + n, b) : 0;
+		if (strncmp(s, t->lit, n) != 0)
+			return 0;
+		int r = match_from(m, ti + 1, pos + n);
+		return r ? r : note_failed(m, ti, pos);
 	}
 	const char *prev = ck_binding_get(b, t->name);
-	if (prev) { /* same capture twice: must repeat the value */
+	if (prev) { /* same capture twice (ck_pattern_match callers outside mappings) */
 		size_t n = strlen(prev);
-		return strncmp(s, prev, n) == 0 ? match_from(p, ti + 1, s + n, b) : 0;
+		return strncmp(s, prev, n) == 0 ? match_from(m, ti + 1, pos + n) : 0;
 	}
 	size_t max = 0;
 	while (s[max] && cap_char_ok(t->type, s[max]))
@@ -210,6 +253,8 @@ static int match_from(const struct ck_pattern *p, int ti, const char *s, struct 
 	for (size_t len = max; len >= 1; len--) {
 		/* only lengths after which the next literal (or the end) follows */
 		if (next ? s[len] != next[0] : (ti + 1 == p->n && s[len] != '\0'))
+			continue;
+		if (known_failed(m, ti + 1, pos + len))
 			continue;
 		if (b->n == CK_MAX_CAPTURES)
 			return -1;
@@ -220,18 +265,22 @@ static int match_from(const struct ck_pattern *p, int ti, const char *s, struct 
 		b->name[k] = t->name;
 		b->val[k] = v;
 		b->n++;
-		int r = match_from(p, ti + 1, s + len, b);
+		int r = match_from(m, ti + 1, pos + len);
 		if (r != 0)
 			return r;
 		unbind_from(b, k);
 	}
-	return 0;
+	return note_failed(m, ti, pos);
 }
 
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
 {
 	b->n = 0;
-	int r = match_from(p, 0, key, b);
+	struct mstate m = {p, key, strlen(key), b, 0, 0, NULL};
+	/* plain backtracking first: almost every key settles in a few steps */
+	m.budget = 4 * ((size_t)p->n + m.len) + 64;
+	int r = match_from(&m, 0, 0);
+	free(m.failed);
 	if (r <= 0)
 		ck_binding_clear(b);
 	return r;

@@ -23,6 +23,10 @@ struct ck_pattern {
 	char *text;
 	struct ck_ptok *tok;
 	int n;
+	/* a capture named twice: allowed in target patterns (substitution);
+	 * input patterns refuse it (a back-reference makes matching
+	 * exponential, and a name is bound once) */
+	const char *repeated;
 };
 
 struct ck_binding {
@@ -33,7 +37,10 @@ struct ck_binding {
 
 int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *err);
 void ck_pattern_free(struct ck_pattern *p);
-/* 1 on match (b filled: free with ck_binding_clear), 0 otherwise, -1 ENOMEM. */
+/* 1 on match (b filled: free with ck_binding_clear), 0 otherwise, -1 ENOMEM.
+ * The first match in order of longest captures first; polynomial in the key
+ * length and the pattern size (failed states are remembered once plain
+ * backtracking has taken more than a few steps per byte). */
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b);
 /* Substitute b into p. Returns -1 with err naming the capture if unbound. */
 int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,

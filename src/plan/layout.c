@@ -175,9 +175,8 @@ int ck_value_narrow(struct ck_value *v, int dim, int64_t start, int64_t len, str
 			       v->ndim);
 	if (start < 0 || len < 0 || start > v->shape[dim] || len > v->shape[dim] - start)
 		return ck_fail(err, CK_E_MAPPING,
-			       "narrow: [%lld, %lld) is outside dim %d of size %lld",
-			       (long long)start, (long long)(start + len), dim,
-			       (long long)v->shape[dim]);
+			       "narrow: start %lld, length %lld is outside dim %d of size %lld",
+			       (long long)start, (long long)len, dim, (long long)v->shape[dim]);
 	size_t k = 0;
 	for (size_t i = 0; i < v->n; i++) {
 		struct ck_piece q = v->p[i];
@@ -311,6 +310,12 @@ int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, st
 					k, (long long)x->shape[d], d, (long long)vals[0].shape[d]);
 				goto done;
 			}
+		int64_t grown;
+		if (__builtin_add_overflow(out->shape[dim], x->shape[dim], &grown) ||
+		    grown > ((int64_t)1 << 56)) {
+			ck_fail(err, CK_E_MAPPING, "cat/stack: dim %d grows past 2^56 elements", dim);
+			goto done;
+		}
 		for (size_t i = 0; i < x->n; i++) {
 			struct ck_piece q = x->p[i];
 			q.lo[dim] += out->shape[dim];
@@ -320,6 +325,14 @@ int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, st
 		}
 		out->shape[dim] += x->shape[dim];
 	}
+	/* nested cats double per level: the element count must stay countable */
+	uint64_t numel = 1;
+	for (int d = 0; d < out->ndim; d++)
+		if (__builtin_mul_overflow(numel, (uint64_t)out->shape[d], &numel) ||
+		    numel > ((uint64_t)1 << 60)) {
+			ck_fail(err, CK_E_MAPPING, "cat/stack: the result has more than 2^60 elements");
+			goto done;
+		}
 	rc = 0;
 done:
 	for (int k = 0; k < n; k++)
@@ -601,7 +614,7 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
 		if (block[d] < 1)
 			return ck_fail(err, CK_E_MAPPING, "%s: block size %lld in dim %d", op,
 				       (long long)block[d], d);
-		int64_t want = (v->shape[d] + block[d] - 1) / block[d];
+		int64_t want = v->shape[d] / block[d] + (v->shape[d] % block[d] != 0);
 		if (s->shape[d] != want)
 			return ck_fail(err, CK_E_MAPPING,
 				       "%s: the scale has %lld blocks in dim %d; a weight of %lld "

@@ -135,9 +135,10 @@ struct pctx {
 static int param_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
 {
 	struct pctx *c = vctx;
-	for (int i = c->upto - 1; i >= 0; i--)
-		if (!strcmp(c->st->m->params[i].name, name))
-			return ck_xval_copy(out, &c->st->params[i], err);
+	uint32_t i;
+	if (c->upto > 0 && ck_strmap_get(&c->st->m->param_index, name, &i) == 0 &&
+	    (int)i < c->upto)
+		return ck_xval_copy(out, &c->st->params[i], err);
 	return config_value(c->st->cat->config, name, out, err);
 }
 
@@ -434,6 +435,27 @@ struct match {
 	int64_t rval;
 };
 
+/* A reduction groups matches by their other captures: matches sorted by
+ * (group, position) make each group one run, O(n log n) however many. */
+struct ord_item {
+	const char *group;
+	size_t i;
+};
+
+static int cmp_ord_item(const void *a, const void *b)
+{
+	const struct ord_item *x = a, *y = b;
+	int c = strcmp(x->group, y->group);
+	return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* pairs (first match of a run, start of the run), sorted by the first */
+static int cmp_pair(const void *a, const void *b)
+{
+	const size_t *x = a, *y = b;
+	return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
 static int run_rule(struct stage *st, const struct ck_rule *r)
 {
 	if (r->cond) {
@@ -530,25 +552,33 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 				strcat(ms[i].group, "\x1f");
 			}
 	}
-	struct ck_strmap seen;
-	if (ck_strmap_init(&seen, nm) < 0) {
-		nomem(st->err);
-		goto out;
-	}
+	/* matches sorted by (group, position): each group is one run, taken in
+	 * the order of its first match */
+	struct ord_item *ord = malloc(nm * sizeof *ord);
+	size_t *runs = malloc(nm * 2 * sizeof *runs), nruns = 0;
 	int64_t *vals = malloc(nm * sizeof *vals);
-	if (!vals) {
-		ck_strmap_free(&seen);
+	if (!ord || !runs || !vals) {
+		free(ord);
+		free(runs);
+		free(vals);
 		nomem(st->err);
 		goto out;
 	}
+	for (size_t i = 0; i < nm; i++)
+		ord[i] = (struct ord_item){ms[i].group, i};
+	qsort(ord, nm, sizeof *ord, cmp_ord_item);
+	for (size_t i = 0; i < nm; i++)
+		if (i == 0 || strcmp(ord[i].group, ord[i - 1].group)) {
+			runs[2 * nruns] = ord[i].i;
+			runs[2 * nruns++ + 1] = i;
+		}
+	qsort(runs, nruns, 2 * sizeof *runs, cmp_pair);
 	rc = 0;
-	for (size_t i = 0; i < nm && rc == 0; i++) {
-		if (ck_strmap_put(&seen, ms[i].group, 0, NULL) != 0)
-			continue; /* group done (or ENOMEM, caught below on the next put) */
+	for (size_t ri = 0; ri < nruns && rc == 0; ri++) {
+		size_t first = runs[2 * ri], a = runs[2 * ri + 1];
 		int n = 0;
-		for (size_t j = i; j < nm; j++)
-			if (!strcmp(ms[j].group, ms[i].group))
-				vals[n++] = ms[j].rval;
+		for (size_t j = a; j < nm && (j == a || !strcmp(ord[j].group, ord[a].group)); j++)
+			vals[n++] = ms[ord[j].i].rval;
 		qsort(vals, (size_t)n, sizeof *vals, cmp_i64);
 		for (int j = 0; j < n && rc == 0; j++)
 			if (vals[j] != j) {
@@ -559,16 +589,17 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 				rc = rule_fail(st, r, NULL);
 			}
 		struct ck_binding b = {0};
-		for (int j = 0; rc == 0 && j < ms[i].b.n; j++)
-			if (!is_reduced(r, ms[i].b.name[j]) &&
-			    ck_binding_set(&b, ms[i].b.name[j], ms[i].b.val[j]) < 0)
+		for (int j = 0; rc == 0 && j < ms[first].b.n; j++)
+			if (!is_reduced(r, ms[first].b.name[j]) &&
+			    ck_binding_set(&b, ms[first].b.name[j], ms[first].b.val[j]) < 0)
 				rc = nomem(st->err);
 		if (rc == 0)
 			rc = run_instance(st, r, &b, vals, n);
 		ck_binding_clear(&b);
 	}
 	free(vals);
-	ck_strmap_free(&seen);
+	free(ord);
+	free(runs);
 out:
 	for (size_t i = 0; i < nm; i++) {
 		ck_binding_clear(&ms[i].b);

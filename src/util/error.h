@@ -4,6 +4,8 @@
 #define CK_ERROR_H
 
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
 
 /* Error classes; the CLI maps each to its documented exit status. */
 enum ck_errkind {
@@ -31,5 +33,10 @@ int ck_fail_sys(struct ck_err *err, int errnum, const char *fmt, ...)
 void ck_err_prefix(struct ck_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 void ck_err_clear(struct ck_err *err);
+/* Untrusted text (keys, paths) for a terminal or a log: control bytes as
+ * \xNN. Every error message is escaped this way when it is made; tables
+ * and log lines that print names use these. */
+size_t ck_escape_controls(const char *s, char *out, size_t cap);
+void ck_fput_safe(FILE *f, const char *s);
 
 #endif

@@ -162,9 +162,18 @@ int ck_json_int(const cJSON *item, int64_t lo, int64_t hi, int64_t *out)
 int ck_read_file(const char *path, size_t max_bytes, char **out, size_t *out_len,
 		 enum ck_errkind kind, struct ck_err *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return ck_fail_sys(err, errno, "%s: cannot open", path);
+	/* O_NONBLOCK: a FIFO or a device named config.json must not hang the
+	 * open; whatever it is, it is refused below unless a regular file */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		int e = errno;
+		/* a file that is not there (or not reachable) is the input's fault,
+		 * in the class of what was asked for (a mapping, a source) */
+		if (e == ENOENT || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG || e == EACCES ||
+		    e == EISDIR || e == ENXIO)
+			return ck_fail(err, kind, "%s: cannot open: %s", path, strerror(e));
+		return ck_fail_sys(err, e, "%s: cannot open", path);
+	}
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
 		int e = errno;

@@ -18,9 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (write(fd, data, size) == (ssize_t)size) {
 		struct ck_st_header h;
 		struct ck_err err;
-		size_t skipped;
-		if (ck_torchbin_read_fd(fd, size, "fuzz", &h, &skipped, &err) == 0)
+		struct ck_leftout lo = {0};
+		if (ck_torchbin_read_fd(fd, size, "fuzz", &h, &lo, &err) == 0)
 			ck_st_header_free(&h);
+		ck_leftout_free(&lo);
 	}
 	close(fd);
 	return 0;

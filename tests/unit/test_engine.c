@@ -238,7 +238,7 @@ START_TEST(failed_convert_leaves_nothing)
 	struct ck_plan *p = plan_of(MAP);
 	struct ck_err err;
 	char *ok = tu_path(dir, "ok"), *out = tu_path(dir, "out");
-	struct ck_convert_opts o = {100000, 2, 1, 0, NULL, NULL, NULL, 0};
+	struct ck_convert_opts o = {.max_shard_size = 100000, .threads = 2, .use_uring = 1};
 	struct ck_convert_stats st;
 	ck_assert_msg(ck_convert(p, ok, &o, &st, &err) == 0, "%s", err.msg);
 	ck_assert_int_gt(st.n_files, 1);

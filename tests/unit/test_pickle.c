@@ -121,8 +121,11 @@ START_TEST(malformed)
 	memset(marks + 2, '(', deep);
 	marks[deep + 2] = '.';
 	refused(marks, deep + 3, "too many MARKs");
-	memset(marks + 2, ']', deep); /* a million empty lists: the stack bound */
+	memset(marks + 2, 'N', deep); /* a million Nones (one shared node): the stack bound */
 	refused(marks, deep + 3, "stack too deep");
+	/* a million empty lists, one node per byte: more than the input allows */
+	memset(marks + 2, ']', deep);
+	refused(marks, deep + 3, "more values than the pickle's size allows");
 	free(marks);
 	/* GLOBAL names are data: os.system is a name here, never a call */
 	struct ck_pickle p;
