@@ -240,38 +240,42 @@ out:
 }
 
 /* Chunks must lie inside the tensor, not overlap, and cover it. */
-static int check_tiling(struct dctx *c, const struct ck_logical *l, const int64_t (*sizes)[CK_MAX_DIMS])
+int ck_dcp_check_tiling(const char *what, const struct ck_logical *l,
+			const int64_t (*sizes)[CK_MAX_DIMS], struct ck_err *err)
 {
 	uint64_t total = 0, numel = 1;
 	for (int d = 0; d < l->ndim; d++)
 		if (__builtin_mul_overflow(numel, (uint64_t)l->shape[d], &numel))
-			return fail(c, "\"%s\": the size overflows%s", l->name, "");
+			return ck_fail(err, CK_E_SOURCE, "%s: \"%s\": the size overflows", what, l->name);
 	for (size_t k = 0; k < l->n_chunks; k++) {
 		uint64_t vol = 1;
 		for (int d = 0; d < l->ndim; d++) {
 			if (l->chunks[k].off[d] > l->shape[d] ||
 			    sizes[k][d] > l->shape[d] - l->chunks[k].off[d])
-				return fail(c, "a chunk of \"%s\" lies outside the tensor%s", l->name, "");
+				return ck_fail(err, CK_E_SOURCE, "%s: a chunk of \"%s\" lies outside the tensor",
+					       what, l->name);
 			vol *= (uint64_t)sizes[k][d]; /* <= numel: the chunk is inside */
 		}
 		if (__builtin_add_overflow(total, vol, &total))
-			return fail(c, "the chunks of \"%s\" overlap%s", l->name, "");
+			return ck_fail(err, CK_E_SOURCE, "%s: chunks of \"%s\" overlap", what, l->name);
 	}
 	if (l->ndim == 0 || l->n_chunks < 2) {
 		/* a scalar or a single chunk: nothing can overlap */
 	} else {
 		int big, r = grid_overlap(l, sizes, &big);
 		if (r < 0 && !big)
-			return ck_fail_sys(c->err, ENOMEM, "%s", c->mpath);
+			return ck_fail_sys(err, ENOMEM, "%s", what);
 		if (r < 0)
-			return fail(c, "the chunks of \"%s\" cut it into more than 2^26 cells; such a "
-				       "fragmented tensor is not supported%s",
-				    l->name, "");
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: the chunks of \"%s\" cut it into more than 2^26 cells; "
+				       "such a fragmented tensor is not supported",
+				       what, l->name);
 		if (r > 0)
-			return fail(c, "chunks of \"%s\" overlap%s", l->name, "");
+			return ck_fail(err, CK_E_SOURCE, "%s: chunks of \"%s\" overlap", what, l->name);
 	}
 	if (total != numel)
-		return fail(c, "the chunks of \"%s\" do not cover the tensor%s", l->name, "");
+		return ck_fail(err, CK_E_SOURCE, "%s: the chunks of \"%s\" do not cover the tensor",
+			       what, l->name);
 	return 0;
 }
 
@@ -357,7 +361,7 @@ static int add_key(struct dctx *c, const char *fqn, const struct ck_pk *meta)
 		ck_st_header_free(&h);
 	}
 	if (rc == 0)
-		rc = check_tiling(c, l, sizes);
+		rc = ck_dcp_check_tiling(c->mpath, l, sizes, c->err);
 	free(sizes);
 	return rc;
 }

@@ -15,4 +15,10 @@
 int ck_dcp_detect(const char *dir);
 int ck_dcp_open(struct ck_catalog *cat, const char *dir, struct ck_err *err);
 
+/* The chunks of l (sizes[k] is chunk k's extent) lie inside it, do not
+ * overlap and cover it: O(n log n + grid cells), for tens of thousands of
+ * chunks of one key. */
+int ck_dcp_check_tiling(const char *what, const struct ck_logical *l,
+			const int64_t (*sizes)[CK_MAX_DIMS], struct ck_err *err);
+
 #endif

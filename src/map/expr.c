@@ -87,8 +87,10 @@ static int add_arg(struct ck_expr *e, struct ck_expr *a, struct parser *ps)
 
 static int perr(struct parser *ps, const char *what)
 {
-	return ck_fail(ps->err, CK_E_MAPPING, "expression \"%s\": %s at offset %d", ps->s, what,
-		       (int)(ps->p - ps->s));
+	/* a long expression is cut so the reason stays in the message */
+	int n = (int)strlen(ps->s);
+	return ck_fail(ps->err, CK_E_MAPPING, "expression \"%.*s%s\": %s at offset %d",
+		       n > 80 ? 80 : n, ps->s, n > 80 ? "..." : "", what, (int)(ps->p - ps->s));
 }
 
 static struct ck_expr *parse_expr(struct parser *ps);
@@ -248,9 +250,14 @@ static struct ck_expr *binary(struct parser *ps, const char *op, struct ck_expr 
 			      struct ck_expr *b)
 {
 	struct ck_expr *e = mk(N_BIN, ps);
-	if (!e || !(e->name = strdup(op)) || add_arg(e, a, ps) < 0) {
+	if (!e || !(e->name = strdup(op))) {
 		ck_expr_free(e);
 		ck_expr_free(a);
+		ck_expr_free(b);
+		return NULL;
+	}
+	if (add_arg(e, a, ps) < 0) { /* add_arg frees a when it fails */
+		ck_expr_free(e);
 		ck_expr_free(b);
 		return NULL;
 	}
@@ -272,9 +279,12 @@ static struct ck_expr *parse_unary(struct parser *ps)
 	if (op) {
 		struct ck_expr *a = parse_unary(ps);
 		e = a ? mk(N_UN, ps) : NULL;
-		if (!e || !(e->name = strdup(op)) || add_arg(e, a, ps) < 0) {
+		if (!e || !(e->name = strdup(op))) {
 			ck_expr_free(e);
 			ck_expr_free(a);
+			e = NULL;
+		} else if (add_arg(e, a, ps) < 0) { /* a is freed */
+			ck_expr_free(e);
 			e = NULL;
 		}
 	} else {
@@ -856,6 +866,7 @@ static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 			rc = ck_fail(ev->err, CK_E_MAPPING, "cannot index a %s", kind_name(x.kind));
 		}
 		ck_xval_free(&x);
+		ck_xval_free(&i); /* an index that is not an integer may own memory */
 		return rc;
 	}
 	case N_UN: {

@@ -156,18 +156,6 @@ static int parse_pat(struct pctx *c, struct ck_rule *r, const char *name, const 
 	return 0;
 }
 
-/* An input pattern binds each capture once. */
-static int input_pattern_ok(struct pctx *c, const struct ck_rule *r, const char *where,
-			    const struct ck_pattern *p)
-{
-	if (!p->repeated)
-		return 0;
-	char msg[600];
-	snprintf(msg, sizeof msg, "%s\"%s\" names capture {%s} twice (a name is bound once)",
-		 where, p->text, p->repeated);
-	return fail_at(c, r, "%s%s", msg, NULL);
-}
-
 /* "from"/"to": a string (one name, `dflt`) or an object of named patterns. */
 static int parse_pats(struct pctx *c, struct ck_rule *r, const cJSON *j, const char *field,
 		      const char *dflt, struct ck_named_pat **out, int *n)
@@ -253,12 +241,7 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
 				       NULL, NULL);
 		r->drop = 1;
-		if (parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in) < 0)
-			return -1;
-		for (int i = 0; i < r->n_in; i++)
-			if (input_pattern_ok(c, r, "pattern ", &r->in[i].pat) < 0)
-				return -1;
-		return 0;
+		return parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in);
 	}
 	if (!from || !to)
 		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s",
@@ -266,9 +249,6 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 	if (parse_pats(c, r, from, "from", "x", &r->in, &r->n_in) < 0 ||
 	    parse_pats(c, r, to, "to", "out", &r->out, &r->n_out) < 0)
 		return -1;
-	for (int i = 0; i < r->n_in; i++)
-		if (input_pattern_ok(c, r, "pattern ", &r->in[i].pat) < 0)
-			return -1;
 	r->expr = calloc((size_t)r->n_out, sizeof *r->expr);
 	if (!r->expr)
 		return ck_fail_sys(c->err, ENOMEM, "mapping");
@@ -412,8 +392,7 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	if (!cJSON_IsString(match) || !cJSON_IsArray(spec))
 		return fail_at(c, NULL, "%s: needs \"match\" (a pattern) and \"spec\" (a list)%s",
 			       where, NULL);
-	if (ck_pattern_compile(match->valuestring, &p->match, c->err) < 0 ||
-	    input_pattern_ok(c, NULL, "partition rule: match ", &p->match) < 0)
+	if (ck_pattern_compile(match->valuestring, &p->match, c->err) < 0)
 		return -1;
 	/* the count is set only once it is known to fit: free_partition walks
 	 * spec[0..ndim) */
@@ -481,8 +460,7 @@ static int parse_select(struct pctx *c, const cJSON *j, struct ck_select *s)
 		return fail_at(c, NULL, "%s: needs exactly one of \"split\" (a capture) and "
 				     "\"stage\" (\"first\" or \"last\")%s",
 			       where, NULL);
-	if (ck_pattern_compile(match->valuestring, &s->match, c->err) < 0 ||
-	    input_pattern_ok(c, NULL, "select rule: match ", &s->match) < 0)
+	if (ck_pattern_compile(match->valuestring, &s->match, c->err) < 0)
 		return -1;
 	if (!(s->axis = strdup(axis->valuestring)))
 		return ck_fail_sys(c->err, ENOMEM, "mapping");

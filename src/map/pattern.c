@@ -98,9 +98,16 @@ int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *er
 			free(name);
 			goto fail;
 		}
-		for (int k = 0; k < p->n && !p->repeated; k++)
-			if (!p->tok[k].lit && !strcmp(p->tok[k].name, name))
-				p->repeated = p->tok[k].name;
+		for (int k = 0; k < p->n; k++)
+			if (!p->tok[k].lit && !strcmp(p->tok[k].name, name)) {
+				/* a back-reference would make matching exponential */
+				ck_fail(err, CK_E_MAPPING,
+					"pattern \"%s\" names capture {%s} twice (a name is bound "
+					"once)",
+					text, name);
+				free(name);
+				goto fail;
+			}
 		if (add_tok(p, NULL, name, t) < 0) {
 			free(name);
 			goto nomem;
@@ -217,8 +224,9 @@ static int note_failed(struct mstate *m, int ti, size_t pos)
 }
 
 /* Backtracking matcher; captures go into b as they bind. 1 match, 0 none.
- * Without back-references the outcome of (ti, pos) does not depend on the
- * bindings made before it, so a failed state never needs a second try. */
+ * A capture appears once in a pattern, so the outcome of (ti, pos) does not
+ * depend on the bindings made before it: a failed state never needs a
+ * second try. */
 static int match_from(struct mstate *m, int ti, size_t pos)
 {
 	const struct ck_pattern *p = m->p;
@@ -228,7 +236,7 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 		return *s == '\0';
 	if (known_failed(m, ti, pos))
 		return 0;
-	if (++m->steps > m->budget && !m->failed && !p->repeated) {
+	if (++m->steps > m->budget && !m->failed) {
 		size_t bits = (size_t)(p->n + 1) * (m->len + 1);
 		if (!(m->failed = calloc(bits / 8 + 1, 1)))
 			return -1;
@@ -240,11 +248,6 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 			return 0;
 		int r = match_from(m, ti + 1, pos + n);
 		return r ? r : note_failed(m, ti, pos);
-	}
-	const char *prev = ck_binding_get(b, t->name);
-	if (prev) { /* same capture twice (ck_pattern_match callers outside mappings) */
-		size_t n = strlen(prev);
-		return strncmp(s, prev, n) == 0 ? match_from(m, ti + 1, pos + n) : 0;
 	}
 	size_t max = 0;
 	while (s[max] && cap_char_ok(t->type, s[max]))

@@ -3,7 +3,8 @@
  * {name}       one dot-free segment (at least one character)
  * {name:int}   a decimal integer (sorts numerically)
  * {name:path}  any non-empty text, dots included (for prefixes)
- * Everything else is literal; "{{" and "}}" stand for braces. */
+ * Everything else is literal; "{{" and "}}" stand for braces. A capture
+ * appears at most once in a pattern (a name is bound once). */
 #ifndef CK_PATTERN_H
 #define CK_PATTERN_H
 
@@ -23,10 +24,6 @@ struct ck_pattern {
 	char *text;
 	struct ck_ptok *tok;
 	int n;
-	/* a capture named twice: allowed in target patterns (substitution);
-	 * input patterns refuse it (a back-reference makes matching
-	 * exponential, and a name is bound once) */
-	const char *repeated;
 };
 
 struct ck_binding {

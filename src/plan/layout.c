@@ -371,15 +371,19 @@ static int emit_range(struct reshape_ctx *x, const struct ck_piece *in, struct c
 	/* dims c..d-1 are indices into the non-1 new dims; x->nmap maps them */
 	if (p0 >= p1)
 		return 0;
-	int64_t inner = 1;
+	int64_t inner = 1, si;
 	for (int m = c + 1; m < d; m++)
 		inner *= x->nshape[x->nmap[m]];
+	/* strides of one-element dims are never used but are carried along; a
+	 * long chain of views and transposes must not overflow them */
+	if (__builtin_mul_overflow(s, inner, &si))
+		return ck_fail(x->err, CK_E_MAPPING, "reshape: the layout's strides overflow");
 	int fd = x->nmap[c];
 	if (c == d - 1 || (p0 % inner == 0 && p1 % inner == 0)) {
 		/* one box: dim c over [p0/inner, p1/inner), inner dims full */
 		q->lo[fd] = p0 / inner;
 		q->hi[fd] = p1 / inner;
-		q->stride[fd] = s * inner;
+		q->stride[fd] = si;
 		int64_t sub = inner;
 		for (int m = c + 1; m < d; m++) {
 			int f = x->nmap[m];
@@ -399,16 +403,20 @@ static int emit_range(struct reshape_ctx *x, const struct ck_piece *in, struct c
 		h = p1;
 	if (p0 < h) { /* head: one outer index, partial inner range */
 		int64_t o = p0 / inner;
-		q->lo[fd] = o, q->hi[fd] = o + 1, q->stride[fd] = s * inner;
+		q->lo[fd] = o, q->hi[fd] = o + 1, q->stride[fd] = si;
 		if (emit_range(x, in, q, gi, c + 1, d, p0 - o * inner, h - o * inner, base, s) < 0)
 			return -1;
 	}
-	if (h < t && emit_range(x, in, q, gi, c, d, h, t, base + s * (h - p0), s) < 0)
+	int64_t bh, bt;
+	if (__builtin_mul_overflow(s, h - p0, &bh) || __builtin_mul_overflow(s, t - p0, &bt) ||
+	    __builtin_add_overflow(base, bh, &bh) || __builtin_add_overflow(base, bt, &bt))
+		return ck_fail(x->err, CK_E_MAPPING, "reshape: the layout's strides overflow");
+	if (h < t && emit_range(x, in, q, gi, c, d, h, t, bh, s) < 0)
 		return -1;
 	if (t >= h && t < p1) { /* tail */
 		int64_t o = t / inner;
-		q->lo[fd] = o, q->hi[fd] = o + 1, q->stride[fd] = s * inner;
-		if (emit_range(x, in, q, gi, c + 1, d, 0, p1 - t, base + s * (t - p0), s) < 0)
+		q->lo[fd] = o, q->hi[fd] = o + 1, q->stride[fd] = si;
+		if (emit_range(x, in, q, gi, c + 1, d, 0, p1 - t, bt, s) < 0)
 			return -1;
 	}
 	return 0;
