@@ -1,0 +1,96 @@
+"""The mount's own rules (issue #15): a regular file, a live mount point or a
+non-empty directory (without -o nonempty) is refused with one line, exit 2,
+nothing mounted; so is an unknown -o option or a cache of fewer than 4
+chunks. A mounted config.json is the source's bytes. Every extended
+attribute a tensor lists can be read, even for a group whose source names
+pass the 64 KiB xattr limit."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckref  # noqa: E402
+from mountlib import CKPTFS, Mount, is_mounted, skip_unless_fuse  # noqa: E402
+
+MKCKPT = os.environ["MKCKPT"]
+
+
+def refused(src, mnt, want, *extra):
+    p = subprocess.run([CKPTFS, "mount", src, mnt, *extra], capture_output=True, text=True,
+                       timeout=60)
+    lines = p.stderr.splitlines()
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert len(lines) == 1 and want in lines[0], (want, p.stderr)
+    assert not is_mounted(mnt) or want == "already a mount point", f"{mnt} was mounted"
+
+
+def main():
+    skip_unless_fuse()
+    d = tempfile.mkdtemp(prefix="ckptfs-sanity-")
+    try:
+        src = os.path.join(d, "llama")
+        ckref.run(MKCKPT, "--model", "llama", src)
+        cfg = os.path.join(src, "config.json")
+        raw = open(cfg).read().rstrip().rstrip("}") + ', "rope_theta": 10000.0, "big": 98765432109876543210}\n'
+        with open(cfg, "w") as f:
+            f.write(raw)
+        regular = os.path.join(d, "file")
+        open(regular, "w").close()
+        refused(src, regular, "is not a directory")
+        full = os.path.join(d, "full")
+        os.mkdir(full)
+        open(os.path.join(full, "x"), "w").close()
+        refused(src, full, "is not empty")
+        refused(src, os.path.join(d, "nowhere"), "mount point")
+        empty = os.path.join(d, "empty")
+        os.mkdir(empty)
+        refused(src, empty, "unknown option -o bogus", "-o", "bogus")
+        refused(src, empty, "unknown option -o allow_others", "-o", "allow_others")
+        refused(src, empty, "less than 4 chunks", "-o", "cache_size=1MiB")
+        refused(src, empty, "bad option -o chunk=1", "-o", "chunk=1")
+        refused(src, empty, "-o needs a value", "-o")
+        with Mount(src) as m:
+            refused(src, m.dir, "already a mount point")
+            assert open(m.path("config.json")).read() == raw, "config.json is not the source's bytes"
+        # -o nonempty mounts over the file, which is back after the unmount
+        # -o nonempty is the explicit opt-in: mounted over the file, which is back after
+        p = subprocess.run([CKPTFS, "mount", src, full, "-o", "nonempty"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and is_mounted(full), p.stderr
+        assert "config.json" in os.listdir(full)
+        subprocess.run(["fusermount3", "-u", full], check=True)
+        assert os.listdir(full) == ["x"]
+        print("mount refuses a file, a live mount point, a non-empty dir, unknown options; "
+              "config.json verbatim")
+
+        # a group whose source names pass 64 KiB: user.ckptfs.sources stays readable
+        big = os.path.join(d, "big")
+        os.mkdir(big)
+        names = [f"layer.{i}." + "k" * 2000 for i in range(40)]
+        ckref.write_safetensors(os.path.join(big, "model.safetensors"),
+                                {n: ("F32", (1,), struct.pack("<f", i)) for i, n in enumerate(names)})
+        mp = os.path.join(d, "stack.json")
+        with open(mp, "w") as f:
+            json.dump({"rules": [{"from": "layer.{i}.{rest}", "to": "all", "reduce": "i",
+                                  "expr": "stack(x, 0)"}]}, f)
+        with Mount(big, maps=[mp]) as m:
+            t = m.path("tensors", "all")
+            listed = os.listxattr(t)
+            assert "user.ckptfs.sources" in listed, listed
+            for a in listed:
+                v = os.getxattr(t, a)
+                assert len(v) <= 65536, (a, len(v))
+            v = json.loads(os.getxattr(t, "user.ckptfs.sources"))
+            assert v["n_sources"] == 40 and v["truncated"] is True, v
+            assert 0 < len(v["first"]) < 40 and all(n in names for n in v["first"]), len(v["first"])
+        print("xattrs: every listed attribute reads back (sources of 80 KB named as a count and a prefix)")
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
