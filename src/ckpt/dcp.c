@@ -120,11 +120,14 @@ static int index_items(struct dctx *c, const struct ck_pk *sd)
 			return fail(c, "key \"%s\" is too long%s", fqn->s, "");
 		if (!(c->item_keys[c->n_items] = strdup(key)))
 			return ck_fail_sys(c->err, ENOMEM, "%s", c->mpath);
-		c->item_vals[c->n_items] = sd->items[i + 1];
-		if (ck_strmap_put(&c->items, c->item_keys[c->n_items], (uint32_t)c->n_items, NULL) ==
-		    1)
+		/* counted as soon as it is allocated: the error paths below free it */
+		size_t k = c->n_items++;
+		c->item_vals[k] = sd->items[i + 1];
+		int r = ck_strmap_put(&c->items, c->item_keys[k], (uint32_t)k, NULL);
+		if (r < 0)
+			return ck_fail_sys(c->err, ENOMEM, "%s", c->mpath);
+		if (r == 1)
 			return fail(c, "storage_data lists \"%s\" twice%s", key, "");
-		c->n_items++;
 	}
 	return 0;
 }

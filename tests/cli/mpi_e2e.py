@@ -74,6 +74,19 @@ with tempfile.TemporaryDirectory() as d:
     for r in range(3):
         ckref.convert(CKPTFS, src, out2, [MAP], "--shard-groups", "--world-size", "3", "--rank", str(r))
     check_grouped(out2, 3)
+    # a stale single-file checkpoint in OUTDIR: refused, then replaced with --overwrite
+    # (every rank writes, rank 0 removes the old files only after all succeeded)
+    over = os.path.join(d, "grouped-over")
+    ckref.convert(CKPTFS, src, over, [MAP])
+    p = mpirun(3, "convert", src, over, "--mapping", MAP, "--shard-groups", "--quiet", check=False)
+    assert p.returncode != 0 and "would not replace" in p.stderr, p.stderr
+    assert sorted(os.listdir(over)) == ["config.json", "model.safetensors"], os.listdir(over)
+    mpirun(3, "convert", src, over, "--mapping", MAP, "--shard-groups", "--quiet", "--overwrite")
+    check_grouped(over, 3)
+    assert not os.path.exists(os.path.join(over, "model.safetensors"))
+    p = ckref.run(CKPTFS, "convert", src, over, "--mapping", MAP, "--shard-groups", "--world-size",
+                  "3", "--rank", "0", "--overwrite", check=False)
+    assert p.returncode == 2 and "needs mpirun" in p.stderr, p.stderr
     # every rank's share, by bytes: no rank holds more than the largest group
     # above an even split
     sizes = [os.path.getsize(os.path.join(out, f)) for f in os.listdir(out) if f.startswith("model-")]

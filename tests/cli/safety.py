@@ -197,6 +197,17 @@ def fifos(d, src):
     os.mkfifo(mp)
     expect_refused(["inspect", src, "--mapping", mp], "--mapping")
     print("FIFOs as config.json, index, .metadata, metadata.json and --mapping: refused at once")
+    # an error path that leaked (the sanitizer build fails on the leak report):
+    # one key listed twice in storage_data
+    dup = os.path.join(d, "dup-dcp")
+    dcpgen.write_dcp(dup, {"wa": [((0,), torch.ones(4))], "wb": [((0,), torch.zeros(4))]}, ranks=1)
+    meta = os.path.join(dup, ".metadata")
+    raw = open(meta, "rb").read()
+    assert raw.count(b"\x8c\x02wb") == 1  # the key's one string, memoized for its other uses
+    with open(meta, "wb") as fh:
+        fh.write(raw.replace(b"\x8c\x02wb", b"\x8c\x02wa"))
+    one_line_error(run("inspect", dup), 3, "storage_data lists \"wa|0\" twice")
+    print("a DCP key listed twice: one line, nothing leaked")
 
 
 def injection(d):
