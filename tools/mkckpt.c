@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckgen.h"
+#include "gen/ckgen.h"
 
 static void usage(FILE *f)
 {

@@ -10,6 +10,8 @@
 int ck_cmd_inspect(int argc, char **argv);
 int ck_cmd_convert(int argc, char **argv);
 int ck_cmd_mount(int argc, char **argv);
+int ck_cmd_diff(int argc, char **argv);
+int ck_cmd_check_mapping(int argc, char **argv);
 /* Print "ckptfs: <message>" and return the exit status for err's kind. */
 int ck_cli_report(const struct ck_err *err);
 /* Allocator settings for large plans (heap.c); call first thing in main. */

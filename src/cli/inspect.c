@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../exec/engine.h"
+#include "../plan/explain.h"
 #include "../plan/shard.h"
 #include "../util/json_strict.h"
 #include "../util/jsonw.h"
@@ -152,6 +153,11 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 		printf(", \"what\": ");
 		ck_json_fput_str(stdout, lo->e[i].what);
 		printf("}");
+	}
+	printf("], \"warnings\": [");
+	for (size_t w = 0; w < v->plan->n_warnings; w++) {
+		printf("%s", w ? ", " : "");
+		ck_json_fput_str(stdout, v->plan->warnings[w]);
 	}
 	printf("]");
 	if (groups)
@@ -368,9 +374,47 @@ static int io_plan(const struct ck_view *v, struct ck_err *err)
 	return rc;
 }
 
+/* --explain KEY or KEY[i, j, ...]: a key may itself end in "]", so the
+ * index form is tried only when the key without it is a target. */
+static int do_explain(const struct ck_plan *p, const char *arg, struct ck_err *err)
+{
+	const struct ck_target *t = ck_plan_find(p, arg);
+	size_t len = strlen(arg);
+	const char *open = len && arg[len - 1] == ']' ? strrchr(arg, '[') : NULL;
+	if (!t && open) {
+		char *key = strndup(arg, (size_t)(open - arg));
+		if (!key)
+			return ck_fail_sys(err, ENOMEM, "explain");
+		t = ck_plan_find(p, key);
+		free(key);
+		int64_t idx[CK_MAX_DIMS];
+		int n = 0;
+		const char *s = open + 1;
+		while (t && *s != ']' && n < CK_MAX_DIMS) {
+			char *end;
+			errno = 0;
+			long long v = strtoll(s, &end, 10);
+			if (end == s || errno)
+				return ck_fail(err, CK_E_USAGE, "--explain %s: not an index", arg);
+			idx[n++] = v;
+			s = end;
+			while (*s == ' ')
+				s++;
+			if (*s == ',')
+				s++;
+		}
+		if (t)
+			return ck_explain_index(stdout, p, t, idx, n, err);
+	}
+	if (!t)
+		return ck_fail(err, CK_E_USAGE, "--explain: no tensor \"%s\" in the view", arg);
+	ck_explain_text(stdout, p, t);
+	return 0;
+}
+
 int ck_cmd_inspect(int argc, char **argv)
 {
-	const char *source = NULL, *expect = NULL;
+	const char *source = NULL, *expect = NULL, *explain = NULL;
 	struct ck_view_args va = {.rank = -1};
 	int json = 0, groups = 0, ioplan = 0, r;
 	struct ck_err err;
@@ -381,7 +425,13 @@ int ck_cmd_inspect(int argc, char **argv)
 			groups = 1;
 		else if (!strcmp(argv[i], "--io-plan"))
 			ioplan = 1;
-		else if (!strcmp(argv[i], "--expect")) {
+		else if (!strcmp(argv[i], "--explain")) {
+			if (i + 1 >= argc)
+				return ck_cli_report(
+					(ck_fail(&err, CK_E_USAGE, "--explain needs KEY or KEY[INDEX]"),
+					 &err));
+			explain = argv[++i];
+		} else if (!strcmp(argv[i], "--expect")) {
 			if (i + 1 >= argc)
 				return ck_cli_report(
 					(ck_fail(&err, CK_E_USAGE, "--expect needs a file of keys"),
@@ -425,7 +475,13 @@ int ck_cmd_inspect(int argc, char **argv)
 	}
 	rows_of(&v, target, rows, &n);
 	int rc = 0;
-	if (expect) {
+	/* the ambiguity lint: warnings, never a failure */
+	for (size_t w = 0; w < v.plan->n_warnings; w++)
+		fprintf(stderr, "ckptfs: warning: %s\n", v.plan->warnings[w]);
+	if (explain) {
+		if (do_explain(v.plan, explain, &err) < 0)
+			rc = ck_cli_report(&err);
+	} else if (expect) {
 		if (check_expect(expect, rows, n, &err) < 0)
 			rc = ck_cli_report(&err);
 	} else if (ioplan) {

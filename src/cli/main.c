@@ -20,12 +20,16 @@ static void usage(FILE *f)
 		   "      source; an OUTDIR holding a checkpoint only with --overwrite)\n"
 		   "  mount SOURCE MOUNTPOINT [--mapping MAP]... [--device DEV] [-f] [-o OPT,...]\n"
 		   "      serve the target view as files (ckptfs mount --help for options)\n"
+		   "  diff A B [--mapping MAP]... [--atol X] [--rtol Y] [--ulp N] [--json]\n"
+		   "      compare two checkpoints tensor by tensor (B through the mappings)\n"
+		   "  check-mapping MAP --inverse MAP2 (--model llama|gpt2|mixtral | --source SRC)\n"
+		   "      prove MAP then MAP2 gives the source back byte for byte\n"
 		   "  each also takes --mesh AXIS=N[,...] --rank R (a per-rank view) or\n"
 		   "  --shard-groups [--world-size N --rank R] (whole groups per process)\n"
 		   "  version                   version and optional features built in\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
-		   "             4 invalid mapping, 5 --expect mismatch\n");
+		   "             4 invalid mapping, 5 --expect mismatch or checkpoints differ\n");
 }
 
 int ck_cli_report(const struct ck_err *err)
@@ -54,6 +58,10 @@ int main(int argc, char **argv)
 		return ck_cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(cmd, "mount"))
 		return ck_cmd_mount(argc - 1, argv + 1);
+	if (!strcmp(cmd, "diff"))
+		return ck_cmd_diff(argc - 1, argv + 1);
+	if (!strcmp(cmd, "check-mapping"))
+		return ck_cmd_check_mapping(argc - 1, argv + 1);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
 		printf("ckptfs %s (mpi: %s)\n", CKPTFS_VERSION, CKPTFS_HAVE_MPI ? "yes" : "no");
 		return 0;

@@ -17,6 +17,7 @@
 
 #include "../util/crc32.h"
 #include "../util/jsonw.h"
+#include "../plan/explain.h"
 #include "../plan/npy.h"
 #include "../plan/shard.h"
 #include "bdi.h"
@@ -448,6 +449,15 @@ static char *xattr_value(const struct ck_plan *plan, const struct ck_target *t, 
 		   (!strcmp(name + 12, "global_shape") || !strcmp(name + 12, "fragments") ||
 		    !strcmp(name + 12, "axis_fragmentations") || !strcmp(name + 12, "replica_id"))) {
 		ck_shard_fput_json(f, t->shard, t->v.ndim, name + 12);
+	} else if (!strcmp(name, "user.ckptfs.pieces")) {
+		ck_explain_json(f, plan, t, t->v.n);
+		if (fflush(f) == 0 && *len > XATTR_MAX) { /* the pieces that fit, and how many */
+			rewind(f);
+			size_t fit = (XATTR_MAX - 128) / (*len / (t->v.n ? t->v.n : 1) + 1);
+			fprintf(f, "{\"n_pieces\": %zu, \"truncated\": true, \"first\": ", t->v.n);
+			ck_explain_json(f, plan, t, fit);
+			fputc('}', f);
+		}
 	} else if (t->shard && t->shard->global_name && !strcmp(name, "user.ckptfs.global_name")) {
 		fputs(t->shard->global_name, f);
 	} else
@@ -462,7 +472,7 @@ static char *xattr_value(const struct ck_plan *plan, const struct ck_target *t, 
 }
 
 static const char XATTRS[] = "user.ckptfs.dtype\0user.ckptfs.shape\0user.ckptfs.group\0"
-			     "user.ckptfs.sources";
+			     "user.ckptfs.sources\0user.ckptfs.pieces";
 /* and on a per-rank view, Megatron's ShardedTensor description */
 static const char SHARD_XATTRS[] = "user.ckptfs.global_shape\0user.ckptfs.fragments\0"
 				   "user.ckptfs.axis_fragmentations\0user.ckptfs.replica_id";

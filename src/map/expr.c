@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,7 +410,76 @@ struct ev {
 	ck_xlookup lookup;
 	void *ctx;
 	struct ck_err *err;
+	struct ck_lint *lint;
 };
+
+__attribute__((format(printf, 2, 3))) static void lint(struct ev *ev, const char *fmt, ...)
+{
+	if (!ev->lint || ev->lint->msg[0])
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ev->lint->msg, sizeof ev->lint->msg, fmt, ap);
+	va_end(ap);
+}
+
+/* A permutation that moves a dim onto another of the same size. */
+static void lint_perm(struct ev *ev, const struct ck_value *t, const int *perm)
+{
+	for (int d = 0; d < t->ndim; d++)
+		if (perm[d] != d && t->shape[perm[d]] == t->shape[d] && t->shape[d] > 1) {
+			lint(ev, "transposes dims of equal size %lld: transposed or not, the shape is "
+				 "the same",
+			     (long long)t->shape[d]);
+			return;
+		}
+}
+
+/* Several parts of the same shape concatenated: another order fits too. */
+static void lint_cat(struct ev *ev, const struct ck_value *vals, int n, int dim)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++)
+			if (vals[i].shape[dim] == vals[j].shape[dim] && vals[i].shape[dim] > 0) {
+				lint(ev, "concatenates parts of equal size %lld along dim %d: another "
+					 "order has the same shape",
+				     (long long)vals[i].shape[dim], dim);
+				return;
+			}
+}
+
+/* A count that equals another dim's size: which dim was meant? */
+static void lint_count(struct ev *ev, const char *fn, const struct ck_value *t, int64_t n, int d)
+{
+	for (int k = 0; k < t->ndim; k++)
+		if (k != d && t->shape[k] == n && n > 1) {
+			lint(ev, "%s into %lld, which is also the size of dim %d", fn, (long long)n, k);
+			return;
+		}
+}
+
+/* A reshape whose result has two equal dims > 1 that the input did not:
+ * the order of the two factors cannot be told from the shape. */
+static void lint_reshape(struct ev *ev, const int64_t *before, int nb, const struct ck_value *t)
+{
+	for (int i = 0; i < t->ndim; i++)
+		for (int j = i + 1; j < t->ndim; j++) {
+			int64_t s = t->shape[i];
+			if (s <= 1 || t->shape[j] != s)
+				continue;
+			int had = 0, has = 0;
+			for (int k = 0; k < nb; k++)
+				had += before[k] == s;
+			for (int k = 0; k < t->ndim; k++)
+				has += t->shape[k] == s;
+			if (has > had) {
+				lint(ev, "reshapes into two dims of equal size %lld: their order cannot "
+					 "be told from the shape",
+				     (long long)s);
+				return;
+			}
+		}
+}
 
 static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out);
 
@@ -527,6 +597,8 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			free(vals);
 			return -1;
 		}
+		if (!stack)
+			lint_cat(ev, vals, n, d);
 		out->kind = XV_TENSOR;
 		rc = ck_value_cat(&out->t, vals, n, d, err);
 		free(vals);
@@ -559,8 +631,12 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 		if (ck_value_block_scale(t, &a[1].t, block, fn[0] == 'q', err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "view") || !strcmp(fn, "reshape")) {
+		int64_t before[CK_MAX_DIMS];
+		int nb = t->ndim;
+		memcpy(before, t->shape, sizeof before);
 		if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || ck_value_reshape(t, ints, ni, err) < 0)
 			return -1;
+		lint_reshape(ev, before, nb, t);
 	} else if (!strcmp(fn, "transpose")) {
 		int d0 = 0, d1 = 0, perm[CK_MAX_DIMS];
 		if (nargs(ev, fn, na, 3, 3) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
@@ -570,6 +646,7 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 		for (int k = 0; k < t->ndim; k++)
 			perm[k] = k;
 		perm[d0] = d1, perm[d1] = d0;
+		lint_perm(ev, t, perm);
 		if (ck_value_permute(t, perm, err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "t")) {
@@ -578,6 +655,7 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			return -1;
 		if (t->ndim != 2)
 			return ck_fail(err, CK_E_MAPPING, "t: tensor has %d dims, not 2", t->ndim);
+		lint_perm(ev, t, perm);
 		if (ck_value_permute(t, perm, err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "permute")) {
@@ -589,6 +667,7 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 		for (int k = 0; k < ni; k++)
 			if (dim_arg(ev, fn, ints[k], t->ndim, 0, &perm[k]) < 0)
 				return -1;
+		lint_perm(ev, t, perm);
 		if (ck_value_permute(t, perm, err) < 0)
 			return -1;
 	} else if (!strcmp(fn, "narrow")) {
@@ -628,6 +707,7 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			return -1;
 		if (n < 1 || n > CK_MAX_PIECES)
 			return ck_fail(err, CK_E_MAPPING, "chunk: %lld chunks", (long long)n);
+		lint_count(ev, "chunk", t, n, d);
 		int64_t sz = t->shape[d] / n + (t->shape[d] % n != 0), *sizes = malloc((size_t)n * sizeof *sizes);
 		if (!sizes)
 			return ck_fail_sys(err, ENOMEM, "expression");
@@ -827,6 +907,7 @@ static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 				out->items[k].kind = XV_INT, out->items[k].i = x.t.shape[k];
 		} else if (!strcmp(e->name, "T") && x.kind == XV_TENSOR && x.t.ndim == 2) {
 			int perm[2] = {1, 0};
+			lint_perm(ev, &x.t, perm);
 			rc = ck_value_permute(&x.t, perm, ev->err);
 			*out = x;
 			return rc;
@@ -918,6 +999,13 @@ static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 int ck_expr_eval(const struct ck_expr *e, ck_xlookup lookup, void *ctx, struct ck_xval *out,
 		 struct ck_err *err)
 {
-	struct ev ev = {lookup, ctx, err};
+	struct ev ev = {lookup, ctx, err, NULL};
+	return eval(&ev, e, out);
+}
+
+int ck_expr_eval_lint(const struct ck_expr *e, ck_xlookup lookup, void *ctx, struct ck_xval *out,
+		      struct ck_lint *lint, struct ck_err *err)
+{
+	struct ev ev = {lookup, ctx, err, lint};
 	return eval(&ev, e, out);
 }

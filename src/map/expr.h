@@ -37,10 +37,21 @@ struct ck_xval {
  * return 0, or return 1 when the name is unknown. */
 typedef int (*ck_xlookup)(void *ctx, const char *name, struct ck_xval *out, struct ck_err *err);
 
+/* Layout choices that a shape cannot confirm (a square block transposed or
+ * not, equal-size parts concatenated in some order, a split count equal to
+ * another dimension): the evaluator notes the first one here, so reviewers
+ * learn where a mapping needs a numerical test. */
+struct ck_lint {
+	char msg[256];
+};
+
 struct ck_expr *ck_expr_parse(const char *text, struct ck_err *err);
 void ck_expr_free(struct ck_expr *e);
 int ck_expr_eval(const struct ck_expr *e, ck_xlookup lookup, void *ctx, struct ck_xval *out,
 		 struct ck_err *err);
+/* The same, noting the first ambiguity in *lint (if lint->msg is empty). */
+int ck_expr_eval_lint(const struct ck_expr *e, ck_xlookup lookup, void *ctx, struct ck_xval *out,
+		      struct ck_lint *lint, struct ck_err *err);
 void ck_xval_free(struct ck_xval *v);
 int ck_xval_copy(struct ck_xval *dst, const struct ck_xval *src, struct ck_err *err);
 /* Names an expression refers to (identifiers not called as functions),

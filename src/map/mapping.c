@@ -44,6 +44,7 @@ static void free_rule(struct ck_rule *r)
 		free(r->reduce[i]);
 	free(r->for_name);
 	ck_expr_free(r->for_count);
+	free(r->checked);
 }
 
 static void free_partition(struct ck_partition *p)
@@ -226,6 +227,15 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 		}
 		if (!strcmp(e->string, "comment"))
 			continue;
+		if (!strcmp(e->string, "checked")) {
+			if (!cJSON_IsString(e) || !e->valuestring[0] || r->checked)
+				return fail_at(c, r, "\"checked\" must be a non-empty string, given once "
+						     "(how the rule's layout is verified)%s%s",
+					       NULL, NULL);
+			if (!(r->checked = strdup(e->valuestring)))
+				return ck_fail_sys(c->err, ENOMEM, "mapping");
+			continue;
+		}
 		if (!slot)
 			return fail_at(c, r, "unknown field \"%s\"", e->string, NULL);
 		if (*slot)

@@ -36,6 +36,7 @@ struct ck_rule {
 	char *for_name;
 	struct ck_expr *for_count;
 	int share, optional;
+	char *checked; /* "checked": how its layout choices are verified (silences the lint) */
 };
 
 /* A partition rule: targets matching `match` are split per dimension over

@@ -32,6 +32,13 @@ struct stage {
 	struct ck_xval *params;
 	int n_params;
 	struct ck_err *err;
+	struct ck_lint lint;	   /* the current rule's first ambiguity */
+	struct ck_warnings *warn; /* where a rule's lint goes */
+};
+
+struct ck_warnings {
+	char **w;
+	size_t n;
 };
 
 /* ---- helpers ---- */
@@ -273,7 +280,7 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 		return rule_fail(st, r, NULL);
 	struct ck_xval v;
 	if (r->expr[k].expr) {
-		if (ck_expr_eval(r->expr[k].expr, env_lookup, env, &v, st->err) < 0) {
+		if (ck_expr_eval_lint(r->expr[k].expr, env_lookup, env, &v, &st->lint, st->err) < 0) {
 			rule_fail(st, r, name);
 			free(name);
 			return -1;
@@ -317,7 +324,8 @@ static int eval_lets(struct stage *st, const struct ck_rule *r, struct env *env)
 		ck_xval_free(&env->lets[i]);
 	env->n_lets = 0;
 	for (int i = 0; i < r->n_let; i++) {
-		if (ck_expr_eval(r->let[i].expr, env_lookup, env, &env->lets[i], st->err) < 0) {
+		if (ck_expr_eval_lint(r->let[i].expr, env_lookup, env, &env->lets[i], &st->lint,
+				      st->err) < 0) {
 			rule_fail(st, r, r->let[i].name);
 			return -1;
 		}
@@ -684,13 +692,37 @@ static void stage_free(struct stage *st)
 }
 
 /* Run one mapping over keys (consumed: they move into the stage). */
+/* After a rule ran: its first ambiguity becomes one warning, unless the
+ * rule says how it is checked. */
+static int note_lint(struct stage *st, const struct ck_rule *r)
+{
+	if (!st->lint.msg[0])
+		return 0;
+	int rc = 0;
+	if (!r->checked) {
+		char *w = NULL;
+		char **nw = realloc(st->warn->w, (st->warn->n + 1) * sizeof *nw);
+		if (nw)
+			st->warn->w = nw;
+		if (!nw || asprintf(&w, "%s: rule %d (%s): %s; a numerical test must confirm it "
+					"(then say how in the rule's \"checked\")",
+				    st->m->path, r->index, r->desc, st->lint.msg) < 0)
+			rc = nomem(st->err);
+		else
+			st->warn->w[st->warn->n++] = w;
+	}
+	st->lint.msg[0] = '\0';
+	return rc;
+}
+
 static int run_stage(const struct ck_mapping *m, int first, const struct ck_catalog *cat,
-		     struct skey **keys, size_t *n_keys, struct ck_err *err)
+		     struct skey **keys, size_t *n_keys, struct ck_warnings *warn, struct ck_err *err)
 {
 	struct stage st = {0};
 	st.m = m;
 	st.cat = cat;
 	st.err = err;
+	st.warn = warn;
 	int rc = -1;
 	st.cap_in = *n_keys ? *n_keys : 1; /* every key moves in: no doubling series */
 	if (!(st.in = malloc(st.cap_in * sizeof *st.in)) ||
@@ -729,7 +761,7 @@ out:
 	if (stage_params(&st) < 0)
 		goto fail;
 	for (int i = 0; i < m->n_rules; i++)
-		if (run_rule(&st, &m->rules[i]) < 0)
+		if (run_rule(&st, &m->rules[i]) < 0 || note_lint(&st, &m->rules[i]) < 0)
 			goto fail;
 	enum ck_unused pol = m->unused != CK_UNUSED_DEFAULT ? m->unused
 			     : first			       ? CK_UNUSED_ERROR
@@ -795,6 +827,15 @@ static void target_free(struct ck_target *t)
 	free(t->shard);
 }
 
+static void free_warnings(struct ck_warnings *w)
+{
+	for (size_t i = 0; i < w->n; i++)
+		free(w->w[i]);
+	free(w->w);
+	w->w = NULL;
+	w->n = 0;
+}
+
 void ck_plan_free(struct ck_plan *p)
 {
 	if (!p)
@@ -809,6 +850,8 @@ void ck_plan_free(struct ck_plan *p)
 	free(p->t);
 	free(p->g);
 	ck_strmap_free(&p->by_name);
+	struct ck_warnings w = {p->warnings, p->n_warnings};
+	free_warnings(&w);
 	free(p);
 }
 
@@ -982,9 +1025,12 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 			return nomem(err);
 		}
 	}
+	struct ck_warnings warn = {NULL, 0};
 	for (int s = 0; s < n_maps; s++)
-		if (run_stage(maps[s], s == 0, cat, &keys, &n, err) < 0)
+		if (run_stage(maps[s], s == 0, cat, &keys, &n, &warn, err) < 0) {
+			free_warnings(&warn);
 			return -1;
+		}
 	for (size_t i = 0; i < n; i++) { /* targets that are source keys as they are */
 		if (keys[i].leaf && source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0) {
 			keys_free(keys, n);
@@ -998,8 +1044,11 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		free(p);
 		free(t);
 		keys_free(keys, n);
+		free_warnings(&warn);
 		return nomem(err);
 	}
+	p->warnings = warn.w;
+	p->n_warnings = warn.n;
 	p->cat = cat;
 	p->t = t;
 	p->n = n;

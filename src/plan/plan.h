@@ -37,6 +37,11 @@ struct ck_plan {
 	struct ck_group *g;
 	size_t n_groups;
 	uint64_t total_bytes;
+	/* lint: rules whose layout choices a shape cannot confirm (one line
+	 * each, naming the mapping and the rule), unless the rule says
+	 * "checked" */
+	char **warnings;
+	size_t n_warnings;
 };
 
 /* Build the plan for maps applied in order (none: the identity view).

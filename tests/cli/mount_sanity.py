@@ -88,6 +88,26 @@ def main():
             assert v["n_sources"] == 40 and v["truncated"] is True, v
             assert 0 < len(v["first"]) < 40 and all(n in names for n in v["first"]), len(v["first"])
         print("xattrs: every listed attribute reads back (sources of 80 KB named as a count and a prefix)")
+
+        # user.ckptfs.pieces: the fused QKV's boxes, checked against the grouped layout
+        cfg = json.load(open(cfg))
+        H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+        ng = cfg.get("num_key_value_heads", nh)
+        hd, hpg = H // nh, nh // ng
+        maps = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mappings")
+        with Mount(src, maps=[os.path.join(maps, "llama-hf-to-megatron.json")]) as m:
+            t = m.path("tensors", "decoder.layers.0.self_attention.linear_qkv.weight")
+            pieces = json.loads(os.getxattr(t, "user.ckptfs.pieces"))
+            want = []
+            for g in range(ng):
+                base = g * (hpg + 2) * hd
+                want.append(([[base, base + hpg * hd], [0, H]], "q_proj", [g * hpg * hd, 0]))
+                want.append(([[base + hpg * hd, base + (hpg + 1) * hd], [0, H]], "k_proj", [g * hd, 0]))
+                want.append(([[base + (hpg + 1) * hd, base + (hpg + 2) * hd], [0, H]], "v_proj", [g * hd, 0]))
+            got = sorted((p["box"], p["source"].split(".")[-2], p["start"]) for p in pieces)
+            assert got == sorted(want), (got, want)
+            assert all(p["strides"] == [H, 1] and p["casts"] == [] for p in pieces), pieces
+        print("xattr user.ckptfs.pieces: the fused QKV's boxes match the grouped-query layout")
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "../src/ckpt/dtype.h"
-#include "../src/util/error.h"
+#include "../ckpt/dtype.h"
+#include "../util/error.h"
 
 struct ckgen_spec {
 	char arch[16]; /* llama | gpt2 | mixtral */

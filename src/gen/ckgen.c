@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../src/ckpt/safetensors.h"
-#include "../src/ckpt/st_writer.h"
-#include "../src/kern/fpconv.h"
+#include "../ckpt/safetensors.h"
+#include "../ckpt/st_writer.h"
+#include "../kern/fpconv.h"
 
 uint64_t ckgen_splitmix64(uint64_t x)
 {
