@@ -173,6 +173,31 @@ static size_t report_values(const struct ck_plan *a, const struct ck_cmp_report 
 	return n;
 }
 
+/* Pair the views' tensors, report what differs before reading, compare the
+ * values and report those: returns the number of differences, or -1. */
+static long compare_views(const struct ck_plan *a, const struct ck_plan *b,
+			  const struct ck_cmp_opts *o, int json, struct pairing *p,
+			  struct ck_cmp_report *rep, size_t *values, struct ck_err *err)
+{
+	int first = 1;
+	memset(rep, 0, sizeof *rep);
+	if (pair_up(a, b, json, &first, p, err) < 0 ||
+	    ck_compare(a, b, p->ia, p->ib, p->n, o, rep, err) < 0)
+		return -1;
+	*values = report_values(a, rep, json, &first);
+	return (long)(p->only_a + p->only_b + p->dtype + p->shape + *values);
+}
+
+static void release(struct pairing *p, struct ck_cmp_report *rep, struct ck_view *a,
+		    struct ck_view *b)
+{
+	ck_cmp_report_free(rep);
+	free(p->ia);
+	free(p->ib);
+	ck_view_close(a);
+	ck_view_close(b);
+}
+
 static int parse_double(const char *s, double *out)
 {
 	char *end;
@@ -244,17 +269,16 @@ int ck_cmd_diff(int argc, char **argv)
 		ck_view_close(&A);
 		return ck_cli_report(&err);
 	}
-	int first = 1;
 	if (json)
 		printf("{\"differences\": [");
 	struct pairing p;
-	struct ck_cmp_report rep = {0};
-	int rc = pair_up(A.plan, B.plan, json, &first, &p, &err);
-	if (rc == 0)
-		rc = ck_compare(A.plan, B.plan, p.ia, p.ib, p.n, &o, &rep, &err);
-	if (rc == 0) {
-		size_t nv = report_values(A.plan, &rep, json, &first);
-		size_t total = p.only_a + p.only_b + p.dtype + p.shape + nv;
+	struct ck_cmp_report rep;
+	size_t nv = 0;
+	long total = compare_views(A.plan, B.plan, &o, json, &p, &rep, &nv, &err);
+	int rc;
+	if (total < 0) {
+		rc = ck_cli_report(&err);
+	} else {
 		if (json)
 			printf("\n], \"compared\": %zu, \"bytes_a\": %" PRIu64 ", \"bytes_b\": %" PRIu64
 			       ", \"values_differ\": %zu, \"only_in_a\": %zu, \"only_in_b\": %zu, "
@@ -267,14 +291,8 @@ int ck_cmd_diff(int argc, char **argv)
 			       "A, %zu only in B\n",
 			       p.n, rep.bytes_a, rep.bytes_b, nv, p.dtype, p.shape, p.only_a, p.only_b);
 		rc = total ? 5 : 0;
-	} else {
-		rc = ck_cli_report(&err);
 	}
-	ck_cmp_report_free(&rep);
-	free(p.ia);
-	free(p.ib);
-	ck_view_close(&A);
-	ck_view_close(&B);
+	release(&p, &rep, &A, &B);
 	if (fflush(stdout) != 0 && rc == 0)
 		rc = 1;
 	return rc;
@@ -373,18 +391,16 @@ int ck_cmd_check_mapping(int argc, char **argv)
 		ck_view_close(&A);
 		goto out_gen;
 	}
-	int first = 1;
 	struct pairing p;
-	struct ck_cmp_report rep = {0};
+	struct ck_cmp_report rep;
 	struct ck_cmp_opts o = {.bytes = 1, .use_uring = 1};
-	rc = pair_up(A.plan, B.plan, 0, &first, &p, &err);
-	if (rc == 0)
-		rc = ck_compare(A.plan, B.plan, p.ia, p.ib, p.n, &o, &rep, &err);
-	if (rc == 0) {
-		size_t nv = report_values(A.plan, &rep, 0, &first);
-		size_t bad = nv + p.only_a + p.only_b + p.dtype + p.shape;
+	size_t nv = 0;
+	long bad = compare_views(A.plan, B.plan, &o, 0, &p, &rep, &nv, &err);
+	if (bad < 0) {
+		rc = ck_cli_report(&err);
+	} else {
 		if (bad)
-			printf("check-mapping: %s then %s does NOT reproduce the source: %zu of %zu "
+			printf("check-mapping: %s then %s does NOT reproduce the source: %ld of %zu "
 			       "tensors differ\n",
 			       map, inverse, bad, A.plan->n);
 		else
@@ -392,14 +408,8 @@ int ck_cmd_check_mapping(int argc, char **argv)
 			       "byte for byte (%" PRIu64 " bytes)\n",
 			       map, inverse, A.plan->n, rep.bytes_a);
 		rc = bad ? 5 : 0;
-	} else {
-		rc = ck_cli_report(&err);
 	}
-	ck_cmp_report_free(&rep);
-	free(p.ia);
-	free(p.ib);
-	ck_view_close(&A);
-	ck_view_close(&B);
+	release(&p, &rep, &A, &B);
 out_gen:
 	if (gen[0])
 		remove_generated(gen);
