@@ -6,7 +6,9 @@ min-max over the repetitions, absolute figures beside the ratios):
   raw page-cache read of the source; a trivial passthrough FUSE daemon
   (tools/passthrough.c, same tuning) as the FUSE ceiling; the identity view
   (tensors/ and model.safetensors, first and second read); the Llama HF ->
-  Megatron view, also with a cast to F32; a numpy peer that converts and
+  Megatron view, also with a cast to F32; `ckptfs diff` of two copies and
+  of HF vs a Megatron copy through the inverse mapping (bytes per side);
+  a numpy peer that converts and
   re-reads (today's workflow) vs mount + read; time to the first byte of a
   last-layer tensor; planning on sparse real-size presets and a 100k-key
   MoE; daemon peak RSS against the documented bound; concurrent readers;
@@ -243,6 +245,17 @@ def main():
     row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
     row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling)
     row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling)
+
+    # diff reads both sides through the engine: bytes per side per second
+    copy, meg_dir = os.path.join(work, "llama-copy"), os.path.join(work, "megatron")
+    run("cp", "-r", src, copy)
+    run(CKPTFS, "convert", src, meg_dir, "--mapping", meg, "--quiet")
+    read_files([os.path.join(copy, f) for f in shards])
+    back = os.path.join(MAPS, "megatron-to-llama-hf.json")
+    row("ckptfs diff of two copies, per side vs ceiling",
+        measure(lambda: (run(CKPTFS, "diff", src, copy), total)[1], R), ceiling)
+    row("ckptfs diff HF vs Megatron through the inverse, per side",
+        measure(lambda: (run(CKPTFS, "diff", src, meg_dir, "--mapping", back), total)[1], R), ceiling)
 
     # second reads (kernel page cache, keep_cache), interleaved the same way
     pt, m = Passthrough(src), Ckptfs(src)

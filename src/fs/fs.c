@@ -512,9 +512,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	/* only names whose value can be read back (the kernel's 64 KiB limit) */
 	const char *lists[] = {XATTRS, t && t->shard ? SHARD_XATTRS : "",
 			       t && t->shard ? GLOBAL : ""};
-	size_t sizes[] = {sizeof XATTRS, sizeof SHARD_XATTRS, sizeof GLOBAL};
+	size_t sizes[] = {sizeof XATTRS, t && t->shard ? sizeof SHARD_XATTRS : 1,
+			  t && t->shard ? sizeof GLOBAL : 1};
 	for (int l = 0; t && l < 3; l++)
-		for (const char *a = lists[l]; *a && a < lists[l] + sizes[l]; a += strlen(a) + 1) {
+		for (const char *a = lists[l]; a < lists[l] + sizes[l] && *a; a += strlen(a) + 1) {
 			size_t len;
 			char *v = xattr_value(nd.v->plan, t, a, &len);
 			if (v && len <= XATTR_MAX) {
