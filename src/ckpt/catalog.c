@@ -134,25 +134,69 @@ int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, con
 	return 0;
 }
 
+/* A safetensors file begins with its header length (8 bytes, little
+ * endian) and the header's '{' (whitespace allowed before it). */
+int ck_looks_safetensors(const unsigned char *p, size_t n, uint64_t size)
+{
+	if (n < 9)
+		return n < 8 || size < 8; /* too short for anything: the parser says why */
+	uint64_t len = 0;
+	for (int b = 7; b >= 0; b--)
+		len = len << 8 | p[b];
+	size_t k = 8;
+	while (k < n && (p[k] == ' ' || p[k] == '\t' || p[k] == '\n' || p[k] == '\r'))
+		k++;
+	return k < n && p[k] == '{' && len > 0;
+}
+
+/* What a file that ckptfs does not read as a source is, by its content. */
+const char *ck_sniff_other(const unsigned char *p, size_t n)
+{
+	if (n >= 262 && !memcmp(p + 257, "ustar", 5))
+		return "a tar archive: the legacy torch.save tar format (torch < 0.4) is not "
+		       "supported (load and re-save it with torch.save)";
+	if (n >= 4 && !memcmp(p, "GGUF", 4))
+		return "a GGUF file: GGUF is not supported as a source yet";
+	if (n >= 6 && !memcmp(p, "\x93NUMPY", 6))
+		return "a numpy .npy array, not a checkpoint";
+	if (n >= 8 && !memcmp(p, "\x89HDF\r\n\x1a\n", 8))
+		return "an HDF5 file (Keras/TF .h5): not supported";
+	if (n >= 2 && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5)
+		return "a plain pickle, not a torch.save checkpoint: not supported";
+	if (n >= 1 && p[0] == 0x08)
+		return "possibly an ONNX or TensorFlow protobuf: not supported";
+	return NULL;
+}
+
 static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
 		    struct ck_st_header *hdr, struct ck_err *err)
 {
 	if (ck_catalog_open_file(cat, dirfd, dir, name, err) < 0)
 		return -1;
 	struct ck_source_file *f = &cat->files[cat->n_files - 1];
-	unsigned char magic[4] = {0};
-	if (f->size >= 4 && ck_pread_full(f->fd, magic, 4, 0) < 0)
+	unsigned char head[512] = {0};
+	size_t nh = f->size < sizeof head ? (size_t)f->size : sizeof head;
+	if (ck_pread_full(f->fd, head, nh, 0) < 0)
 		return ck_fail_sys(err, EIO, "%s: cannot read", f->path);
 	const char *fmt = "safetensors";
-	if (f->size >= 4 && ck_is_zip(magic)) { /* a torch.save checkpoint */
-		size_t before = cat->left_out.total;
+	size_t before = cat->left_out.total;
+	if (nh >= 4 && ck_is_zip(head)) { /* a torch.save checkpoint */
 		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
 			return -1;
-		cat->n_skipped += cat->left_out.total - before;
 		fmt = "pytorch";
+	} else if (ck_is_torch_legacy(head, nh)) {
+		if (ck_torchbin_read_legacy(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
+			return -1;
+		fmt = "pytorch-legacy";
+	} else if (!ck_looks_safetensors(head, nh, f->size)) {
+		const char *found = ck_sniff_other(head, nh);
+		return ck_fail(err, CK_E_SOURCE, "%s: %s", f->path,
+			       found ? found : "not a checkpoint ckptfs reads (safetensors, torch.save "
+					       "zip or legacy, DCP)");
 	} else if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0) {
 		return -1;
 	}
+	cat->n_skipped += cat->left_out.total - before;
 	if (!cat->format)
 		cat->format = fmt;
 	else if (strcmp(cat->format, fmt))

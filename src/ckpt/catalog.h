@@ -82,6 +82,12 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uin
 			   struct ck_err *err);
 int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err);
 
+/* Format detection by content: whether the first n bytes of a file of the
+ * given size can be a safetensors file, and a one-line description of
+ * formats ckptfs recognises but does not read (NULL: unknown). */
+int ck_looks_safetensors(const unsigned char *p, size_t n, uint64_t size);
+const char *ck_sniff_other(const unsigned char *p, size_t n);
+
 /* Natural order: digit runs compare as numbers ("layers.2" < "layers.10"). */
 int ck_natural_cmp(const char *a, const char *b);
 

@@ -434,6 +434,20 @@ static int step(struct vm *v, int *stop)
 int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, struct ck_pickle *out,
 		    struct ck_err *err)
 {
+	size_t used;
+	return ck_pickle_parse_prefix(buf, len, what, out, &used, err);
+}
+
+void ck_pickle_each(const struct ck_pickle *p, void (*fn)(const struct ck_pk *, void *), void *ctx)
+{
+	for (const struct ck_pk_slab *s = p->slabs; s; s = s->next)
+		for (size_t i = 0; i < s->used; i++)
+			fn(&s->n[i], ctx);
+}
+
+int ck_pickle_parse_prefix(const unsigned char *buf, size_t len, const char *what,
+			   struct ck_pickle *out, size_t *used, struct ck_err *err)
+{
 	memset(out, 0, sizeof *out);
 	struct vm v = {.b = buf, .len = len, .what = what, .err = err, .p = out,
 		       .max_nodes = len / 2 + 4096};
@@ -447,8 +461,10 @@ int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, stru
 	}
 	if (rc == 0 && v.sp != 1)
 		rc = fail(&v, "STOP with other than one value on the stack");
-	if (rc == 0)
+	if (rc == 0) {
 		out->root = v.stack[0];
+		*used = v.pos;
+	}
 	free(v.stack);
 	free(v.marks);
 	free(v.memo);

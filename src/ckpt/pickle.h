@@ -51,6 +51,13 @@ struct ck_pickle {
 
 int ck_pickle_parse(const unsigned char *buf, size_t len, const char *what, struct ck_pickle *out,
 		    struct ck_err *err);
+/* The same for a pickle followed by other data (the legacy torch.save
+ * stream holds several back to back): *used gets the bytes up to and
+ * including its STOP. */
+int ck_pickle_parse_prefix(const unsigned char *buf, size_t len, const char *what,
+			   struct ck_pickle *out, size_t *used, struct ck_err *err);
+/* Call fn on every node of the pickle. */
+void ck_pickle_each(const struct ck_pickle *p, void (*fn)(const struct ck_pk *, void *), void *ctx);
 void ck_pickle_free(struct ck_pickle *p);
 /* The callable's dotted name when n is a call of a GLOBAL ("torch._utils._rebuild_tensor_v2"
  * is module "torch._utils", name "_rebuild_tensor_v2"). */

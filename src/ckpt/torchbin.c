@@ -61,6 +61,10 @@ struct ctx {
 	size_t visits_left;
 	struct ck_strmap seen;
 	struct ck_err *err;
+	/* a legacy (pre-1.6, non-zip) file: storage key -> its run of bytes */
+	int legacy;
+	struct ck_strmap runs;
+	uint64_t *run_off, *run_bytes;
 };
 
 static int int_tuple(const struct ck_pk *t, int64_t *out, int *n)
@@ -74,6 +78,44 @@ static int int_tuple(const struct ck_pk *t, int64_t *out, int *n)
 	}
 	*n = (int)t->n;
 	return 0;
+}
+
+/* Where the bytes of storage skey (snumel elements of es bytes) start: its
+ * zip record, or its run in a legacy stream. */
+static int storage_at(struct ctx *c, const char *key, const char *skey, uint64_t snumel,
+		      size_t es, uint64_t *data)
+{
+	uint64_t need;
+	if (__builtin_mul_overflow(snumel, (uint64_t)es, &need))
+		return ck_fail(c->err, CK_E_SOURCE, "%s: tensor \"%s\": storage size overflows",
+			       c->what, key);
+	if (c->legacy) {
+		uint32_t k;
+		if (ck_strmap_get(&c->runs, skey, &k) < 0)
+			return ck_fail(c->err, CK_E_SOURCE,
+				       "%s: tensor \"%s\": storage %s is not in the file's storage list",
+				       c->what, key, skey);
+		if (c->run_bytes[k] < need)
+			return ck_fail(c->err, CK_E_SOURCE,
+				       "%s: tensor \"%s\": storage %s holds %llu bytes, it needs %llu",
+				       c->what, key, skey, (unsigned long long)c->run_bytes[k],
+				       (unsigned long long)need);
+		*data = c->run_off[k];
+		return 0;
+	}
+	char rec[4200];
+	snprintf(rec, sizeof rec, "%s/data/%s", c->dir, skey);
+	const struct ck_zip_entry *e = ck_zip_find(&c->zip, rec);
+	if (!e)
+		return ck_fail(c->err, CK_E_SOURCE, "%s: tensor \"%s\": record %s is missing",
+			       c->what, key, rec);
+	if (e->size < need)
+		return ck_fail(c->err, CK_E_SOURCE,
+			       "%s: tensor \"%s\": record %s holds %llu bytes, its storage needs "
+			       "%llu",
+			       c->what, key, rec, (unsigned long long)e->size,
+			       (unsigned long long)need);
+	return ck_zip_data_offset(&c->zip, c->fd, e, c->what, data, c->err);
 }
 
 /* _rebuild_tensor_v2(storage, storage_offset, size, stride, ...) */
@@ -131,21 +173,8 @@ static int add_tensor(struct ctx *c, const char *key, const struct ck_pk *args)
 			       "%s: tensor \"%s\": view reaches element %llu of a %llu-element "
 			       "storage",
 			       c->what, key, (unsigned long long)last, (unsigned long long)snumel);
-	char rec[4200];
-	snprintf(rec, sizeof rec, "%s/data/%s", c->dir, skey);
-	const struct ck_zip_entry *e = ck_zip_find(&c->zip, rec);
-	uint64_t need;
-	if (!e)
-		return ck_fail(c->err, CK_E_SOURCE, "%s: tensor \"%s\": record %s is missing",
-			       c->what, key, rec);
-	if (__builtin_mul_overflow(snumel, (uint64_t)es, &need) || e->size < need)
-		return ck_fail(c->err, CK_E_SOURCE,
-			       "%s: tensor \"%s\": record %s holds %llu bytes, its storage needs "
-			       "%llu",
-			       c->what, key, rec, (unsigned long long)e->size,
-			       (unsigned long long)snumel * es);
 	uint64_t data;
-	if (ck_zip_data_offset(&c->zip, c->fd, e, c->what, &data, c->err) < 0)
+	if (storage_at(c, key, skey, snumel, es, &data) < 0)
 		return -1;
 	ti.offset = data + (uint64_t)args->items[1]->i * es;
 	if (c->h->n_tensors == c->cap) {
@@ -325,5 +354,191 @@ out:
 	free(buf);
 	free(c.dir);
 	ck_zip_free(&c.zip);
+	return rc;
+}
+
+/* ---- legacy torch.save (before 1.6, or _use_new_zipfile_serialization=False) ----
+ * Back to back: pickle(MAGIC_NUMBER), pickle(1001), pickle(sys_info),
+ * the object pickle (tensors refer to storages by persistent id
+ * ('storage', type, key, location, numel, view_metadata)), pickle(sorted
+ * storage keys); then, for each key in that order, its element count as a
+ * little-endian int64 and its bytes. */
+
+static const unsigned char LEGACY_MAGIC[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20,
+					     0x6a, 0xa8, 0x50, 0x19, 0x2e};
+
+int ck_is_torch_legacy(const unsigned char *p, size_t n)
+{
+	return n >= 2 + sizeof LEGACY_MAGIC && p[0] == 0x80 && p[1] >= 2 && p[1] <= 5 &&
+	       !memcmp(p + 2, LEGACY_MAGIC, sizeof LEGACY_MAGIC);
+}
+
+struct elsizes {
+	struct ck_strmap map; /* storage key -> element size */
+	const char *conflict, *view;
+	int oom;
+};
+
+static void note_storage(const struct ck_pk *n, void *arg)
+{
+	struct elsizes *es = arg;
+	const struct ck_pk *t = n->k == CK_PK_PERSID ? n->items[0] : NULL;
+	if (!t || t->k != CK_PK_TUPLE || t->n < 5 || t->items[0]->k != CK_PK_STR ||
+	    strcmp(t->items[0]->s, "storage") || t->items[1]->k != CK_PK_GLOBAL ||
+	    t->items[2]->k != CK_PK_STR)
+		return;
+	if (t->n > 5 && t->items[5]->k != CK_PK_NONE)
+		es->view = t->items[2]->s; /* a storage view (torch < 1.0) */
+	uint32_t size = (uint32_t)ck_dtype_size(storage_dtype(t->items[1]->s2)), prev;
+	int r = ck_strmap_put(&es->map, t->items[2]->s, size, &prev);
+	if (r < 0)
+		es->oom = 1;
+	else if (r == 1 && prev != size)
+		es->conflict = t->items[2]->s;
+}
+
+/* The storages' runs after the pickles, from the sorted key list. */
+static int legacy_runs(struct ctx *c, const struct ck_pickle *obj, const struct ck_pk *keys,
+		       uint64_t pos, uint64_t size)
+{
+	struct elsizes es = {0};
+	int rc = -1;
+	if (keys->k != CK_PK_LIST || ck_strmap_init(&es.map, keys->n + 1) < 0 ||
+	    ck_strmap_init(&c->runs, keys->n + 1) < 0 ||
+	    !(c->run_off = calloc(keys->n + 1, sizeof *c->run_off)) ||
+	    !(c->run_bytes = calloc(keys->n + 1, sizeof *c->run_bytes))) {
+		if (keys->k != CK_PK_LIST)
+			ck_fail(c->err, CK_E_SOURCE, "%s: the storage key list is not a list",
+				c->what);
+		else
+			ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+		goto out;
+	}
+	ck_pickle_each(obj, note_storage, &es);
+	if (es.oom || es.conflict || es.view) {
+		if (es.oom)
+			ck_fail_sys(c->err, ENOMEM, "%s", c->what);
+		else
+			ck_fail(c->err, CK_E_SOURCE,
+				"%s: storage %s %s", c->what, es.conflict ? es.conflict : es.view,
+				es.conflict ? "is referred to with two element types"
+					    : "is a legacy storage view (torch < 1.0), not supported");
+		goto out;
+	}
+	for (size_t k = 0; k < keys->n; k++) {
+		const struct ck_pk *key = keys->items[k];
+		uint32_t elsize;
+		unsigned char num[8];
+		if (key->k != CK_PK_STR || ck_strmap_get(&es.map, key->s, &elsize) < 0 || !elsize) {
+			ck_fail(c->err, CK_E_SOURCE,
+				"%s: storage list entry %zu is not a storage a tensor refers to", c->what,
+				k);
+			goto out;
+		}
+		uint64_t numel = 0, bytes;
+		if (size - pos < 8 || ck_pread_full(c->fd, num, 8, pos) < 0) {
+			ck_fail(c->err, CK_E_SOURCE, "%s: storage %s: the file ends before it", c->what,
+				key->s);
+			goto out;
+		}
+		for (int b = 7; b >= 0; b--)
+			numel = numel << 8 | num[b];
+		pos += 8;
+		if (__builtin_mul_overflow(numel, (uint64_t)elsize, &bytes) || bytes > size - pos) {
+			ck_fail(c->err, CK_E_SOURCE,
+				"%s: storage %s: %llu elements run past the end of the file", c->what,
+				key->s, (unsigned long long)numel);
+			goto out;
+		}
+		c->run_off[k] = pos;
+		c->run_bytes[k] = bytes;
+		if (ck_strmap_put(&c->runs, key->s, (uint32_t)k, NULL) != 0) {
+			ck_fail(c->err, CK_E_SOURCE, "%s: storage %s is listed twice", c->what, key->s);
+			goto out;
+		}
+		pos += bytes;
+	}
+	rc = 0;
+out:
+	ck_strmap_free(&es.map);
+	return rc;
+}
+
+/* The five pickles from the start of buf; pk[3] is the object, pk[4] the keys. */
+static int legacy_pickles(const unsigned char *buf, size_t len, const char *what,
+			  struct ck_pickle pk[5], size_t *end, struct ck_err *err)
+{
+	size_t pos = 0, used;
+	for (int i = 0; i < 5; i++) {
+		char pw[4300];
+		static const char *const part[] = {"magic number", "protocol version", "system info",
+						   "object", "storage key list"};
+		snprintf(pw, sizeof pw, "%s: legacy torch.save %s", what, part[i]);
+		if (i == 0) { /* an integer wider than the reader's: compared as bytes */
+			pos = 2 + sizeof LEGACY_MAGIC;
+			continue;
+		}
+		if (ck_pickle_parse_prefix(buf + pos, len - pos, pw, &pk[i], &used, err) < 0)
+			return -1;
+		pos += used;
+		if (i == 1 && (pk[1].root->k != CK_PK_INT || pk[1].root->i != 1001))
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: legacy torch.save protocol version is not 1001", what);
+	}
+	*end = pos;
+	return 0;
+}
+
+int ck_torchbin_read_legacy(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+			    struct ck_leftout *lo, struct ck_err *err)
+{
+	memset(out, 0, sizeof *out);
+	struct ctx c = {.fd = fd, .what = what, .h = out, .lo = lo, .err = err, .legacy = 1};
+	struct ck_pickle pk[5];
+	memset(pk, 0, sizeof pk);
+	unsigned char *buf = NULL;
+	int rc = -1;
+	size_t end = 0;
+	/* the pickles come first and are small beside the data: read a prefix,
+	 * more if they do not fit in it */
+	uint64_t cap = size < MAX_PICKLE ? size : MAX_PICKLE;
+	for (uint64_t n = cap < (16u << 20) ? cap : (16u << 20);; n = n * 8 < cap ? n * 8 : cap) {
+		free(buf);
+		for (int i = 0; i < 5; i++)
+			ck_pickle_free(&pk[i]);
+		if (!(buf = malloc(n ? n : 1))) {
+			ck_fail_sys(err, ENOMEM, "%s", what);
+			goto out;
+		}
+		int r = ck_pread_full(fd, buf, n, 0);
+		if (r < 0) {
+			ck_fail_sys(err, -r, "%s: cannot read", what);
+			goto out;
+		}
+		if (legacy_pickles(buf, n, what, pk, &end, err) == 0)
+			break;
+		if (n == cap)
+			goto out;
+	}
+	if (legacy_runs(&c, &pk[3], pk[4].root, end, size) < 0 ||
+	    ck_strmap_init(&c.seen, 64) < 0)
+		goto out;
+	if (pk[3].root->k != CK_PK_DICT) {
+		ck_fail(err, CK_E_SOURCE, "%s: the legacy torch.save object is not a dict of tensors",
+			what);
+		goto out;
+	}
+	c.visits_left = 4 * pk[3].n_nodes + 4096;
+	rc = walk(&c, pk[3].root, "", 0);
+out:
+	if (rc < 0)
+		ck_st_header_free(out);
+	ck_strmap_free(&c.seen);
+	ck_strmap_free(&c.runs);
+	free(c.run_off);
+	free(c.run_bytes);
+	for (int i = 0; i < 5; i++)
+		ck_pickle_free(&pk[i]);
+	free(buf);
 	return rc;
 }

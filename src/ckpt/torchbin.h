@@ -28,6 +28,14 @@ int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
  * reading torch.save files and writing the virtual pytorch_model.bin. */
 const char *ck_torch_storage(enum ck_dtype dt);
 
+/* The legacy format (torch < 1.6, or _use_new_zipfile_serialization=False):
+ * pickles back to back, then each storage's bytes; read the same way, with
+ * each storage a run of the file. */
+int ck_torchbin_read_legacy(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+			    struct ck_leftout *lo, struct ck_err *err);
+/* Whether the first n bytes start a legacy torch.save stream. */
+int ck_is_torch_legacy(const unsigned char *p, size_t n);
+
 /* Whether the first bytes are a zip's (PK\3\4). */
 int ck_is_zip(const unsigned char *first4);
 

@@ -1,5 +1,6 @@
 /* Fuzz target: torch.save files as sources (zip directory, data.pkl through
- * the restricted pickle reader, tensor references), read from a memfd. */
+ * the restricted pickle reader, tensor references; and the legacy non-zip
+ * stream of pickles and storage runs), read from a memfd. */
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -19,7 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct ck_st_header h;
 		struct ck_err err;
 		struct ck_leftout lo = {0};
-		if (ck_torchbin_read_fd(fd, size, "fuzz", &h, &lo, &err) == 0)
+		int r = ck_is_torch_legacy(data, size)
+				? ck_torchbin_read_legacy(fd, size, "fuzz", &h, &lo, &err)
+				: ck_torchbin_read_fd(fd, size, "fuzz", &h, &lo, &err);
+		if (r == 0)
 			ck_st_header_free(&h);
 		ck_leftout_free(&lo);
 	}
