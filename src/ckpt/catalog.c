@@ -12,6 +12,7 @@
 #include "../util/fileio.h"
 #include "../util/json_strict.h"
 #include "dcp.h"
+#include "gguf.h"
 #include "index.h"
 #include "torchbin.h"
 
@@ -81,6 +82,7 @@ void ck_catalog_free(struct ck_catalog *cat)
 	ck_strmap_free(&cat->by_name);
 	cJSON_Delete(cat->config);
 	free(cat->config_raw);
+	cJSON_Delete(cat->meta);
 	ck_leftout_free(&cat->left_out);
 	free(cat->source);
 	free(cat);
@@ -155,8 +157,6 @@ const char *ck_sniff_other(const unsigned char *p, size_t n)
 	if (n >= 262 && !memcmp(p + 257, "ustar", 5))
 		return "a tar archive: the legacy torch.save tar format (torch < 0.4) is not "
 		       "supported (load and re-save it with torch.save)";
-	if (n >= 4 && !memcmp(p, "GGUF", 4))
-		return "a GGUF file: GGUF is not supported as a source yet";
 	if (n >= 6 && !memcmp(p, "\x93NUMPY", 6))
 		return "a numpy .npy array, not a checkpoint";
 	if (n >= 8 && !memcmp(p, "\x89HDF\r\n\x1a\n", 8))
@@ -184,6 +184,18 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
 			return -1;
 		fmt = "pytorch";
+	} else if (ck_is_gguf(head, nh)) {
+		cJSON *meta;
+		if (ck_gguf_read_fd(f->fd, f->size, f->path, hdr, &meta, err) < 0)
+			return -1;
+		if (cat->meta) {
+			cJSON_Delete(meta);
+			return ck_fail(err, CK_E_SOURCE, "%s: a second GGUF file (split GGUF files are "
+							 "not supported)",
+				       f->path);
+		}
+		cat->meta = meta;
+		fmt = "gguf";
 	} else if (ck_is_torch_legacy(head, nh)) {
 		if (ck_torchbin_read_legacy(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
 			return -1;
@@ -472,6 +484,36 @@ static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *er
 	return r;
 }
 
+/* A GGUF without a config.json beside it: one made from its metadata, so
+ * mappings to Hugging Face names get their parameters (not an error when
+ * the architecture has none: the tensors are there under GGUF names). */
+static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
+{
+	const struct ck_catalog_entry *emb = ck_catalog_find(cat, "token_embd.weight");
+	struct ck_err ignored;
+	cJSON *c = ck_gguf_hf_config(cat->meta, emb ? emb->t.shape[0] : -1,
+				     ck_catalog_find(cat, "output.weight") == NULL, cat->source,
+				     &ignored);
+	if (!c)
+		return 0;
+	char *txt = cJSON_Print(c);
+	size_t n = txt ? strlen(txt) : 0;
+	char *raw = txt ? malloc(n + 2) : NULL;
+	if (!raw) {
+		cJSON_free(txt);
+		cJSON_Delete(c);
+		return ck_fail_sys(err, ENOMEM, "%s", cat->source);
+	}
+	memcpy(raw, txt, n);
+	raw[n] = '\n';
+	raw[n + 1] = '\0';
+	cJSON_free(txt);
+	cat->config = c;
+	cat->config_raw = raw;
+	cat->config_len = n + 1;
+	return 0;
+}
+
 int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *err)
 {
 	*out = NULL;
@@ -491,6 +533,8 @@ int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *
 		r = open_dir(cat, source, err);
 	else
 		r = open_file(cat, source, err);
+	if (r == 0 && cat->meta && !cat->config)
+		r = gguf_config(cat, err);
 	if (r < 0) {
 		ck_catalog_free(cat);
 		return -1;

@@ -58,6 +58,7 @@ struct ck_catalog {
 	char *config_raw; /* its bytes as read: served and copied verbatim (a re-print
 			   * would turn 10000.0 into 10000 and round long integers) */
 	size_t config_len;
+	cJSON *meta; /* a GGUF source's metadata (inspect shows it), or NULL */
 	uint64_t total_bytes;
 	/* DCP sources: the tensors are these, made of chunk entries; entries
 	 * are then the chunks ("name#k") */

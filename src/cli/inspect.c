@@ -154,7 +154,13 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 		ck_json_fput_str(stdout, lo->e[i].what);
 		printf("}");
 	}
-	printf("], \"warnings\": [");
+	printf("]");
+	if (v->cat->meta) {
+		char *m = cJSON_PrintUnformatted(v->cat->meta);
+		printf(", \"metadata\": %s", m ? m : "null");
+		cJSON_free(m);
+	}
+	printf(", \"warnings\": [");
 	for (size_t w = 0; w < v->plan->n_warnings; w++) {
 		printf("%s", w ? ", " : "");
 		ck_json_fput_str(stdout, v->plan->warnings[w]);
@@ -202,6 +208,29 @@ static void print_left_out(const struct ck_catalog *cat)
 		printf("  ... and %zu more (inspect --json lists them)\n", cat->n_skipped - shown);
 }
 
+/* A GGUF source's metadata, one key a line (long values cut). */
+static void print_meta(const struct ck_catalog *cat)
+{
+	if (!cat->meta)
+		return;
+	printf("GGUF metadata, %d keys:\n", cJSON_GetArraySize(cat->meta));
+	for (const cJSON *e = cat->meta->child; e; e = e->next) {
+		char *txt = cJSON_PrintUnformatted(e);
+		printf("  ");
+		ck_fput_safe(stdout, e->string);
+		printf(" = ");
+		if (txt && strlen(txt) > 100) {
+			txt[100] = '\0';
+			ck_fput_safe(stdout, txt);
+			printf("...");
+		} else {
+			ck_fput_safe(stdout, txt ? txt : "?");
+		}
+		putchar('\n');
+		cJSON_free(txt);
+	}
+}
+
 static void print_table(const struct ck_view *v, const struct row *rows, size_t n, int groups)
 {
 	int wn = 4, ws = 5;
@@ -227,6 +256,7 @@ static void print_table(const struct ck_view *v, const struct row *rows, size_t 
 	       (double)total / (1 << 30), v->cat->n_files, v->cat->n_files == 1 ? "" : "s",
 	       v->cat->format);
 	print_left_out(v->cat);
+	print_meta(v->cat);
 	if (groups)
 		print_groups_table(v);
 }

@@ -1,0 +1,474 @@
+#include "gguf.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/fileio.h"
+#include "../util/strmap.h"
+
+#define MAX_TENSORS (1u << 20)
+#define MAX_KV (1u << 20)
+#define MAX_STRING (1u << 26)
+#define MAX_NAME 256
+#define MAX_ARRAY_KEPT 64
+#define MAX_ARRAY_DEPTH 4
+
+enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STRING, T_ARRAY, T_U64, T_I64,
+       T_F64, T_COUNT };
+
+static const unsigned scalar_size[T_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+static const char *const type_name[T_COUNT] = {"u8",  "i8",   "u16",    "i16",   "u32",
+					       "i32", "f32",  "bool",   "string", "array",
+					       "u64", "i64",  "f64"};
+
+/* A buffered reader over the file: every read is bounded by its size. */
+struct rd {
+	int fd;
+	uint64_t size, pos;
+	const char *what;
+	struct ck_err *err;
+	unsigned char buf[1 << 16];
+	uint64_t buf_off;
+	size_t buf_len;
+};
+
+static int rd_bytes(struct rd *r, void *dst, uint64_t n)
+{
+	if (n > r->size - r->pos)
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF header runs past the end of the file "
+						    "(at byte %llu)",
+			       r->what, (unsigned long long)r->pos);
+	unsigned char *d = dst;
+	while (n) {
+		if (r->pos < r->buf_off || r->pos >= r->buf_off + r->buf_len) {
+			uint64_t left = r->size - r->pos;
+			size_t want = left < sizeof r->buf ? (size_t)left : sizeof r->buf;
+			int e = ck_pread_full(r->fd, r->buf, want, r->pos);
+			if (e < 0)
+				return ck_fail_sys(r->err, -e, "%s: cannot read", r->what);
+			r->buf_off = r->pos;
+			r->buf_len = want;
+		}
+		size_t at = (size_t)(r->pos - r->buf_off), k = r->buf_len - at;
+		if (k > n)
+			k = (size_t)n;
+		if (d) {
+			memcpy(d, r->buf + at, k);
+			d += k;
+		}
+		r->pos += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static int rd_u32(struct rd *r, uint32_t *v)
+{
+	unsigned char b[4];
+	if (rd_bytes(r, b, 4) < 0)
+		return -1;
+	*v = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+	return 0;
+}
+
+static int rd_u64(struct rd *r, uint64_t *v)
+{
+	unsigned char b[8];
+	if (rd_bytes(r, b, 8) < 0)
+		return -1;
+	*v = 0;
+	for (int i = 7; i >= 0; i--)
+		*v = *v << 8 | b[i];
+	return 0;
+}
+
+/* A string: u64 length and bytes; NUL bytes inside are refused. */
+static int rd_string(struct rd *r, uint64_t max, char **out)
+{
+	uint64_t n;
+	if (rd_u64(r, &n) < 0)
+		return -1;
+	if (n > max || n > r->size - r->pos)
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF string of %llu bytes at byte %llu %s",
+			       r->what, (unsigned long long)n, (unsigned long long)r->pos,
+			       n > max ? "is too long" : "runs past the end of the file");
+	char *s = malloc(n + 1);
+	if (!s)
+		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	if (rd_bytes(r, s, n) < 0) {
+		free(s);
+		return -1;
+	}
+	s[n] = '\0';
+	if (strlen(s) != n) {
+		free(s);
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF string with a NUL byte at byte %llu",
+			       r->what, (unsigned long long)r->pos);
+	}
+	*out = s;
+	return 0;
+}
+
+static cJSON *scalar_json(const unsigned char *b, uint32_t t)
+{
+	int64_t i = 0;
+	uint64_t u = 0;
+	switch (t) {
+	case T_U8: return cJSON_CreateNumber(b[0]);
+	case T_I8: return cJSON_CreateNumber((int8_t)b[0]);
+	case T_BOOL: return cJSON_CreateBool(b[0] != 0);
+	case T_U16: return cJSON_CreateNumber((uint16_t)(b[0] | b[1] << 8));
+	case T_I16: return cJSON_CreateNumber((int16_t)(b[0] | b[1] << 8));
+	case T_F32: {
+		uint32_t x = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+			     (uint32_t)b[3] << 24;
+		float f;
+		memcpy(&f, &x, 4);
+		/* the shortest decimal that reads back as the same float: 1e-05,
+		 * not 9.99999974737875e-06 */
+		char txt[32];
+		for (int prec = 1; prec <= 9; prec++) {
+			snprintf(txt, sizeof txt, "%.*g", prec, (double)f);
+			if ((float)strtod(txt, NULL) == f || f != f)
+				break;
+		}
+		return cJSON_CreateNumber(f != f ? 0 : strtod(txt, NULL));
+	}
+	case T_F64: {
+		double d;
+		memcpy(&d, b, 8);
+		return cJSON_CreateNumber(d);
+	}
+	default: break;
+	}
+	for (int k = (int)scalar_size[t] - 1; k >= 0; k--)
+		u = u << 8 | b[k];
+	if (t == T_U32 || t == T_U64)
+		return cJSON_CreateNumber((double)u);
+	i = t == T_I32 ? (int32_t)(uint32_t)u : (int64_t)u;
+	return cJSON_CreateNumber((double)i);
+}
+
+/* One value of type t; *out NULL when it is not kept. */
+static int rd_value(struct rd *r, uint32_t t, int depth, cJSON **out)
+{
+	*out = NULL;
+	if (t >= T_COUNT)
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF value type %u at byte %llu is unknown",
+			       r->what, t, (unsigned long long)r->pos);
+	if (t == T_STRING) {
+		char *s;
+		if (rd_string(r, MAX_STRING, &s) < 0)
+			return -1;
+		*out = cJSON_CreateString(s);
+		free(s);
+		return *out ? 0 : ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	}
+	if (t != T_ARRAY) {
+		unsigned char b[8];
+		if (rd_bytes(r, b, scalar_size[t]) < 0)
+			return -1;
+		*out = scalar_json(b, t);
+		return *out ? 0 : ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	}
+	uint32_t et;
+	uint64_t n;
+	if (depth >= MAX_ARRAY_DEPTH)
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF arrays nested deeper than %d",
+			       r->what, MAX_ARRAY_DEPTH);
+	if (rd_u32(r, &et) < 0 || rd_u64(r, &n) < 0)
+		return -1;
+	if (et >= T_COUNT)
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF array of unknown type %u", r->what, et);
+	/* every element takes at least a byte (strings 8): bounded by the file */
+	uint64_t least = et == T_STRING || et == T_ARRAY ? 8 : scalar_size[et];
+	if (n > (r->size - r->pos) / least)
+		return ck_fail(r->err, CK_E_SOURCE, "%s: GGUF array of %llu %s runs past the end of "
+						    "the file",
+			       r->what, (unsigned long long)n, type_name[et]);
+	int keep = n <= MAX_ARRAY_KEPT;
+	cJSON *arr = keep ? cJSON_CreateArray() : NULL;
+	if (keep && !arr)
+		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	for (uint64_t i = 0; i < n; i++) {
+		cJSON *v = NULL;
+		if (keep || et == T_STRING || et == T_ARRAY) {
+			if (rd_value(r, et, depth + 1, &v) < 0) {
+				cJSON_Delete(arr);
+				return -1;
+			}
+		} else if (rd_bytes(r, NULL, scalar_size[et]) < 0) {
+			return -1;
+		}
+		if (keep)
+			cJSON_AddItemToArray(arr, v);
+		else
+			cJSON_Delete(v);
+	}
+	if (!keep) { /* a vocabulary: say what it is, not every entry */
+		arr = cJSON_CreateObject();
+		if (!arr || !cJSON_AddStringToObject(arr, "type", type_name[et]) ||
+		    !cJSON_AddNumberToObject(arr, "count", (double)n)) {
+			cJSON_Delete(arr);
+			return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+		}
+	}
+	*out = arr;
+	return 0;
+}
+
+int ck_is_gguf(const unsigned char *p, size_t n)
+{
+	return n >= 4 && !memcmp(p, "GGUF", 4);
+}
+
+/* ggml types ckptfs reads, and the names of those it does not */
+static enum ck_dtype ggml_dtype(uint32_t t)
+{
+	switch (t) {
+	case 0: return CK_DT_F32;
+	case 1: return CK_DT_F16;
+	case 24: return CK_DT_I8;
+	case 25: return CK_DT_I16;
+	case 26: return CK_DT_I32;
+	case 27: return CK_DT_I64;
+	case 28: return CK_DT_F64;
+	case 30: return CK_DT_BF16;
+	default: return CK_DT_INVALID;
+	}
+}
+
+static const char *ggml_name(uint32_t t)
+{
+	static const char *const n[] = {"F32",  "F16",  "Q4_0", "Q4_1", "(4)",  "(5)",	"Q5_0",
+					"Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+					"Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
+					"IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
+					"I64",	"F64",	"IQ1_M", "BF16"};
+	return t < sizeof n / sizeof *n ? n[t] : "unknown";
+}
+
+static int cmp_off(const void *a, const void *b)
+{
+	const struct ck_tensor_info *x = a, *y = b;
+	return (x->offset > y->offset) - (x->offset < y->offset);
+}
+
+static int read_infos(struct rd *r, uint64_t n, struct ck_st_header *out)
+{
+	if (!(out->tensors = calloc(n ? n : 1, sizeof *out->tensors)))
+		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	for (uint64_t i = 0; i < n; i++) {
+		struct ck_tensor_info *t = &out->tensors[out->n_tensors];
+		uint32_t nd, type;
+		uint64_t dims[4], off;
+		if (rd_string(r, MAX_NAME, &t->name) < 0)
+			return -1;
+		out->n_tensors++; /* counted once it owns its name */
+		if (rd_u32(r, &nd) < 0)
+			return -1;
+		if (nd < 1 || nd > 4)
+			return ck_fail(r->err, CK_E_SOURCE, "%s: tensor \"%s\": %u dims (1 to 4)",
+				       r->what, t->name, nd);
+		for (uint32_t d = 0; d < nd; d++)
+			if (rd_u64(r, &dims[d]) < 0)
+				return -1;
+		if (rd_u32(r, &type) < 0 || rd_u64(r, &off) < 0)
+			return -1;
+		t->dtype = ggml_dtype(type);
+		if (t->dtype == CK_DT_INVALID)
+			return ck_fail(r->err, CK_E_SOURCE,
+				       "%s: tensor \"%s\": ggml type %s (%u) is not supported as a "
+				       "source yet (F32, F16, BF16, F64, I8-I64 are)",
+				       r->what, t->name, ggml_name(type), type);
+		t->ndim = (int)nd;
+		for (uint32_t d = 0; d < nd; d++) { /* GGUF lists the fastest dim first */
+			if (dims[d] > (uint64_t)1 << 48)
+				return ck_fail(r->err, CK_E_SOURCE, "%s: tensor \"%s\": dim %llu is too "
+								    "large",
+					       r->what, t->name, (unsigned long long)dims[d]);
+			t->shape[nd - 1 - d] = (int64_t)dims[d];
+		}
+		if (ck_shape_numel(t->shape, t->ndim, &t->numel) < 0 ||
+		    ck_shape_bytes(t->shape, t->ndim, t->dtype, &t->nbytes) < 0)
+			return ck_fail(r->err, CK_E_SOURCE, "%s: tensor \"%s\": size overflows",
+				       r->what, t->name);
+		t->offset = off; /* relative to the data section until it is known */
+	}
+	return 0;
+}
+
+int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+		    cJSON **meta, struct ck_err *err)
+{
+	memset(out, 0, sizeof *out);
+	*meta = NULL;
+	struct rd *r = calloc(1, sizeof *r);
+	if (!r)
+		return ck_fail_sys(err, ENOMEM, "%s", what);
+	r->fd = fd, r->size = size, r->what = what, r->err = err;
+	int rc = -1;
+	unsigned char magic[4];
+	uint32_t version;
+	uint64_t n_tensors, n_kv, alignment = 32;
+	cJSON *m = cJSON_CreateObject();
+	struct ck_strmap keys = {0}; /* duplicate keys in O(1) each */
+	if (!m || ck_strmap_init(&keys, 64) < 0) {
+		ck_fail_sys(err, ENOMEM, "%s", what);
+		goto out;
+	}
+	if (rd_bytes(r, magic, 4) < 0 || rd_u32(r, &version) < 0)
+		goto out;
+	if (!ck_is_gguf(magic, 4) || version < 2 || version > 3) {
+		ck_fail(err, CK_E_SOURCE, "%s: GGUF version %u is not supported (2 or 3)", what,
+			version);
+		goto out;
+	}
+	if (rd_u64(r, &n_tensors) < 0 || rd_u64(r, &n_kv) < 0)
+		goto out;
+	if (n_tensors > MAX_TENSORS || n_kv > MAX_KV) {
+		ck_fail(err, CK_E_SOURCE, "%s: GGUF counts %llu tensors, %llu values (at most %u each)",
+			what, (unsigned long long)n_tensors, (unsigned long long)n_kv, MAX_TENSORS);
+		goto out;
+	}
+	for (uint64_t i = 0; i < n_kv; i++) {
+		char *key;
+		uint32_t t;
+		cJSON *v;
+		if (rd_string(r, MAX_STRING, &key) < 0)
+			goto out;
+		if (rd_u32(r, &t) < 0 || rd_value(r, t, 0, &v) < 0) {
+			free(key);
+			goto out;
+		}
+		cJSON_AddItemToObject(m, key, v);
+		int dup = ck_strmap_put(&keys, v->string, 0, NULL);
+		if (dup != 0) {
+			if (dup < 0)
+				ck_fail_sys(err, ENOMEM, "%s", what);
+			else
+				ck_fail(err, CK_E_SOURCE, "%s: GGUF metadata key \"%s\" appears twice",
+					what, key);
+			free(key);
+			goto out;
+		}
+		if (!strcmp(key, "general.alignment")) {
+			double a = cJSON_IsNumber(v) ? v->valuedouble : 0;
+			if (t != T_U32 || a < 1 || a > (1 << 20) || ((uint64_t)a & ((uint64_t)a - 1))) {
+				ck_fail(err, CK_E_SOURCE, "%s: general.alignment must be a power of two "
+							  "(u32, at most 2^20)",
+					what);
+				free(key);
+				goto out;
+			}
+			alignment = (uint64_t)a;
+		}
+		free(key);
+	}
+	if (read_infos(r, n_tensors, out) < 0)
+		goto out;
+	uint64_t data = (r->pos + alignment - 1) / alignment * alignment;
+	if (data > size && !out->n_tensors)
+		data = size; /* a vocabulary-only file need not pad an empty data section */
+	if (data > size) {
+		ck_fail(err, CK_E_SOURCE, "%s: GGUF data section starts past the end of the file",
+			what);
+		goto out;
+	}
+	for (size_t i = 0; i < out->n_tensors; i++) {
+		struct ck_tensor_info *t = &out->tensors[i];
+		if (t->offset % alignment || t->offset > size - data ||
+		    t->nbytes > size - data - t->offset) {
+			ck_fail(err, CK_E_SOURCE,
+				"%s: tensor \"%s\": data at %llu (%llu bytes) is misaligned or runs past "
+				"the end of the file",
+				what, t->name, (unsigned long long)t->offset,
+				(unsigned long long)t->nbytes);
+			goto out;
+		}
+		t->offset += data;
+	}
+	qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_off);
+	for (size_t i = 1; i < out->n_tensors; i++)
+		if (out->tensors[i - 1].offset + out->tensors[i - 1].nbytes > out->tensors[i].offset) {
+			ck_fail(err, CK_E_SOURCE, "%s: tensors \"%s\" and \"%s\" overlap", what,
+				out->tensors[i - 1].name, out->tensors[i].name);
+			goto out;
+		}
+	out->header_len = data;
+	*meta = m;
+	m = NULL;
+	rc = 0;
+out:
+	ck_strmap_free(&keys);
+	cJSON_Delete(m);
+	if (rc < 0)
+		ck_st_header_free(out);
+	free(r);
+	return rc;
+}
+
+static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
+{
+	char k[160];
+	snprintf(k, sizeof k, "%s.%s", arch, key);
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, k);
+	if (!cJSON_IsNumber(v)) {
+		*ok = 0;
+		return 0;
+	}
+	return v->valuedouble;
+}
+
+cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char *what,
+			 struct ck_err *err)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(meta, "general.architecture");
+	if (!cJSON_IsString(a) || strcmp(a->valuestring, "llama")) {
+		ck_fail(err, CK_E_SOURCE, "%s: general.architecture %s%s%s: only llama GGUFs get a "
+					  "config.json",
+			what, cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : "missing",
+			cJSON_IsString(a) ? "\"" : "");
+		return NULL;
+	}
+	int ok = 1;
+	double hidden = num(meta, "llama", "embedding_length", &ok),
+	       layers = num(meta, "llama", "block_count", &ok),
+	       ffn = num(meta, "llama", "feed_forward_length", &ok),
+	       heads = num(meta, "llama", "attention.head_count", &ok),
+	       eps = num(meta, "llama", "attention.layer_norm_rms_epsilon", &ok),
+	       ctx = num(meta, "llama", "context_length", &ok);
+	int ok2 = 1;
+	double kv = num(meta, "llama", "attention.head_count_kv", &ok2);
+	double theta = num(meta, "llama", "rope.freq_base", &ok2);
+	if (!ok) {
+		ck_fail(err, CK_E_SOURCE, "%s: llama metadata is incomplete (embedding_length, "
+					  "block_count, feed_forward_length, attention.head_count, "
+					  "attention.layer_norm_rms_epsilon, context_length)",
+			what);
+		return NULL;
+	}
+	cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateStringArray((const char *[]){"LlamaForCausalLM"}, 1);
+	if (!c || !arch || !cJSON_AddItemToObject(c, "architectures", arch)) {
+		cJSON_Delete(c);
+		cJSON_Delete(arch);
+		ck_fail_sys(err, ENOMEM, "%s", what);
+		return NULL;
+	}
+	cJSON_AddStringToObject(c, "model_type", "llama");
+	cJSON_AddNumberToObject(c, "hidden_size", hidden);
+	cJSON_AddNumberToObject(c, "intermediate_size", ffn);
+	cJSON_AddNumberToObject(c, "num_hidden_layers", layers);
+	cJSON_AddNumberToObject(c, "num_attention_heads", heads);
+	cJSON_AddNumberToObject(c, "num_key_value_heads", kv > 0 ? kv : heads);
+	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
+	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
+	cJSON_AddNumberToObject(c, "max_position_embeddings", ctx);
+	if (vocab >= 0)
+		cJSON_AddNumberToObject(c, "vocab_size", (double)vocab);
+	cJSON_AddBoolToObject(c, "tie_word_embeddings", tied);
+	cJSON_AddStringToObject(c, "torch_dtype", "float32");
+	return c;
+}

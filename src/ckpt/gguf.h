@@ -1,0 +1,30 @@
+/* GGUF files (llama.cpp) as sources (../shared/reference/gguf.md): the
+ * header's metadata and tensor infos are read, tensors become catalog
+ * entries in torch order (GGUF lists dims fastest first) served in place.
+ * Element types read: F32, F16, BF16, F64, I8, I16, I32, I64; quantized
+ * blocks (Q4_0, Q8_0, K-quants, ...) are refused with their type named.
+ * Everything in the header is untrusted: counts, lengths, dims, the
+ * alignment and every offset are bounded by the file. */
+#ifndef CK_GGUF_H
+#define CK_GGUF_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "safetensors.h"
+
+/* Whether the first bytes are GGUF's magic. */
+int ck_is_gguf(const unsigned char *p, size_t n);
+/* Read the header of an open GGUF file: out->tensors with absolute offsets,
+ * *meta a JSON object of the metadata (arrays longer than 64 elements are
+ * summarised as {"type": ..., "count": N}). */
+int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+		    cJSON **meta, struct ck_err *err);
+/* A Hugging Face config.json for the architecture the metadata names
+ * (llama): hidden size, layers, heads, rope, epsilon, the vocabulary size
+ * (vocab: the rows of token_embd.weight, or -1) and tied embeddings (tied:
+ * no output.weight). NULL with err for other architectures. */
+cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char *what,
+			 struct ck_err *err);
+
+#endif

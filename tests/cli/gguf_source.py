@@ -1,0 +1,261 @@
+"""GGUF files as sources (issue #24, the unquantized part), checked with a
+GGUF reader and writer written here from the format description
+(reference/gguf.md), never with ckptfs's own:
+- the real tiny-random Llama GGUF (written by llama.cpp's converter): every
+  tensor's name, dtype, torch-order shape and bytes, through inspect and
+  convert; the metadata in inspect --json;
+- gguf-llama-to-hf.json against a numpy inverse of convert_hf_to_gguf's Q/K
+  permutation; the config.json made from the metadata;
+- a round trip: a generated HF Llama (grouped-query heads) written as GGUF
+  here, read back through the mapping, equals the original (`ckptfs diff`);
+  the same GGUF written without the permutation must differ;
+- the vocabulary-only GGUFs show their metadata and no tensors;
+- hostile headers (truncated, huge counts, bad alignment, a NUL in a key,
+  5 dims, data past the end, overlapping tensors, a quantized type) are
+  refused with one line."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckref  # noqa: E402
+
+CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
+TESTS = os.environ.get("TESTS_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+REAL = os.path.join(TESTS, "..", "..", "shared", "fixtures", "real", "gguf")
+MAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mappings", "gguf-llama-to-hf.json")
+GGML = {0: ("F32", "<f4", 4), 1: ("F16", "<f2", 2), 30: ("BF16", "<u2", 2)}
+SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+def run(*args, timeout=120):
+    return subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def read_gguf(path):
+    """The file layout: magic, version, counts, key/values, tensor infos,
+    padding to the alignment, data."""
+    b = open(path, "rb").read()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        v = struct.unpack_from(fmt, b, pos)
+        pos += struct.calcsize(fmt)
+        return v[0]
+
+    def string():
+        nonlocal pos
+        n = take("<Q")
+        s = b[pos:pos + n].decode()
+        pos += n
+        return s
+
+    def value(t):
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("<I"), take("<Q")
+            return [value(et) for _ in range(n)]
+        return take(SCALARS[t])
+
+    assert b[:4] == b"GGUF"
+    pos = 4
+    version, nt, nkv = take("<I"), take("<Q"), take("<Q")
+    meta = {}
+    for _ in range(nkv):
+        k = string()
+        meta[k] = value(take("<I"))
+    infos = []
+    for _ in range(nt):
+        name, nd = string(), take("<I")
+        dims = [take("<Q") for _ in range(nd)]
+        infos.append((name, dims, take("<I"), take("<Q")))
+    align = meta.get("general.alignment", 32)
+    data = (pos + align - 1) // align * align
+    tensors = {}
+    for name, dims, t, off in infos:
+        dt, np_t, size = GGML[t]
+        n = int(np.prod(dims))
+        raw = b[data + off:data + off + n * size]
+        tensors[name] = (dt, list(reversed(dims)), raw)
+    return version, meta, tensors
+
+
+def write_gguf(path, meta, tensors, align=32):
+    """tensors: name -> (ggml type, torch shape, raw bytes)."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(meta)))
+
+    def string(s):
+        e = s.encode()
+        return struct.pack("<Q", len(e)) + e
+    for k, (t, v) in meta.items():
+        out += string(k) + struct.pack("<I", t) + (string(v) if t == 8 else struct.pack(SCALARS[t], v))
+    off, blobs = 0, []
+    for name, (t, shape, raw) in tensors.items():
+        out += string(name) + struct.pack("<I", len(shape))
+        out += b"".join(struct.pack("<Q", d) for d in reversed(shape))
+        out += struct.pack("<IQ", t, off)
+        blobs.append((off, raw))
+        off += (len(raw) + align - 1) // align * align
+    out += b"\0" * (-len(out) % align)
+    data = len(out)
+    out += b"\0" * off
+    for o, raw in blobs:
+        out[data + o:data + o + len(raw)] = raw
+    open(path, "wb").write(bytes(out))
+
+
+def unpermute(w, heads):  # the inverse of convert_hf_to_gguf's permute (numpy, here)
+    rows, cols = w.shape
+    return w.reshape(heads, rows // heads // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def permute(w, heads):
+    rows, cols = w.shape
+    return w.reshape(heads, 2, rows // heads // 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def real_fixture(d):
+    path = os.path.join(REAL, "ollama-tiny-random", "llama-2-tiny-random.gguf")
+    _, meta, want = read_gguf(path)
+    js = json.loads(run("inspect", path, "--json").stdout)
+    assert js["format"] == "gguf"
+    got = {t["name"]: (t["dtype"], t["shape"]) for t in js["tensors"]}
+    assert got == {k: (v[0], v[1]) for k, v in want.items()}, got
+    assert js["metadata"]["llama.block_count"] == meta["llama.block_count"]
+    assert js["metadata"]["tokenizer.ggml.tokens"] == {"type": "string", "count": len(meta["tokenizer.ggml.tokens"])}
+    out = os.path.join(d, "raw")
+    ckref.run(CKPTFS, "convert", path, out, "--quiet")
+    conv = ckref.read_checkpoint_dir(out)
+    for k, (dt, shape, raw) in want.items():
+        assert conv[k][0] == dt and list(conv[k][1]) == shape and conv[k][2].tobytes() == raw, k
+    # through the mapping: HF names, Q/K rows back in HF order
+    hf = os.path.join(d, "hf")
+    ckref.run(CKPTFS, "convert", path, hf, "--quiet", "--mapping", MAP)
+    got = ckref.read_checkpoint_dir(hf)
+    nh, nkv = meta["llama.attention.head_count"], meta["llama.attention.head_count_kv"]
+
+    def arr(name):
+        dt, shape, raw = want[name]
+        return np.frombuffer(raw, dtype=GGML[{"F32": 0, "F16": 1}[dt]][1]).reshape(shape)
+    assert (got["model.layers.0.self_attn.q_proj.weight"][2] == unpermute(arr("blk.0.attn_q.weight"), nh)).all()
+    assert (got["model.layers.0.self_attn.k_proj.weight"][2] == unpermute(arr("blk.0.attn_k.weight"), nkv)).all()
+    assert (got["lm_head.weight"][2] == arr("output.weight")).all()
+    assert (got["model.embed_tokens.weight"][2] == arr("token_embd.weight")).all()
+    assert len(got) == len(want)
+    cfg = json.load(open(os.path.join(hf, "config.json")))
+    assert (cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"], cfg["vocab_size"],
+            cfg["intermediate_size"], cfg["tie_word_embeddings"]) == (
+        meta["llama.embedding_length"], nh, meta["llama.block_count"], len(meta["tokenizer.ggml.tokens"]),
+        meta["llama.feed_forward_length"], False), cfg
+    assert cfg["rms_norm_eps"] == 1e-05 and cfg["max_position_embeddings"] == meta["llama.context_length"]
+    for f in sorted(os.listdir(os.path.join(REAL, "llama.cpp-vocab"))):
+        p = run("inspect", os.path.join(REAL, "llama.cpp-vocab", f), "--json")
+        assert p.returncode == 0, (f, p.stderr)
+        js = json.loads(p.stdout)
+        assert js["tensors"] == [] and "tokenizer.ggml.model" in js["metadata"], f
+    print("real GGUFs: the tiny Llama's 12 tensors exact, through the mapping unpermuted; 6 vocabularies")
+
+
+def round_trip(d):
+    src = os.path.join(d, "llama")
+    ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    st = ckref.read_checkpoint_dir(src)
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    per = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+           "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+           "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+           "mlp.down_proj": "ffn_down"}
+    meta = {"general.architecture": (8, "llama"), "llama.context_length": (4, 2048),
+            "llama.embedding_length": (4, cfg["hidden_size"]), "llama.block_count": (4, cfg["num_hidden_layers"]),
+            "llama.feed_forward_length": (4, cfg["intermediate_size"]),
+            "llama.attention.head_count": (4, cfg["num_attention_heads"]),
+            "llama.attention.head_count_kv": (4, cfg["num_key_value_heads"]),
+            "llama.attention.layer_norm_rms_epsilon": (6, 1e-5), "llama.rope.freq_base": (6, 10000.0)}
+
+    def gguf_of(do_permute):
+        out = {}
+        for k, (dt, shape, a) in st.items():
+            g = names.get(k)
+            if not g:
+                parts = k.split(".")
+                g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.weight"
+            if do_permute and g.endswith("attn_q.weight"):
+                a = permute(a, cfg["num_attention_heads"])
+            if do_permute and g.endswith("attn_k.weight"):
+                a = permute(a, cfg["num_key_value_heads"])
+            out[g] = (0, list(shape), np.ascontiguousarray(a).tobytes())
+        return out
+    good, bad = os.path.join(d, "good.gguf"), os.path.join(d, "unpermuted.gguf")
+    write_gguf(good, meta, gguf_of(True))
+    write_gguf(bad, meta, gguf_of(False))
+    p = run("diff", src, good, "--mapping", MAP)
+    assert p.returncode == 0, p.stdout + p.stderr
+    p = run("diff", src, bad, "--mapping", MAP)
+    assert p.returncode == 5 and "values differ: model.layers.0.self_attn.q_proj.weight" in p.stdout, p.stdout
+    assert "k_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
+    print("round trip: HF -> GGUF (written here) -> ckptfs mapping equals HF; without the permutation it differs")
+
+
+def hostile(d):
+    ok = os.path.join(d, "ok.gguf")
+    write_gguf(ok, {"general.architecture": (8, "llama")}, {"w": (0, [2, 3], bytes(24))})
+    base = open(ok, "rb").read()
+
+    def case(name, data, want):
+        p = os.path.join(d, name + ".gguf")
+        open(p, "wb").write(data)
+        r = run("inspect", p, timeout=20)
+        assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr, (name, r.stderr)
+    hdr = b"GGUF" + struct.pack("<I", 3)
+    case("truncated", base[:40], "runs past the end")
+    case("version", b"GGUF" + struct.pack("<IQQ", 1, 0, 0), "version 1")
+    case("counts", hdr + struct.pack("<QQ", 1 << 40, 0), "counts")
+    case("kv-count", hdr + struct.pack("<QQ", 0, 1 << 19), "runs past the end")
+    case("array", hdr + struct.pack("<QQ", 0, 1) + struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", 9, 4, 1 << 60),
+         "runs past the end")
+    case("string", hdr + struct.pack("<QQ", 0, 1) + struct.pack("<Q", 1 << 62), "too long")
+    case("nul", hdr + struct.pack("<QQ", 0, 1) + struct.pack("<Q", 3) + b"a\0b" + struct.pack("<IB", 0, 1), "NUL")
+    case("align", hdr + struct.pack("<QQ", 0, 1) + struct.pack("<Q", 17) + b"general.alignment" +
+         struct.pack("<II", 4, 3), "power of two")
+    case("dup", hdr + struct.pack("<QQ", 0, 2) + (struct.pack("<Q", 1) + b"k" + struct.pack("<IB", 0, 1)) * 2,
+         "appears twice")
+
+    def one(dims, t=0, off=0, data=b""):
+        b = hdr + struct.pack("<QQ", 1, 0) + struct.pack("<Q", 1) + b"w" + struct.pack("<I", len(dims))
+        b += b"".join(struct.pack("<Q", x) for x in dims) + struct.pack("<IQ", t, off)
+        return b + b"\0" * (-len(b) % 32) + data
+    case("dims", one([1, 1, 1, 1, 1]), "5 dims")
+    case("past", one([1000], data=bytes(64)), "runs past the end")
+    case("misaligned", one([2], off=4, data=bytes(64)), "misaligned")
+    case("quantized", one([32], t=12, data=bytes(256)), "ggml type Q4_K (12) is not supported")
+    case("huge-dim", one([1 << 62]), "too large")
+    b = hdr + struct.pack("<QQ", 2, 0)
+    for n in (b"a", b"b"):
+        b += struct.pack("<Q", 1) + n + struct.pack("<IQIQ", 1, 16, 0, 0)
+    case("overlap", b + b"\0" * (-len(b) % 32) + bytes(64), "overlap")
+    print("hostile GGUF headers: 15 classes refused with one line")
+
+
+def main():
+    assert os.path.isdir(REAL), f"{REAL}: the real-file fixtures (../shared) are missing"
+    d = tempfile.mkdtemp(prefix="ckptfs-gguf-")
+    try:
+        real_fixture(d)
+        round_trip(d)
+        hostile(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

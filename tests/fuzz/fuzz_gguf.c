@@ -1,0 +1,30 @@
+/* Fuzz target: GGUF headers as sources (metadata values, nested arrays,
+ * tensor infos, alignment, offsets), read from a memfd. */
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ckpt/gguf.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	int fd = memfd_create("fuzz", MFD_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	if (write(fd, data, size) == (ssize_t)size) {
+		struct ck_st_header h;
+		struct ck_err err;
+		cJSON *meta;
+		if (ck_gguf_read_fd(fd, size, "fuzz", &h, &meta, &err) == 0) {
+			cJSON *c = ck_gguf_hf_config(meta, 32, 1, "fuzz", &err);
+			cJSON_Delete(c);
+			cJSON_Delete(meta);
+			ck_st_header_free(&h);
+		}
+	}
+	close(fd);
+	return 0;
+}
