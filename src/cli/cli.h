@@ -64,6 +64,13 @@ int64_t ck_env_local(int size);
 /* The world size from --world-size, or the launcher's environment; 0 if none. */
 int64_t ck_env_world(int64_t given);
 void ck_view_close(struct ck_view *v);
+/* --mapping NAME: the file it names, or a shipped mapping by name (with or
+ * without .json) in $CKPTFS_MAPPING_PATH, the installed share directory and
+ * the source tree's mappings/; CK_E_MAPPING when there is none. */
+int ck_mapping_resolve(const char *arg, char *out, size_t n, struct ck_err *err);
+/* The directories searched, in order (buf holds the environment's copy). */
+int ck_mapping_dirs(const char **dirs, int max, char *buf, size_t n);
+int ck_cmd_mappings(int argc, char **argv);
 /* Parse a size such as 5GB, 500MiB, 1e9 is not accepted; returns -1 if bad. */
 int ck_parse_size(const char *s, uint64_t *out);
 

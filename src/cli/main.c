@@ -26,6 +26,9 @@ static void usage(FILE *f)
 		   "      prove MAP then MAP2 gives the source back byte for byte\n"
 		   "  each also takes --mesh AXIS=N[,...] --rank R (a per-rank view) or\n"
 		   "  --shard-groups [--world-size N --rank R] (whole groups per process)\n"
+		   "  mappings [--for SOURCE] [--json]\n"
+		   "      the shipped mappings (--mapping NAME finds them); with --for, which\n"
+		   "      ones apply to a checkpoint\n"
 		   "  version                   version and optional features built in\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
@@ -58,6 +61,8 @@ int main(int argc, char **argv)
 		return ck_cmd_convert(argc - 1, argv + 1);
 	if (!strcmp(cmd, "mount"))
 		return ck_cmd_mount(argc - 1, argv + 1);
+	if (!strcmp(cmd, "mappings"))
+		return ck_cmd_mappings(argc - 1, argv + 1);
 	if (!strcmp(cmd, "diff"))
 		return ck_cmd_diff(argc - 1, argv + 1);
 	if (!strcmp(cmd, "check-mapping"))

@@ -247,11 +247,14 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 		return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
 	if (ck_catalog_open(source, &v->cat, err) < 0)
 		return -1;
-	for (int i = 0; i < n_mappings; i++, v->n_maps++)
-		if (ck_mapping_load(mappings[i], &v->maps[i], err) < 0) {
+	for (int i = 0; i < n_mappings; i++, v->n_maps++) {
+		char path[4096];
+		if (ck_mapping_resolve(mappings[i], path, sizeof path, err) < 0 ||
+		    ck_mapping_load(path, &v->maps[i], err) < 0) {
 			ck_view_close(v);
 			return -1;
 		}
+	}
 	const struct ck_mapping *rules = NULL;
 	for (int i = 0; i < v->n_maps; i++)
 		if (v->maps[i]->n_parts || v->maps[i]->n_sels)

@@ -87,6 +87,10 @@ void ck_mapping_free(struct ck_mapping *m)
 	free(m->strip_prefixes);
 	free(m->strip_segments);
 	free(m->add_prefix);
+	for (int i = 0; i < m->n_architectures; i++)
+		free(m->architectures[i]);
+	free(m->architectures);
+	free(m->description);
 	free(m->path);
 	free(m);
 }
@@ -567,7 +571,15 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 					NULL, NULL);
 				goto out;
 			}
-		} else if (!strcmp(k, "description") || !strcmp(k, "comment")) {
+		} else if (!strcmp(k, "description")) {
+			if (!cJSON_IsString(e) || !(m->description = strdup(e->valuestring))) {
+				fail_at(&c, NULL, "\"description\" must be a string%s%s", NULL, NULL);
+				goto out;
+			}
+		} else if (!strcmp(k, "architectures")) {
+			if (str_list(&c, e, k, &m->architectures, &m->n_architectures) < 0)
+				goto out;
+		} else if (!strcmp(k, "comment")) {
 			continue;
 		} else if (!strcmp(k, "params")) {
 			if (!cJSON_IsObject(e)) {

@@ -76,6 +76,9 @@ struct ck_select {
 
 struct ck_mapping {
 	char *path;
+	char *description;    /* "description", or NULL */
+	char **architectures; /* "architectures": the config.json architectures it reads */
+	int n_architectures;
 	struct ck_partition *parts;
 	int n_parts;
 	struct ck_select *sels;

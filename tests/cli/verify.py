@@ -213,6 +213,36 @@ def explain_tests(d):
     print("explain: every 5th fused QKV row traced to its q/k/v source row (grouped-query layout)")
 
 
+def mapping_names(d):
+    """--mapping NAME finds shipped mappings; `ckptfs mappings` lists them all
+    and, with --for, says which plan over a checkpoint."""
+    src = os.path.join(d, "lint0")
+    shipped = sorted(f[:-5] for f in os.listdir(MAPS) if f.endswith(".json"))
+    js = json.loads(run("mappings", "--json").stdout)
+    assert [m["name"] for m in js] == shipped, js
+    for m in js:
+        want = json.load(open(mp(m["name"] + ".json")))
+        assert m["description"] == want["description"] and m["architectures"] == want["architectures"]
+    by_path = run("inspect", src, "--mapping", mp("llama-hf-to-megatron.json"), "--json").stdout
+    for name in ("llama-hf-to-megatron", "llama-hf-to-megatron.json"):
+        assert run("inspect", src, "--mapping", name, "--json").stdout == by_path, name
+    p = run("inspect", src, "--mapping", "no-such-mapping")
+    assert p.returncode == 4 and "neither a file nor a shipped mapping" in p.stderr, p.stderr
+    # a directory in CKPTFS_MAPPING_PATH comes first
+    own = os.path.join(d, "own")
+    os.mkdir(own)
+    json.dump({"rules": [{"from": "{k:path}", "to": "mine.{k}"}]}, open(os.path.join(own, "identity.json"), "w"))
+    p = subprocess.run([CKPTFS, "inspect", src, "--mapping", "identity", "--json"], capture_output=True,
+                       text=True, env=dict(os.environ, CKPTFS_MAPPING_PATH=own))
+    assert all(t["name"].startswith("mine.") for t in json.loads(p.stdout)["tensors"]), p.stdout[:300]
+    rows = json.loads(run("mappings", "--for", src, "--json").stdout)
+    applies = {m["name"] for m in rows if m["applies"]}
+    assert applies == {"identity", "llama-hf-to-megatron", "strip-wrapper-prefixes"}, applies
+    gpt2 = next(m for m in rows if m["name"] == "gpt2-conv1d-to-linear")
+    assert gpt2["why"] == "reads GPT2LMHeadModel, the source is LlamaForCausalLM", gpt2
+    print("mappings: listed with descriptions; found by name; --for names the three that apply to a Llama")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ckptfs-verify-")
     try:
@@ -220,6 +250,7 @@ def main():
         check_mapping_tests(d)
         lint_tests(d)
         explain_tests(d)
+        mapping_names(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
