@@ -14,7 +14,27 @@ missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
+# the real llama.cpp for the GGUF tests: node-llama-cpp's prebuilt binaries
+# (npm), into build-node/ beside the build directories
+node_modules() {
+	local dir
+	dir="$(cd "$(dirname "$0")/.." && pwd)/build-node"
+	[ -f "$dir/node_modules/node-llama-cpp/package.json" ] && return 0
+	command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+	NODE_DIR="$dir"
+}
+NODE_DIR=
+node_modules
+install_node() {
+	[ -n "$NODE_DIR" ] || return 0
+	echo "install-deps: npm install node-llama-cpp@3.22.1 into $NODE_DIR" >&2
+	mkdir -p "$NODE_DIR"
+	(cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error node-llama-cpp@3.22.1 >/dev/null)
+}
+if [ ${#missing[@]} -eq 0 ]; then
+	install_node
+	exit 0
+fi
 if [ "$(id -u)" -ne 0 ]; then
 	echo "install-deps: need root to install: ${missing[*]}" >&2
 	exit 1
@@ -23,3 +43,4 @@ echo "install-deps: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_node

@@ -107,19 +107,20 @@ int ck_outdir_check_source(const char *outdir, const char *source, const struct 
 		return ck_fail_sys(err, ENOMEM, "convert");
 	struct stat st;
 	char d[PATH_MAX];
-	if (stat(source, &st) == 0 && S_ISDIR(st.st_mode))
+	/* a directory source: nothing may be written in it or below it (its
+	 * files may be links elsewhere, a Hugging Face cache's blobs: those
+	 * directories too). A single-file source: only containing the file is
+	 * refused (below), so `convert dl/model.gguf dl/hf` stays possible. */
+	if (stat(source, &st) == 0 && S_ISDIR(st.st_mode)) {
 		add_dir(dirs, &n, source);
-	else {
-		dir_of(source, d, sizeof d);
-		add_dir(dirs, &n, d);
-	}
-	for (size_t i = 0; i < cat->n_files; i++) {
-		char real[PATH_MAX];
-		dir_of(cat->files[i].path, d, sizeof d);
-		add_dir(dirs, &n, d);
-		if (realpath(cat->files[i].path, real)) {
-			dir_of(real, d, sizeof d);
+		for (size_t i = 0; i < cat->n_files; i++) {
+			char real[PATH_MAX];
+			dir_of(cat->files[i].path, d, sizeof d);
 			add_dir(dirs, &n, d);
+			if (realpath(cat->files[i].path, real)) {
+				dir_of(real, d, sizeof d);
+				add_dir(dirs, &n, d);
+			}
 		}
 	}
 	int rc = 0;

@@ -9,6 +9,10 @@ GGUF reader and writer written here from the format description
 - a round trip: a generated HF Llama (grouped-query heads) written as GGUF
   here, read back through the mapping, equals the original (`ckptfs diff`);
   the same GGUF written without the permutation must differ;
+- the real llama.cpp (node-llama-cpp) runs the tiny Llama GGUF, and a plain
+  torch Llama written here, fed the view through gguf-llama-to-hf.json,
+  gives the same logits (1e-3 relative) and the same greedy tokens; fed the
+  GGUF's Q/K rows as they are (no un-permutation), it does not;
 - the vocabulary-only GGUFs show their metadata and no tensors;
 - hostile headers (truncated, huge counts, bad alignment, a NUL in a key,
   5 dims, data past the end, overlapping tensors, a quantized type) are
@@ -95,8 +99,16 @@ def write_gguf(path, meta, tensors, align=32):
     def string(s):
         e = s.encode()
         return struct.pack("<Q", len(e)) + e
+
+    def value(t, v):
+        if t == 8:
+            return string(v)
+        if t == 9:  # (element type, list)
+            et, items = v
+            return struct.pack("<IQ", et, len(items)) + b"".join(value(et, x) for x in items)
+        return struct.pack(SCALARS[t], v)
     for k, (t, v) in meta.items():
-        out += string(k) + struct.pack("<I", t) + (string(v) if t == 8 else struct.pack(SCALARS[t], v))
+        out += string(k) + struct.pack("<I", t) + value(t, v)
     off, blobs = 0, []
     for name, (t, shape, raw) in tensors.items():
         out += string(name) + struct.pack("<I", len(shape))
@@ -164,9 +176,111 @@ def real_fixture(d):
     print("real GGUFs: the tiny Llama's 12 tensors exact, through the mapping unpermuted; 6 vocabularies")
 
 
-def round_trip(d):
-    src = os.path.join(d, "llama")
+def llama_forward(w, cfg, toks):
+    """Hugging Face LlamaForCausalLM, in plain torch: RMSNorm, rotary
+    embedding on halves (rotate_half), grouped-query attention, SwiGLU."""
+    import torch
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv, eps = cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+    hd, T = H // nh, len(toks)
+
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+    def rot(x):
+        h = x.shape[-1] // 2
+        return torch.cat([-x[..., h:], x[..., :h]], -1)
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
+    ang = torch.arange(T).double()[:, None] * inv[None]
+    ang = torch.cat([ang, ang], -1)
+    cos, sin = ang.cos().float(), ang.sin().float()
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = w["model.embed_tokens.weight"][toks]
+    for L in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{L}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, nh, hd).transpose(0, 1)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        a = torch.softmax(q @ k.transpose(1, 2) / hd ** 0.5 + mask, -1) @ v
+        x = x + a.transpose(0, 1).reshape(T, H) @ w[p + "self_attn.o_proj.weight"].T
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        x = x + (torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T) *
+                 (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+    return rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
+
+
+def llama_cpp(modules, path, toks):
+    import torch
+    p = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_logits.mjs"),
+                        modules, path, json.dumps(toks)], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return torch.tensor(json.loads(p.stdout.strip().splitlines()[-1]))
+
+
+def torch_logits(gguf, out, toks):
+    """A torch Llama over the Hugging Face view ckptfs makes of a GGUF."""
+    import torch
+    ckref.run(CKPTFS, "convert", gguf, out, "--quiet", "--mapping", MAP)
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    w = {k: torch.tensor(v[2].astype(np.float32)) for k, v in ckref.read_checkpoint_dir(out).items()}
+    return llama_forward(w, cfg, toks), w, cfg
+
+
+def rel(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+def llama_cpp_logits(d):
+    modules = os.path.join(TESTS, "..", "build-node", "node_modules")
+    assert os.path.isdir(os.path.join(modules, "node-llama-cpp")), \
+        f"{modules}: node-llama-cpp is missing (tools/install-deps.sh installs it)"
+    # the real tiny Llama written by llama.cpp's converter
+    real = os.path.join(REAL, "ollama-tiny-random", "llama-2-tiny-random.gguf")
+    toks = [1, 450, 4996, 17354, 338, 263, 1243]
+    want = llama_cpp(modules, real, toks)
+    got, _, _ = torch_logits(real, os.path.join(d, "real-hf"), toks)
+    r_real = rel(got, want)
+    assert r_real < 1e-3 and got.argmax(-1).tolist() == want.argmax(-1).tolist(), r_real
+    # a generated Llama (values up to 2, 8 heads in 2 groups) as the converter writes it
+    src = os.path.join(d, "gen")
     ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
+    good = os.path.join(d, "gen.gguf")
+    llama_gguf(src, good, True, 0.25)
+    toks = [1, 5, 9, 200, 31, 77, 128, 3]
+    want = llama_cpp(modules, good, toks)
+    got, w, cfg = torch_logits(good, os.path.join(d, "gen-hf"), toks)
+    r_gen = rel(got, want)
+    assert r_gen < 1e-3 and got.argmax(-1).tolist() == want.argmax(-1).tolist(), r_gen
+    # negative controls: the GGUF's Q/K rows taken as they are (no un-permutation) ...
+    import torch
+    _, _, raw = read_gguf(good)
+    bad_w = dict(w)
+    for L in range(cfg["num_hidden_layers"]):
+        for name in ("q", "k"):
+            dt, shape, b = raw[f"blk.{L}.attn_{name}.weight"]
+            bad_w[f"model.layers.{L}.self_attn.{name}_proj.weight"] = torch.tensor(
+                np.frombuffer(b, dtype="<f4").reshape(shape).copy())
+    r_bad = rel(llama_forward(bad_w, cfg, toks), want)
+    assert r_bad > 1e-2, f"without un-permuting Q/K the logits still match ({r_bad:.2e})"
+    # ... and a GGUF written without the permutation, run by llama.cpp
+    unperm = os.path.join(d, "gen-unpermuted.gguf")
+    llama_gguf(src, unperm, False, 0.25)
+    r_unp = rel(got, llama_cpp(modules, unperm, toks))
+    assert r_unp > 1e-2, f"llama.cpp without the permutation still matches ({r_unp:.2e})"
+    print(f"llama.cpp logits = a torch Llama over the mapped view: real tiny Llama {r_real:.1e}, "
+          f"generated {r_gen:.1e} relative (same greedy tokens); Q/K not un-permuted: {r_bad:.1e}; "
+          f"GGUF without the permutation: {r_unp:.1e}")
+
+
+def llama_gguf(src, path, do_permute, scale=1.0):
+    """A Hugging Face Llama as llama.cpp's converter writes it (reference/gguf.md):
+    names, Q/K rows permuted for its rope (unless do_permute is False), the
+    metadata llama.cpp needs, a placeholder byte-level vocabulary. scale
+    multiplies the matrices (the generator's values reach 2, far above a
+    trained model's, and would saturate the attention)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = ckref.read_checkpoint_dir(src)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -175,29 +289,41 @@ def round_trip(d):
            "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
            "mlp.down_proj": "ffn_down"}
+    vocab = cfg["vocab_size"]
     meta = {"general.architecture": (8, "llama"), "llama.context_length": (4, 2048),
             "llama.embedding_length": (4, cfg["hidden_size"]), "llama.block_count": (4, cfg["num_hidden_layers"]),
             "llama.feed_forward_length": (4, cfg["intermediate_size"]),
             "llama.attention.head_count": (4, cfg["num_attention_heads"]),
             "llama.attention.head_count_kv": (4, cfg["num_key_value_heads"]),
-            "llama.attention.layer_norm_rms_epsilon": (6, 1e-5), "llama.rope.freq_base": (6, 10000.0)}
+            "llama.rope.dimension_count": (4, cfg["hidden_size"] // cfg["num_attention_heads"]),
+            "llama.attention.layer_norm_rms_epsilon": (6, cfg["rms_norm_eps"]),
+            "llama.rope.freq_base": (6, float(cfg["rope_theta"])),
+            "tokenizer.ggml.model": (8, "gpt2"),
+            "tokenizer.ggml.tokens": (9, (8, [f"t{i}" for i in range(vocab)])),
+            "tokenizer.ggml.token_type": (9, (5, [1] * vocab)),
+            "tokenizer.ggml.merges": (9, (8, []))}
+    out = {}
+    for k, (dt, shape, a) in st.items():
+        g = names.get(k)
+        if not g:
+            parts = k.split(".")
+            g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.weight"
+        if len(shape) == 2 and scale != 1.0:
+            a = (a.astype(np.float32) * np.float32(scale))
+        if do_permute and g.endswith("attn_q.weight"):
+            a = permute(a, cfg["num_attention_heads"])
+        if do_permute and g.endswith("attn_k.weight"):
+            a = permute(a, cfg["num_key_value_heads"])
+        out[g] = (0, list(shape), np.ascontiguousarray(a).tobytes())
+    write_gguf(path, meta, out)
 
-    def gguf_of(do_permute):
-        out = {}
-        for k, (dt, shape, a) in st.items():
-            g = names.get(k)
-            if not g:
-                parts = k.split(".")
-                g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.weight"
-            if do_permute and g.endswith("attn_q.weight"):
-                a = permute(a, cfg["num_attention_heads"])
-            if do_permute and g.endswith("attn_k.weight"):
-                a = permute(a, cfg["num_key_value_heads"])
-            out[g] = (0, list(shape), np.ascontiguousarray(a).tobytes())
-        return out
+
+def round_trip(d):
+    src = os.path.join(d, "llama")
+    ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
     good, bad = os.path.join(d, "good.gguf"), os.path.join(d, "unpermuted.gguf")
-    write_gguf(good, meta, gguf_of(True))
-    write_gguf(bad, meta, gguf_of(False))
+    llama_gguf(src, good, True)
+    llama_gguf(src, bad, False)
     p = run("diff", src, good, "--mapping", MAP)
     assert p.returncode == 0, p.stdout + p.stderr
     p = run("diff", src, bad, "--mapping", MAP)
@@ -251,6 +377,7 @@ def main():
     d = tempfile.mkdtemp(prefix="ckptfs-gguf-")
     try:
         real_fixture(d)
+        llama_cpp_logits(d)
         round_trip(d)
         hostile(d)
     finally:
