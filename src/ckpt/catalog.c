@@ -200,12 +200,11 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 		if (ck_torchbin_read_legacy(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
 			return -1;
 		fmt = "pytorch-legacy";
-	} else if (!ck_looks_safetensors(head, nh, f->size)) {
-		const char *found = ck_sniff_other(head, nh);
-		return ck_fail(err, CK_E_SOURCE, "%s: %s", f->path,
-			       found ? found : "not a checkpoint ckptfs reads (safetensors, torch.save "
-					       "zip or legacy, DCP)");
+	} else if (!ck_looks_safetensors(head, nh, f->size) && ck_sniff_other(head, nh)) {
+		/* a format ckptfs knows but does not read: say which */
+		return ck_fail(err, CK_E_SOURCE, "%s: %s", f->path, ck_sniff_other(head, nh));
 	} else if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0) {
+		/* anything else is read as safetensors, whose parser says what is wrong */
 		return -1;
 	}
 	cat->n_skipped += cat->left_out.total - before;
