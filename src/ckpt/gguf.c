@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kern/ggml.h"
 #include "../util/fileio.h"
 #include "../util/strmap.h"
 
@@ -240,16 +241,6 @@ static enum ck_dtype ggml_dtype(uint32_t t)
 	}
 }
 
-static const char *ggml_name(uint32_t t)
-{
-	static const char *const n[] = {"F32",  "F16",  "Q4_0", "Q4_1", "(4)",  "(5)",	"Q5_0",
-					"Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-					"Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-					"IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
-					"I64",	"F64",	"IQ1_M", "BF16"};
-	return t < sizeof n / sizeof *n ? n[t] : "unknown";
-}
-
 static int cmp_off(const void *a, const void *b)
 {
 	const struct ck_tensor_info *x = a, *y = b;
@@ -277,12 +268,22 @@ static int read_infos(struct rd *r, uint64_t n, struct ck_st_header *out)
 				return -1;
 		if (rd_u32(r, &type) < 0 || rd_u64(r, &off) < 0)
 			return -1;
+		size_t qk = 0, qb = 0;
 		t->dtype = ggml_dtype(type);
+		if (t->dtype == CK_DT_INVALID && ck_ggml_block(type, &qk, &qb)) {
+			t->dtype = CK_DT_F32; /* decoded on read */
+			t->quant = type;
+		}
 		if (t->dtype == CK_DT_INVALID)
 			return ck_fail(r->err, CK_E_SOURCE,
-				       "%s: tensor \"%s\": ggml type %s (%u) is not supported as a "
-				       "source yet (F32, F16, BF16, F64, I8-I64 are)",
-				       r->what, t->name, ggml_name(type), type);
+				       "%s: tensor \"%s\": ggml type %s (%u) is not supported (F32, "
+				       "F16, BF16, F64, I8-I64, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K are)",
+				       r->what, t->name, ck_ggml_type_name(type), type);
+		if (qk && dims[0] % qk)
+			return ck_fail(r->err, CK_E_SOURCE,
+				       "%s: tensor \"%s\": rows of %llu do not divide into %s blocks of %zu",
+				       r->what, t->name, (unsigned long long)dims[0],
+				       ck_ggml_type_name(type), qk);
 		t->ndim = (int)nd;
 		for (uint32_t d = 0; d < nd; d++) { /* GGUF lists the fastest dim first */
 			if (dims[d] > (uint64_t)1 << 48)
@@ -295,6 +296,7 @@ static int read_infos(struct rd *r, uint64_t n, struct ck_st_header *out)
 		    ck_shape_bytes(t->shape, t->ndim, t->dtype, &t->nbytes) < 0)
 			return ck_fail(r->err, CK_E_SOURCE, "%s: tensor \"%s\": size overflows",
 				       r->what, t->name);
+		t->qbytes = qk ? t->numel / qk * qb : t->nbytes; /* the bytes in the file */
 		t->offset = off; /* relative to the data section until it is known */
 	}
 	return 0;
@@ -380,19 +382,19 @@ int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header
 	for (size_t i = 0; i < out->n_tensors; i++) {
 		struct ck_tensor_info *t = &out->tensors[i];
 		if (t->offset % alignment || t->offset > size - data ||
-		    t->nbytes > size - data - t->offset) {
+		    t->qbytes > size - data - t->offset) {
 			ck_fail(err, CK_E_SOURCE,
 				"%s: tensor \"%s\": data at %llu (%llu bytes) is misaligned or runs past "
 				"the end of the file",
 				what, t->name, (unsigned long long)t->offset,
-				(unsigned long long)t->nbytes);
+				(unsigned long long)t->qbytes);
 			goto out;
 		}
 		t->offset += data;
 	}
 	qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_off);
 	for (size_t i = 1; i < out->n_tensors; i++)
-		if (out->tensors[i - 1].offset + out->tensors[i - 1].nbytes > out->tensors[i].offset) {
+		if (out->tensors[i - 1].offset + out->tensors[i - 1].qbytes > out->tensors[i].offset) {
 			ck_fail(err, CK_E_SOURCE, "%s: tensors \"%s\" and \"%s\" overlap", what,
 				out->tensors[i - 1].name, out->tensors[i].name);
 			goto out;

@@ -1,8 +1,9 @@
 /* GGUF files (llama.cpp) as sources (../shared/reference/gguf.md): the
  * header's metadata and tensor infos are read, tensors become catalog
  * entries in torch order (GGUF lists dims fastest first) served in place.
- * Element types read: F32, F16, BF16, F64, I8, I16, I32, I64; quantized
- * blocks (Q4_0, Q8_0, K-quants, ...) are refused with their type named.
+ * Element types read: F32, F16, BF16, F64, I8, I16, I32, I64 in place;
+ * Q4_0, Q8_0, Q4_K, Q5_K and Q6_K blocks decoded to F32 on read (the
+ * engine reads whole blocks); others are refused with their type named.
  * Everything in the header is untrusted: counts, lengths, dims, the
  * alignment and every offset are bounded by the file. */
 #ifndef CK_GGUF_H

@@ -25,6 +25,10 @@ struct ck_tensor_info {
 	/* a view (torch sources): its element strides (ndim of them, owned);
 	 * NULL when C-contiguous */
 	int64_t *stride;
+	/* a GGUF tensor of quantized blocks (ggml type; 0: none): served as F32
+	 * (dtype, nbytes), stored as qbytes of blocks along the fastest dim */
+	uint32_t quant;
+	uint64_t qbytes;
 };
 
 struct ck_st_meta {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -66,6 +67,7 @@ static void mount_help(FILE *f)
 		"  -o gpu_mem=SIZE    device memory for the CUDA lanes (default 1GiB)\n"
 		"  -o gpu_min=SIZE    smaller reads stay on the CPU (default 256KiB)\n"
 		"  -o nonempty        mount over a directory that is not empty\n"
+		"  -o gguf_dequant=F32|BF16  quantized GGUF tensors decoded to (default F32)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  FUSE and mount options passed on: allow_other, allow_root, auto_unmount,\n"
 		"                     default_permissions, debug, fsname=, subtype=, max_read=,\n"
@@ -244,6 +246,10 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			*(KEY("gpu_mem") ? &o->device.gpu_mem : &o->device.gpu_min) = v;
 		} else if (KEY("nonempty")) {
 			o->nonempty = 1;
+		} else if (KEY("gguf_dequant")) {
+			if (!val || (strcasecmp(val, "F32") && strcasecmp(val, "BF16")))
+				return bad(err, opt, "F32 or BF16");
+			o->gguf_bf16 = !strcasecmp(val, "BF16");
 		} else if (fuse_option(opt, klen)) {
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
@@ -330,6 +336,15 @@ static int mount_main(int argc, char **argv, int *synced)
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
+	if (o.gguf_bf16) { /* every plan the daemon serves, alike */
+		int r = ck_plan_cast(v.plan, CK_DT_BF16, 1, &err);
+		for (size_t k = 0; r == 0 && k < v.n_ranks; k++)
+			r = ck_plan_cast(v.rank_plans[k], CK_DT_BF16, 1, &err);
+		if (r < 0) {
+			ck_view_close(&v);
+			return ck_cli_report(&err);
+		}
+	}
 	char mountpoint[PATH_MAX], mnt_sub[PATH_MAX];
 	if (ck_subst_rank(mnt_arg, va.mesh, v.rank, mnt_sub, sizeof mnt_sub, &err) < 0 ||
 	    (!realpath(mnt_sub, mountpoint) &&

@@ -447,6 +447,8 @@ int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t)
 		run *= v->shape[d];
 	}
 	const struct ck_tensor_info *src = &plan->cat->entries[p->src].t;
+	if (src->quant) /* quantized blocks are decoded, never served as they are */
+		return -1;
 	return (int64_t)(src->offset + (uint64_t)p->base * ck_dtype_size(src->dtype));
 }
 

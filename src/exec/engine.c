@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../kern/cpu.h"
+#include "../kern/ggml.h"
 
 void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uring)
 {
@@ -30,6 +31,7 @@ void ck_eval_ctx_free(struct ck_eval_ctx *c)
 	ck_gpu_lane_give(c->lane);
 	free(c->win);
 	free(c->scwin);
+	free(c->qwin);
 	free(c->reqs);
 	memset(c, 0, sizeof *c);
 }
@@ -93,11 +95,49 @@ static int cmp_dim_stride(const void *a, const void *b, void *ctx)
 	return x < y ? -1 : x > y;
 }
 
+static int grow(unsigned char **buf, size_t *cap, size_t need, const char *what,
+		struct ck_err *err);
+
+/* A quantized GGUF source: the whole blocks that hold elements [wlo, whi)
+ * (blocks run along the fastest dim, so the tensor is one sequence of
+ * them), decoded to F32 into the window. */
+static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
+		      unsigned char *win, struct ck_err *err)
+{
+	const struct ck_catalog *cat = c->eng->plan->cat;
+	const struct ck_tensor_info *t = &s->src->t;
+	size_t qk, qb;
+	ck_ggml_block(t->quant, &qk, &qb);
+	uint64_t b0 = (uint64_t)wlo / qk, b1 = ((uint64_t)whi + qk - 1) / qk;
+	size_t nbytes = (size_t)(b1 - b0) * qb;
+	if (grow(&c->qwin, &c->qwin_cap, nbytes, "quantized blocks", err) < 0)
+		return -1;
+	struct ck_io_req r = {cat->files[s->src->file].fd, t->offset + b0 * qb, nbytes, c->qwin};
+	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
+	atomic_fetch_add(&c->eng->read_requests, 1);
+	if (c->eng->dry_run)
+		return 0;
+	int rc = ck_io_read(&c->io, &r, 1);
+	if (rc < 0)
+		return ck_fail_sys(err, -rc, "%s: reading tensor \"%s\"",
+				   cat->files[s->src->file].path, t->name);
+	float block[256];
+	for (uint64_t b = b0; b < b1; b++) {
+		ck_ggml_dequant(t->quant, c->qwin + (b - b0) * qb, 1, block);
+		int64_t e0 = (int64_t)(b * qk), lo = e0 > wlo ? e0 : wlo;
+		int64_t hi = e0 + (int64_t)qk < whi ? e0 + (int64_t)qk : whi;
+		memcpy(win + (size_t)(lo - wlo) * 4, block + (lo - e0), (size_t)(hi - lo) * 4);
+	}
+	return 0;
+}
+
 /* Read the source elements of the step into the window (window[0] is source
  * element wlo), as runs in source order, coalescing small gaps. */
 static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
 		       unsigned char *win, struct ck_err *err)
 {
+	if (s->src->t.quant)
+		return read_quant(c, s, wlo, whi, win, err);
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	size_t ses = ck_dtype_size(s->src->t.dtype);
 	int fd = cat->files[s->src->file].fd;
@@ -162,7 +202,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
  * output, with no staging copy. */
 static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err *err)
 {
-	if (!ck_piece_plain(s->p) || c->on_gpu)
+	if (!ck_piece_plain(s->p) || c->on_gpu || s->src->t.quant)
 		return 0;
 	int first = 0;
 	while (first < s->ndim && s->hi[first] - s->lo[first] == 1)

@@ -42,6 +42,8 @@ struct ck_eval_ctx {
 	size_t win_cap;
 	unsigned char *scwin; /* block scales of the current step */
 	size_t scwin_cap;
+	unsigned char *qwin; /* quantized GGUF blocks before decoding */
+	size_t qwin_cap;
 	struct ck_io_req *reqs;
 	size_t reqs_cap;
 	struct ck_gpu_lane *lane; /* this evaluator's GPU lane, if any */

@@ -30,6 +30,7 @@ struct ck_fs_opts {
 	int zip_crc;		 /* compute pytorch_model.bin's CRC-32s before mounting */
 	int npy_f32;		 /* npy/ serves BF16 and FP8 targets widened to F32 */
 	int nonempty;		 /* the mount point may hold files */
+	int gguf_bf16;		 /* quantized GGUF tensors served as BF16 (default F32) */
 };
 
 /* What the mount shows: one view (dir "") at the root, or several (dir

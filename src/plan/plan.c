@@ -1184,12 +1184,27 @@ int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *
 	return ck_plan_refresh(p, err);
 }
 
+/* Whether every piece of t reads quantized GGUF blocks. */
+static int from_quantized(const struct ck_plan *p, const struct ck_target *t)
+{
+	for (size_t k = 0; k < t->v.n; k++)
+		if (!p->cat->entries[t->v.p[k].src].t.quant)
+			return 0;
+	return t->v.n > 0;
+}
+
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err)
+{
+	return ck_plan_cast(p, dt, 0, err);
+}
+
+int ck_plan_cast(struct ck_plan *p, enum ck_dtype dt, int only_quantized, struct ck_err *err)
 {
 	p->total_bytes = 0;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
-		if (ck_dtype_is_castable_float(t->v.dtype) && ck_value_cast(&t->v, dt, 0, err) < 0)
+		if (ck_dtype_is_castable_float(t->v.dtype) && (!only_quantized || from_quantized(p, t)) &&
+		    ck_value_cast(&t->v, dt, 0, err) < 0)
 			return -1;
 		ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &t->nbytes);
 		p->total_bytes += t->nbytes;

@@ -65,5 +65,8 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
 /* Cast every floating-point target to dt (convert --dtype). */
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
+/* The same for the targets decoded from quantized GGUF blocks only
+ * (mount -o gguf_dequant=BF16), or all (only_quantized 0). */
+int ck_plan_cast(struct ck_plan *p, enum ck_dtype dt, int only_quantized, struct ck_err *err);
 
 #endif

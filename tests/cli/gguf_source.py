@@ -13,6 +13,9 @@ GGUF reader and writer written here from the format description
   torch Llama written here, fed the view through gguf-llama-to-hf.json,
   gives the same logits (1e-3 relative) and the same greedy tokens; fed the
   GGUF's Q/K rows as they are (no un-permutation), it does not;
+- quantized tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), made with ggml's own
+  quantizer from the prebuilt library, decode to exactly the floats of
+  ggml's own dequantize_row_* (bit for bit), whole and sliced mid-block;
 - the vocabulary-only GGUFs show their metadata and no tensors;
 - hostile headers (truncated, huge counts, bad alignment, a NUL in a key,
   5 dims, data past the end, overlapping tensors, a quantized type) are
@@ -275,6 +278,87 @@ def llama_cpp_logits(d):
           f"GGUF without the permutation: {r_unp:.1e}")
 
 
+QUANT = {"Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
+         "Q6_K": (14, 256, 210)}
+
+
+def ggml_lib():
+    import ctypes
+    import glob
+    found = glob.glob(os.path.join(TESTS, "..", "build-node", "node_modules", "@node-llama-cpp", "linux-x64",
+                                   "bins", "linux-x64", "libggml-base.so"))
+    assert found, "libggml-base.so from node-llama-cpp is missing (tools/install-deps.sh installs it)"
+    lib = ctypes.CDLL(found[0])
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    return lib
+
+
+def quantized(d):
+    import ctypes
+    lib = ggml_lib()
+    rng = np.random.default_rng(7)
+    rows, cols = 6, 512
+    tensors, want = {}, {}
+    for name, (t, qk, qb) in QUANT.items():
+        x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 3)).astype(np.float32)
+        q = np.zeros(rows * cols // qk * qb, np.uint8)
+        assert lib.ggml_quantize_chunk(t, x.ctypes.data, q.ctypes.data, 0, rows, cols, None) == q.size
+        deq = getattr(lib, "dequantize_row_" + name.lower().replace("_k", "_K"))
+        deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        y = np.zeros(rows * cols, np.float32)
+        deq(q.ctypes.data, y.ctypes.data, rows * cols)
+        tensors[f"w.{name}"] = (t, [rows, cols], q.tobytes())
+        want[f"w.{name}"] = y.reshape(rows, cols)
+    path = os.path.join(d, "quantized.gguf")
+    write_gguf(path, {"general.architecture": (8, "test")}, tensors)
+    js = json.loads(run("inspect", path, "--json").stdout)
+    assert {t["name"]: (t["dtype"], t["shape"]) for t in js["tensors"]} == \
+        {k: ("F32", [rows, cols]) for k in want}, js["tensors"]
+    out = os.path.join(d, "deq")
+    ckref.run(CKPTFS, "convert", path, out, "--quiet")
+    got = ckref.read_checkpoint_dir(out)
+    for k, y in want.items():
+        assert got[k][2].tobytes() == y.tobytes(), f"{k}: not ggml's dequantized floats"
+    # slices that start and end inside blocks: the engine decodes whole blocks
+    sl = os.path.join(d, "slice.json")
+    json.dump({"rules": [{"from": "w.{q}", "to": "s.{q}", "expr": "x.narrow(1, 37, 300).narrow(0, 1, 4).t()"}]},
+              open(sl, "w"))
+    out = os.path.join(d, "deq-slices")
+    ckref.run(CKPTFS, "convert", path, out, "--quiet", "--mapping", sl)
+    got = ckref.read_checkpoint_dir(out)
+    for k, y in want.items():
+        ref = np.ascontiguousarray(y[1:5, 37:337].T)
+        assert got["s." + k[2:]][2].tobytes() == ref.tobytes(), f"{k}: a mid-block slice differs"
+    bf = os.path.join(d, "deq-bf16")
+    ckref.run(CKPTFS, "convert", path, bf, "--quiet", "--dtype", "BF16")
+    got = ckref.read_checkpoint_dir(bf)
+    for k, y in want.items():  # round to nearest even, computed here
+        u = y.view(np.uint32).astype(np.uint64)
+        r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        assert (got[k][2] == r.reshape(y.shape)).all(), f"{k}: BF16 differs"
+    print("quantized GGUF tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K from ggml's quantizer): decoded bit for bit "
+          "as ggml's dequantize_row_*, whole, mid-block slices and cast to BF16")
+    if "--mount" in sys.argv:
+        from mountlib import Mount
+        for opts, bf16 in ((None, False), ("gguf_dequant=BF16", True)):
+            with Mount(path, opts=opts) as m:
+                for k, y in want.items():
+                    data = open(m.path("tensors", k), "rb").read()
+                    if bf16:
+                        u = y.view(np.uint32).astype(np.uint64)
+                        ref = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+                    else:
+                        ref = y.tobytes()
+                    assert data == ref, (k, opts)
+                    tail = open(m.path("tensors", k), "rb")
+                    tail.seek(len(ref) - 1000)  # a read that starts mid-block
+                    assert tail.read() == ref[-1000:], (k, opts)
+                    tail.close()
+        print("the mount serves the decoded tensors, as F32 and with -o gguf_dequant=BF16")
+
+
 def llama_gguf(src, path, do_permute, scale=1.0):
     """A Hugging Face Llama as llama.cpp's converter writes it (reference/gguf.md):
     names, Q/K rows permuted for its rope (unless do_permute is False), the
@@ -363,21 +447,26 @@ def hostile(d):
     case("dims", one([1, 1, 1, 1, 1]), "5 dims")
     case("past", one([1000], data=bytes(64)), "runs past the end")
     case("misaligned", one([2], off=4, data=bytes(64)), "misaligned")
-    case("quantized", one([32], t=12, data=bytes(256)), "ggml type Q4_K (12) is not supported")
+    case("quantized", one([32], t=3, data=bytes(256)), "ggml type Q4_1 (3) is not supported")
+    case("blocks", one([100], t=12, data=bytes(512)), "do not divide into Q4_K blocks of 256")
     case("huge-dim", one([1 << 62]), "too large")
     b = hdr + struct.pack("<QQ", 2, 0)
     for n in (b"a", b"b"):
         b += struct.pack("<Q", 1) + n + struct.pack("<IQIQ", 1, 16, 0, 0)
     case("overlap", b + b"\0" * (-len(b) % 32) + bytes(64), "overlap")
-    print("hostile GGUF headers: 15 classes refused with one line")
+    print("hostile GGUF headers: 16 classes refused with one line")
 
 
 def main():
+    if "--mount" in sys.argv:
+        from mountlib import skip_unless_fuse
+        skip_unless_fuse()
     assert os.path.isdir(REAL), f"{REAL}: the real-file fixtures (../shared) are missing"
     d = tempfile.mkdtemp(prefix="ckptfs-gguf-")
     try:
         real_fixture(d)
         llama_cpp_logits(d)
+        quantized(d)
         round_trip(d)
         hostile(d)
     finally:

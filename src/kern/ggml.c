@@ -1,0 +1,127 @@
+#include "ggml.h"
+
+#include <string.h>
+
+#include "fpconv.h"
+
+enum { Q4_0 = 2, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+
+int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes)
+{
+	switch (type) {
+	case Q4_0: *elems = 32, *bytes = 18; return 1;
+	case Q8_0: *elems = 32, *bytes = 34; return 1;
+	case Q4_K: *elems = 256, *bytes = 144; return 1;
+	case Q5_K: *elems = 256, *bytes = 176; return 1;
+	case Q6_K: *elems = 256, *bytes = 210; return 1;
+	default: return 0;
+	}
+}
+
+const char *ck_ggml_type_name(uint32_t t)
+{
+	static const char *const n[] = {"F32",	   "F16",    "Q4_0",	"Q4_1",	   "(4)",    "(5)",
+					"Q5_0",	   "Q5_1",   "Q8_0",	"Q8_1",	   "Q2_K",   "Q3_K",
+					"Q4_K",	   "Q5_K",   "Q6_K",	"Q8_K",	   "IQ2_XXS", "IQ2_XS",
+					"IQ3_XXS", "IQ1_S",  "IQ4_NL",	"IQ3_S",   "IQ2_S",  "IQ4_XS",
+					"I8",	   "I16",    "I32",	"I64",	   "F64",    "IQ1_M",
+					"BF16"};
+	return t < sizeof n / sizeof *n ? n[t] : "unknown";
+}
+
+static float half(const unsigned char *p)
+{
+	uint16_t h;
+	memcpy(&h, p, 2);
+	return ck_f16_to_f32(h);
+}
+
+/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
+static void scale_min_k4(int j, const unsigned char *q, unsigned *d, unsigned *m)
+{
+	if (j < 4) {
+		*d = q[j] & 63;
+		*m = q[j + 4] & 63;
+	} else {
+		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+	}
+}
+
+static void q4_0(const unsigned char *b, float *y)
+{
+	float d = half(b);
+	for (int j = 0; j < 16; j++) {
+		y[j] = (float)((b[2 + j] & 0x0F) - 8) * d;
+		y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
+	}
+}
+
+static void q8_0(const unsigned char *b, float *y)
+{
+	float d = half(b);
+	for (int j = 0; j < 32; j++)
+		y[j] = (float)(int8_t)b[2 + j] * d;
+}
+
+/* Q4_K: d, dmin (f16), scales[12], qs[128]; Q5_K adds qh[32] before qs. */
+static void qk45(const unsigned char *b, float *y, int five)
+{
+	float d = half(b), min = half(b + 2);
+	const unsigned char *sc = b + 4, *qh = b + 16, *q = b + (five ? 48 : 16);
+	unsigned u1 = 1, u2 = 2;
+	for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
+		unsigned s, m;
+		scale_min_k4(is, sc, &s, &m);
+		float d1 = d * (float)s, m1 = min * (float)m;
+		scale_min_k4(is + 1, sc, &s, &m);
+		float d2 = d * (float)s, m2 = min * (float)m;
+		for (int l = 0; l < 32; l++)
+			*y++ = d1 * (float)((q[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+		for (int l = 0; l < 32; l++)
+			*y++ = d2 * (float)((q[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
+		q += 32;
+		u1 <<= 2;
+		u2 <<= 2;
+	}
+}
+
+/* Q6_K: ql[128], qh[64], scales[16] (i8), d (f16). */
+static void q6_k(const unsigned char *b, float *y)
+{
+	const unsigned char *ql = b, *qh = b + 128;
+	const int8_t *sc = (const int8_t *)(b + 192);
+	float d = half(b + 208);
+	for (int n = 0; n < 256; n += 128) {
+		for (int l = 0; l < 32; l++) {
+			int is = l / 16;
+			int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+			int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+			int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+			int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+			y[l] = d * (float)sc[is] * (float)q1;
+			y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+			y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+			y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+		}
+		y += 128;
+		ql += 64;
+		qh += 32;
+		sc += 8;
+	}
+}
+
+void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float *out)
+{
+	size_t elems, bytes;
+	if (!ck_ggml_block(type, &elems, &bytes))
+		return;
+	for (size_t i = 0; i < n; i++, blocks += bytes, out += elems)
+		switch (type) {
+		case Q4_0: q4_0(blocks, out); break;
+		case Q8_0: q8_0(blocks, out); break;
+		case Q4_K: qk45(blocks, out, 0); break;
+		case Q5_K: qk45(blocks, out, 1); break;
+		default: q6_k(blocks, out); break;
+		}
+}

@@ -1,0 +1,17 @@
+/* ggml's quantized blocks (GGUF sources), decoded to F32 exactly as ggml's
+ * reference dequantize_row_* do (the tests compare with the prebuilt
+ * library's own, bit for bit): Q4_0 and Q8_0 (32 weights a block), Q4_K,
+ * Q5_K and Q6_K (256 a super-block). Blocks run along the fastest dim. */
+#ifndef CK_GGML_H
+#define CK_GGML_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Elements and bytes per block of a ggml type; 0 when ckptfs cannot decode it. */
+int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes);
+const char *ck_ggml_type_name(uint32_t type);
+/* Decode n blocks of type into out (n * elems floats). */
+void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float *out);
+
+#endif
