@@ -176,6 +176,14 @@ def real_fixture(d):
         assert p.returncode == 0, (f, p.stderr)
         js = json.loads(p.stdout)
         assert js["tensors"] == [] and "tokenizer.ggml.model" in js["metadata"], f
+    if "--mount" in sys.argv:  # the same view through a mount: config.json and every tensor
+        from mountlib import Mount
+        with Mount(path, maps=[MAP]) as m:
+            assert json.load(open(m.path("config.json"))) == cfg
+            files = {t["name"]: t["file"] for t in m.plan()["targets"]}
+            for k, v in got.items():
+                assert open(m.path(files[k]), "rb").read() == v[2].tobytes(), k
+        print("the mounted HF view of the GGUF: config.json and every tensor as converted")
     print("real GGUFs: the tiny Llama's 12 tensors exact, through the mapping unpermuted; 6 vocabularies")
 
 
