@@ -5,34 +5,58 @@
 #include "ckptfs_config.h"
 #include "cli.h"
 
+/* One entry a verb: its synopsis and what it does. `ckptfs help` prints
+ * them all, `ckptfs VERB --help` its own (mount has a longer one). */
+static const struct verb_help {
+	const char *verb, *text;
+} verbs[] = {
+	{"inspect", "  inspect SOURCE [--mapping MAP]... [--json] [--groups] [--expect KEYS.json]\n"
+		    "          [--io-plan] [--explain KEY[INDEX]]\n"
+		    "      list tensors of the source, or of the target view through mappings\n"},
+	{"convert", "  convert SOURCE OUTDIR [--mapping MAP]... [--max-shard-size SIZE]\n"
+		    "          [--dtype DTYPE] [--overwrite] [--threads N] [--no-uring]\n"
+		    "          [--progress|--quiet]\n"
+		    "          [--device cpu|cuda|cuda:N|auto] [--gpu-mem SIZE] [--gpu-min SIZE]\n"
+		    "      write the target view as a safetensors checkpoint (never over the\n"
+		    "      source; an OUTDIR holding a checkpoint only with --overwrite)\n"},
+	{"mount", "  mount SOURCE MOUNTPOINT [--mapping MAP]... [--device DEV] [-f] [-o OPT,...]\n"
+		  "      serve the target view as files (ckptfs mount --help for options)\n"},
+	{"diff", "  diff A B [--mapping MAP]... [--atol X] [--rtol Y] [--ulp N] [--json]\n"
+		 "      compare two checkpoints tensor by tensor (B through the mappings)\n"},
+	{"check-mapping", "  check-mapping MAP --inverse MAP2 (--model llama|gpt2|mixtral | --source SRC)\n"
+			  "      prove MAP then MAP2 gives the source back byte for byte\n"},
+	{"mappings", "  mappings [--for SOURCE] [--json]\n"
+		     "      the shipped mappings (--mapping NAME finds them); with --for, which\n"
+		     "      ones apply to a checkpoint\n"},
+};
+
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: ckptfs COMMAND [ARGS]\n"
-		   "commands:\n"
-		   "  inspect SOURCE [--mapping MAP]... [--json] [--groups] [--expect KEYS.json]\n"
-		   "          [--io-plan]\n"
-		   "      list tensors of the source, or of the target view through mappings\n"
-		   "  convert SOURCE OUTDIR [--mapping MAP]... [--max-shard-size SIZE]\n"
-		   "          [--dtype DTYPE] [--overwrite] [--threads N] [--no-uring]\n"
-		   "          [--progress|--quiet]\n"
-		   "          [--device cpu|cuda|cuda:N|auto] [--gpu-mem SIZE] [--gpu-min SIZE]\n"
-		   "      write the target view as a safetensors checkpoint (never over the\n"
-		   "      source; an OUTDIR holding a checkpoint only with --overwrite)\n"
-		   "  mount SOURCE MOUNTPOINT [--mapping MAP]... [--device DEV] [-f] [-o OPT,...]\n"
-		   "      serve the target view as files (ckptfs mount --help for options)\n"
-		   "  diff A B [--mapping MAP]... [--atol X] [--rtol Y] [--ulp N] [--json]\n"
-		   "      compare two checkpoints tensor by tensor (B through the mappings)\n"
-		   "  check-mapping MAP --inverse MAP2 (--model llama|gpt2|mixtral | --source SRC)\n"
-		   "      prove MAP then MAP2 gives the source back byte for byte\n"
-		   "  each also takes --mesh AXIS=N[,...] --rank R (a per-rank view) or\n"
-		   "  --shard-groups [--world-size N --rank R] (whole groups per process)\n"
-		   "  mappings [--for SOURCE] [--json]\n"
-		   "      the shipped mappings (--mapping NAME finds them); with --for, which\n"
-		   "      ones apply to a checkpoint\n"
+	fprintf(f, "usage: ckptfs COMMAND [ARGS]\ncommands:\n");
+	for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
+		fputs(verbs[k].text, f);
+	fprintf(f, "  inspect, convert and mount also take --mesh AXIS=N[,...] --rank R (a\n"
+		   "  per-rank view) or --shard-groups [--world-size N --rank R] (whole groups\n"
+		   "  per process); --mapping takes a file or a shipped mapping's name\n"
 		   "  version                   version and optional features built in\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"
 		   "             4 invalid mapping, 5 --expect mismatch or checkpoints differ\n");
+}
+
+/* ckptfs VERB --help (or -h): the verb's own entry. */
+static int verb_help(const char *cmd, int argc, char **argv)
+{
+	if (!strcmp(cmd, "mount"))
+		return 0; /* mount --help has the option list */
+	for (int i = 2; i < argc; i++)
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+			for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
+				if (!strcmp(verbs[k].verb, cmd)) {
+					printf("usage:\n%s", verbs[k].text);
+					return 1;
+				}
+	return 0;
 }
 
 int ck_cli_report(const struct ck_err *err)
@@ -55,6 +79,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *cmd = argv[1];
+	if (verb_help(cmd, argc, argv))
+		return 0;
 	if (!strcmp(cmd, "inspect"))
 		return ck_cmd_inspect(argc - 1, argv + 1);
 	if (!strcmp(cmd, "convert"))

@@ -159,7 +159,16 @@ def cli_rules(d, src):
         json.dump(names[1:] + ["not.a.key"], f)
     p = run("inspect", src, "--expect", plain)
     assert p.returncode == 5 and "not.a.key" in p.stdout and names[0] in p.stdout, p.stdout
-    print("CLI rules: one line and exit 2 for usage errors, 4 for a missing mapping; dtype names; plain --expect lists")
+    # every verb answers --help with its own entry of `ckptfs help`, exit 0
+    full = run("help").stdout
+    readme = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")).read()
+    for verb in ("inspect", "convert", "mount", "diff", "check-mapping", "mappings"):
+        h = run(verb, "--help")
+        assert h.returncode == 0 and h.stdout.strip(), (verb, h.stderr)
+        if verb != "mount":
+            assert h.stdout.split("\n", 1)[1] in full, verb
+        assert f"ckptfs {verb}" in readme, f"the README's CLI does not show {verb}"
+    print("CLI rules: one line and exit 2 for usage errors, 4 for a missing mapping; dtype names; plain --expect lists; --help per verb")
 
 
 def fifos(d, src):
