@@ -24,7 +24,7 @@ command -v clang >/dev/null || { apt-get update -qq && apt-get install -y -qq cl
 out=build-fuzz
 mkdir -p "$out"
 [ -f build/ckptfs_config.h ] || meson setup build >/dev/null
-core=(src/util/*.c src/ckpt/*.c src/map/*.c src/plan/*.c)
+core=(src/util/*.c src/ckpt/*.c src/layout/*.c src/map/*.c src/plan/*.c)
 failed=()
 for t in "${targets[@]}"; do
 	bin="$out/fuzz_$t"

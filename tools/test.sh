@@ -24,6 +24,9 @@ setup() { # dir options...
 }
 
 rc=0
+echo "== include direction (src/README.md)"
+bash tools/check_includes.sh || rc=1
+
 echo "== build-test: -Wall -Wextra -Werror, CUDA $cuda"
 setup build-test -Dcuda=$cuda
 meson compile -C build-test >/dev/null

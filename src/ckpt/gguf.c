@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../kern/ggml.h"
+#include "ggml_types.h"
 #include "../util/fileio.h"
 #include "../util/strmap.h"
 

@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "../kern/device.h"
 #include "../kern/gpu.h"
 #include "../plan/plan.h"
 #include "io.h"
@@ -32,7 +33,6 @@ struct ck_engine {
 	atomic_uint_fast64_t gpu_reads, gpu_bytes;
 };
 
-#define CK_GPU_MIN_DEFAULT (256u << 10)
 
 /* Per-thread scratch: the I/O ring and the staging window. */
 struct ck_eval_ctx {

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../exec/engine.h"
 
 void ck_device_init(struct ck_device *d)
 {

@@ -20,6 +20,10 @@ struct ck_device {
 	uint64_t gpu_min; /* smallest read worth the GPU */
 };
 
+/* Reads from this size go to the GPU when it is on (smaller ones are not
+ * worth a PCIe round trip). */
+#define CK_GPU_MIN_DEFAULT (256u << 10)
+
 /* The default: cpu, CK_GPU_MEM_DEFAULT, CK_GPU_MIN_DEFAULT. */
 void ck_device_init(struct ck_device *d);
 /* Parse a --device value into d->kind and d->index (syntax only; no GPU

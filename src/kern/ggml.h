@@ -8,9 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Elements and bytes per block of a ggml type; 0 when ckptfs cannot decode it. */
-int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes);
-const char *ck_ggml_type_name(uint32_t type);
+#include "../ckpt/ggml_types.h"
 /* Decode n blocks of type into out (n * elems floats). */
 void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float *out);
 

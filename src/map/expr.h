@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "../plan/layout.h"
+#include "../layout/layout.h"
 #include "../util/error.h"
 
 struct ck_expr; /* AST */

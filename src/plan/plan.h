@@ -9,7 +9,7 @@
 #include "../ckpt/catalog.h"
 #include "../map/mapping.h"
 #include "../util/strmap.h"
-#include "layout.h"
+#include "../layout/layout.h"
 
 struct ck_shard_info;
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plan/layout.h"
+#include "layout/layout.h"
 #include "testutil.h"
 
 #define MAXN 4096

@@ -1,0 +1,28 @@
+#include "ggml_types.h"
+
+enum { Q4_0 = CK_GGML_Q4_0, Q8_0 = CK_GGML_Q8_0, Q4_K = CK_GGML_Q4_K, Q5_K = CK_GGML_Q5_K,
+       Q6_K = CK_GGML_Q6_K };
+
+int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes)
+{
+	switch (type) {
+	case Q4_0: *elems = 32, *bytes = 18; return 1;
+	case Q8_0: *elems = 32, *bytes = 34; return 1;
+	case Q4_K: *elems = 256, *bytes = 144; return 1;
+	case Q5_K: *elems = 256, *bytes = 176; return 1;
+	case Q6_K: *elems = 256, *bytes = 210; return 1;
+	default: return 0;
+	}
+}
+
+const char *ck_ggml_type_name(uint32_t t)
+{
+	static const char *const n[] = {"F32",	   "F16",    "Q4_0",	"Q4_1",	   "(4)",    "(5)",
+					"Q5_0",	   "Q5_1",   "Q8_0",	"Q8_1",	   "Q2_K",   "Q3_K",
+					"Q4_K",	   "Q5_K",   "Q6_K",	"Q8_K",	   "IQ2_XXS", "IQ2_XS",
+					"IQ3_XXS", "IQ1_S",  "IQ4_NL",	"IQ3_S",   "IQ2_S",  "IQ4_XS",
+					"I8",	   "I16",    "I32",	"I64",	   "F64",    "IQ1_M",
+					"BF16"};
+	return t < sizeof n / sizeof *n ? n[t] : "unknown";
+}
+
