@@ -71,6 +71,8 @@ int ck_mapping_resolve(const char *arg, char *out, size_t n, struct ck_err *err)
 /* The directories searched, in order (buf holds the environment's copy). */
 int ck_mapping_dirs(const char **dirs, int max, char *buf, size_t n);
 int ck_cmd_mappings(int argc, char **argv);
+/* argv[0] is mount.fuse.ckptfs or mount.ckptfs: mount(8)'s helper protocol. */
+int ck_mount_helper(int argc, char **argv);
 /* Parse a size such as 5GB, 500MiB, 1e9 is not accepted; returns -1 if bad. */
 int ck_parse_size(const char *s, uint64_t *out);
 

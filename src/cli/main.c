@@ -74,6 +74,9 @@ int ck_cli_report(const struct ck_err *err)
 int main(int argc, char **argv)
 {
 	ck_heap_tune();
+	const char *self = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
+	if (!strcmp(self, "mount.fuse.ckptfs") || !strcmp(self, "mount.ckptfs"))
+		return ck_mount_helper(argc, argv); /* as mount(8)'s helper */
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
