@@ -7,6 +7,7 @@
  * fstab's own (defaults, auto, noauto, user, users, nofail, _netdev,
  * x-systemd.*, comment=..., which mount(8) or systemd read and FUSE helpers
  * ignore) and mount options for `ckptfs mount -o`. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ int ck_mount_helper(int argc, char **argv)
 	char meshbuf[256];
 	int ac = 0;
 	if (!copy)
-		return ck_cli_report((ck_fail_sys(&err, 12, "mount.ckptfs"), &err));
+		return ck_cli_report((ck_fail_sys(&err, ENOMEM, "mount.ckptfs"), &err));
 	av[ac++] = "mount";
 	av[ac++] = src;
 	av[ac++] = mnt;
