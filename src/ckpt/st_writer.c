@@ -109,3 +109,9 @@ int ck_st_build_header(const struct ck_st_out *t, size_t n, const char *const *m
 	*header_len = b.len;
 	return 0;
 }
+
+void ck_st_shard_name(char *buf, size_t cap, uint64_t k, uint64_t n)
+{
+	snprintf(buf, cap, "model-%05llu-of-%05llu.safetensors", (unsigned long long)k,
+		 (unsigned long long)n);
+}

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../ckpt/st_writer.h"
 #include "../exec/convert.h"
 #include "../exec/outdir.h"
 #include "../kern/device.h"
@@ -43,8 +44,10 @@ static int write_group_index(const char *source, const struct ck_view_args *va, 
 	for (size_t i = 0; i < v.plan->n; i++) {
 		fprintf(f, "%s\n    ", i ? "," : "");
 		ck_json_fput_str(f, v.plan->t[i].name);
-		fprintf(f, ": \"model-%05llu-of-%05lld.safetensors\"",
-			(unsigned long long)rank_of[v.plan->t[i].group] + 1, (long long)world);
+		char shard[64];
+		ck_st_shard_name(shard, sizeof shard, (uint64_t)rank_of[v.plan->t[i].group] + 1,
+				 (uint64_t)world);
+		fprintf(f, ": \"%s\"", shard);
 	}
 	fprintf(f, "\n  }\n}\n");
 	if (fclose(f) != 0) {
@@ -84,8 +87,7 @@ static char **group_names(int64_t world, int *n)
 		return NULL;
 	for (int64_t r = 0; r < world; r++) {
 		char buf[64];
-		snprintf(buf, sizeof buf, "model-%05lld-of-%05lld.safetensors", (long long)r + 1,
-			 (long long)world);
+		ck_st_shard_name(buf, sizeof buf, (uint64_t)r + 1, (uint64_t)world);
 		if (!(names[(*n)++] = strdup(buf)))
 			goto fail;
 	}
@@ -208,8 +210,7 @@ static int convert_main(int argc, char **argv, int *synced)
 								       "per rank)"),
 					      &err));
 		}
-		snprintf(fname, sizeof fname, "model-%05lld-of-%05lld.safetensors",
-			 (long long)v.rank + 1, (long long)v.world);
+		ck_st_shard_name(fname, sizeof fname, (uint64_t)v.rank + 1, (uint64_t)v.world);
 		o.file_name = fname;
 	}
 	if (va.mesh && dp_replica(va.mesh, v.rank)) {

@@ -5,40 +5,25 @@
 #include <string.h>
 
 #include "../plan/shard.h"
+#include "../util/launcher.h"
 #include "cli.h"
 
 int64_t ck_env_rank(int64_t given)
 {
-	if (given >= 0)
-		return given;
-	const char *e = getenv("OMPI_COMM_WORLD_RANK");
-	if (!e)
-		e = getenv("RANK");
-	char *end;
-	long long r = e ? strtoll(e, &end, 10) : -1;
-	return e && *e && !*end && r >= 0 ? r : -1;
+	return given >= 0 ? given : ck_launcher_get(CK_RANK);
 }
 
 int64_t ck_env_local(int size)
 {
-	const char *e = getenv(size ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "OMPI_COMM_WORLD_LOCAL_RANK");
-	if (!e)
-		e = getenv(size ? "LOCAL_WORLD_SIZE" : "LOCAL_RANK");
-	char *end;
-	long long v = e ? strtoll(e, &end, 10) : -1;
-	return e && *e && !*end && v >= 0 ? v : -1;
+	return ck_launcher_get(size ? CK_LOCAL_SIZE : CK_LOCAL_RANK);
 }
 
 int64_t ck_env_world(int64_t given)
 {
 	if (given > 0)
 		return given;
-	const char *e = getenv("OMPI_COMM_WORLD_SIZE");
-	if (!e)
-		e = getenv("WORLD_SIZE");
-	char *end;
-	long long w = e ? strtoll(e, &end, 10) : 0;
-	return e && *e && !*end && w > 0 ? w : 0;
+	int64_t w = ck_launcher_get(CK_WORLD);
+	return w > 0 ? w : 0;
 }
 
 int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck_err *err)
@@ -95,9 +80,7 @@ int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, s
 		coord[a] = r % m.size[a];
 		r /= (int)m.size[a];
 	}
-	const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-	if (!lr)
-		lr = getenv("LOCAL_RANK");
+	int64_t local = ck_launcher_get(CK_LOCAL_RANK);
 	size_t k = 0;
 	for (const char *s = path; *s;) {
 		const char *close = *s == '{' ? strchr(s, '}') : NULL;
@@ -109,7 +92,8 @@ int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, s
 			if (!strcmp(name, "rank") && rank >= 0)
 				found = snprintf(val, sizeof val, "%lld", (long long)rank) > 0;
 			else if (!strcmp(name, "local_rank"))
-				found = snprintf(val, sizeof val, "%s", lr ? lr : "0") > 0;
+				found = snprintf(val, sizeof val, "%lld",
+						 (long long)(local >= 0 ? local : 0)) > 0;
 			for (int a = 0; a < m.n && !found; a++)
 				if (!strcmp(name, m.name[a]))
 					found = snprintf(val, sizeof val, "%lld", (long long)coord[a]) > 0;

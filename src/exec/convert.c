@@ -255,8 +255,7 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 		else if (nsh == 1)
 			snprintf(sh[s].name, sizeof sh[s].name, "model.safetensors");
 		else
-			snprintf(sh[s].name, sizeof sh[s].name, "model-%05d-of-%05d.safetensors", s + 1,
-				 nsh);
+			ck_st_shard_name(sh[s].name, sizeof sh[s].name, (uint64_t)s + 1, (uint64_t)nsh);
 		char tmpname[128];
 		snprintf(tmpname, sizeof tmpname, ".ckptfs-tmp-%d-", (int)pid);
 		sh[s].tmp = path2(outdir, tmpname, sh[s].name);

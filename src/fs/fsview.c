@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "../ckpt/st_writer.h"
 #include "../exec/cache.h"
 #include "../util/jsonw.h"
 #include "names.h"
@@ -53,7 +54,9 @@ static int build_index_json(struct fs_view *fs, const size_t *first, size_t runs
 		for (; i < (k + 1 < runs ? first[k + 1] : fs->plan->n); i++) {
 			fprintf(f, "%s\n    ", i ? "," : "");
 			ck_json_fput_str(f, fs->plan->t[i].name);
-			fprintf(f, ": \"model-%05zu-of-%05zu.safetensors\"", k + 1, runs);
+			char shard[64];
+			ck_st_shard_name(shard, sizeof shard, k + 1, runs);
+			fprintf(f, ": \"%s\"", shard);
 		}
 	fprintf(f, "\n  }\n}\n");
 	if (fclose(f) != 0) {
@@ -125,8 +128,7 @@ static int build_roots(struct fs_view *fs, const struct fs_view_opts *o, struct 
 		if (r < 0 || add_root(fs, "model.safetensors.index.json", &fs->index_json) < 0)
 			return ck_fail_sys(err, ENOMEM, "mount");
 		for (size_t k = 0; k < fs->n_shards; k++) {
-			snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1,
-				 fs->n_shards);
+			ck_st_shard_name(name, sizeof name, k + 1, fs->n_shards);
 			if (add_root(fs, name, &fs->shards[k].v) < 0)
 				return ck_fail_sys(err, ENOMEM, "mount");
 		}

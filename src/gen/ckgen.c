@@ -404,7 +404,7 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 		if (shards == 1)
 			snprintf(name, sizeof name, "model.safetensors");
 		else
-			snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, shards);
+			ck_st_shard_name(name, sizeof name, (uint64_t)k + 1, (uint64_t)shards);
 		snprintf(path, sizeof path, "%s/%s", outdir, name);
 		rc = write_shard(s, l.t + start, end - start, path, err);
 		for (size_t i = start; idx && i < end; i++)

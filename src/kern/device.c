@@ -1,5 +1,7 @@
 #include "device.h"
 
+#include "../util/launcher.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +40,8 @@ int ck_device_parse(const char *spec, struct ck_device *d, struct ck_err *err)
 
 static int local_rank(void)
 {
-	static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK",
-					   "MPI_LOCALRANKID", "SLURM_LOCALID"};
-	for (size_t k = 0; k < sizeof vars / sizeof *vars; k++) {
-		const char *v = getenv(vars[k]);
-		char *end;
-		long r = v && *v ? strtol(v, &end, 10) : -1;
-		if (v && *v && !*end && r >= 0 && r < 1 << 20)
-			return (int)r;
-	}
-	return 0;
+	int64_t r = ck_launcher_get(CK_LOCAL_RANK);
+	return r >= 0 && r < 1 << 20 ? (int)r : 0;
 }
 
 int ck_device_open(const struct ck_device *d, int lanes, struct ck_gpu **out, char *note,
