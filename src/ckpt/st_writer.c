@@ -1,5 +1,7 @@
 #include "st_writer.h"
 
+#include "../util/jsonw.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,21 +41,19 @@ static void puts_(struct buf *b, const char *s)
 
 static void put_json_string(struct buf *b, const char *s)
 {
-	put(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char esc[8];
-		if (c == '"' || c == '\\') {
-			esc[0] = '\\', esc[1] = (char)c;
-			put(b, esc, 2);
-		} else if (c < 0x20) {
-			snprintf(esc, sizeof esc, "\\u%04x", c);
-			put(b, esc, 6);
-		} else {
-			put(b, s, 1);
-		}
+	size_t n = ck_json_str_len(s);
+	char tmp[256]; /* most keys; longer ones through the heap */
+	if (n <= sizeof tmp) {
+		put(b, tmp, (size_t)(ck_json_put_str(tmp, s) - tmp));
+		return;
 	}
-	put(b, "\"", 1);
+	char *big = malloc(n);
+	if (!big) {
+		b->oom = 1;
+		return;
+	}
+	put(b, big, (size_t)(ck_json_put_str(big, s) - big));
+	free(big);
 }
 
 int ck_st_build_header(const struct ck_st_out *t, size_t n, const char *const *meta_keys,
