@@ -115,3 +115,27 @@ void ck_st_shard_name(char *buf, size_t cap, uint64_t k, uint64_t n)
 	snprintf(buf, cap, "model-%05llu-of-%05llu.safetensors", (unsigned long long)k,
 		 (unsigned long long)n);
 }
+
+char *ck_st_index_json(const char *const *names, const uint64_t *shard_of, size_t n,
+		       uint64_t n_shards, uint64_t total_size, size_t *len)
+{
+	char *buf = NULL;
+	FILE *f = open_memstream(&buf, len);
+	if (!f)
+		return NULL;
+	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {",
+		total_size);
+	for (size_t i = 0; i < n; i++) {
+		char shard[64];
+		ck_st_shard_name(shard, sizeof shard, shard_of[i], n_shards);
+		fprintf(f, "%s\n    ", i ? "," : "");
+		ck_json_fput_str(f, names[i]);
+		fprintf(f, ": \"%s\"", shard);
+	}
+	fprintf(f, "\n  }\n}\n");
+	if (fclose(f) != 0) {
+		free(buf);
+		return NULL;
+	}
+	return buf;
+}

@@ -26,6 +26,13 @@ int ck_st_build_header(const struct ck_st_out *t, size_t n, const char *const *m
 		       const char *const *meta_vals, size_t n_meta, char **out, size_t *header_len,
 		       uint64_t *data_off, struct ck_err *err);
 
+/* model.safetensors.index.json, as Hugging Face writes it: names[i] is
+ * stored in shard shard_of[i] (1-based) of n_shards, keys in the order
+ * given; the one writer for convert, group-sharded converts and the
+ * mount. NULL on ENOMEM. */
+char *ck_st_index_json(const char *const *names, const uint64_t *shard_of, size_t n,
+		       uint64_t n_shards, uint64_t total_size, size_t *len);
+
 /* The Hugging Face name of shard k (1-based) of n: model-0000k-of-0000n.safetensors,
  * the one spelling for convert, the mount's shards, their index and mkckpt. */
 void ck_st_shard_name(char *buf, size_t cap, uint64_t k, uint64_t n);

@@ -32,25 +32,17 @@ static int write_group_index(const char *source, const struct ck_view_args *va, 
 	int rc = -1;
 	char *buf = NULL;
 	size_t len = 0;
-	FILE *f = NULL;
 	if (ck_groups_assign(v.plan, world, &rank_of, err) < 0)
 		goto out;
-	if (!(f = open_memstream(&buf, &len))) {
-		ck_fail_sys(err, ENOMEM, "index");
-		goto out;
-	}
-	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
-		(unsigned long long)v.plan->total_bytes);
-	for (size_t i = 0; i < v.plan->n; i++) {
-		fprintf(f, "%s\n    ", i ? "," : "");
-		ck_json_fput_str(f, v.plan->t[i].name);
-		char shard[64];
-		ck_st_shard_name(shard, sizeof shard, (uint64_t)rank_of[v.plan->t[i].group] + 1,
-				 (uint64_t)world);
-		fprintf(f, ": \"%s\"", shard);
-	}
-	fprintf(f, "\n  }\n}\n");
-	if (fclose(f) != 0) {
+	const char **names = malloc((v.plan->n ? v.plan->n : 1) * sizeof *names);
+	uint64_t *of = malloc((v.plan->n ? v.plan->n : 1) * sizeof *of);
+	for (size_t i = 0; names && of && i < v.plan->n; i++)
+		names[i] = v.plan->t[i].name, of[i] = (uint64_t)rank_of[v.plan->t[i].group] + 1;
+	if (names && of)
+		buf = ck_st_index_json(names, of, v.plan->n, (uint64_t)world, v.plan->total_bytes, &len);
+	free(names);
+	free(of);
+	if (!buf) {
 		ck_fail_sys(err, ENOMEM, "index");
 		goto out;
 	}

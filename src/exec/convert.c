@@ -147,38 +147,18 @@ static int write_small(const char *tmp, const char *data, size_t len, struct ck_
 
 static char *index_json(const struct ck_plan *p, const struct shard *sh, int nsh, size_t *len)
 {
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-	if (!f)
-		return NULL;
-	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {",
-		p->total_bytes);
-	/* sorted keys, as transformers writes them */
 	size_t n = p->n, k = 0;
 	const char **names = malloc((n ? n : 1) * sizeof *names);
-	uint32_t *which = malloc((n ? n : 1) * sizeof *which);
-	if (!names || !which) {
-		free(names);
-		free(which);
-		fclose(f);
-		free(buf);
-		return NULL;
+	uint64_t *of = malloc((n ? n : 1) * sizeof *of);
+	char *buf = NULL;
+	if (names && of) {
+		for (int s = 0; s < nsh; s++)
+			for (size_t i = sh[s].first; i < sh[s].first + sh[s].count; i++)
+				names[k] = p->t[i].name, of[k++] = (uint64_t)s + 1;
+		buf = ck_st_index_json(names, of, k, (uint64_t)nsh, p->total_bytes, len);
 	}
-	for (int s = 0; s < nsh; s++)
-		for (size_t i = sh[s].first; i < sh[s].first + sh[s].count; i++)
-			names[k] = p->t[i].name, which[k++] = (uint32_t)s;
-	for (size_t i = 0; i < n; i++) {
-		fprintf(f, "%s\n    ", i ? "," : "");
-		ck_json_fput_str(f, names[i]);
-		fprintf(f, ": \"%s\"", sh[which[i]].name);
-	}
-	fprintf(f, "\n  }\n}\n");
 	free(names);
-	free(which);
-	if (fclose(f) != 0) {
-		free(buf);
-		return NULL;
-	}
+	free(of);
 	return buf;
 }
 

@@ -43,27 +43,19 @@ static int build_run(struct fs_view *fs, const size_t *first, size_t runs, size_
 /* model.safetensors.index.json for the shards, as HF writes it. */
 static int build_index_json(struct fs_view *fs, const size_t *first, size_t runs)
 {
+	size_t n = fs->plan->n, len;
+	const char **names = malloc((n ? n : 1) * sizeof *names);
+	uint64_t *of = malloc((n ? n : 1) * sizeof *of);
 	char *buf = NULL;
-	size_t len;
-	FILE *f = open_memstream(&buf, &len);
-	if (!f)
-		return -1;
-	fprintf(f, "{\n  \"metadata\": {\"total_size\": %" PRIu64 "},\n  \"weight_map\": {",
-		fs->plan->total_bytes);
-	for (size_t k = 0, i = 0; k < runs; k++)
-		for (; i < (k + 1 < runs ? first[k + 1] : fs->plan->n); i++) {
-			fprintf(f, "%s\n    ", i ? "," : "");
-			ck_json_fput_str(f, fs->plan->t[i].name);
-			char shard[64];
-			ck_st_shard_name(shard, sizeof shard, k + 1, runs);
-			fprintf(f, ": \"%s\"", shard);
-		}
-	fprintf(f, "\n  }\n}\n");
-	if (fclose(f) != 0) {
-		free(buf);
-		return -1;
+	if (names && of) {
+		for (size_t k = 0, i = 0; k < runs; k++)
+			for (; i < (k + 1 < runs ? first[k + 1] : n); i++)
+				names[i] = fs->plan->t[i].name, of[i] = k + 1;
+		buf = ck_st_index_json(names, of, n, runs, fs->plan->total_bytes, &len);
 	}
-	int r = ck_vfile_lit(&fs->index_json, buf, len);
+	free(names);
+	free(of);
+	int r = buf ? ck_vfile_lit(&fs->index_json, buf, len) : -1;
 	free(buf);
 	return r;
 }
