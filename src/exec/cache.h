@@ -73,8 +73,6 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
 		    uint64_t *pos);
 int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
-/* The file offset of target t's bytes if it is such a target, else -1. */
-int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t);
 void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s);
 /* Whether io_uring could not be set up and pread is used. */
 int ck_cache_uring_fell_back(struct ck_cache *c);

@@ -1216,3 +1216,27 @@ int ck_plan_cast(struct ck_plan *p, enum ck_dtype dt, int only_quantized, struct
 	}
 	return 0;
 }
+
+/* A target whose bytes are one contiguous, cast-free range of one source
+ * file (a rename, the identity view) needs no evaluation: reads can be
+ * answered from the file itself. */
+int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t)
+{
+	const struct ck_target *tg = &plan->t[t];
+	const struct ck_value *v = &tg->v;
+	if (v->n != 1 || !ck_piece_plain(&v->p[0]) || tg->holes || !tg->nbytes)
+		return -1;
+	const struct ck_piece *p = &v->p[0];
+	int64_t run = 1;
+	for (int d = v->ndim - 1; d >= 0; d--) {
+		if (p->lo[d] != 0 || p->hi[d] != v->shape[d])
+			return -1;
+		if (v->shape[d] > 1 && p->stride[d] != run)
+			return -1;
+		run *= v->shape[d];
+	}
+	const struct ck_tensor_info *src = &plan->cat->entries[p->src].t;
+	if (src->quant) /* quantized blocks are decoded, never served as they are */
+		return -1;
+	return (int64_t)(src->offset + (uint64_t)p->base * ck_dtype_size(src->dtype));
+}

@@ -63,6 +63,10 @@ int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *
 int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan **out,
 		  uint32_t ***idx, struct ck_err *err);
 void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
+/* The file offset a target's bytes start at when they are one contiguous,
+ * cast-free range of one source file (a rename: reads are answered from the
+ * file itself), or -1. */
+int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t);
 /* Cast every floating-point target to dt (convert --dtype). */
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
 /* The same for the targets decoded from quantized GGUF blocks only
