@@ -48,7 +48,12 @@ def main():
         for h in ("mount.fuse.ckptfs", "mount.ckptfs"):
             link = os.path.join(dest, prefix, "sbin", h)
             assert os.readlink(link) == "/" + prefix + "/bin/ckptfs", (h, os.readlink(link))
-        print(f"meson install: {len(files)} files (binary, {len(ship)} mappings) and the two mount helpers")
+        man = next(os.path.join(dest, f) for f in files if f.endswith("man1/ckptfs.1"))
+        page = open(man).read()
+        for verb in ("inspect", "convert", "mount", "diff", "check-mapping", "mappings", "cache_size="):
+            assert verb in page, f"ckptfs(1) does not mention {verb}"
+        print(f"meson install: {len(files)} files (binary, {len(ship)} mappings, ckptfs(1)) and the two "
+              "mount helpers")
 
         src = os.path.join(d, "llama")
         ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
