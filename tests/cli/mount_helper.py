@@ -52,8 +52,15 @@ def main():
         page = open(man).read()
         for verb in ("inspect", "convert", "mount", "diff", "check-mapping", "mappings", "cache_size="):
             assert verb in page, f"ckptfs(1) does not mention {verb}"
-        print(f"meson install: {len(files)} files (binary, {len(ship)} mappings, ckptfs(1)) and the two "
-              "mount helpers")
+        # bash completion: verbs, and shipped mappings by name after --mapping
+        comp = next(os.path.join(dest, f) for f in files if f.endswith("bash-completion/completions/ckptfs"))
+        script = (f"source {comp}; COMP_WORDS=({CKPTFS} ch); COMP_CWORD=1; _ckptfs; echo ${{COMPREPLY[*]}}; "
+                  f"COMP_WORDS=({CKPTFS} inspect x --mapping llama-h); COMP_CWORD=4; _ckptfs; "
+                  "echo ${COMPREPLY[*]}")
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
+        assert out[0] == "check-mapping" and "llama-hf-to-megatron" in out[1].split(), out
+        print(f"meson install: {len(files)} files (binary, {len(ship)} mappings, ckptfs(1), bash "
+              "completion) and the two mount helpers")
 
         src = os.path.join(d, "llama")
         ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
