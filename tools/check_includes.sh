@@ -4,7 +4,7 @@
 # says what each owns). Prints every violation; exits 1 if there is one.
 set -euo pipefail
 cd "$(dirname "$0")/../src"
-order=(util ckpt layout map plan kern exec gen fs cli)
+order=(util ckpt layout map plan kern exec gen view lib fs cli)
 rank() {
 	local i
 	for i in "${!order[@]}"; do

@@ -63,7 +63,8 @@ static void mount_help(FILE *f)
 		"                     (default: raw '<V2' / '|V1' elements)\n"
 		"  --device cpu|cuda|cuda:N|auto  where casts, transposes and block scales run\n"
 		"                     (default cpu; cuda: the local rank's GPU; the GPU is opened\n"
-		"                     by the daemon and a failure leaves nothing mounted)\n"
+		"                     by the daemon and a failure leaves nothing mounted; also\n"
+		"                     -o device=DEV)\n"
 		"  -o gpu_mem=SIZE    device memory for the CUDA lanes (default 1GiB)\n"
 		"  -o gpu_min=SIZE    smaller reads stay on the CPU (default 256KiB)\n"
 		"  -o nonempty        mount over a directory that is not empty\n"
@@ -75,31 +76,6 @@ static void mount_help(FILE *f)
 		"  any other -o option is refused\n"
 		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
 }
-
-/* A quarter of the memory this process may use. */
-static uint64_t default_cache_size(void)
-{
-	uint64_t mem = 0;
-	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
-	if (f) {
-		unsigned long long v;
-		if (fscanf(f, "%llu", &v) == 1)
-			mem = v;
-		fclose(f);
-	}
-	if (!mem && (f = fopen("/proc/meminfo", "r"))) {
-		unsigned long long kb;
-		if (fscanf(f, "MemTotal: %llu kB", &kb) == 1)
-			mem = kb * 1024;
-		fclose(f);
-	}
-	uint64_t c = mem / 4;
-	return c < (64u << 20) ? (64u << 20) : c;
-}
-
-#define MIN_CACHE_CHUNKS 4 /* room for a reader, a prefetch and an eviction */
-#define DEFAULT_CHUNK ((uint64_t)4 << 20)
-#define MAX_CHUNK ((uint64_t)256 << 20)
 
 static int bad(struct ck_err *err, const char *opt, const char *want)
 {
@@ -192,64 +168,29 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 		const char *val = eq ? eq + 1 : NULL;
 		size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
 #define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
-		if (KEY("cache_size")) {
-			if (!val || ck_parse_size(val, &o->cache.cache_size) < 0 ||
-			    !o->cache.cache_size)
-				return bad(err, opt, "a size of at least 4 chunks");
-		} else if (KEY("chunk")) {
-			if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096 ||
-			    o->cache.chunk > MAX_CHUNK)
-				return bad(err, opt, "4KiB to 256MiB");
-		} else if (KEY("max_shard_size") || KEY("part_size")) {
-			uint64_t v;
-			if (!val || ck_parse_size(val, &v) < 0 || !v)
-				return bad(err, opt, "a size above 0");
-			*(KEY("part_size") ? &o->part_size : &o->max_shard_size) = v;
-		} else if (val && (KEY("zip_crc") || KEY("npy_f32") || KEY("no_direct") ||
-				   KEY("no_prefetch") || KEY("no_uring") || KEY("direct_io") ||
-				   KEY("nonempty"))) {
+		int r = ck_serve_option(&o->serve, "-o ", opt, err);
+		if (r < 0) {
+			ck_err_prefix(err, "mount");
+			return -1;
+		}
+		if (r == 1)
+			continue;
+		if (val && (KEY("direct_io") || KEY("nonempty"))) {
 			return bad(err, opt, "a flag takes no value");
-		} else if (KEY("zip_crc")) {
-			o->zip_crc = 1;
-		} else if (KEY("npy_f32")) {
-			o->npy_f32 = 1;
-		} else if (KEY("no_direct")) {
-			o->cache.no_direct = 1;
-		} else if (KEY("no_prefetch")) {
-			o->cache.no_prefetch = 1;
-		} else if (KEY("group_max")) {
-			if (!val || ck_parse_size(val, &o->cache.group_max) < 0)
-				return bad(err, opt, "a size");
-		} else if (KEY("threads") || KEY("fuse_threads") || KEY("eval_delay_ms")) {
+		} else if (KEY("fuse_threads")) {
 			char *end;
 			long v = val ? strtol(val, &end, 10) : -1;
-			if (!val || *end || v < 1 || v > (KEY("eval_delay_ms") ? 600000 : 64))
-				return bad(err, opt, KEY("eval_delay_ms") ? "1 to 600000" : "1 to 64");
-			if (KEY("threads"))
-				o->cache.threads = (int)v;
-			else if (KEY("fuse_threads"))
-				o->fuse_threads = (int)v;
-			else
-				o->cache.delay_ms = (unsigned)v;
+			if (!val || !*val || *end || v < 1 || v > 64)
+				return bad(err, opt, "1 to 64");
+			o->fuse_threads = (int)v;
 		} else if (KEY("log")) {
 			if (!val || !*val)
 				return bad(err, opt, "a file name");
 			o->log_path = val;
-		} else if (KEY("no_uring")) {
-			o->cache.use_uring = 0;
 		} else if (KEY("direct_io")) {
 			o->direct_io = 1;
-		} else if (KEY("gpu_mem") || KEY("gpu_min")) {
-			uint64_t v;
-			if (!val || ck_parse_size(val, &v) < 0 || (KEY("gpu_mem") && !v))
-				return bad(err, opt, "a size");
-			*(KEY("gpu_mem") ? &o->device.gpu_mem : &o->device.gpu_min) = v;
 		} else if (KEY("nonempty")) {
 			o->nonempty = 1;
-		} else if (KEY("gguf_dequant")) {
-			if (!val || (strcasecmp(val, "F32") && strcasecmp(val, "BF16")))
-				return bad(err, opt, "F32 or BF16");
-			o->gguf_bf16 = !strcasecmp(val, "BF16");
 		} else if (fuse_option(opt, klen)) {
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
@@ -272,10 +213,7 @@ static int mount_main(int argc, char **argv, int *synced)
 	int r;
 	struct ck_fs_opts o;
 	memset(&o, 0, sizeof o);
-	o.cache.use_uring = 1;
-	o.part_size = (uint64_t)5 << 30; /* vLLM's default max file size */
-	o.cache.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	ck_device_init(&o.device);
+	ck_serve_opts_init(&o.serve);
 	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
 	int fuse_argc = 3;
 	struct ck_err err;
@@ -291,7 +229,7 @@ static int mount_main(int argc, char **argv, int *synced)
 		} else if ((!strcmp(a, "--device") || !strcmp(a, "-o")) && i + 1 >= argc) {
 			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
 		} else if (!strcmp(a, "--device")) {
-			if (ck_device_parse(argv[++i], &o.device, &err) < 0)
+			if (ck_device_parse(argv[++i], &o.serve.device, &err) < 0)
 				return ck_cli_report(&err);
 		} else if (!strcmp(a, "-o")) {
 			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
@@ -310,20 +248,9 @@ static int mount_main(int argc, char **argv, int *synced)
 		mount_help(stderr);
 		return 2;
 	}
-	if (!o.cache.cache_size)
-		o.cache.cache_size = default_cache_size();
-	uint64_t chunk = o.cache.chunk ? o.cache.chunk : DEFAULT_CHUNK;
-	if (o.cache.cache_size < MIN_CACHE_CHUNKS * chunk)
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "mount: -o cache_size=%llu is less than 4 chunks of %llu "
-					      "bytes (lower -o chunk, or raise cache_size)",
-					      (unsigned long long)o.cache.cache_size,
-					      (unsigned long long)chunk),
-				      &err));
-	if (!o.cache.group_max) {
-		o.cache.group_max = o.cache.cache_size / 8;
-		if (o.cache.group_max > (256u << 20))
-			o.cache.group_max = 256u << 20;
+	if (ck_serve_opts_finish(&o.serve, &err) < 0) {
+		ck_err_prefix(&err, "mount");
+		return ck_cli_report(&err);
 	}
 	/* --ranks local: local rank 0 of each node mounts one daemon for the
 	 * node's ranks; the node's other processes only take part in the
@@ -336,14 +263,9 @@ static int mount_main(int argc, char **argv, int *synced)
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
-	if (o.gguf_bf16) { /* every plan the daemon serves, alike */
-		int r = ck_plan_cast(v.plan, CK_DT_BF16, 1, &err);
-		for (size_t k = 0; r == 0 && k < v.n_ranks; k++)
-			r = ck_plan_cast(v.rank_plans[k], CK_DT_BF16, 1, &err);
-		if (r < 0) {
-			ck_view_close(&v);
-			return ck_cli_report(&err);
-		}
+	if (ck_serve_cast_view(&o.serve, &v, &err) < 0) {
+		ck_view_close(&v);
+		return ck_cli_report(&err);
 	}
 	char mountpoint[PATH_MAX], mnt_sub[PATH_MAX];
 	if (ck_subst_rank(mnt_arg, va.mesh, v.rank, mnt_sub, sizeof mnt_sub, &err) < 0 ||
@@ -421,23 +343,8 @@ static int mount_main(int argc, char **argv, int *synced)
 		setsid();
 	}
 	*synced = 1; /* the daemon (or -f) never takes part in MPI */
-	struct ck_fs_view one = {v.plan, NULL, va.mesh ? v.rank : -1, ""}, *fv = &one;
-	size_t n_fv = 1;
-	if (v.n_ranks) { /* one daemon, rankR/ per rank, one cache for all */
-		if (!(fv = calloc(v.n_ranks, sizeof *fv))) {
-			ck_view_close(&v);
-			return ck_cli_report((ck_fail_sys(&err, ENOMEM, "mount"), &err));
-		}
-		for (size_t k = 0; k < v.n_ranks; k++) {
-			fv[k] = (struct ck_fs_view){v.rank_plans[k], v.rank_idx[k], v.ranks[k], ""};
-			snprintf(fv[k].dir, sizeof fv[k].dir, "rank%lld", (long long)v.ranks[k]);
-		}
-		n_fv = v.n_ranks;
-	}
-	int rc = ck_fs_run(v.plan, fv, n_fv, source, mountpoint, &o, fuse_argc, fuse_argv,
+	int rc = ck_fs_run(&v, va.mesh != NULL, source, mountpoint, &o, fuse_argc, fuse_argv,
 			   pipefd[1], &err);
-	if (fv != &one)
-		free(fv);
 	if (rc < 0 && o.foreground)
 		fprintf(stderr, "ckptfs: %s\n", err.msg);
 	ck_view_close(&v);

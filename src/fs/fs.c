@@ -22,7 +22,7 @@
 #include "../plan/shard.h"
 #include "bdi.h"
 #include "bufpool.h"
-#include "fsview.h"
+#include "../view/tree.h"
 
 static void fs_log(void *ctx, const char *msg)
 {
@@ -37,7 +37,7 @@ static void fs_log(void *ctx, const char *msg)
 	pthread_mutex_unlock(&fs->log_mu);
 }
 
-uint64_t fs_view_size(const struct fs_view *v)
+uint64_t fs_ino_count(const struct ck_tree *v)
 {
 	return V_FIRST + 2 * (uint64_t)v->plan->n + v->n_roots;
 }
@@ -57,8 +57,8 @@ struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino)
 		else
 			hi = m;
 	}
-	const struct fs_view *v = &fs->views[lo];
-	if (ino < v->base || ino - v->base >= fs_view_size(v))
+	const struct ck_tree *v = &fs->views[lo];
+	if (ino < v->base || ino - v->base >= fs_ino_count(v))
 		return nd;
 	uint64_t off = ino - v->base, n = v->plan->n;
 	static const enum kind fixed[V_FIRST] = {N_ROOT, N_TENSORS, N_META,  N_STATS,
@@ -75,7 +75,7 @@ struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino)
 	return nd;
 }
 
-fuse_ino_t fs_ino_of(const struct fs_view *v, enum kind k, uint32_t i)
+fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i)
 {
 	switch (k) {
 	case N_ROOT: return v->base + V_ROOT;
@@ -100,7 +100,7 @@ int fs_is_dir(enum kind k)
 int fs_npy_widens(const struct ckfs *fs, const struct ck_target *t)
 {
 	enum ck_dtype dt = t->v.dtype;
-	return fs->o.npy_f32 && (dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2);
+	return fs->o.serve.npy_f32 && (dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2);
 }
 
 uint64_t fs_npy_data_bytes(const struct ckfs *fs, const struct ck_target *t)
@@ -337,10 +337,10 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		", \"prefetches\": %" PRIu64 ", \"io\": \"%s\", \"device\": \"%s\""
 		", \"gpu_reads\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 "}\n",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
-		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.cache.cache_size,
+		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.serve.cache.cache_size,
 		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
-		fs->o.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
-		fs->gpu ? ck_gpu_name(fs->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
+		fs->o.serve.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
+		fs->srv.gpu ? ck_gpu_name(fs->srv.gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }
 
@@ -535,11 +535,11 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	memset(&s, 0, sizeof s);
 	uint64_t bytes = 0, files = 7;
 	for (size_t k = 0; k < fs->n_views; k++) {
-		const struct fs_view *v = &fs->views[k];
+		const struct ck_tree *v = &fs->views[k];
 		bytes += 2 * v->plan->total_bytes; /* tensors/ and npy/ */
 		for (size_t r = 0; r < v->n_roots; r++)
 			bytes += v->roots[r].v->size;
-		files += fs_view_size(v);
+		files += fs_ino_count(v);
 	}
 	s.f_bsize = s.f_frsize = 4096;
 	s.f_blocks = (bytes + 4095) / 4096;
@@ -637,64 +637,6 @@ static const struct fuse_lowlevel_ops ops = {
 	.removexattr = op_removexattr,
 };
 
-/* -o zip_crc: evaluate every tensor of pytorch_model.bin once, through the
- * cache, and fill in its CRC-32 fields before the mount goes live. */
-struct crc_wait {
-	pthread_mutex_t mu;
-	pthread_cond_t cv;
-	int done, err;
-	uint32_t crc;
-};
-
-static void crc_done(void *arg, int err, const struct ck_seg *segs, size_t n)
-{
-	struct crc_wait *w = arg;
-	uint32_t c = w->crc;
-	for (size_t i = 0; !err && i < n; i++)
-		c = ck_crc32(c, segs[i].p, segs[i].len);
-	pthread_mutex_lock(&w->mu);
-	w->crc = c;
-	w->err = err;
-	w->done = 1;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-}
-
-static int zip_crcs(struct ckfs *fs, struct ck_err *err)
-{
-	const uint64_t step = 16u << 20;
-	struct crc_wait w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
-	int rc = 0;
-	for (size_t vi = 0; vi < fs->n_views; vi++) {
-	struct fs_view *v = &fs->views[vi];
-	for (size_t k = 0; rc == 0 && k < v->zip.n_included; k++) {
-		uint32_t t = fs_view_cache_target(v, v->zip.included[k]);
-		w.crc = 0;
-		for (uint64_t off = 0; rc == 0 && off < fs->cache_plan->t[t].nbytes; off += step) {
-			uint64_t len = fs->cache_plan->t[t].nbytes - off;
-			struct ck_span sp = {t, off, len < step ? len : step, 0, NULL};
-			w.done = 0;
-			if (ck_cache_read(fs->cache, &sp, 1, crc_done, &w) < 0) {
-				rc = ck_fail_sys(err, ENOMEM, "zip_crc");
-				break;
-			}
-			pthread_mutex_lock(&w.mu);
-			while (!w.done)
-				pthread_cond_wait(&w.cv, &w.mu);
-			pthread_mutex_unlock(&w.mu);
-			if (w.err)
-				rc = ck_fail_sys(err, -w.err, "zip_crc: evaluating %s",
-						 fs->cache_plan->t[t].name);
-		}
-		if (rc == 0)
-			ck_torchzip_set_crc(&v->zip, k, w.crc);
-	}
-	}
-	pthread_mutex_destroy(&w.mu);
-	pthread_cond_destroy(&w.cv);
-	return rc;
-}
-
 static int report(int *ready_fd, struct ck_err *err)
 {
 	if (*ready_fd >= 0) {
@@ -707,11 +649,7 @@ static int report(int *ready_fd, struct ck_err *err)
 
 static void free_fs(struct ckfs *fs)
 {
-	ck_cache_free(fs->cache);
-	ck_gpu_close(fs->gpu); /* after the evaluators that hold its lanes */
-	for (size_t k = 0; k < fs->n_views; k++)
-		fs_view_free(&fs->views[k]);
-	free(fs->views);
+	ck_served_close(&fs->srv);
 	ck_bufpool_destroy(&fs->pool);
 	if (fs->log && fs->log != stderr)
 		fclose(fs->log);
@@ -725,20 +663,18 @@ static void free_fs(struct ckfs *fs)
 	pthread_mutex_destroy(&fs->snap_mu);
 }
 
-int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, size_t n_views,
-	      const char *source, const char *mountpoint, const struct ck_fs_opts *o,
-	      int fuse_argc, char **fuse_argv, int ready_fd, struct ck_err *err)
+int ck_fs_run(const struct ck_view *v, int per_rank, const char *source, const char *mountpoint,
+	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
+	      struct ck_err *err)
 {
 	struct ckfs fs;
 	memset(&fs, 0, sizeof fs);
-	fs.cache_plan = cache_plan;
 	fs.source = source;
 	fs.mountpoint = mountpoint;
 	fs.o = *o;
 	fs.ready_fd = ready_fd;
 	fs.mounted_at = time(NULL);
 	fs.log = stderr;
-	fs.multi = n_views != 1 || views[0].dir[0];
 	pthread_mutex_init(&fs.log_mu, NULL);
 	pthread_mutex_init(&fs.snap_mu, NULL);
 	/* one reply buffer per FUSE worker, kept: requests are at most 1 MiB */
@@ -752,40 +688,18 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 		ck_fail_sys(err, errno, "%s: cannot open the log", o->log_path);
 		goto out;
 	}
-	if (!(fs.views = calloc(n_views ? n_views : 1, sizeof *fs.views))) {
-		ck_fail_sys(err, ENOMEM, "mount");
+	if (ck_served_open(&fs.srv, v, per_rank, source, &o->serve, fs_log, &fs, err) < 0)
 		goto out;
-	}
-	struct fs_view_opts vo = {source,	    o->max_shard_size, o->part_size, o->zip_crc,
-				  o->cache.no_direct, fs_log,		   &fs};
+	fs.cache_plan = fs.srv.plan;
+	fs.views = fs.srv.trees;
+	fs.n_views = fs.srv.n_trees;
+	fs.cache = fs.srv.cache;
+	fs.multi = fs.n_views != 1 || fs.views[0].dir[0];
 	uint64_t base = fs.multi ? INO_TOP + 1 : INO_TOP;
-	for (size_t k = 0; k < n_views; k++, fs.n_views++) {
-		struct fs_view *v = &fs.views[k];
-		v->plan = views[k].plan;
-		v->cache_idx = views[k].cache_idx;
-		v->rank = views[k].rank;
-		snprintf(v->dir, sizeof v->dir, "%s", views[k].dir);
-		v->base = base;
-		if (fs_view_build(v, &vo, err) < 0) {
-			fs.n_views++;
-			goto out;
-		}
-		base += fs_view_size(v);
+	for (size_t k = 0; k < fs.n_views; k++) {
+		fs.views[k].base = base;
+		base += fs_ino_count(&fs.views[k]);
 	}
-	struct ck_cache_opts co = o->cache;
-	co.log = fs_log;
-	co.log_ctx = &fs;
-	char note[400];
-	if (ck_device_open(&o->device, co.threads > 0 ? co.threads : 1, &fs.gpu, note,
-			   sizeof note, err) < 0)
-		goto out;
-	if (note[0])
-		fs_log(&fs, note);
-	co.gpu = fs.gpu;
-	co.gpu_min = o->device.gpu_min;
-	if (ck_cache_new(cache_plan, &co, &fs.cache, err) < 0 ||
-	    (o->zip_crc && zip_crcs(&fs, err) < 0))
-		goto out;
 	se = fuse_session_new(&args, &ops, sizeof ops, &fs);
 	if (!se) {
 		ck_fail(err, CK_E_USAGE, "cannot start the FUSE session (see the options above)");
@@ -830,7 +744,7 @@ int ck_fs_run(const struct ck_plan *cache_plan, const struct ck_fs_view *views, 
 out_unmount:
 	/* evaluators may still be answering requests (kernel readahead): let
 	 * them finish and join them before the session goes away */
-	ck_cache_free(fs.cache);
+	ck_served_stop(&fs.srv);
 	fs.cache = NULL;
 	fuse_session_unmount(se);
 out_signals:

@@ -11,7 +11,7 @@
 
 #include "bufpool.h"
 #include "fs.h"
-#include "fsview.h"
+#include "../view/tree.h"
 
 /* Inodes. A one-view mount puts its view's root at FUSE's root inode (1);
  * a --ranks mount lists rank directories at 1 and gives each view a range
@@ -25,13 +25,13 @@ enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_FIRST = 8 };
 
 struct ckfs {
 	const struct ck_plan *cache_plan;
-	struct fs_view *views;
+	struct ck_tree *views;
 	size_t n_views;
 	int multi; /* rank directories at the top */
 	const char *source, *mountpoint;
 	struct ck_fs_opts o;
-	struct ck_cache *cache;
-	struct ck_gpu *gpu;	/* --device cuda: opened in the daemon, after the fork */
+	struct ck_served srv;	/* trees, cache and device: opened in the daemon, after the fork */
+	struct ck_cache *cache; /* srv's */
 	struct ck_bufpool pool; /* reply buffers of direct reads */
 	int ready_fd;
 	FILE *log;
@@ -49,7 +49,7 @@ enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR,
 /* An inode, decoded. */
 struct node {
 	enum kind k;
-	const struct fs_view *v;
+	const struct ck_tree *v;
 	uint32_t i; /* target index (N_TARGET, N_NPY) or root file index (N_FILE) */
 };
 
@@ -60,9 +60,9 @@ struct snapshot {
 };
 
 
-uint64_t fs_view_size(const struct fs_view *v);
+uint64_t fs_ino_count(const struct ck_tree *v);
 struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino);
-fuse_ino_t fs_ino_of(const struct fs_view *v, enum kind k, uint32_t i);
+fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i);
 int fs_is_dir(enum kind k);
 /* -o npy_f32 */
 int fs_npy_widens(const struct ckfs *fs, const struct ck_target *t);

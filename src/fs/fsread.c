@@ -229,7 +229,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	const struct ck_vfile *vf = nd.k == N_FILE ? nd.v->roots[nd.i].v : NULL;
 	const struct ck_target *t = nd.k == N_FILE ? NULL : &nd.v->plan->t[nd.i];
-	uint32_t ct = nd.k == N_FILE ? 0 : fs_view_cache_target(nd.v, nd.i);
+	uint32_t ct = nd.k == N_FILE ? 0 : ck_tree_cache_target(nd.v, nd.i);
 	uint64_t total, head = 0;
 	if (vf) {
 		total = vf->size;

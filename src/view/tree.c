@@ -1,4 +1,4 @@
-#include "fsview.h"
+#include "../view/tree.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -13,9 +13,9 @@
 #include "../util/jsonw.h"
 #include "names.h"
 
-static int add_root(struct fs_view *fs, const char *name, const struct ck_vfile *v)
+static int add_root(struct ck_tree *fs, const char *name, const struct ck_vfile *v)
 {
-	struct fs_root_file *nr = realloc(fs->roots, (fs->n_roots + 1) * sizeof *nr);
+	struct ck_tree_file *nr = realloc(fs->roots, (fs->n_roots + 1) * sizeof *nr);
 	if (!nr)
 		return -1;
 	fs->roots = nr;
@@ -26,7 +26,7 @@ static int add_root(struct fs_view *fs, const char *name, const struct ck_vfile 
 }
 
 /* Targets first[k] .. first[k+1]-1 as one safetensors file. */
-static int build_run(struct fs_view *fs, const size_t *first, size_t runs, size_t k,
+static int build_run(struct ck_tree *fs, const size_t *first, size_t runs, size_t k,
 		     struct ck_flat *out, struct ck_err *err)
 {
 	size_t a = first[k], b = k + 1 < runs ? first[k + 1] : fs->plan->n;
@@ -41,7 +41,7 @@ static int build_run(struct fs_view *fs, const size_t *first, size_t runs, size_
 }
 
 /* model.safetensors.index.json for the shards, as HF writes it. */
-static int build_index_json(struct fs_view *fs, const size_t *first, size_t runs)
+static int build_index_json(struct ck_tree *fs, const size_t *first, size_t runs)
 {
 	size_t n = fs->plan->n, len;
 	const char **names = malloc((n ? n : 1) * sizeof *names);
@@ -61,7 +61,7 @@ static int build_index_json(struct fs_view *fs, const size_t *first, size_t runs
 }
 
 /* Split the plan into files of at most `size` bytes of tensors. */
-static int build_split(struct fs_view *fs, uint64_t size, struct ck_flat **out, size_t *n_out,
+static int build_split(struct ck_tree *fs, uint64_t size, struct ck_flat **out, size_t *n_out,
 		       size_t **first_out, struct ck_err *err)
 {
 	size_t *first;
@@ -85,7 +85,7 @@ static int build_split(struct fs_view *fs, uint64_t size, struct ck_flat **out, 
 
 /* The files of the mount's root: model.safetensors, pytorch_model.bin, and
  * the optional shards and per-rank parts. */
-static int build_roots(struct fs_view *fs, const struct fs_view_opts *o, struct ck_err *err)
+static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct ck_err *err)
 {
 	if (ck_flat_build(fs->plan, NULL, 0, &fs->flat, err) < 0 ||
 	    ck_torchzip_build(fs->plan, "pytorch_model", &fs->zip, err) < 0)
@@ -93,17 +93,6 @@ static int build_roots(struct fs_view *fs, const struct fs_view_opts *o, struct 
 	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
 	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
 		return ck_fail_sys(err, ENOMEM, "mount");
-	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
-		const struct ck_target *t = &fs->plan->t[fs->zip.omitted[k]];
-		char msg[600], name[300];
-		ck_escape_controls(t->name, name, sizeof name);
-		snprintf(msg, sizeof msg,
-			 "pytorch_model.bin leaves out %s: torch 1.13 has no typed storage for %s "
-			 "(tensors/, npy/ and model.safetensors have it)",
-			 name, ck_dtype_name(t->v.dtype));
-		if (o->log)
-			o->log(o->log_ctx, msg);
-	}
 	if (fs->plan->cat->config) { /* the source's bytes, verbatim */
 		const struct ck_catalog *cat = fs->plan->cat;
 		if (ck_vfile_lit(&fs->config, cat->config_raw, cat->config_len) < 0 ||
@@ -139,7 +128,7 @@ static int build_roots(struct fs_view *fs, const struct fs_view_opts *o, struct 
 	return 0;
 }
 
-static char *build_plan_json(const struct fs_view *fs, const struct fs_view_opts *o, size_t *len)
+static char *build_plan_json(const struct ck_tree *fs, const struct ck_tree_opts *o, size_t *len)
 {
 	const struct ck_plan *p = fs->plan;
 	char *buf = NULL;
@@ -212,7 +201,7 @@ static void remap(struct ck_vfile *f, const uint32_t *idx)
 			f->parts[k].target = idx[f->parts[k].target];
 }
 
-static int build_names(struct fs_view *v, struct ck_err *err)
+static int build_names(struct ck_tree *v, struct ck_err *err)
 {
 	const struct ck_plan *plan = v->plan;
 	v->names = calloc(plan->n ? plan->n : 1, sizeof *v->names);
@@ -242,7 +231,7 @@ static int build_names(struct fs_view *v, struct ck_err *err)
 	return 0;
 }
 
-int fs_view_build(struct fs_view *v, const struct fs_view_opts *o, struct ck_err *err)
+int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err)
 {
 	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0)
 		return -1;
@@ -257,7 +246,7 @@ int fs_view_build(struct fs_view *v, const struct fs_view_opts *o, struct ck_err
 	return 0;
 }
 
-void fs_view_free(struct fs_view *v)
+void ck_tree_free(struct ck_tree *v)
 {
 	for (size_t i = 0; v->names && i < v->plan->n; i++)
 		free(v->names[i]);

@@ -1,10 +1,11 @@
-/* One view of the mount: the tree a plan shows (tensors/, npy/, the flat
- * files of the root, .ckptfs/plan.json), with every name and virtual file
- * laid out at mount time. A mount has one view, or one per rank (--ranks),
- * all read through one cache whose plan is the union of theirs: a view's
- * target i is target cache_idx[i] of that plan. */
-#ifndef CK_FSVIEW_H
-#define CK_FSVIEW_H
+/* The files a plan is served as (tensors/, npy/, the flat files of the
+ * root, .ckptfs/plan.json), with every name and virtual file laid out from
+ * shapes alone: no FUSE here, so the daemon and libckptfs share it. A mount
+ * has one tree, or one per rank (--ranks), all read through one cache whose
+ * plan is the union of theirs: a tree's target i is target cache_idx[i] of
+ * that plan. */
+#ifndef CK_TREE_H
+#define CK_TREE_H
 
 #include <stdint.h>
 
@@ -13,33 +14,31 @@
 #include "../plan/torchzip.h"
 #include "../util/strmap.h"
 
-struct fs_root_file {
+struct ck_tree_file {
 	char *name;
 	const struct ck_vfile *v;
 };
 
-struct fs_view_opts {
+struct ck_tree_opts {
 	const char *source;
 	uint64_t max_shard_size; /* >0: model-0000k-of-0000n.safetensors + index */
 	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors */
 	int zip_crc;
 	int no_direct; /* every target through the cache (plan.json says which are direct) */
-	void (*log)(void *ctx, const char *msg);
-	void *log_ctx;
 };
 
-struct fs_view {
+struct ck_tree {
 	const struct ck_plan *plan;
 	const uint32_t *cache_idx; /* NULL: the cache's plan is this plan */
 	int64_t rank;		   /* >= 0: a per-rank view (vLLM part files) */
 	char dir[32];		   /* its directory under a --ranks mount ("rank3") */
-	uint64_t base;		   /* its first inode */
+	uint64_t base;		   /* its first inode (the FUSE front end's) */
 	struct ck_flat flat;	   /* model.safetensors */
 	struct ck_torchzip zip;	   /* pytorch_model.bin */
 	struct ck_flat *shards, *parts;
 	size_t n_shards, n_parts;
 	struct ck_vfile index_json, config;
-	struct fs_root_file *roots;
+	struct ck_tree_file *roots;
 	size_t n_roots;
 	char **names, **npy_names; /* escaped file names per target */
 	struct ck_strmap by_name, npy_by_name;
@@ -48,10 +47,10 @@ struct fs_view {
 };
 
 /* v->plan, cache_idx, rank and dir are set by the caller. */
-int fs_view_build(struct fs_view *v, const struct fs_view_opts *o, struct ck_err *err);
-void fs_view_free(struct fs_view *v);
+int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err);
+void ck_tree_free(struct ck_tree *v);
 
-static inline uint32_t fs_view_cache_target(const struct fs_view *v, uint32_t i)
+static inline uint32_t ck_tree_cache_target(const struct ck_tree *v, uint32_t i)
 {
 	return v->cache_idx ? v->cache_idx[i] : i;
 }

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 
 #include "ckptfs_config.h"
-#include "cli.h"
+#include "open.h"
 
 int ck_mapping_dirs(const char **dirs, int max, char *buf, size_t n)
 {

@@ -1,12 +1,12 @@
-/* Shared by the verbs: open the source, load the mappings, build the plan. */
-#include <ctype.h>
+/* Open a source, load its mappings and build the plan (and the per-rank
+ * selection): shared by the CLI verbs, the FUSE daemon and libckptfs. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../plan/shard.h"
 #include "../util/launcher.h"
-#include "cli.h"
+#include "open.h"
 
 int64_t ck_env_rank(int64_t given)
 {
@@ -24,49 +24,6 @@ int64_t ck_env_world(int64_t given)
 		return given;
 	int64_t w = ck_launcher_get(CK_WORLD);
 	return w > 0 ? w : 0;
-}
-
-int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck_err *err)
-{
-	const char *o = argv[*i];
-	int has = *i + 1 < argc;
-	if (!strcmp(o, "--shard-groups")) {
-		a->shard_groups = 1;
-		return 1;
-	}
-	static const char *const valued[] = {"--mapping", "--mesh", "--ranks", "--rank",
-					     "--world-size"};
-	if (!has) {
-		for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
-			if (!strcmp(o, valued[k]))
-				return ck_fail(err, CK_E_USAGE, "%s needs a value", o);
-		return 0;
-	}
-	if (!strcmp(o, "--mapping")) {
-		if (a->n_maps == CK_MAX_MAPPINGS)
-			return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
-		a->maps[a->n_maps++] = argv[++*i];
-		return 1;
-	}
-	if (!strcmp(o, "--mesh")) {
-		a->mesh = argv[++*i];
-		return 1;
-	}
-	if (!strcmp(o, "--ranks")) {
-		a->ranks = argv[++*i];
-		return 1;
-	}
-	if (!strcmp(o, "--rank") || !strcmp(o, "--world-size")) {
-		char *end;
-		long long v = strtoll(argv[++*i], &end, 10);
-		int world = o[2] == 'w';
-		if (*end || !argv[*i][0] || v < (world ? 1 : 0) || v > (1 << 24))
-			return ck_fail(err, CK_E_USAGE, "%s: not a %s: %s", o,
-				       world ? "world size" : "rank", argv[*i]);
-		*(world ? &a->world : &a->rank) = v;
-		return 1;
-	}
-	return 0;
 }
 
 int ck_subst_rank(const char *path, const char *mesh, int64_t rank, char *out, size_t n,
@@ -286,27 +243,3 @@ void ck_view_close(struct ck_view *v)
 	memset(v, 0, sizeof *v);
 }
 
-int ck_parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	if (!isdigit((unsigned char)*s))
-		return -1;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno == ERANGE)
-		return -1;
-	static const struct {
-		const char *suf;
-		uint64_t mul;
-	} units[] = {{"", 1},		 {"B", 1},	     {"K", 1000},	   {"KB", 1000},
-		     {"KiB", 1ULL << 10}, {"M", 1000000},     {"MB", 1000000},	   {"MiB", 1ULL << 20},
-		     {"G", 1000000000},	 {"GB", 1000000000}, {"GiB", 1ULL << 30}, {"T", 1000000000000},
-		     {"TB", 1000000000000}, {"TiB", 1ULL << 40}};
-	for (size_t i = 0; i < sizeof units / sizeof *units; i++)
-		if (!strcmp(end, units[i].suf)) {
-			if (__builtin_mul_overflow((uint64_t)v, units[i].mul, out))
-				return -1;
-			return 0;
-		}
-	return -1;
-}

@@ -1,0 +1,339 @@
+#include "serve.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "../util/crc32.h"
+#include "../util/fileio.h"
+#include "../util/size.h"
+
+#define MIN_CACHE_CHUNKS 4 /* room for a reader, a prefetch and an eviction */
+#define DEFAULT_CHUNK ((uint64_t)4 << 20)
+#define MAX_CHUNK ((uint64_t)256 << 20)
+
+void ck_serve_opts_init(struct ck_serve_opts *o)
+{
+	memset(o, 0, sizeof *o);
+	o->cache.use_uring = 1;
+	o->cache.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	o->part_size = (uint64_t)5 << 30; /* vLLM's default max file size */
+	ck_device_init(&o->device);
+}
+
+static int bad(struct ck_err *err, const char *how, const char *opt, const char *want)
+{
+	return ck_fail(err, CK_E_USAGE, "bad option %s%s (%s)", how, opt, want);
+}
+
+/* A size option: *out, above 0 unless zero_ok. */
+static int size_opt(const char *how, const char *opt, const char *val, uint64_t *out, int zero_ok,
+		    struct ck_err *err)
+{
+	if (!val || ck_parse_size(val, out) < 0 || (!zero_ok && !*out))
+		return bad(err, how, opt, zero_ok ? "a size" : "a size above 0");
+	return 1;
+}
+
+int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, struct ck_err *err)
+{
+	const char *eq = strchr(opt, '=');
+	const char *val = eq ? eq + 1 : NULL;
+	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
+#define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
+	static const char *const flags[] = {"zip_crc", "npy_f32",  "no_direct",
+					    "no_prefetch", "no_uring"};
+	for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
+		if (!KEY(flags[k]))
+			continue;
+		if (val)
+			return bad(err, how, opt, "a flag takes no value");
+		int *f[] = {&o->zip_crc, &o->npy_f32, &o->cache.no_direct, &o->cache.no_prefetch,
+			    &o->cache.use_uring};
+		*f[k] = k != 4; /* no_uring clears use_uring */
+		return 1;
+	}
+	if (KEY("cache_size"))
+		return size_opt(how, opt, val, &o->cache.cache_size, 0, err);
+	if (KEY("chunk")) {
+		if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096 ||
+		    o->cache.chunk > MAX_CHUNK)
+			return bad(err, how, opt, "4KiB to 256MiB");
+		return 1;
+	}
+	if (KEY("group_max"))
+		return size_opt(how, opt, val, &o->cache.group_max, 1, err);
+	if (KEY("max_shard_size"))
+		return size_opt(how, opt, val, &o->max_shard_size, 0, err);
+	if (KEY("part_size"))
+		return size_opt(how, opt, val, &o->part_size, 0, err);
+	if (KEY("gpu_mem"))
+		return size_opt(how, opt, val, &o->device.gpu_mem, 0, err);
+	if (KEY("gpu_min"))
+		return size_opt(how, opt, val, &o->device.gpu_min, 1, err);
+	if (KEY("threads") || KEY("eval_delay_ms")) {
+		char *end;
+		long v = val ? strtol(val, &end, 10) : -1;
+		long max = KEY("threads") ? 64 : 600000;
+		if (!val || !*val || *end || v < 1 || v > max)
+			return bad(err, how, opt, KEY("threads") ? "1 to 64" : "1 to 600000");
+		if (KEY("threads"))
+			o->cache.threads = (int)v;
+		else
+			o->cache.delay_ms = (unsigned)v;
+		return 1;
+	}
+	if (KEY("gguf_dequant")) {
+		if (!val || (strcasecmp(val, "F32") && strcasecmp(val, "BF16")))
+			return bad(err, how, opt, "F32 or BF16");
+		o->gguf_bf16 = !strcasecmp(val, "BF16");
+		return 1;
+	}
+	if (KEY("device")) {
+		if (!val)
+			return bad(err, how, opt, "cpu, cuda, cuda:N or auto");
+		return ck_device_parse(val, &o->device, err) < 0 ? -1 : 1;
+	}
+#undef KEY
+	return 0;
+}
+
+/* A quarter of the memory this process may use. */
+static uint64_t default_cache_size(void)
+{
+	uint64_t mem = 0;
+	FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+	if (f) {
+		unsigned long long v;
+		if (fscanf(f, "%llu", &v) == 1)
+			mem = v;
+		fclose(f);
+	}
+	if (!mem && (f = fopen("/proc/meminfo", "r"))) {
+		unsigned long long kb;
+		if (fscanf(f, "MemTotal: %llu kB", &kb) == 1)
+			mem = kb * 1024;
+		fclose(f);
+	}
+	uint64_t c = mem / 4;
+	return c < (64u << 20) ? (64u << 20) : c;
+}
+
+int ck_serve_opts_finish(struct ck_serve_opts *o, struct ck_err *err)
+{
+	if (!o->cache.cache_size)
+		o->cache.cache_size = default_cache_size();
+	uint64_t chunk = o->cache.chunk ? o->cache.chunk : DEFAULT_CHUNK;
+	if (o->cache.cache_size < MIN_CACHE_CHUNKS * chunk)
+		return ck_fail(err, CK_E_USAGE,
+			       "cache_size=%llu is less than 4 chunks of %llu bytes (lower chunk, or "
+			       "raise cache_size)",
+			       (unsigned long long)o->cache.cache_size, (unsigned long long)chunk);
+	if (!o->cache.group_max) {
+		o->cache.group_max = o->cache.cache_size / 8;
+		if (o->cache.group_max > (256u << 20))
+			o->cache.group_max = 256u << 20;
+	}
+	return 0;
+}
+
+int ck_serve_cast_view(const struct ck_serve_opts *o, struct ck_view *v, struct ck_err *err)
+{
+	if (!o->gguf_bf16)
+		return 0;
+	int r = v->plan ? ck_plan_cast(v->plan, CK_DT_BF16, 1, err) : 0;
+	for (size_t k = 0; r == 0 && k < v->n_ranks; k++)
+		r = ck_plan_cast(v->rank_plans[k], CK_DT_BF16, 1, err);
+	return r;
+}
+
+/* A caller waiting for one cache read. */
+struct waiter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, err;
+	unsigned char *buf; /* copy segments here (NULL: checksum them) */
+	uint32_t crc;
+};
+
+static void wake(struct waiter *w, int err)
+{
+	pthread_mutex_lock(&w->mu);
+	w->err = err;
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void copy_done(void *arg, int err, const struct ck_seg *segs, size_t n)
+{
+	struct waiter *w = arg;
+	for (size_t i = 0; !err && i < n; i++) {
+		if (w->buf)
+			memcpy(w->buf + segs[i].dst, segs[i].p, segs[i].len);
+		else
+			w->crc = ck_crc32(w->crc, segs[i].p, segs[i].len);
+	}
+	wake(w, err);
+}
+
+/* Start one cache read and wait for its callback. Returns 0 or -errno. */
+static int read_wait(struct ck_cache *c, const struct ck_span *spans, size_t n, struct waiter *w)
+{
+	w->done = 0;
+	w->err = 0;
+	if (ck_cache_read(c, spans, n, copy_done, w) < 0)
+		return -ENOMEM;
+	pthread_mutex_lock(&w->mu);
+	while (!w->done)
+		pthread_cond_wait(&w->cv, &w->mu);
+	pthread_mutex_unlock(&w->mu);
+	return w->err;
+}
+
+int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
+		   struct ck_err *err)
+{
+	struct ck_span stack[8], *rest = n <= 8 ? stack : malloc(n * sizeof *rest);
+	if (!rest)
+		return ck_fail_sys(err, ENOMEM, "read");
+	size_t k = 0;
+	int rc = 0;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		const struct ck_span *sp = &spans[i];
+		int fd, r;
+		uint64_t pos;
+		if (sp->lit) {
+			memcpy(buf + sp->dst, sp->lit, sp->len);
+		} else if ((r = ck_cache_direct(s->cache, sp->target, sp->off, sp->len, &fd, &pos)) ==
+			   1) {
+			if (ck_pread_full(fd, buf + sp->dst, sp->len, pos) < 0)
+				rc = ck_fail_sys(err, EIO, "%s: the source file is shorter than catalogued",
+						 s->plan->t[sp->target].name);
+		} else if (r < 0) {
+			rc = ck_fail_sys(err, -r, "%s: its source changed", s->plan->t[sp->target].name);
+		} else {
+			rest[k++] = *sp;
+		}
+	}
+	if (rc == 0 && k) {
+		struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER,
+				   .cv = PTHREAD_COND_INITIALIZER,
+				   .buf = buf};
+		int r = read_wait(s->cache, rest, k, &w);
+		if (r < 0)
+			rc = ck_fail_sys(err, -r, "evaluating %s", s->plan->t[rest[0].target].name);
+		pthread_mutex_destroy(&w.mu);
+		pthread_cond_destroy(&w.cv);
+	}
+	if (rest != stack)
+		free(rest);
+	return rc;
+}
+
+/* zip_crc: evaluate every tensor of pytorch_model.bin once, through the
+ * cache, and fill in its CRC-32 fields. */
+static int zip_crcs(struct ck_served *s, struct ck_err *err)
+{
+	const uint64_t step = 16u << 20;
+	struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+	int rc = 0;
+	for (size_t vi = 0; vi < s->n_trees && rc == 0; vi++) {
+		struct ck_tree *v = &s->trees[vi];
+		for (size_t k = 0; rc == 0 && k < v->zip.n_included; k++) {
+			uint32_t t = ck_tree_cache_target(v, v->zip.included[k]);
+			uint64_t size = s->plan->t[t].nbytes;
+			w.crc = 0;
+			for (uint64_t off = 0; rc == 0 && off < size; off += step) {
+				struct ck_span sp = {t, off, size - off < step ? size - off : step, 0, NULL};
+				int r = read_wait(s->cache, &sp, 1, &w);
+				if (r < 0)
+					rc = ck_fail_sys(err, -r, "zip_crc: evaluating %s", s->plan->t[t].name);
+			}
+			if (rc == 0)
+				ck_torchzip_set_crc(&v->zip, k, w.crc);
+		}
+	}
+	pthread_mutex_destroy(&w.mu);
+	pthread_cond_destroy(&w.cv);
+	return rc;
+}
+
+static void note_omitted(const struct ck_tree *v, void (*log)(void *, const char *), void *ctx)
+{
+	for (size_t k = 0; log && k < v->zip.n_omitted; k++) {
+		const struct ck_target *t = &v->plan->t[v->zip.omitted[k]];
+		char msg[600], name[300];
+		ck_escape_controls(t->name, name, sizeof name);
+		snprintf(msg, sizeof msg,
+			 "pytorch_model.bin leaves out %s: torch 1.13 has no typed storage for %s "
+			 "(tensors/, npy/ and model.safetensors have it)",
+			 name, ck_dtype_name(t->v.dtype));
+		log(ctx, msg);
+	}
+}
+
+int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, const char *source,
+		   const struct ck_serve_opts *o, void (*log)(void *, const char *), void *log_ctx,
+		   struct ck_err *err)
+{
+	memset(s, 0, sizeof *s);
+	s->plan = v->plan;
+	size_t n = v->n_ranks ? v->n_ranks : 1;
+	if (!(s->trees = calloc(n, sizeof *s->trees)))
+		return ck_fail_sys(err, ENOMEM, "serve");
+	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
+				  o->cache.no_direct};
+	for (size_t k = 0; k < n; k++, s->n_trees++) {
+		struct ck_tree *t = &s->trees[k];
+		if (v->n_ranks) { /* one daemon, rankR/ per rank, one cache for all */
+			t->plan = v->rank_plans[k];
+			t->cache_idx = v->rank_idx[k];
+			t->rank = v->ranks[k];
+			snprintf(t->dir, sizeof t->dir, "rank%lld", (long long)v->ranks[k]);
+		} else {
+			t->plan = v->plan;
+			t->rank = per_rank ? v->rank : -1;
+		}
+		if (ck_tree_build(t, &to, err) < 0) {
+			s->n_trees++;
+			return -1;
+		}
+		note_omitted(t, log, log_ctx);
+	}
+	struct ck_cache_opts co = o->cache;
+	co.log = log;
+	co.log_ctx = log_ctx;
+	char note[400];
+	if (ck_device_open(&o->device, co.threads > 0 ? co.threads : 1, &s->gpu, note, sizeof note,
+			   err) < 0)
+		return -1;
+	if (note[0] && log)
+		log(log_ctx, note);
+	co.gpu = s->gpu;
+	co.gpu_min = o->device.gpu_min;
+	if (ck_cache_new(s->plan, &co, &s->cache, err) < 0 || (o->zip_crc && zip_crcs(s, err) < 0))
+		return -1;
+	return 0;
+}
+
+void ck_served_stop(struct ck_served *s)
+{
+	ck_cache_free(s->cache);
+	s->cache = NULL;
+	ck_gpu_close(s->gpu); /* after the evaluators that hold its lanes */
+	s->gpu = NULL;
+}
+
+void ck_served_close(struct ck_served *s)
+{
+	ck_served_stop(s);
+	for (size_t k = 0; k < s->n_trees; k++)
+		ck_tree_free(&s->trees[k]);
+	free(s->trees);
+	memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,71 @@
+/* Serving a view: the trees of files it shows, the evaluation cache behind
+ * them and the device that evaluates. One implementation for every reader:
+ * the FUSE daemon answers kernel requests from it (asynchronously, straight
+ * from cache memory), libckptfs answers a caller's reads into its buffer
+ * (ck_served_read). Their shared options are parsed here, so `mount -o` and
+ * the library take the same names, values and limits. */
+#ifndef CK_SERVE_H
+#define CK_SERVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../exec/cache.h"
+#include "../kern/device.h"
+#include "open.h"
+#include "tree.h"
+
+struct ck_serve_opts {
+	struct ck_cache_opts cache;
+	struct ck_device device;
+	uint64_t max_shard_size; /* >0: also model-0000k-of-0000n.safetensors + index */
+	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors */
+	int zip_crc;		 /* fill in pytorch_model.bin's CRC-32s at start */
+	int npy_f32;		 /* npy/ widens BF16 and FP8 to F32 */
+	int gguf_bf16;		 /* quantized GGUF tensors as BF16 (default F32) */
+};
+
+/* Defaults: io_uring, one evaluator per core, 5 GiB parts, the CPU. */
+void ck_serve_opts_init(struct ck_serve_opts *o);
+/* One option, "key" or "key=value" (cache_size, chunk, group_max, threads,
+ * no_uring, no_direct, no_prefetch, eval_delay_ms, max_shard_size,
+ * part_size, zip_crc, npy_f32, gguf_dequant, device, gpu_mem, gpu_min).
+ * Returns 1 (taken), 0 (not one of these: err untouched) or -1 (bad value;
+ * err says "bad option HOW OPT (what it takes)", how: "-o " for mount). */
+int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, struct ck_err *err);
+/* Fill in what depends on the rest: the cache size (a quarter of the
+ * cgroup's or the machine's memory, at least 64 MiB) and group_max
+ * (cache/8, at most 256 MiB); refuse a cache smaller than 4 chunks. */
+int ck_serve_opts_finish(struct ck_serve_opts *o, struct ck_err *err);
+/* -o gguf_dequant=BF16: every plan of the view, alike. Call before
+ * ck_served_open. */
+int ck_serve_cast_view(const struct ck_serve_opts *o, struct ck_view *v, struct ck_err *err);
+
+struct ck_served {
+	const struct ck_plan *plan; /* the cache's: the view's, or the union of its ranks' */
+	struct ck_tree *trees;	    /* one, or one per rank of --ranks ("rank3") */
+	size_t n_trees;
+	struct ck_cache *cache;
+	struct ck_gpu *gpu;
+};
+
+/* Lay out the files of every tree of v, open the device and start the
+ * cache's evaluators (so call it after any fork), then fill in the zip
+ * CRCs if asked. log (may be NULL) gets notes: tensors pytorch_model.bin
+ * leaves out, the device chosen by auto. v must outlive s. */
+int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, const char *source,
+		   const struct ck_serve_opts *o, void (*log)(void *, const char *), void *log_ctx,
+		   struct ck_err *err);
+/* Stop the evaluators (pending reads complete first) and the device; the
+ * trees stay readable as metadata. */
+void ck_served_stop(struct ck_served *s);
+void ck_served_close(struct ck_served *s);
+
+/* Bytes of a read into buf: literal spans are copied, direct spans read
+ * from their source file, the rest evaluated through the cache; the caller
+ * waits. spans in ck_vfile_spans' format, dst relative to buf. Returns 0 or
+ * -1 with err (CK_E_SYS: a failed source read, errno kept). Thread-safe. */
+int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
+		   struct ck_err *err);
+
+#endif
