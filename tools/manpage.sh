@@ -20,9 +20,12 @@ cat <<MID
 ckptfs reads a checkpoint (safetensors, torch.save zip or legacy, DCP, Megatron torch_dist, GGUF)
 together with mapping files and presents the transformed model state as files, computed lazily on
 read. The mapping language is described in
-.I share/ckptfs/mappings/README.md
+.BR ckptfs-mapping (5)
 and the shipped mappings are listed by
 .BR "ckptfs mappings" .
+C and C++ programs read the same views in-process through libckptfs
+.RI ( ckptfs.h ,
+.BR "pkg-config ckptfs" ).
 .SH MOUNT OPTIONS
 .nf
 MID
@@ -39,6 +42,7 @@ ckptfs mounts with
 and from /etc/fstab lines of type
 .BR fuse.ckptfs .
 .SH SEE ALSO
+.BR ckptfs-mapping (5),
 .BR mount (8),
 .BR fusermount3 (1)
 TAIL

@@ -108,3 +108,45 @@ def make_sources(mkckpt, d):
         srcs[name] = os.path.join(d, name)
         run(mkckpt, *args, srcs[name])
     return srcs
+
+
+def llama_to_megatron_ref(src, cfg):
+    """Megatron-core's names and layouts from an HF Llama state dict (name ->
+    (dtype, array)): Q, K, V interleaved per query group into linear_qkv, gate
+    and up stacked into linear_fc1; written from Megatron's layout, not ckptfs's
+    mapping."""
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    ng = cfg.get("num_key_value_heads", nh)
+    out = {"embedding.word_embeddings.weight": src["model.embed_tokens.weight"],
+           "decoder.final_layernorm.weight": src["model.norm.weight"]}
+    if "lm_head.weight" in src:
+        out["output_layer.weight"] = src["lm_head.weight"]
+    for L in range(cfg["num_hidden_layers"]):
+        p, d = f"model.layers.{L}.", f"decoder.layers.{L}."
+        q, k, v = (src[p + f"self_attn.{n}_proj.weight"] for n in "qkv")
+        qkv = np.concatenate([q[1].reshape(ng, -1, H), k[1].reshape(ng, -1, H),
+                              v[1].reshape(ng, -1, H)], axis=1).reshape(-1, H)
+        out[d + "self_attention.linear_qkv.weight"] = (q[0], qkv)
+        out[d + "self_attention.linear_qkv.layer_norm_weight"] = src[p + "input_layernorm.weight"]
+        out[d + "self_attention.linear_proj.weight"] = src[p + "self_attn.o_proj.weight"]
+        g, u = src[p + "mlp.gate_proj.weight"], src[p + "mlp.up_proj.weight"]
+        out[d + "mlp.linear_fc1.weight"] = (g[0], np.concatenate([g[1], u[1]], axis=0))
+        out[d + "mlp.linear_fc1.layer_norm_weight"] = src[p + "post_attention_layernorm.weight"]
+        out[d + "mlp.linear_fc2.weight"] = src[p + "mlp.down_proj.weight"]
+    return out
+
+
+def megatron_rank(glob, tp, r):
+    """Megatron-LM's per-rank tensors (tools/checkpoint conventions)."""
+    out = {}
+    for k, w in glob.items():
+        if k.endswith("linear_qkv.weight") or k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+            out[k] = np.split(w, tp, 0)[r]
+        elif k.endswith("linear_fc1.weight"):
+            gate, up = np.split(w, 2, 0)
+            out[k] = np.concatenate([np.split(gate, tp, 0)[r], np.split(up, tp, 0)[r]], 0)
+        elif k.endswith("linear_proj.weight") or k.endswith("linear_fc2.weight"):
+            out[k] = np.split(w, tp, 1)[r]
+        else:
+            out[k] = w
+    return out

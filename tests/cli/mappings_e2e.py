@@ -42,28 +42,6 @@ def convert(src, out, *maps, extra=()):
     return arrays(out)
 
 
-def llama_to_megatron_ref(src, cfg):
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    ng = cfg.get("num_key_value_heads", nh)
-    out = {"embedding.word_embeddings.weight": src["model.embed_tokens.weight"],
-           "decoder.final_layernorm.weight": src["model.norm.weight"]}
-    if "lm_head.weight" in src:
-        out["output_layer.weight"] = src["lm_head.weight"]
-    for L in range(cfg["num_hidden_layers"]):
-        p, d = f"model.layers.{L}.", f"decoder.layers.{L}."
-        q, k, v = (src[p + f"self_attn.{n}_proj.weight"] for n in "qkv")
-        qkv = np.concatenate([q[1].reshape(ng, -1, H), k[1].reshape(ng, -1, H),
-                              v[1].reshape(ng, -1, H)], axis=1).reshape(-1, H)
-        out[d + "self_attention.linear_qkv.weight"] = (q[0], qkv)
-        out[d + "self_attention.linear_qkv.layer_norm_weight"] = src[p + "input_layernorm.weight"]
-        out[d + "self_attention.linear_proj.weight"] = src[p + "self_attn.o_proj.weight"]
-        g, u = src[p + "mlp.gate_proj.weight"], src[p + "mlp.up_proj.weight"]
-        out[d + "mlp.linear_fc1.weight"] = (g[0], np.concatenate([g[1], u[1]], axis=0))
-        out[d + "mlp.linear_fc1.layer_norm_weight"] = src[p + "post_attention_layernorm.weight"]
-        out[d + "mlp.linear_fc2.weight"] = src[p + "mlp.down_proj.weight"]
-    return out
-
-
 def bf16_rne(f32):
     """Independent F32 -> BF16 (round to nearest even) with integer numpy."""
     u = f32.view(np.uint32).astype(np.uint64)
@@ -84,7 +62,7 @@ with tempfile.TemporaryDirectory() as d:
             cfg = json.load(f)
         src = arrays(src_dir)
         meg = convert(src_dir, os.path.join(d, f"meg{k}"), mp("llama-hf-to-megatron.json"))
-        assert_same(meg, llama_to_megatron_ref(src, cfg), f"llama{k} -> megatron")
+        assert_same(meg, ckref.llama_to_megatron_ref(src, cfg), f"llama{k} -> megatron")
         back = convert(os.path.join(d, f"meg{k}"), os.path.join(d, f"back{k}"),
                        mp("megatron-to-llama-hf.json"), extra=["--max-shard-size", "64KiB"])
         assert_same(back, src, f"llama{k} round trip")
@@ -94,7 +72,7 @@ with tempfile.TemporaryDirectory() as d:
         # inspect --mapping --json shows the same names, dtypes and shapes
         view = json.loads(ckref.run(CKPTFS, "inspect", src_dir, "--mapping",
                                     mp("llama-hf-to-megatron.json"), "--json").stdout)
-        ref = llama_to_megatron_ref(src, cfg)
+        ref = ckref.llama_to_megatron_ref(src, cfg)
         assert {t["name"]: (t["dtype"], tuple(t["shape"])) for t in view["tensors"]} == \
             {n: (v[0], v[1].shape) for n, v in ref.items()}
 

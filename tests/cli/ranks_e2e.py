@@ -26,22 +26,6 @@ def arrays(d):
     return {k: v[2] for k, v in ckref.read_checkpoint_dir(d).items()}
 
 
-def megatron_rank(glob, tp, r):
-    """Megatron-LM's per-rank tensors (tools/checkpoint conventions)."""
-    out = {}
-    for k, w in glob.items():
-        if k.endswith("linear_qkv.weight") or k in ("embedding.word_embeddings.weight", "output_layer.weight"):
-            out[k] = np.split(w, tp, 0)[r]
-        elif k.endswith("linear_fc1.weight"):
-            gate, up = np.split(w, 2, 0)
-            out[k] = np.concatenate([np.split(gate, tp, 0)[r], np.split(up, tp, 0)[r]], 0)
-        elif k.endswith("linear_proj.weight") or k.endswith("linear_fc2.weight"):
-            out[k] = np.split(w, tp, 1)[r]
-        else:
-            out[k] = w
-    return out
-
-
 with tempfile.TemporaryDirectory() as d:
     src = os.path.join(d, "llama")
     ckref.run(MKCKPT, "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--intermediate", "192",
@@ -58,7 +42,7 @@ with tempfile.TemporaryDirectory() as d:
             ckref.run(CKPTFS, "convert", src, out, "--mapping", MAP, "--mesh", f"tp={tp}",
                       "--rank", str(r), "--quiet")
             local = arrays(os.path.join(d, f"tp{tp}", f"rank{r}"))
-            want = megatron_rank(glob, tp, r)
+            want = ckref.megatron_rank(glob, tp, r)
             assert set(local) == set(want)
             for k in want:
                 assert np.array_equal(local[k], want[k]), f"tp={tp} rank {r}: {k} differs"
@@ -77,7 +61,7 @@ with tempfile.TemporaryDirectory() as d:
                 # replicated tensors: one main replica (replica id 0) and tp-1 others
                 assert t["replica_id"] == ([] if split else [r]), t
         for k in glob:
-            replicated = megatron_rank(glob, tp, 0)[k].shape == glob[k].shape
+            replicated = ckref.megatron_rank(glob, tp, 0)[k].shape == glob[k].shape
             assert covered[k].min() >= 1 and (replicated or covered[k].max() == 1), k
             assert np.array_equal(rebuilt[k], glob[k]), f"tp={tp}: {k} not restored"
     print(f"tp 2/4/8: {checked} local tensors equal numpy's Megatron shards; fragments restore every global tensor")
@@ -149,7 +133,7 @@ with tempfile.TemporaryDirectory() as d:
 
     def stage_view(tpr, lo, hi, first, last):
         want = {}
-        for k, w in megatron_rank(glob4, 2, tpr).items():
+        for k, w in ckref.megatron_rank(glob4, 2, tpr).items():
             parts = k.split(".")
             if k.startswith("decoder.layers."):
                 L = int(parts[2])

@@ -1,0 +1,322 @@
+/* libckptfs: the public API over view/ (open, serve, read). Everything the
+ * FUSE daemon shows is built by the same code; this file only checks the
+ * caller's arguments, turns errors into ckptfs_error and splits large reads
+ * so that one call never holds more than a slice of the cache. */
+#include "ckptfs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckptfs_config.h"
+#include "../view/open.h"
+#include "../view/serve.h"
+
+struct ckptfs {
+	struct ck_view view;
+	struct ck_served srv;
+	struct ck_tree *tree; /* srv's one tree */
+	uint64_t step;	      /* largest piece of a read evaluated at once */
+	char *source;
+};
+
+/* Enum values are the CLI's exit statuses; keep them in step. */
+_Static_assert((int)CKPTFS_E_SYSTEM == (int)CK_E_SYS && (int)CKPTFS_E_USAGE == (int)CK_E_USAGE &&
+		       (int)CKPTFS_E_SOURCE == (int)CK_E_SOURCE &&
+		       (int)CKPTFS_E_MAPPING == (int)CK_E_MAPPING,
+	       "ckptfs_code and ck_errkind differ");
+
+static void put_err(struct ckptfs_error *out, const struct ck_err *e)
+{
+	if (!out)
+		return;
+	out->code = (int)e->kind;
+	out->sys_errno = e->sys_errno;
+	snprintf(out->message, sizeof out->message, "%s", e->msg);
+}
+
+static int usage(struct ckptfs_error *out, const char *fmt, const char *arg)
+{
+	struct ck_err e;
+	ck_fail(&e, CK_E_USAGE, fmt, arg);
+	put_err(out, &e);
+	return -1;
+}
+
+const char *ckptfs_version(void)
+{
+	return CKPTFS_VERSION;
+}
+
+/* The options that choose the view (mapping, mesh, rank, shard_groups,
+ * world_size): 1 taken, 0 not one of these, -1 bad. */
+static int view_option(struct ck_view_args *a, const char *opt, struct ck_err *e)
+{
+	const char *val = strchr(opt, '=');
+	size_t klen = val ? (size_t)(val - opt) : strlen(opt);
+	val = val ? val + 1 : NULL;
+#define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
+	if (KEY("shard_groups")) {
+		if (val)
+			return ck_fail(e, CK_E_USAGE, "bad option %s (a flag takes no value)", opt);
+		a->shard_groups = 1;
+		return 1;
+	}
+	if (!KEY("mapping") && !KEY("mesh") && !KEY("rank") && !KEY("world_size"))
+		return KEY("ranks") ? ck_fail(e, CK_E_USAGE, "option ranks: a handle serves one "
+							     "rank; open one per rank")
+				    : 0;
+	if (!val || !*val)
+		return ck_fail(e, CK_E_USAGE, "bad option %s (needs a value)", opt);
+	if (KEY("mapping")) {
+		if (a->n_maps == CK_MAX_MAPPINGS)
+			return ck_fail(e, CK_E_USAGE, "at most %d mapping options", CK_MAX_MAPPINGS);
+		a->maps[a->n_maps++] = (char *)val;
+	} else if (KEY("mesh")) {
+		a->mesh = val;
+	} else {
+		char *end;
+		long long v = strtoll(val, &end, 10);
+		int world = KEY("world_size");
+		if (*end || v < (world ? 1 : 0) || v > (1 << 24))
+			return ck_fail(e, CK_E_USAGE, "bad option %s (a %s)", opt,
+				       world ? "world size of 1 or more" : "rank of 0 or more");
+		*(world ? &a->world : &a->rank) = v;
+	}
+#undef KEY
+	return 1;
+}
+
+int ckptfs_open(ckptfs **out, const char *source, const char *const *options,
+		struct ckptfs_error *err)
+{
+	if (!out)
+		return usage(err, "ckptfs_open: %s is NULL", "out");
+	*out = NULL;
+	if (!source)
+		return usage(err, "ckptfs_open: %s is NULL", "source");
+	struct ck_err e;
+	struct ck_view_args va = {.rank = -1};
+	struct ck_serve_opts so;
+	ck_serve_opts_init(&so);
+	for (size_t i = 0; options && options[i]; i++) {
+		int r = view_option(&va, options[i], &e);
+		if (r == 0)
+			r = ck_serve_option(&so, "", options[i], &e);
+		if (r == 0)
+			ck_fail(&e, CK_E_USAGE, "unknown option %s", options[i]);
+		if (r != 1) {
+			put_err(err, &e);
+			return -1;
+		}
+	}
+	if (ck_serve_opts_finish(&so, &e) < 0) {
+		put_err(err, &e);
+		return -1;
+	}
+	ckptfs *h = calloc(1, sizeof *h);
+	if (!h || !(h->source = strdup(source))) {
+		free(h);
+		ck_fail_sys(&e, ENOMEM, "ckptfs_open");
+		put_err(err, &e);
+		return -1;
+	}
+	if (ck_view_open(&h->view, source, &va, &e) < 0) {
+		free(h->source);
+		free(h);
+		put_err(err, &e);
+		return -1;
+	}
+	if (ck_serve_cast_view(&so, &h->view, &e) < 0 ||
+	    ck_served_open(&h->srv, &h->view, va.mesh != NULL, h->source, &so, NULL, NULL, &e) < 0) {
+		put_err(err, &e);
+		ckptfs_close(h);
+		return -1;
+	}
+	h->tree = &h->srv.trees[0];
+	/* a read evaluates at most a quarter of the cache before its bytes are
+	 * copied out, so readers on other threads keep room */
+	h->step = so.cache.cache_size / 4;
+	if (h->step > (64u << 20))
+		h->step = 64u << 20;
+	*out = h;
+	return 0;
+}
+
+void ckptfs_close(ckptfs *h)
+{
+	if (!h)
+		return;
+	ck_served_close(&h->srv);
+	ck_view_close(&h->view);
+	free(h->source);
+	free(h);
+}
+
+size_t ckptfs_count(const ckptfs *h)
+{
+	return h ? h->tree->plan->n : 0;
+}
+
+long ckptfs_find(const ckptfs *h, const char *name)
+{
+	uint32_t i;
+	if (!h || !name || ck_strmap_get(&h->tree->plan->by_name, name, &i) != 0)
+		return -1;
+	return (long)i;
+}
+
+static const struct ck_target *target(const ckptfs *h, size_t i)
+{
+	return h && i < h->tree->plan->n ? &h->tree->plan->t[i] : NULL;
+}
+
+const char *ckptfs_tensor_name(const ckptfs *h, size_t i)
+{
+	const struct ck_target *t = target(h, i);
+	return t ? t->name : NULL;
+}
+
+const char *ckptfs_tensor_dtype(const ckptfs *h, size_t i)
+{
+	const struct ck_target *t = target(h, i);
+	return t ? ck_dtype_name(t->v.dtype) : NULL;
+}
+
+int ckptfs_tensor_ndim(const ckptfs *h, size_t i)
+{
+	const struct ck_target *t = target(h, i);
+	return t ? t->v.ndim : -1;
+}
+
+const int64_t *ckptfs_tensor_shape(const ckptfs *h, size_t i)
+{
+	const struct ck_target *t = target(h, i);
+	return t ? t->v.shape : NULL;
+}
+
+uint64_t ckptfs_tensor_bytes(const ckptfs *h, size_t i)
+{
+	const struct ck_target *t = target(h, i);
+	return t ? t->nbytes : 0;
+}
+
+long ckptfs_tensor_group(const ckptfs *h, size_t i)
+{
+	const struct ck_target *t = target(h, i);
+	return t ? (long)t->group : -1;
+}
+
+/* The length of a read of [off, off+len) from something of size bytes. */
+static size_t clip(uint64_t size, uint64_t off, size_t len)
+{
+	return off >= size ? 0 : (size - off < len ? (size_t)(size - off) : len);
+}
+
+int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
+		    struct ckptfs_error *err)
+{
+	const struct ck_target *t = target(h, i);
+	if (!t)
+		return usage(err, "ckptfs_read: %s", h ? "no such target" : "handle is NULL");
+	size_t n = clip(t->nbytes, off, len), done = 0;
+	if (n && !buf)
+		return usage(err, "ckptfs_read: %s is NULL", "buf");
+	uint32_t ct = ck_tree_cache_target(h->tree, (uint32_t)i);
+	while (done < n) {
+		uint64_t step = n - done < h->step ? n - done : h->step;
+		struct ck_span sp = {ct, off + done, step, 0, NULL};
+		struct ck_err e;
+		if (ck_served_read(&h->srv, &sp, 1, (unsigned char *)buf + done, &e) < 0) {
+			put_err(err, &e);
+			return -1;
+		}
+		done += step;
+	}
+	return (int64_t)n;
+}
+
+size_t ckptfs_file_count(const ckptfs *h)
+{
+	return h ? h->tree->n_roots : 0;
+}
+
+long ckptfs_file_find(const ckptfs *h, const char *name)
+{
+	for (size_t k = 0; h && name && k < h->tree->n_roots; k++)
+		if (!strcmp(h->tree->roots[k].name, name))
+			return (long)k;
+	return -1;
+}
+
+const char *ckptfs_file_name(const ckptfs *h, size_t k)
+{
+	return h && k < h->tree->n_roots ? h->tree->roots[k].name : NULL;
+}
+
+uint64_t ckptfs_file_size(const ckptfs *h, size_t k)
+{
+	return h && k < h->tree->n_roots ? h->tree->roots[k].v->size : 0;
+}
+
+int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t len,
+			 struct ckptfs_error *err)
+{
+	if (!h || k >= h->tree->n_roots)
+		return usage(err, "ckptfs_file_read: %s", h ? "no such file" : "handle is NULL");
+	const struct ck_vfile *vf = h->tree->roots[k].v;
+	size_t n = clip(vf->size, off, len), done = 0;
+	if (n && !buf)
+		return usage(err, "ckptfs_file_read: %s is NULL", "buf");
+	struct ck_err e;
+	while (done < n) {
+		uint64_t step = n - done < h->step ? n - done : h->step;
+		size_t ns = ck_vfile_spans(vf, off + done, step, NULL, 0);
+		struct ck_span *sp = malloc((ns ? ns : 1) * sizeof *sp);
+		if (!sp) {
+			ck_fail_sys(&e, ENOMEM, "ckptfs_file_read");
+			put_err(err, &e);
+			return -1;
+		}
+		ck_vfile_spans(vf, off + done, step, sp, ns);
+		int r = ck_served_read(&h->srv, sp, ns, (unsigned char *)buf + done, &e);
+		free(sp);
+		if (r < 0) {
+			ck_err_prefix(&e, "%s", h->tree->roots[k].name);
+			put_err(err, &e);
+			return -1;
+		}
+		done += step;
+	}
+	return (int64_t)n;
+}
+
+const char *ckptfs_plan_json(const ckptfs *h, size_t *len)
+{
+	if (len)
+		*len = h ? h->tree->plan_json_len : 0;
+	return h ? h->tree->plan_json : NULL;
+}
+
+void ckptfs_get_stats(ckptfs *h, struct ckptfs_stats *s, size_t size)
+{
+	if (!h || !s)
+		return;
+	struct ck_cache_stats cs;
+	ck_cache_get_stats(h->srv.cache, &cs);
+	struct ckptfs_stats all = {
+		.source_bytes_read = cs.source_bytes_read,
+		.read_requests = cs.read_requests,
+		.groups_evaluated = cs.groups_evaluated,
+		.regions_evaluated = cs.regions_evaluated,
+		.cache_hits = cs.cache_hits,
+		.cache_misses = cs.cache_misses,
+		.cache_bytes = cs.cache_bytes,
+		.cache_evictions = cs.cache_evictions,
+		.direct_reads = cs.direct_reads,
+		.gpu_reads = cs.gpu_reads,
+		.gpu_bytes = cs.gpu_bytes,
+	};
+	memcpy(s, &all, size < sizeof all ? size : sizeof all);
+}
