@@ -5,7 +5,8 @@ Builds its inputs with mkckpt and prints, side by side in one run (median and
 min-max over the repetitions, absolute figures beside the ratios):
   raw page-cache read of the source; a trivial passthrough FUSE daemon
   (tools/passthrough.c, same tuning) as the FUSE ceiling; the identity view
-  (tensors/ and model.safetensors, first and second read); the Llama HF ->
+  (tensors/ and model.safetensors, first and second read); libckptfs
+  in-process (tools/ckread.c) against the raw read; the Llama HF ->
   Megatron view, also with a cast to F32; `ckptfs diff` of two copies and
   of HF vs a Megatron copy through the inverse mapping (bytes per side);
   a numpy peer that converts and
@@ -31,7 +32,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B = os.path.join(ROOT, "build")
-CKPTFS, MKCKPT, PT = (os.path.join(B, p) for p in ("src/ckptfs", "tools/mkckpt", "tools/passthrough"))
+CKPTFS, MKCKPT, PT, CKREAD = (os.path.join(B, p) for p in ("src/ckptfs", "tools/mkckpt", "tools/passthrough",
+                                                             "tools/ckread"))
 MAPS = os.path.join(ROOT, "mappings")
 MB = 1 << 20
 np = None  # numpy, imported by prepare() once it is installed
@@ -245,6 +247,21 @@ def main():
     row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
     row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling)
     row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling)
+
+    # libckptfs in-process (tools/ckread.c, a fresh process each time, one
+    # reader thread per core): no FUSE, so against the raw page-cache read
+    def lib_read(*maps):
+        args = [CKREAD, src, "-j", str(os.cpu_count())]
+        for m in maps:
+            args += ["-o", "mapping=" + m]
+        r = json.loads(run(*args).stdout)
+        return [(r["seconds"], r["bytes"])]
+    lib = {"id": [], "meg": []}
+    for _ in range(R):
+        lib["id"] += lib_read()
+        lib["meg"] += lib_read(meg)
+    row("libckptfs identity, every target, first read vs raw", lib["id"], raw)
+    row("libckptfs Megatron view, every target, first read vs raw", lib["meg"], raw)
 
     # diff reads both sides through the engine: bytes per side per second
     copy, meg_dir = os.path.join(work, "llama-copy"), os.path.join(work, "megatron")

@@ -41,6 +41,7 @@ struct ck_cache_stats {
 	uint64_t direct_reads; /* reads answered from the source file itself */
 	uint64_t prefetches;   /* groups evaluated ahead of a sequential reader */
 	uint64_t gpu_reads, gpu_bytes; /* evaluations run on the GPU, and their bytes */
+	uint64_t streamed_reads;       /* ck_cache_eval_into: evaluated into the caller's memory */
 };
 
 /* A piece of a read's result, in cache memory that stays valid (referenced)
@@ -73,6 +74,12 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
 		    uint64_t *pos);
 int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
+/* Evaluate [off, off+len) of t straight into dst on the caller's thread
+ * (a context from the cache's spares), after the same source-change check:
+ * no cache entry and no copy, for a reader that consumes large ranges once
+ * (libckptfs). Returns 0, or -1 with err. */
+int ck_cache_eval_into(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, void *dst,
+		       struct ck_err *err);
 void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s);
 /* Whether io_uring could not be set up and pread is used. */
 int ck_cache_uring_fell_back(struct ck_cache *c);

@@ -1,7 +1,7 @@
 /* libckptfs: the public API over view/ (open, serve, read). Everything the
  * FUSE daemon shows is built by the same code; this file only checks the
- * caller's arguments, turns errors into ckptfs_error and splits large reads
- * so that one call never holds more than a slice of the cache. */
+ * caller's arguments, turns errors into ckptfs_error and bounds the cache
+ * memory one read holds. */
 #include "ckptfs.h"
 
 #include <errno.h>
@@ -17,7 +17,7 @@ struct ckptfs {
 	struct ck_view view;
 	struct ck_served srv;
 	struct ck_tree *tree; /* srv's one tree */
-	uint64_t step;	      /* largest piece of a read evaluated at once */
+	uint64_t batch;	      /* most cache bytes one read holds at once */
 	char *source;
 };
 
@@ -135,11 +135,11 @@ int ckptfs_open(ckptfs **out, const char *source, const char *const *options,
 		return -1;
 	}
 	h->tree = &h->srv.trees[0];
-	/* a read evaluates at most a quarter of the cache before its bytes are
+	/* a read holds at most a quarter of the cache before its bytes are
 	 * copied out, so readers on other threads keep room */
-	h->step = so.cache.cache_size / 4;
-	if (h->step > (64u << 20))
-		h->step = 64u << 20;
+	h->batch = so.cache.cache_size / 4;
+	if (h->batch > (64u << 20))
+		h->batch = 64u << 20;
 	*out = h;
 	return 0;
 }
@@ -220,19 +220,14 @@ int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 	const struct ck_target *t = target(h, i);
 	if (!t)
 		return usage(err, "ckptfs_read: %s", h ? "no such target" : "handle is NULL");
-	size_t n = clip(t->nbytes, off, len), done = 0;
+	size_t n = clip(t->nbytes, off, len);
 	if (n && !buf)
 		return usage(err, "ckptfs_read: %s is NULL", "buf");
-	uint32_t ct = ck_tree_cache_target(h->tree, (uint32_t)i);
-	while (done < n) {
-		uint64_t step = n - done < h->step ? n - done : h->step;
-		struct ck_span sp = {ct, off + done, step, 0, NULL};
-		struct ck_err e;
-		if (ck_served_read(&h->srv, &sp, 1, (unsigned char *)buf + done, &e) < 0) {
-			put_err(err, &e);
-			return -1;
-		}
-		done += step;
+	struct ck_span sp = {ck_tree_cache_target(h->tree, (uint32_t)i), off, n, 0, NULL};
+	struct ck_err e;
+	if (n && ck_served_read(&h->srv, &sp, 1, buf, h->batch, &e) < 0) {
+		put_err(err, &e);
+		return -1;
 	}
 	return (int64_t)n;
 }
@@ -266,28 +261,24 @@ int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t le
 	if (!h || k >= h->tree->n_roots)
 		return usage(err, "ckptfs_file_read: %s", h ? "no such file" : "handle is NULL");
 	const struct ck_vfile *vf = h->tree->roots[k].v;
-	size_t n = clip(vf->size, off, len), done = 0;
+	size_t n = clip(vf->size, off, len);
 	if (n && !buf)
 		return usage(err, "ckptfs_file_read: %s is NULL", "buf");
 	struct ck_err e;
-	while (done < n) {
-		uint64_t step = n - done < h->step ? n - done : h->step;
-		size_t ns = ck_vfile_spans(vf, off + done, step, NULL, 0);
-		struct ck_span *sp = malloc((ns ? ns : 1) * sizeof *sp);
-		if (!sp) {
-			ck_fail_sys(&e, ENOMEM, "ckptfs_file_read");
-			put_err(err, &e);
-			return -1;
-		}
-		ck_vfile_spans(vf, off + done, step, sp, ns);
-		int r = ck_served_read(&h->srv, sp, ns, (unsigned char *)buf + done, &e);
-		free(sp);
-		if (r < 0) {
-			ck_err_prefix(&e, "%s", h->tree->roots[k].name);
-			put_err(err, &e);
-			return -1;
-		}
-		done += step;
+	size_t ns = ck_vfile_spans(vf, off, n, NULL, 0);
+	struct ck_span *sp = malloc((ns ? ns : 1) * sizeof *sp);
+	if (!sp) {
+		ck_fail_sys(&e, ENOMEM, "ckptfs_file_read");
+		put_err(err, &e);
+		return -1;
+	}
+	ck_vfile_spans(vf, off, n, sp, ns);
+	int r = ck_served_read(&h->srv, sp, ns, buf, h->batch, &e);
+	free(sp);
+	if (r < 0) {
+		ck_err_prefix(&e, "%s", h->tree->roots[k].name);
+		put_err(err, &e);
+		return -1;
 	}
 	return (int64_t)n;
 }
@@ -317,6 +308,7 @@ void ckptfs_get_stats(ckptfs *h, struct ckptfs_stats *s, size_t size)
 		.direct_reads = cs.direct_reads,
 		.gpu_reads = cs.gpu_reads,
 		.gpu_bytes = cs.gpu_bytes,
+		.streamed_reads = cs.streamed_reads,
 	};
 	memcpy(s, &all, size < sizeof all ? size : sizeof all);
 }

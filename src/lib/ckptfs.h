@@ -8,7 +8,10 @@
  * (model.safetensors, pytorch_model.bin, ...), into your buffer. The first
  * read of a target evaluates only what it needs (io_uring reads, the
  * evaluator pool, a bounded cache); renamed tensors are read straight from
- * their source file.
+ * their source file, and a read of 1 MiB or more of an evaluated tensor is
+ * evaluated straight into the caller's buffer on the caller's thread (no
+ * cache entry, no copy: read large ranges from several threads to use
+ * several cores).
  *
  *     ckptfs *h;
  *     struct ckptfs_error e;
@@ -128,6 +131,7 @@ struct ckptfs_stats {
 	uint64_t cache_hits, cache_misses, cache_bytes, cache_evictions;
 	uint64_t direct_reads; /* reads answered from the source file itself */
 	uint64_t gpu_reads, gpu_bytes;
+	uint64_t streamed_reads; /* reads of 1 MiB or more evaluated straight into the caller's buffer */
 };
 /* Counters since open. size: sizeof(struct ckptfs_stats) as the caller
  * knows it (later versions only add fields at the end). */

@@ -195,13 +195,30 @@ static int read_wait(struct ck_cache *c, const struct ck_span *spans, size_t n, 
 	return w->err;
 }
 
-int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
-		   struct ck_err *err)
+/* The cache spans collected so far: read them, wait, empty the list. */
+static int flush(struct ck_served *s, struct ck_span *rest, size_t *k, uint64_t *bytes,
+		 unsigned char *buf, struct ck_err *err)
 {
-	struct ck_span stack[8], *rest = n <= 8 ? stack : malloc(n * sizeof *rest);
-	if (!rest)
-		return ck_fail_sys(err, ENOMEM, "read");
+	if (!*k)
+		return 0;
+	struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .buf = buf};
+	int r = read_wait(s->cache, rest, *k, &w);
+	pthread_mutex_destroy(&w.mu);
+	pthread_cond_destroy(&w.cv);
+	if (r < 0)
+		return ck_fail_sys(err, -r, "evaluating %s", s->plan->t[rest[0].target].name);
+	*k = 0;
+	*bytes = 0;
+	return 0;
+}
+
+int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
+		   uint64_t batch, struct ck_err *err)
+{
+	enum { MAX_REST = 64 };
+	struct ck_span rest[MAX_REST];
 	size_t k = 0;
+	uint64_t pending = 0;
 	int rc = 0;
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		const struct ck_span *sp = &spans[i];
@@ -216,22 +233,21 @@ int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, u
 						 s->plan->t[sp->target].name);
 		} else if (r < 0) {
 			rc = ck_fail_sys(err, -r, "%s: its source changed", s->plan->t[sp->target].name);
-		} else {
-			rest[k++] = *sp;
+		} else if (sp->len >= CK_STREAM_MIN) {
+			rc = ck_cache_eval_into(s->cache, sp->target, sp->off, sp->len, buf + sp->dst, err);
+		} else { /* through the cache, at most `batch` bytes held at once */
+			for (uint64_t o = 0; o < sp->len && rc == 0;) {
+				uint64_t piece = sp->len - o < batch - pending ? sp->len - o : batch - pending;
+				rest[k++] = (struct ck_span){sp->target, sp->off + o, piece, sp->dst + o, NULL};
+				pending += piece;
+				o += piece;
+				if (pending >= batch || k == MAX_REST)
+					rc = flush(s, rest, &k, &pending, buf, err);
+			}
 		}
 	}
-	if (rc == 0 && k) {
-		struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER,
-				   .cv = PTHREAD_COND_INITIALIZER,
-				   .buf = buf};
-		int r = read_wait(s->cache, rest, k, &w);
-		if (r < 0)
-			rc = ck_fail_sys(err, -r, "evaluating %s", s->plan->t[rest[0].target].name);
-		pthread_mutex_destroy(&w.mu);
-		pthread_cond_destroy(&w.cv);
-	}
-	if (rest != stack)
-		free(rest);
+	if (rc == 0)
+		rc = flush(s, rest, &k, &pending, buf, err);
 	return rc;
 }
 

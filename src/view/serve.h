@@ -61,11 +61,18 @@ int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, c
 void ck_served_stop(struct ck_served *s);
 void ck_served_close(struct ck_served *s);
 
+/* Spans of evaluated targets from this size are evaluated straight into
+ * the caller's buffer on its thread (no cache entry, no copy): a reader of
+ * large ranges consumes them once, and fresh cache memory costs page
+ * faults. Smaller spans go through the cache (shared, reused). */
+#define CK_STREAM_MIN (1u << 20)
+
 /* Bytes of a read into buf: literal spans are copied, direct spans read
- * from their source file, the rest evaluated through the cache; the caller
+ * from their source file, large spans evaluated into buf, the rest through
+ * the cache, at most batch bytes (> 0) of it in flight at once; the caller
  * waits. spans in ck_vfile_spans' format, dst relative to buf. Returns 0 or
  * -1 with err (CK_E_SYS: a failed source read, errno kept). Thread-safe. */
 int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
-		   struct ck_err *err);
+		   uint64_t batch, struct ck_err *err);
 
 #endif

@@ -70,6 +70,7 @@ static void parse_source_header(void)
 
 /* Byte j of target name, as the mapping defines it:
  *   a_t  = a.t()      a is F32 [64, 48]: element (r, c) of a_t is a[c][r]
+ *   d_t  = d.t()      d is F32 [1024, 320] (1.25 MiB: read whole, it streams)
  *   b32  = b.to(F32)  b is BF16 [3000]: the F32 bits are the BF16 bits << 16
  *   big, c            unchanged (unused: keep) */
 static unsigned char want_byte(const char *name, uint64_t j)
@@ -77,6 +78,10 @@ static unsigned char want_byte(const char *name, uint64_t j)
 	if (!strcmp(name, "a_t")) {
 		uint64_t e = j / 4, r = e / 64, c = e % 64;
 		return src_byte(find_src("a"), (c * 48 + r) * 4 + j % 4);
+	}
+	if (!strcmp(name, "d_t")) {
+		uint64_t e = j / 4, r = e / 1024, c = e % 1024;
+		return src_byte(find_src("d"), (c * 320 + r) * 4 + j % 4);
 	}
 	if (!strcmp(name, "b32")) {
 		uint64_t e = j / 4;
@@ -95,11 +100,13 @@ static void setup(void)
 		{"b", CK_DT_BF16, 1, {3000}},
 		{"big", CK_DT_F32, 2, {512, 160}},
 		{"c", CK_DT_F32, 2, {300, 7}},
+		{"d", CK_DT_F32, 2, {1024, 320}},
 	};
-	tu_write_st(src, t, 4);
+	tu_write_st(src, t, 5);
 	tu_write_str(map, "{\"unused\": \"keep\", \"rules\": ["
 			  "{\"from\": \"a\", \"to\": \"a_t\", \"expr\": \"x.t()\"},"
-			  "{\"from\": \"b\", \"to\": \"b32\", \"expr\": \"x.to(F32)\"}]}");
+			  "{\"from\": \"b\", \"to\": \"b32\", \"expr\": \"x.to(F32)\"},"
+			  "{\"from\": \"d\", \"to\": \"d_t\", \"expr\": \"x.t()\"}]}");
 	parse_source_header();
 }
 
@@ -160,12 +167,12 @@ END_TEST
 START_TEST(t_metadata)
 {
 	ckptfs *h = open_ok(NULL, NULL);
-	ck_assert_uint_eq(ckptfs_count(h), 4);
-	const char *names[] = {"a_t", "b32", "big", "c"};
-	const char *dtypes[] = {"F32", "F32", "F32", "F32"};
-	const int64_t shapes[][2] = {{48, 64}, {3000, 0}, {512, 160}, {300, 7}};
-	const int ndims[] = {2, 1, 2, 2};
-	for (size_t i = 0; i < 4; i++) {
+	ck_assert_uint_eq(ckptfs_count(h), 5);
+	const char *names[] = {"a_t", "b32", "big", "c", "d_t"};
+	const char *dtypes[] = {"F32", "F32", "F32", "F32", "F32"};
+	const int64_t shapes[][2] = {{48, 64}, {3000, 0}, {512, 160}, {300, 7}, {320, 1024}};
+	const int ndims[] = {2, 1, 2, 2, 2};
+	for (size_t i = 0; i < 5; i++) {
 		ck_assert_int_eq(ckptfs_find(h, names[i]), (long)i);
 		ck_assert_str_eq(ckptfs_tensor_name(h, i), names[i]);
 		ck_assert_str_eq(ckptfs_tensor_dtype(h, i), dtypes[i]);
@@ -179,7 +186,7 @@ START_TEST(t_metadata)
 		ck_assert_int_ge(ckptfs_tensor_group(h, i), 0);
 	}
 	ck_assert_int_eq(ckptfs_find(h, "a"), -1);
-	ck_assert_ptr_null(ckptfs_tensor_name(h, 4));
+	ck_assert_ptr_null(ckptfs_tensor_name(h, 5));
 	ck_assert_int_eq(ckptfs_tensor_ndim(h, 99), -1);
 	size_t len;
 	const char *plan = ckptfs_plan_json(h, &len);
@@ -213,23 +220,24 @@ static void check_range(ckptfs *h, size_t i, uint64_t off, size_t len, unsigned 
 START_TEST(t_values)
 {
 	ckptfs *h = open_ok(NULL, NULL);
-	unsigned char *buf = malloc(1 << 20);
+	unsigned char *buf = malloc(2 << 20);
 	for (size_t i = 0; i < ckptfs_count(h); i++) {
 		uint64_t size = ckptfs_tensor_bytes(h, i);
-		check_range(h, i, 0, 1 << 20, buf);	       /* whole, with room to spare */
+		check_range(h, i, 0, 2 << 20, buf);	       /* whole, with room to spare */
 		check_range(h, i, 3, 1001, buf);	       /* unaligned */
 		check_range(h, i, size - 5, 100, buf);	       /* short at the end */
 		check_range(h, i, size, 10, buf);	       /* at the end: 0 */
 		check_range(h, i, size + 12345, 10, buf);      /* past it: 0 */
 	}
 	struct ckptfs_error e;
-	ck_assert_int_eq(ckptfs_read(h, 4, 0, buf, 10, &e), -1);
+	ck_assert_int_eq(ckptfs_read(h, 5, 0, buf, 10, &e), -1);
 	ck_assert_int_eq(e.code, CKPTFS_E_USAGE);
 	ck_assert_int_eq(ckptfs_read(h, 0, 0, NULL, 10, &e), -1);
 	struct ckptfs_stats s;
 	ckptfs_get_stats(h, &s, sizeof s);
 	ck_assert_uint_gt(s.source_bytes_read, 0);
 	ck_assert_uint_gt(s.direct_reads, 0); /* big and c: renames, read from the file */
+	ck_assert_uint_gt(s.streamed_reads, 0); /* d_t read whole: evaluated into buf */
 	free(buf);
 	ckptfs_close(h);
 }
@@ -271,13 +279,13 @@ START_TEST(t_flat_file)
 					     (unsigned long long)j);
 		seen++;
 	}
-	ck_assert_int_eq(seen, 4);
+	ck_assert_int_eq(seen, 5);
 	/* the shards and their index exist beside it */
 	ck_assert_int_ge(ckptfs_file_find(h, "model.safetensors.index.json"), 0);
 	int shards = 0;
 	for (size_t j = 0; j < ckptfs_file_count(h); j++)
 		shards += !strncmp(ckptfs_file_name(h, j), "model-0000", 10);
-	ck_assert_int_ge(shards, 2); /* 353 KiB of tensors in files of at most 100 KiB */
+	ck_assert_int_ge(shards, 2); /* 1.6 MiB of tensors in files of at most 100 KiB */
 	cJSON_Delete(root);
 	free(hdr);
 	ck_assert_int_eq(ckptfs_file_read(h, 99, 0, f, 1, &e), -1);
@@ -295,12 +303,13 @@ struct reader_arg {
 static void *reader(void *p)
 {
 	struct reader_arg *a = p;
-	unsigned char *buf = malloc(256 << 10);
+	unsigned char *buf = malloc(1200 << 10);
 	for (int k = 0; k < 150; k++) {
 		size_t i = (size_t)rand_r(&a->seed) % ckptfs_count(a->h);
 		uint64_t size = ckptfs_tensor_bytes(a->h, i);
 		uint64_t off = (uint64_t)rand_r(&a->seed) % size;
-		size_t len = 1 + (size_t)rand_r(&a->seed) % (256 << 10);
+		/* mostly small reads (through the cache), some of 1 MiB and more (streamed) */
+		size_t len = 1 + (size_t)rand_r(&a->seed) % (k % 10 ? 256 << 10 : 1200 << 10);
 		check_range(a->h, i, off, len, buf);
 	}
 	free(buf);
