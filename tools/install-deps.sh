@@ -15,11 +15,13 @@ for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # the real llama.cpp for the GGUF tests: node-llama-cpp's prebuilt binaries
-# (npm), into build-node/ beside the build directories
+# (npm), and Hugging Face's GGUF parser, into build-node/ beside the build
+# directories
 node_modules() {
 	local dir
 	dir="$(cd "$(dirname "$0")/.." && pwd)/build-node"
-	[ -f "$dir/node_modules/node-llama-cpp/package.json" ] && return 0
+	[ -f "$dir/node_modules/node-llama-cpp/package.json" ] &&
+		[ -f "$dir/node_modules/@huggingface/gguf/package.json" ] && return 0
 	command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 	NODE_DIR="$dir"
 }
@@ -27,9 +29,10 @@ NODE_DIR=
 node_modules
 install_node() {
 	[ -n "$NODE_DIR" ] || return 0
-	echo "install-deps: npm install node-llama-cpp@3.22.1 into $NODE_DIR" >&2
+	echo "install-deps: npm install node-llama-cpp@3.22.1 @huggingface/gguf@0.4.6 into $NODE_DIR" >&2
 	mkdir -p "$NODE_DIR"
-	(cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error node-llama-cpp@3.22.1 >/dev/null)
+	(cd "$NODE_DIR" && npm install --no-audit --no-fund --loglevel=error node-llama-cpp@3.22.1 \
+		@huggingface/gguf@0.4.6 >/dev/null)
 }
 if [ ${#missing[@]} -eq 0 ]; then
 	install_node

@@ -82,6 +82,7 @@ void ck_catalog_free(struct ck_catalog *cat)
 	ck_strmap_free(&cat->by_name);
 	cJSON_Delete(cat->config);
 	free(cat->config_raw);
+	free(cat->dir);
 	cJSON_Delete(cat->meta);
 	ck_leftout_free(&cat->left_out);
 	free(cat->source);
@@ -94,15 +95,6 @@ const struct ck_catalog_entry *ck_catalog_find(const struct ck_catalog *cat, con
 	return ck_strmap_get(&cat->by_name, name, &i) == 0 ? &cat->entries[i] : NULL;
 }
 
-static char *join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = malloc(n);
-	if (p)
-		snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
 /* Open one weights file (following symlinks: the Hugging Face cache keeps
  * snapshots as links into blobs/) and parse its header. */
 int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
@@ -113,7 +105,7 @@ int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, con
 	f->fd = -1;
 	const char *base = strrchr(name, '/');
 	f->name = strdup(dir || !base ? name : base + 1);
-	f->path = dir ? join(dir, name) : strdup(name);
+	f->path = dir ? ck_path_join(dir, name) : strdup(name);
 	if (!f->name || !f->path) {
 		free(f->name);
 		free(f->path);
@@ -263,9 +255,13 @@ int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err)
 
 static int load_config(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 {
-	char *path = join(dir, "config.json");
-	if (!path)
+	char *path = ck_path_join(dir, "config.json");
+	free(cat->dir);
+	cat->dir = strdup(dir);
+	if (!path || !cat->dir) {
+		free(path);
 		return ck_fail_sys(err, ENOMEM, "config.json");
+	}
 	struct stat st;
 	if (stat(path, &st) < 0) {
 		free(path);
@@ -374,10 +370,10 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 	char **names = NULL;
 	size_t n_names = 0;
 	int have_index = 0;
-	char *index_path = join(dir, INDEX_NAME);
+	char *index_path = ck_path_join(dir, INDEX_NAME);
 	struct stat st;
 	if (index_path && stat(index_path, &st) < 0) { /* torch's index, if that is what there is */
-		char *tp = join(dir, TORCH_INDEX_NAME);
+		char *tp = ck_path_join(dir, TORCH_INDEX_NAME);
 		if (tp && stat(tp, &st) == 0) {
 			free(index_path);
 			index_path = tp;

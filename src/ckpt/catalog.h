@@ -55,6 +55,7 @@ struct ck_catalog {
 	size_t n_entries, cap_entries;
 	struct ck_strmap by_name;
 	cJSON *config; /* config.json beside the weights, or NULL */
+	char *dir;     /* the directory config.json (and tokenizer files) would be in */
 	char *config_raw; /* its bytes as read: served and copied verbatim (a re-print
 			   * would turn 10000.0 into 10000 and round long integers) */
 	size_t config_len;

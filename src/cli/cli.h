@@ -23,6 +23,10 @@ void ck_heap_tune(void);
  * returns 1 (consumed), 0 (not ours) or -1 (bad value, err set). */
 int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck_err *err);
 int ck_cmd_mappings(int argc, char **argv);
+struct ck_gguf_opts;
+/* inspect --format gguf[:TYPE]: the GGUF view's metadata and tensors. */
+int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int json,
+		    struct ck_err *err);
 /* argv[0] is mount.fuse.ckptfs or mount.ckptfs: mount(8)'s helper protocol. */
 int ck_mount_helper(int argc, char **argv);
 

@@ -13,6 +13,7 @@
 #include "../plan/shard.h"
 #include "../util/jsonw.h"
 #include "../util/error.h"
+#include "../view/gguf_view.h"
 #include "cli.h"
 #include "mpi_sync.h"
 
@@ -104,7 +105,8 @@ static void free_names(char **names, int n)
 /* *synced: whether the MPI agreement (ck_mpi_all_ok) has been made */
 static int convert_main(int argc, char **argv, int *synced)
 {
-	const char *source = NULL, *outdir = NULL, *dtype = NULL;
+	const char *source = NULL, *outdir = NULL, *dtype = NULL, *format = NULL;
+	struct ck_gguf_opts gopt = {0};
 	struct ck_view_args va = {.rank = -1};
 	char outbuf[4096];
 	int r;
@@ -117,7 +119,8 @@ static int convert_main(int argc, char **argv, int *synced)
 		const char *a = argv[i];
 		int has = i + 1 < argc;
 		static const char *const valued[] = {"--max-shard-size", "--dtype", "--threads",
-						     "--device", "--gpu-mem", "--gpu-min"};
+						     "--device", "--gpu-mem", "--gpu-min", "--format",
+						     "--gguf-pre", "--gguf-vocab"};
 		for (size_t k = 0; !has && k < sizeof valued / sizeof *valued; k++)
 			if (!strcmp(a, valued[k]))
 				return ck_cli_report(
@@ -133,6 +136,16 @@ static int convert_main(int argc, char **argv, int *synced)
 						      &err));
 		} else if (!strcmp(a, "--dtype") && has) {
 			dtype = argv[++i];
+		} else if (!strcmp(a, "--format") && has) {
+			format = argv[++i];
+		} else if (!strcmp(a, "--gguf-pre") && has) {
+			gopt.pre = argv[++i];
+		} else if (!strcmp(a, "--gguf-vocab") && has) {
+			if (strcmp(argv[++i], "none"))
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--gguf-vocab: only none "
+										"(placeholder tokens)"),
+						      &err));
+			gopt.vocab_none = 1;
 		} else if (!strcmp(a, "--threads") && has) {
 			o.threads = atoi(argv[++i]);
 			if (o.threads < 1 || o.threads > 64)
@@ -172,7 +185,7 @@ static int convert_main(int argc, char **argv, int *synced)
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
 					      "[--max-shard-size SIZE] [--dtype DTYPE] [--overwrite] [--threads N] "
 					      "[--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | "
-					      "--shard-groups]"),
+					      "--shard-groups] [--format safetensors|gguf[:TYPE]]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse_user(dtype)))
@@ -184,6 +197,18 @@ static int convert_main(int argc, char **argv, int *synced)
 				      &err));
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
+				      &err));
+	if (format && ck_gguf_parse_format(format, &gopt, &err) < 0)
+		return ck_cli_report(&err);
+	if (gopt.on && (va.mesh || va.shard_groups || dtype || o.max_shard_size))
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "--format gguf: one model.gguf (no --mesh, "
+					      "--shard-groups, --dtype or --max-shard-size; the type "
+					      "goes after the colon: gguf:Q8_0)"),
+				      &err));
+	if (!gopt.on && (gopt.pre || gopt.vocab_none))
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "--gguf-pre and --gguf-vocab go with --format gguf"),
 				      &err));
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0 ||
@@ -245,6 +270,12 @@ static int convert_main(int argc, char **argv, int *synced)
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
+	struct ck_gguf_view g;
+	if (gopt.on && ck_gguf_view_open(v.cat, v.maps, v.n_maps, &gopt, &g, &err) < 0) {
+		ck_outdir_abort(&od);
+		ck_view_close(&v);
+		return ck_cli_report(&err);
+	}
 	struct ck_convert_stats stats;
 	/* the GPU opens last: every input error has been reported by now */
 	int lanes = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -254,8 +285,13 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (rc == 0 && note[0] && o.progress >= 0)
 		fprintf(stderr, "ckptfs: %s\n", note);
 	o.gpu_min = dev.gpu_min;
-	if (rc == 0)
+	if (rc == 0 && gopt.on)
+		rc = ck_convert_vfile(g.plan, &g.file, od.stage, "model.gguf", &o, &stats, &err);
+	else if (rc == 0)
 		rc = ck_convert(v.plan, od.stage, &o, &stats, &err);
+	size_t n_written = gopt.on ? g.plan->n : v.plan->n;
+	if (gopt.on)
+		ck_gguf_view_free(&g);
 	ck_gpu_close(o.gpu);
 	/* under mpirun every rank learns whether all succeeded; only then does
 	 * any rank put its output in place (rank 0 of a group-sharded convert
@@ -288,7 +324,7 @@ static int convert_main(int argc, char **argv, int *synced)
 	ck_escape_controls(od.final, shown, sizeof shown);
 	fprintf(stderr, "ckptfs: wrote %zu tensors, %llu bytes in %d file%s to %s (read %llu source "
 			"bytes)\n",
-		v.plan->n, (unsigned long long)stats.bytes_written, stats.n_files,
+		n_written, (unsigned long long)stats.bytes_written, stats.n_files,
 		stats.n_files == 1 ? "" : "s", shown, (unsigned long long)stats.source_bytes_read);
 	ck_view_close(&v);
 	return 0;

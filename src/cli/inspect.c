@@ -12,6 +12,7 @@
 #include "../plan/shard.h"
 #include "../util/json_strict.h"
 #include "../util/jsonw.h"
+#include "../view/gguf_view.h"
 #include "cli.h"
 
 struct row {
@@ -446,6 +447,7 @@ int ck_cmd_inspect(int argc, char **argv)
 {
 	const char *source = NULL, *expect = NULL, *explain = NULL;
 	struct ck_view_args va = {.rank = -1};
+	struct ck_gguf_opts gopt = {0};
 	int json = 0, groups = 0, ioplan = 0, r;
 	struct ck_err err;
 	for (int i = 1; i < argc; i++) {
@@ -455,7 +457,18 @@ int ck_cmd_inspect(int argc, char **argv)
 			groups = 1;
 		else if (!strcmp(argv[i], "--io-plan"))
 			ioplan = 1;
-		else if (!strcmp(argv[i], "--explain")) {
+		else if (!strcmp(argv[i], "--format") || !strcmp(argv[i], "--gguf-pre") ||
+			 !strcmp(argv[i], "--gguf-vocab")) {
+			const char *o = argv[i];
+			if (i + 1 >= argc)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", o), &err));
+			const char *val = argv[++i];
+			if (!strcmp(o, "--format") ? ck_gguf_parse_format(val, &gopt, &err) < 0
+			    : !strcmp(o, "--gguf-pre") ? (gopt.pre = val, 0)
+			    : strcmp(val, "none") ? ck_fail(&err, CK_E_USAGE, "--gguf-vocab: only none") < 0
+						  : (gopt.vocab_none = 1, 0))
+				return ck_cli_report(&err);
+		} else if (!strcmp(argv[i], "--explain")) {
 			if (i + 1 >= argc)
 				return ck_cli_report(
 					(ck_fail(&err, CK_E_USAGE, "--explain needs KEY or KEY[INDEX]"),
@@ -487,14 +500,24 @@ int ck_cmd_inspect(int argc, char **argv)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs inspect SOURCE [--mapping MAP]... [--json] "
 					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R | "
-					      "--shard-groups]"),
+					      "--shard-groups] [--format gguf[:TYPE]]"),
 				      &err));
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
 				      &err));
+	if (gopt.on && (va.mesh || va.shard_groups || expect || explain || groups || ioplan))
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "--format gguf lists the GGUF view (with --mapping and "
+					      "--json only)"),
+				      &err));
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
+	if (gopt.on) {
+		int rc = ck_inspect_gguf(&v, &gopt, json, &err) < 0 ? ck_cli_report(&err) : 0;
+		ck_view_close(&v);
+		return fflush(stdout) != 0 && rc == 0 ? 1 : rc;
+	}
 	/* a DCP source's tensors are assembled from chunks: show the plan */
 	int target = va.n_maps > 0 || va.mesh || va.shard_groups || v.cat->logical != NULL;
 	size_t cap = target ? v.plan->n : v.cat->n_entries, n;

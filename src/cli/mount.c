@@ -69,6 +69,13 @@ static void mount_help(FILE *f)
 		"  -o gpu_min=SIZE    smaller reads stay on the CPU (default 256KiB)\n"
 		"  -o nonempty        mount over a directory that is not empty\n"
 		"  -o gguf_dequant=F32|BF16  quantized GGUF tensors decoded to (default F32)\n"
+		"  -o gguf[=TYPE]     also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral,\n"
+		"                     Qwen2, Qwen3; TYPE F32, F16, BF16, Q8_0 or Q4_0 (default:\n"
+		"                     the source's float type; quantized on read)\n"
+		"  -o gguf_pre=NAME   the BPE pre-tokenizer llama.cpp should use (default: from\n"
+		"                     tokenizer.json's split pattern)\n"
+		"  -o gguf_vocab=none placeholder tokens when there is no tokenizer file (token\n"
+		"                     ids only)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  FUSE and mount options passed on: allow_other, allow_root, auto_unmount,\n"
 		"                     default_permissions, debug, fsname=, subtype=, max_read=,\n"
@@ -263,7 +270,8 @@ static int mount_main(int argc, char **argv, int *synced)
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
-	if (ck_serve_cast_view(&o.serve, &v, &err) < 0) {
+	if (ck_serve_cast_view(&o.serve, &v, &err) < 0 ||
+	    ck_serve_check_gguf(&o.serve, &v, va.mesh != NULL, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}

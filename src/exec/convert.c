@@ -108,6 +108,16 @@ static void progress(struct job *j, uint64_t total, struct timespec *t0, int fin
 		(int)eta / 60, (int)eta % 60, final ? "\n" : "");
 }
 
+/* A rename is durable once its directory is synced. */
+static void fsync_dir(const char *dir)
+{
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+}
+
 static char *path2(const char *dir, const char *a, const char *b)
 {
 	size_t n = strlen(dir) + strlen(a) + strlen(b) + 2;
@@ -174,11 +184,7 @@ int ck_write_file_atomic(const char *dir, const char *name, const void *data, si
 			ck_fail_sys(err, errno, "%s", final);
 			unlink(tmp);
 		} else {
-			int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-			if (dfd >= 0) {
-				fsync(dfd);
-				close(dfd);
-			}
+			fsync_dir(dir);
 			rc = 0;
 		}
 	}
@@ -187,18 +193,134 @@ int ck_write_file_atomic(const char *dir, const char *name, const void *data, si
 	return rc;
 }
 
+/* Evaluate every target of j->plan into its file (j->shards, j->file_off)
+ * with the option's threads, drawing progress if asked. */
+static int run_workers(struct job *j, const struct ck_convert_opts *o, uint64_t total,
+		       struct ck_err *err)
+{
+	int nth = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (nth < 1)
+		nth = 1;
+	if (nth > 64)
+		nth = 64;
+	pthread_t th[64];
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int started = 0;
+	for (; started < nth; started++)
+		if (pthread_create(&th[started], NULL, worker, j) != 0)
+			break;
+	if (started == 0)
+		return ck_fail_sys(err, EAGAIN, "convert: cannot start threads");
+	if (o->progress) {
+		while (atomic_load(&j->done) < total && !atomic_load(&j->failed)) {
+			progress(j, total, &t0, 0);
+			struct timespec ts = {0, 200 * 1000 * 1000};
+			nanosleep(&ts, NULL);
+			size_t nx = atomic_load(&j->next);
+			if (nx >= j->plan->n + (size_t)started)
+				break;
+		}
+	}
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	if (o->progress)
+		progress(j, total, &t0, 1);
+	if (atomic_load(&j->failed)) {
+		*err = j->err;
+		return -1;
+	}
+	return 0;
+}
+
+static void job_init(struct job *j, const struct ck_plan *plan, const struct ck_convert_opts *o)
+{
+	memset(j, 0, sizeof *j);
+	j->plan = plan;
+	pthread_mutex_init(&j->err_lock, NULL);
+	ck_engine_init(&j->eng, plan, o->use_uring);
+	j->eng.gpu = o->gpu;
+	if (o->gpu_min)
+		j->eng.gpu_min = o->gpu_min;
+}
+
+int ck_convert_vfile(const struct ck_plan *plan, const struct ck_vfile *vf, const char *outdir,
+		     const char *name, const struct ck_convert_opts *o,
+		     struct ck_convert_stats *stats, struct ck_err *err)
+{
+	struct job j;
+	job_init(&j, plan, o);
+	struct shard sh = {.fd = -1};
+	snprintf(sh.name, sizeof sh.name, "%s", name);
+	char tmpname[128];
+	snprintf(tmpname, sizeof tmpname, ".ckptfs-tmp-%d-", (int)getpid());
+	sh.tmp = path2(outdir, tmpname, name);
+	sh.final = path2(outdir, "", name);
+	j.shards = &sh;
+	j.shard_of = calloc(plan->n ? plan->n : 1, sizeof *j.shard_of);
+	j.file_off = calloc(plan->n ? plan->n : 1, sizeof *j.file_off);
+	int rc = -1;
+	if (!sh.tmp || !sh.final || !j.shard_of || !j.file_off) {
+		ck_fail_sys(err, ENOMEM, "convert");
+		goto out;
+	}
+	if (ck_mkdirs(outdir, err) < 0)
+		goto out;
+	sh.fd = open(sh.tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (sh.fd < 0 || ftruncate(sh.fd, (off_t)vf->size) < 0) {
+		ck_fail_sys(err, errno, "%s: cannot write", sh.tmp);
+		goto out;
+	}
+	/* literal parts now; each target is one whole span, evaluated in place */
+	for (size_t k = 0; k < vf->n; k++) {
+		const struct ck_vpart *pt = &vf->parts[k];
+		if (pt->target != CK_VLIT) {
+			j.file_off[pt->target] = pt->off - pt->src;
+			continue;
+		}
+		if (pwrite(sh.fd, vf->blob + pt->src, pt->len, (off_t)pt->off) != (ssize_t)pt->len) {
+			ck_fail_sys(err, errno ? errno : EIO, "%s: write failed", sh.tmp);
+			goto out;
+		}
+	}
+	if (run_workers(&j, o, plan->total_bytes, err) < 0)
+		goto out;
+	if (fsync(sh.fd) < 0 || close(sh.fd) < 0) {
+		sh.fd = -1;
+		ck_fail_sys(err, errno, "%s", sh.tmp);
+		goto out;
+	}
+	sh.fd = -1;
+	if (rename(sh.tmp, sh.final) < 0) {
+		ck_fail_sys(err, errno, "%s", sh.final);
+		goto out;
+	}
+	fsync_dir(outdir);
+	if (stats) {
+		stats->bytes_written = vf->size;
+		stats->source_bytes_read = atomic_load(&j.eng.source_bytes_read);
+		stats->n_files = 1;
+	}
+	rc = 0;
+out:
+	if (sh.fd >= 0)
+		close(sh.fd);
+	if (rc < 0 && sh.tmp)
+		unlink(sh.tmp);
+	free(sh.tmp);
+	free(sh.final);
+	free(j.shard_of);
+	free(j.file_off);
+	pthread_mutex_destroy(&j.err_lock);
+	return rc;
+}
+
 int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
 	       struct ck_convert_stats *stats, struct ck_err *err)
 {
 	int rc = -1, nsh = 0;
 	struct job j;
-	memset(&j, 0, sizeof j);
-	j.plan = plan;
-	pthread_mutex_init(&j.err_lock, NULL);
-	ck_engine_init(&j.eng, plan, o->use_uring);
-	j.eng.gpu = o->gpu;
-	if (o->gpu_min)
-		j.eng.gpu_min = o->gpu_min;
+	job_init(&j, plan, o);
 	struct shard *sh = calloc(plan->n ? plan->n : 1, sizeof *sh);
 	j.shards = sh;
 	j.shard_of = calloc(plan->n ? plan->n : 1, sizeof *j.shard_of);
@@ -278,40 +400,8 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 		}
 		free(hdr);
 	}
-	int nth = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (nth < 1)
-		nth = 1;
-	if (nth > 64)
-		nth = 64;
-	pthread_t th[64];
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int started = 0;
-	for (; started < nth; started++)
-		if (pthread_create(&th[started], NULL, worker, &j) != 0)
-			break;
-	if (started == 0) {
-		ck_fail_sys(err, EAGAIN, "convert: cannot start threads");
+	if (run_workers(&j, o, plan->total_bytes, err) < 0)
 		goto out;
-	}
-	if (o->progress) {
-		while (atomic_load(&j.done) < plan->total_bytes && !atomic_load(&j.failed)) {
-			progress(&j, plan->total_bytes, &t0, 0);
-			struct timespec ts = {0, 200 * 1000 * 1000};
-			nanosleep(&ts, NULL);
-			size_t nx = atomic_load(&j.next);
-			if (nx >= plan->n + (size_t)started)
-				break;
-		}
-	}
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	if (o->progress)
-		progress(&j, plan->total_bytes, &t0, 1);
-	if (atomic_load(&j.failed)) {
-		*err = j.err;
-		goto out;
-	}
 	for (int s = 0; s < nsh; s++) {
 		if (fsync(sh[s].fd) < 0 || close(sh[s].fd) < 0) {
 			sh[s].fd = -1;
@@ -356,11 +446,7 @@ int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_c
 		ck_fail_sys(err, errno, "%s", outdir);
 		goto out;
 	}
-	int dfd = open(outdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
+	fsync_dir(outdir);
 	if (stats) {
 		stats->bytes_written = plan->total_bytes;
 		stats->source_bytes_read = atomic_load(&j.eng.source_bytes_read);

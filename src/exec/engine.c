@@ -482,6 +482,50 @@ static int eval_elems_gpu(struct ck_eval_ctx *c, const struct ck_target *t, int6
 	return rc;
 }
 
+/* Elements [e0, e1) of t's value into buf, on the GPU lane when it is
+ * worth it (len: the bytes asked for, for the GPU threshold). */
+static int eval_value(struct ck_eval_ctx *c, const struct ck_target *t, int64_t e0, int64_t e1,
+		      uint64_t len, unsigned char *buf, struct ck_err *err)
+{
+	if (c->lane && !c->eng->dry_run && len >= c->eng->gpu_min && t->v.ndim > 0 &&
+	    ck_engine_gpu_worth(t))
+		return eval_elems_gpu(c, t, e0, e1, buf, err);
+	if (t->holes) /* padding: what no piece covers reads as zeros */
+		memset(buf, 0, (size_t)(e1 - e0) * ck_dtype_size(t->v.dtype));
+	return eval_elems(c, t, e0, e1, buf, err);
+}
+
+/* A quantized target (the GGUF view): bytes [off, off+len) of its blocks.
+ * The blocks touched are evaluated as F32 elements and quantized, at most
+ * QSTEP blocks at a time. */
+#define QSTEP 4096
+static int read_quantized(struct ck_eval_ctx *c, const struct ck_target *t, uint64_t off,
+			  uint64_t len, unsigned char *dst, struct ck_err *err)
+{
+	size_t qk, qb;
+	if (!ck_ggml_block(t->qtype, &qk, &qb) || t->v.dtype != CK_DT_F32)
+		return ck_fail(err, CK_E_MAPPING, "\"%s\": cannot quantize to %s", t->name,
+			       ck_ggml_type_name(t->qtype));
+	uint64_t b0 = off / qb, b1 = (off + len + qb - 1) / qb;
+	float *f = malloc(QSTEP * qk * sizeof *f);
+	unsigned char *q = malloc(QSTEP * qb);
+	int rc = f && q ? 0 : ck_fail_sys(err, ENOMEM, "quantizing %s", t->name);
+	for (uint64_t b = b0; b < b1 && rc == 0; b += QSTEP) {
+		uint64_t e = b1 - b < QSTEP ? b1 : b + QSTEP;
+		rc = eval_value(c, t, (int64_t)(b * qk), (int64_t)(e * qk), (e - b) * qk * 4,
+				(unsigned char *)f, err);
+		if (rc < 0 || c->eng->dry_run)
+			continue;
+		ck_ggml_quant(t->qtype, f, (size_t)(e - b), q);
+		uint64_t lo = b * qb > off ? b * qb : off;
+		uint64_t hi = e * qb < off + len ? e * qb : off + len;
+		memcpy(dst + (lo - off), q + (lo - b * qb), (size_t)(hi - lo));
+	}
+	free(f);
+	free(q);
+	return rc;
+}
+
 int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t len, void *dst,
 		   struct ck_err *err)
 {
@@ -490,21 +534,15 @@ int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t le
 		return ck_fail(err, CK_E_USAGE, "read past the end of \"%s\"", t->name);
 	if (len == 0)
 		return 0;
+	if (t->qtype)
+		return read_quantized(c, t, off, len, dst, err);
 	size_t es = ck_dtype_size(t->v.dtype);
 	int64_t e0 = (int64_t)(off / es), e1 = (int64_t)((off + len + es - 1) / es);
 	int aligned = off % es == 0 && len % es == 0;
 	unsigned char *buf = aligned ? dst : malloc((size_t)(e1 - e0) * es);
 	if (!buf)
 		return ck_fail_sys(err, ENOMEM, "evaluation");
-	int r;
-	if (c->lane && !c->eng->dry_run && len >= c->eng->gpu_min && t->v.ndim > 0 &&
-	    ck_engine_gpu_worth(t)) {
-		r = eval_elems_gpu(c, t, e0, e1, buf, err);
-	} else {
-		if (t->holes) /* padding: what no piece covers reads as zeros */
-			memset(buf, 0, (size_t)(e1 - e0) * es);
-		r = eval_elems(c, t, e0, e1, buf, err);
-	}
+	int r = eval_value(c, t, e0, e1, len, buf, err);
 	if (!aligned) {
 		if (r == 0)
 			memcpy(dst, buf + (off - (uint64_t)e0 * es), len);

@@ -13,6 +13,7 @@
 #include "../ckpt/safetensors.h"
 #include "../ckpt/st_writer.h"
 #include "../kern/fpconv.h"
+#include "../util/jsonw.h"
 
 uint64_t ckgen_splitmix64(uint64_t x)
 {
@@ -209,6 +210,86 @@ static int build_gpt2(const struct ckgen_spec *s, struct glist *l)
 	return r;
 }
 
+/* GPT-2's byte-to-unicode map: printable bytes stand for themselves, the
+ * others for U+0100 on, in order. Writes the UTF-8 of byte b's symbol. */
+static void byte_symbol(unsigned b, char out[4])
+{
+	unsigned cp = b, k = 0;
+	if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
+		for (unsigned x = 0; x < b; x++)
+			k += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+		cp = 256 + k;
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp, out[1] = 0;
+	} else {
+		out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+	}
+}
+
+#define TOK_BOS "<|begin_of_text|>"
+#define TOK_EOS "<|end_of_text|>"
+/* Llama 3's pre-tokenizer split pattern */
+#define TOK_SPLIT                                                                                  \
+	"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "                          \
+	"?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+/* A byte-level BPE tokenizer.json in Llama 3's style for a vocabulary of
+ * s->vocab tokens: the 256 byte symbols, merges of letter pairs filling
+ * the ids up to the two special tokens at the end; and a
+ * tokenizer_config.json naming them. Only for vocabularies of 258 and up. */
+static int write_tokenizer(const struct ckgen_spec *s, const char *outdir, struct ck_err *err)
+{
+	if (s->vocab < 258 || s->vocab > 256 + 26 * 26 + 2)
+		return 0;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/tokenizer.json", outdir);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return ck_fail_sys(err, errno, "%s", path);
+	int64_t n_merges = s->vocab - 258;
+	fprintf(f, "{\"version\": \"1.0\", \"added_tokens\": [\n"
+		   "  {\"id\": %" PRId64 ", \"content\": \"" TOK_BOS "\", \"special\": true},\n"
+		   "  {\"id\": %" PRId64 ", \"content\": \"" TOK_EOS "\", \"special\": true}],\n"
+		   " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n"
+		   "  {\"type\": \"Split\", \"pattern\": {\"Regex\": ",
+		s->vocab - 2, s->vocab - 1);
+	ck_json_fput_str(f, TOK_SPLIT);
+	fprintf(f, "}, \"behavior\": \"Isolated\", \"invert\": false},\n"
+		   "  {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, "
+		   "\"use_regex\": false}]},\n"
+		   " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+		   "\"trim_offsets\": true, \"use_regex\": true},\n"
+		   " \"model\": {\"type\": \"BPE\", \"byte_fallback\": false, \"vocab\": {");
+	char sym[4], sym2[4];
+	for (unsigned b = 0; b < 256; b++) {
+		byte_symbol(b, sym);
+		fprintf(f, "%s", b ? ", " : "");
+		ck_json_fput_str(f, sym);
+		fprintf(f, ": %u", b);
+	}
+	for (int64_t k = 0; k < n_merges; k++)
+		fprintf(f, ", \"%c%c\": %" PRId64, 'a' + (int)(k / 26), 'a' + (int)(k % 26), 256 + k);
+	fprintf(f, "},\n  \"merges\": [");
+	for (int64_t k = 0; k < n_merges; k++) {
+		byte_symbol('a' + (unsigned)(k / 26), sym);
+		byte_symbol('a' + (unsigned)(k % 26), sym2);
+		fprintf(f, "%s\"%s %s\"", k ? ", " : "", sym, sym2);
+	}
+	fprintf(f, "]}}\n");
+	if (fclose(f) != 0)
+		return ck_fail_sys(err, errno, "%s", path);
+	snprintf(path, sizeof path, "%s/tokenizer_config.json", outdir);
+	if (!(f = fopen(path, "w")))
+		return ck_fail_sys(err, errno, "%s", path);
+	fprintf(f, "{\"bos_token\": \"" TOK_BOS "\", \"eos_token\": \"" TOK_EOS "\", "
+		   "\"add_bos_token\": true,\n \"chat_template\": \"{%% for m in messages %%}{{ "
+		   "m['role'] }}: {{ m['content'] }}\\n{%% endfor %%}\"}\n");
+	if (fclose(f) != 0)
+		return ck_fail_sys(err, errno, "%s", path);
+	return 0;
+}
+
 static int write_config(const struct ckgen_spec *s, const char *outdir, struct ck_err *err)
 {
 	char path[4096];
@@ -237,10 +318,11 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			",\n  \"num_hidden_layers\": %" PRId64 ",\n  \"num_attention_heads\": %" PRId64
 			",\n  \"num_key_value_heads\": %" PRId64 ",\n  \"vocab_size\": %" PRId64
 			",\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
+			"  \"max_position_embeddings\": %" PRId64 ",\n"
 			"  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
 			moe ? "MixtralForCausalLM" : "LlamaForCausalLM", s->arch, s->hidden,
 			s->intermediate, s->layers, s->heads, s->kv_heads, s->vocab,
-			s->tie ? "true" : "false", tdt);
+			s->positions ? s->positions : 2048, s->tie ? "true" : "false", tdt);
 		if (s->head_dim)
 			fprintf(f, ",\n  \"head_dim\": %" PRId64, s->head_dim);
 		if (s->fp8_block > 0)
@@ -417,5 +499,9 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 			rc = ck_fail_sys(err, errno, "index");
 	}
 	free(l.t);
-	return rc ? rc : write_config(s, outdir, err);
+	if (rc)
+		return rc;
+	if (write_config(s, outdir, err) < 0)
+		return -1;
+	return strcmp(s->arch, "gpt2") ? write_tokenizer(s, outdir, err) : 0;
 }

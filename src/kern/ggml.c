@@ -1,5 +1,6 @@
 #include "ggml.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "fpconv.h"
@@ -101,4 +102,61 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
 		case Q5_K: qk45(blocks, out, 1); break;
 		default: q6_k(blocks, out); break;
 		}
+}
+
+/* The quantizers: ggml's quantize_row_q8_0_ref and quantize_row_q4_0_ref,
+ * step for step (the same float operations in the same order, the scale
+ * rounded to F16 to nearest even), so the blocks are byte-identical to
+ * ggml_quantize_chunk's (tests/cli/gguf_view.py compares them). */
+static void put_half(unsigned char *p, float d)
+{
+	uint16_t h = ck_f32_to_f16(d, 0);
+	memcpy(p, &h, 2);
+}
+
+static void quant_q8_0(const float *x, unsigned char *y)
+{
+	float amax = 0.0f;
+	for (int j = 0; j < 32; j++) {
+		float v = fabsf(x[j]);
+		amax = amax > v ? amax : v;
+	}
+	const float d = amax / 127;
+	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	put_half(y, d);
+	for (int j = 0; j < 32; j++) {
+		const float x0 = x[j] * id;
+		y[2 + j] = (unsigned char)(int8_t)roundf(x0);
+	}
+}
+
+static void quant_q4_0(const float *x, unsigned char *y)
+{
+	float amax = 0.0f, max = 0.0f;
+	for (int j = 0; j < 32; j++)
+		if (amax < fabsf(x[j])) {
+			amax = fabsf(x[j]);
+			max = x[j];
+		}
+	const float d = max / -8;
+	const float id = d != 0.0f ? 1.0f / d : 0.0f;
+	put_half(y, d);
+	for (int j = 0; j < 16; j++) {
+		const float x0 = x[j] * id, x1 = x[16 + j] * id;
+		int8_t a = (int8_t)(x0 + 8.5f), b = (int8_t)(x1 + 8.5f);
+		uint8_t xi0 = (uint8_t)(a < 15 ? a : 15), xi1 = (uint8_t)(b < 15 ? b : 15);
+		y[2 + j] = (unsigned char)(xi0 | (xi1 << 4));
+	}
+}
+
+int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out)
+{
+	if (type != Q8_0 && type != Q4_0)
+		return -1;
+	for (size_t i = 0; i < n; i++, x += 32)
+		if (type == Q8_0)
+			quant_q8_0(x, out + i * 34);
+		else
+			quant_q4_0(x, out + i * 18);
+	return 0;
 }

@@ -1,7 +1,8 @@
 /* ggml's quantized blocks (GGUF sources), decoded to F32 exactly as ggml's
  * reference dequantize_row_* do (the tests compare with the prebuilt
  * library's own, bit for bit): Q4_0 and Q8_0 (32 weights a block), Q4_K,
- * Q5_K and Q6_K (256 a super-block). Blocks run along the fastest dim. */
+ * Q5_K and Q6_K (256 a super-block); and quantized from F32 for the GGUF
+ * view (Q8_0, Q4_0). Blocks run along the fastest dim. */
 #ifndef CK_GGML_H
 #define CK_GGML_H
 
@@ -11,5 +12,8 @@
 #include "../ckpt/ggml_types.h"
 /* Decode n blocks of type into out (n * elems floats). */
 void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float *out);
+/* Quantize n blocks of 32 floats to Q8_0 or Q4_0 (the GGUF view), exactly as
+ * ggml's reference quantizers. Returns -1 for any other type. */
+int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out);
 
 #endif

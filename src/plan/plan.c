@@ -1,5 +1,7 @@
 #include "plan.h"
 
+#include "../ckpt/ggml_types.h"
+
 #include "../util/json_strict.h"
 #include "shard.h"
 
@@ -1080,6 +1082,9 @@ int ck_plan_refresh(struct ck_plan *p, struct ck_err *err)
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &t->nbytes);
+		size_t qk, qb;
+		if (t->qtype && ck_ggml_block(t->qtype, &qk, &qb)) /* whole blocks (F32 elements) */
+			t->nbytes = t->nbytes / 4 / qk * qb;
 		t->holes = ck_value_has_holes(&t->v);
 		p->total_bytes += t->nbytes;
 	}
@@ -1120,7 +1125,7 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 			int found = 0;
 			if (ck_strmap_get(&p->by_name, t->name, &u) == 0)
 				for (; u != UINT32_MAX; u = next[u])
-					if (ck_value_equal(&p->t[u].v, &t->v)) {
+					if (ck_value_equal(&p->t[u].v, &t->v) && p->t[u].qtype == t->qtype) {
 						found = 1;
 						break;
 					}
@@ -1140,6 +1145,7 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 				snprintf(nt->name, len, dup ? "%s@%zu" : "%s", t->name, k);
 				nt->nbytes = t->nbytes;
 				nt->holes = t->holes;
+				nt->qtype = t->qtype;
 				p->total_bytes += t->nbytes;
 				next[u] = UINT32_MAX;
 				if (dup) { /* chain after the head */
@@ -1224,7 +1230,7 @@ int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t)
 {
 	const struct ck_target *tg = &plan->t[t];
 	const struct ck_value *v = &tg->v;
-	if (v->n != 1 || !ck_piece_plain(&v->p[0]) || tg->holes || !tg->nbytes)
+	if (v->n != 1 || !ck_piece_plain(&v->p[0]) || tg->holes || !tg->nbytes || tg->qtype)
 		return -1;
 	const struct ck_piece *p = &v->p[0];
 	int64_t run = 1;

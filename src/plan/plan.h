@@ -21,6 +21,10 @@ struct ck_target {
 	uint32_t group;
 	int stage, rule; /* what produced it (0, 0: identity) */
 	int holes;	 /* padding: some elements come from no source (zeros) */
+	/* >0: served as these ggml blocks (CK_GGML_Q8_0 / Q4_0, the GGUF view):
+	 * the value is F32, quantized on read 32 elements along the last dim at
+	 * a time; nbytes counts the blocks */
+	uint32_t qtype;
 };
 
 struct ck_group {

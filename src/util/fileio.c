@@ -1,5 +1,9 @@
 #include "fileio.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include <errno.h>
 #include <unistd.h>
 
@@ -20,4 +24,13 @@ int ck_pread_full(int fd, void *buf, uint64_t len, uint64_t off)
 		got += (uint64_t)n;
 	}
 	return 0;
+}
+
+char *ck_path_join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *p = malloc(n);
+	if (p)
+		snprintf(p, n, "%s/%s", dir, name);
+	return p;
 }

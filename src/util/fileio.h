@@ -8,5 +8,7 @@
 #include <stdint.h>
 
 int ck_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+/* "dir/name", malloc'd; NULL on ENOMEM. */
+char *ck_path_join(const char *dir, const char *name);
 
 #endif

@@ -93,6 +93,25 @@ int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, s
 		o->gguf_bf16 = !strcasecmp(val, "BF16");
 		return 1;
 	}
+	if (KEY("gguf")) {
+		if (val && ck_gguf_check_type(val, err) < 0)
+			return bad(err, how, opt, "F32, F16, BF16, Q8_0 or Q4_0");
+		o->gguf.on = 1;
+		o->gguf.type = val;
+		return 1;
+	}
+	if (KEY("gguf_pre")) {
+		if (!val || !*val || strlen(val) > 64)
+			return bad(err, how, opt, "a pre-tokenizer name, such as llama-bpe or qwen2");
+		o->gguf.pre = val;
+		return 1;
+	}
+	if (KEY("gguf_vocab")) {
+		if (!val || strcmp(val, "none"))
+			return bad(err, how, opt, "none: placeholder tokens");
+		o->gguf.vocab_none = 1;
+		return 1;
+	}
 	if (KEY("device")) {
 		if (!val)
 			return bad(err, how, opt, "cpu, cuda, cuda:N or auto");
@@ -293,17 +312,67 @@ static void note_omitted(const struct ck_tree *v, void (*log)(void *, const char
 	}
 }
 
+static int gguf_not_per_rank(const struct ck_view *v, int per_rank, struct ck_err *err)
+{
+	if (v->n_ranks || per_rank || v->world)
+		return ck_fail(err, CK_E_USAGE, "-o gguf: the GGUF view is not per rank (llama.cpp has "
+						"no tensor-parallel files); mount it without --mesh, "
+						"--ranks or --shard-groups");
+	return 0;
+}
+
+int ck_serve_check_gguf(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
+			struct ck_err *err)
+{
+	if (!o->gguf.on)
+		return 0;
+	struct ck_gguf_view g;
+	if (gguf_not_per_rank(v, per_rank, err) < 0 ||
+	    ck_gguf_view_open(v->plan->cat, v->maps, v->n_maps, &o->gguf, &g, err) < 0)
+		return -1;
+	ck_gguf_view_free(&g);
+	return 0;
+}
+
+/* -o gguf: the GGUF view beside v's, both read through one cache whose
+ * plan is their union; model.gguf's spans are put in its numbering. */
+static int open_gguf(struct ck_served *s, const struct ck_view *v, int per_rank,
+		     const struct ck_serve_opts *o, struct ck_err *err)
+{
+	if (gguf_not_per_rank(v, per_rank, err) < 0)
+		return -1;
+	if (!(s->gguf = calloc(1, sizeof *s->gguf)))
+		return ck_fail_sys(err, ENOMEM, "gguf");
+	if (ck_gguf_view_open(v->plan->cat, v->maps, v->n_maps, &o->gguf, s->gguf, err) < 0) {
+		free(s->gguf);
+		s->gguf = NULL;
+		return -1;
+	}
+	const struct ck_plan *both[2] = {v->plan, s->gguf->plan};
+	if (ck_plan_merge(both, 2, &s->with_gguf, &s->gguf_idx, err) < 0)
+		return -1;
+	struct ck_vfile *f = &s->gguf->file;
+	for (size_t k = 0; k < f->n; k++)
+		if (f->parts[k].target != CK_VLIT)
+			f->parts[k].target = s->gguf_idx[1][f->parts[k].target];
+	s->plan = s->with_gguf;
+	return 0;
+}
+
 int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, const char *source,
 		   const struct ck_serve_opts *o, void (*log)(void *, const char *), void *log_ctx,
 		   struct ck_err *err)
 {
 	memset(s, 0, sizeof *s);
 	s->plan = v->plan;
+	if (o->gguf.on && open_gguf(s, v, per_rank, o, err) < 0)
+		return -1;
 	size_t n = v->n_ranks ? v->n_ranks : 1;
 	if (!(s->trees = calloc(n, sizeof *s->trees)))
 		return ck_fail_sys(err, ENOMEM, "serve");
 	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
-				  o->cache.no_direct};
+				  o->cache.no_direct, s->gguf ? "model.gguf" : NULL,
+				  s->gguf ? &s->gguf->file : NULL};
 	for (size_t k = 0; k < n; k++, s->n_trees++) {
 		struct ck_tree *t = &s->trees[k];
 		if (v->n_ranks) { /* one daemon, rankR/ per rank, one cache for all */
@@ -313,6 +382,7 @@ int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, c
 			snprintf(t->dir, sizeof t->dir, "rank%lld", (long long)v->ranks[k]);
 		} else {
 			t->plan = v->plan;
+			t->cache_idx = s->gguf ? s->gguf_idx[0] : NULL;
 			t->rank = per_rank ? v->rank : -1;
 		}
 		if (ck_tree_build(t, &to, err) < 0) {
@@ -351,5 +421,10 @@ void ck_served_close(struct ck_served *s)
 	for (size_t k = 0; k < s->n_trees; k++)
 		ck_tree_free(&s->trees[k]);
 	free(s->trees);
+	if (s->gguf)
+		ck_gguf_view_free(s->gguf);
+	free(s->gguf);
+	ck_plan_free(s->with_gguf);
+	ck_plan_merge_free_idx(s->gguf_idx, 2);
 	memset(s, 0, sizeof *s);
 }

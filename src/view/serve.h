@@ -12,6 +12,7 @@
 
 #include "../exec/cache.h"
 #include "../kern/device.h"
+#include "gguf_view.h"
 #include "open.h"
 #include "tree.h"
 
@@ -23,13 +24,15 @@ struct ck_serve_opts {
 	int zip_crc;		 /* fill in pytorch_model.bin's CRC-32s at start */
 	int npy_f32;		 /* npy/ widens BF16 and FP8 to F32 */
 	int gguf_bf16;		 /* quantized GGUF tensors as BF16 (default F32) */
+	struct ck_gguf_opts gguf; /* -o gguf[=TYPE]: also model.gguf */
 };
 
 /* Defaults: io_uring, one evaluator per core, 5 GiB parts, the CPU. */
 void ck_serve_opts_init(struct ck_serve_opts *o);
 /* One option, "key" or "key=value" (cache_size, chunk, group_max, threads,
  * no_uring, no_direct, no_prefetch, eval_delay_ms, max_shard_size,
- * part_size, zip_crc, npy_f32, gguf_dequant, device, gpu_mem, gpu_min).
+ * part_size, zip_crc, npy_f32, gguf_dequant, device, gpu_mem, gpu_min,
+ * gguf[=TYPE], gguf_pre=NAME, gguf_vocab=none).
  * Returns 1 (taken), 0 (not one of these: err untouched) or -1 (bad value;
  * err says "bad option HOW OPT (what it takes)", how: "-o " for mount). */
 int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, struct ck_err *err);
@@ -41,12 +44,22 @@ int ck_serve_opts_finish(struct ck_serve_opts *o, struct ck_err *err);
  * ck_served_open. */
 int ck_serve_cast_view(const struct ck_serve_opts *o, struct ck_view *v, struct ck_err *err);
 
+/* -o gguf: build the GGUF view once to refuse bad input (architecture,
+ * tokenizer, config, a per-rank view) before a daemon forks. */
+int ck_serve_check_gguf(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
+			struct ck_err *err);
+
 struct ck_served {
-	const struct ck_plan *plan; /* the cache's: the view's, or the union of its ranks' */
+	const struct ck_plan *plan; /* the cache's: the view's, the union of its ranks', or
+				     * of the view and its GGUF view */
 	struct ck_tree *trees;	    /* one, or one per rank of --ranks ("rank3") */
 	size_t n_trees;
 	struct ck_cache *cache;
 	struct ck_gpu *gpu;
+	/* -o gguf: model.gguf's plan and file, and the union plan the cache reads */
+	struct ck_gguf_view *gguf;
+	struct ck_plan *with_gguf;
+	uint32_t **gguf_idx; /* [0]: the view's targets in with_gguf, [1]: the GGUF view's */
 };
 
 /* Lay out the files of every tree of v, open the device and start the

@@ -93,6 +93,8 @@ static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct 
 	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
 	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
 		return ck_fail_sys(err, ENOMEM, "mount");
+	if (o->extra && add_root(fs, o->extra_name, o->extra) < 0)
+		return ck_fail_sys(err, ENOMEM, "mount");
 	if (fs->plan->cat->config) { /* the source's bytes, verbatim */
 		const struct ck_catalog *cat = fs->plan->cat;
 		if (ck_vfile_lit(&fs->config, cat->config_raw, cat->config_len) < 0 ||

@@ -45,9 +45,11 @@ def run(*args, timeout=120):
     return subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def read_gguf(path):
-    """The file layout: magic, version, counts, key/values, tensor infos,
-    padding to the alignment, data."""
+def parse_gguf(path):
+    """The file layout: magic, version, counts, key/values, tensor infos
+    (dims fastest first), padding to the alignment, data. Returns the version,
+    the metadata, the infos (name, dims, type, offset), where the data starts
+    and the file's bytes."""
     b = open(path, "rb").read()
     pos = 0
 
@@ -78,6 +80,7 @@ def read_gguf(path):
     meta = {}
     for _ in range(nkv):
         k = string()
+        assert k not in meta, f"metadata key {k} twice"
         meta[k] = value(take("<I"))
     infos = []
     for _ in range(nt):
@@ -85,7 +88,12 @@ def read_gguf(path):
         dims = [take("<Q") for _ in range(nd)]
         infos.append((name, dims, take("<I"), take("<Q")))
     align = meta.get("general.alignment", 32)
-    data = (pos + align - 1) // align * align
+    return version, meta, infos, (pos + align - 1) // align * align, b
+
+
+def read_gguf(path):
+    """An unquantized GGUF's tensors: name -> (dtype, torch-order shape, bytes)."""
+    version, meta, infos, data, b = parse_gguf(path)
     tensors = {}
     for name, dims, t, off in infos:
         dt, np_t, size = GGML[t]
@@ -188,12 +196,14 @@ def real_fixture(d):
 
 
 def llama_forward(w, cfg, toks):
-    """Hugging Face LlamaForCausalLM, in plain torch: RMSNorm, rotary
-    embedding on halves (rotate_half), grouped-query attention, SwiGLU."""
+    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral in plain torch: RMSNorm,
+    rotary embedding on halves, grouped-query attention (with Q/K/V biases,
+    per-head Q/K norms), SwiGLU or top-k experts (softmax, renormalized)."""
     import torch
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv, eps = cfg["num_key_value_heads"], cfg["rms_norm_eps"]
-    hd, T = H // nh, len(toks)
+    hd, T = cfg.get("head_dim", H // nh), len(toks)
+    w = {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in w.items()}
 
     def rms(x, g):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
@@ -201,6 +211,26 @@ def llama_forward(w, cfg, toks):
     def rot(x):
         h = x.shape[-1] // 2
         return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+    def lin(x, p):
+        y = x @ w[p + ".weight"].T
+        return y + w[p + ".bias"] if p + ".bias" in w else y
+
+    def mlp(h, p):
+        if p + "mlp.gate_proj.weight" in w:
+            return lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"),
+                       p + "mlp.down_proj")
+        e = p + "block_sparse_moe."
+        probs = torch.softmax(lin(h, e + "gate"), -1)
+        top, idx = probs.topk(cfg["num_experts_per_tok"], -1)
+        top = top / top.sum(-1, keepdim=True)
+        out = torch.zeros_like(h)
+        for t in range(h.shape[0]):
+            for j in range(top.shape[1]):
+                x = p + f"block_sparse_moe.experts.{int(idx[t, j])}."
+                y = torch.nn.functional.silu(lin(h[t], x + "w1")) * lin(h[t], x + "w3")
+                out[t] += top[t, j] * lin(y, x + "w2")
+        return out
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
     ang = torch.arange(T).double()[:, None] * inv[None]
     ang = torch.cat([ang, ang], -1)
@@ -210,17 +240,19 @@ def llama_forward(w, cfg, toks):
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
         h = rms(x, w[p + "input_layernorm.weight"])
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, nh, hd).transpose(0, 1)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        q = lin(h, p + "self_attn.q_proj").view(T, nh, hd)
+        k = lin(h, p + "self_attn.k_proj").view(T, nkv, hd)
+        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+        if p + "self_attn.q_norm.weight" in w:
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        q, k = q.transpose(0, 1), k.transpose(0, 1)
         q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
         k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
         a = torch.softmax(q @ k.transpose(1, 2) / hd ** 0.5 + mask, -1) @ v
-        x = x + a.transpose(0, 1).reshape(T, H) @ w[p + "self_attn.o_proj.weight"].T
-        h = rms(x, w[p + "post_attention_layernorm.weight"])
-        x = x + (torch.nn.functional.silu(h @ w[p + "mlp.gate_proj.weight"].T) *
-                 (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
-    return rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
+        x = x + lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj")
+        x = x + mlp(rms(x, w[p + "post_attention_layernorm.weight"]), p)
+    head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
+    return rms(x, w["model.norm.weight"]) @ head.T
 
 
 def llama_cpp(modules, path, toks):

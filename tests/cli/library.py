@@ -136,6 +136,16 @@ def main():
         print(f"model.safetensors (ckref's reader) and pytorch_model.bin (torch.load) through the "
               f"library: {len(source)} tensors equal the source")
 
+        # -o gguf: the library serves model.gguf, the bytes convert --format gguf writes
+        tok = os.path.join(d, "llama-tok")
+        ckref.run(MKCKPT, "--model", "llama", "--vocab", "300", tok)
+        conv = os.path.join(d, "gguf-out")
+        ckref.run(CKPTFS, "convert", tok, conv, "--format", "gguf:Q8_0", "--quiet")
+        got = os.path.join(d, "lib.gguf")
+        sh(shared, tok, "-o", "gguf=Q8_0", "--file", "model.gguf", got, env=env)
+        assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read()
+        print("-o gguf=Q8_0: the library's model.gguf is convert --format gguf:Q8_0's file, byte for byte")
+
         p = subprocess.run([shared, src, "-o", "cache_size=lots"], capture_output=True, text=True, env=env)
         lines = p.stderr.strip().split("\n")
         assert p.returncode == 2 and len(lines) == 1 and "cache_size=lots" in lines[0], p.stderr

@@ -1,0 +1,180 @@
+#include "gguf_out.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { T_U32 = 4, T_I32 = 5, T_F32 = 6, T_BOOL = 7, T_STR = 8, T_ARR = 9 };
+
+static void put(struct ck_gguf_meta *m, const void *p, size_t n)
+{
+	if (m->oom)
+		return;
+	if (m->len + n > m->cap) {
+		size_t cap = m->cap ? m->cap : 4096;
+		while (cap < m->len + n)
+			cap *= 2;
+		unsigned char *b = realloc(m->buf, cap);
+		if (!b) {
+			m->oom = 1;
+			return;
+		}
+		m->buf = b;
+		m->cap = cap;
+	}
+	memcpy(m->buf + m->len, p, n);
+	m->len += n;
+}
+
+static void put_u32(struct ck_gguf_meta *m, uint32_t v)
+{
+	unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+			      (unsigned char)(v >> 24)};
+	put(m, b, 4);
+}
+
+static void put_u64(struct ck_gguf_meta *m, uint64_t v)
+{
+	put_u32(m, (uint32_t)v);
+	put_u32(m, (uint32_t)(v >> 32));
+}
+
+static void put_str(struct ck_gguf_meta *m, const char *s)
+{
+	size_t n = strlen(s);
+	put_u64(m, n);
+	put(m, s, n);
+}
+
+static void key(struct ck_gguf_meta *m, const char *k, uint32_t type)
+{
+	put_str(m, k);
+	put_u32(m, type);
+	m->n++;
+}
+
+void ck_gguf_meta_str(struct ck_gguf_meta *m, const char *k, const char *val)
+{
+	key(m, k, T_STR);
+	put_str(m, val);
+}
+
+void ck_gguf_meta_u32(struct ck_gguf_meta *m, const char *k, uint32_t val)
+{
+	key(m, k, T_U32);
+	put_u32(m, val);
+}
+
+void ck_gguf_meta_f32(struct ck_gguf_meta *m, const char *k, float val)
+{
+	uint32_t bits;
+	memcpy(&bits, &val, 4);
+	key(m, k, T_F32);
+	put_u32(m, bits);
+}
+
+void ck_gguf_meta_bool(struct ck_gguf_meta *m, const char *k, int val)
+{
+	unsigned char b = val != 0;
+	key(m, k, T_BOOL);
+	put(m, &b, 1);
+}
+
+static void array(struct ck_gguf_meta *m, const char *k, uint32_t type, size_t n)
+{
+	key(m, k, T_ARR);
+	put_u32(m, type);
+	put_u64(m, n);
+}
+
+void ck_gguf_meta_strs(struct ck_gguf_meta *m, const char *k, char *const *v, size_t n)
+{
+	array(m, k, T_STR, n);
+	for (size_t i = 0; i < n; i++)
+		put_str(m, v[i]);
+}
+
+void ck_gguf_meta_f32s(struct ck_gguf_meta *m, const char *k, const float *v, size_t n)
+{
+	array(m, k, T_F32, n);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t bits;
+		memcpy(&bits, &v[i], 4);
+		put_u32(m, bits);
+	}
+}
+
+void ck_gguf_meta_i32s(struct ck_gguf_meta *m, const char *k, const int32_t *v, size_t n)
+{
+	array(m, k, T_I32, n);
+	for (size_t i = 0; i < n; i++)
+		put_u32(m, (uint32_t)v[i]);
+}
+
+void ck_gguf_meta_free(struct ck_gguf_meta *m)
+{
+	free(m->buf);
+	memset(m, 0, sizeof *m);
+}
+
+int64_t ck_gguf_type_of(const struct ck_target *t)
+{
+	if (t->qtype)
+		return t->qtype;
+	switch (t->v.dtype) {
+	case CK_DT_F32: return CK_GGUF_F32;
+	case CK_DT_F16: return CK_GGUF_F16;
+	case CK_DT_BF16: return CK_GGUF_BF16;
+	default: return -1;
+	}
+}
+
+int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_vfile *out,
+		  struct ck_err *err)
+{
+	memset(out, 0, sizeof *out);
+	if (m->oom)
+		return ck_fail_sys(err, ENOMEM, "GGUF metadata");
+	struct ck_gguf_meta h = {0};
+	put(&h, "GGUF", 4);
+	put_u32(&h, 3);
+	put_u64(&h, p->n);
+	put_u64(&h, m->n);
+	put(&h, m->buf, m->len);
+	uint64_t off = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		int64_t type = ck_gguf_type_of(t);
+		if (strlen(t->name) > CK_GGUF_MAX_NAME || t->v.ndim > 4 || type < 0) {
+			ck_gguf_meta_free(&h);
+			return ck_fail(err, CK_E_MAPPING, "\"%s\": %s", t->name,
+				       type < 0 ? "its dtype has no GGUF type"
+				       : t->v.ndim > 4 ? "GGUF holds at most 4 dims"
+						       : "GGUF names are at most 63 bytes");
+		}
+		put_str(&h, t->name);
+		put_u32(&h, (uint32_t)(t->v.ndim ? t->v.ndim : 1));
+		for (int d = t->v.ndim - 1; d >= 0; d--) /* fastest-varying first */
+			put_u64(&h, (uint64_t)t->v.shape[d]);
+		if (!t->v.ndim)
+			put_u64(&h, 1);
+		put_u32(&h, (uint32_t)type);
+		put_u64(&h, off);
+		off += (t->nbytes + CK_GGUF_ALIGN - 1) / CK_GGUF_ALIGN * CK_GGUF_ALIGN;
+	}
+	static const unsigned char zeros[CK_GGUF_ALIGN];
+	put(&h, zeros, (CK_GGUF_ALIGN - h.len % CK_GGUF_ALIGN) % CK_GGUF_ALIGN);
+	int r = h.oom ? -1 : ck_vfile_lit(out, h.buf, h.len);
+	ck_gguf_meta_free(&h);
+	for (size_t i = 0; i < p->n && r == 0; i++) {
+		uint64_t n = p->t[i].nbytes, pad = (CK_GGUF_ALIGN - n % CK_GGUF_ALIGN) % CK_GGUF_ALIGN;
+		r = ck_vfile_target(out, (uint32_t)i, 0, n);
+		if (r == 0 && pad)
+			r = ck_vfile_fill(out, 0, (size_t)pad);
+	}
+	if (r < 0) {
+		ck_vfile_free(out);
+		return ck_fail_sys(err, ENOMEM, "GGUF layout");
+	}
+	return 0;
+}

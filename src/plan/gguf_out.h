@@ -1,0 +1,47 @@
+/* A GGUF file (version 3, little endian) laid out over a plan's targets:
+ * the header, the metadata, the tensor infos (dims fastest-varying first,
+ * offsets aligned) and the data section as target spans, so that a read of
+ * any byte range evaluates only the tensors it touches (the GGUF view). */
+#ifndef CK_GGUF_OUT_H
+#define CK_GGUF_OUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+#include "vfile.h"
+
+/* ggml's types as GGUF numbers them, those the view writes */
+enum { CK_GGUF_F32 = 0, CK_GGUF_F16 = 1, CK_GGUF_BF16 = 30 };
+#define CK_GGUF_ALIGN 32
+#define CK_GGUF_MAX_NAME 63 /* llama.cpp's GGML_MAX_NAME less the NUL */
+
+/* Metadata key/value pairs, encoded as they are added. A failed allocation
+ * is remembered (oom) and reported by ck_gguf_build. */
+struct ck_gguf_meta {
+	unsigned char *buf;
+	size_t len, cap;
+	uint64_t n;
+	int oom;
+};
+
+void ck_gguf_meta_str(struct ck_gguf_meta *m, const char *key, const char *val);
+void ck_gguf_meta_u32(struct ck_gguf_meta *m, const char *key, uint32_t val);
+void ck_gguf_meta_f32(struct ck_gguf_meta *m, const char *key, float val);
+void ck_gguf_meta_bool(struct ck_gguf_meta *m, const char *key, int val);
+void ck_gguf_meta_strs(struct ck_gguf_meta *m, const char *key, char *const *v, size_t n);
+void ck_gguf_meta_f32s(struct ck_gguf_meta *m, const char *key, const float *v, size_t n);
+void ck_gguf_meta_i32s(struct ck_gguf_meta *m, const char *key, const int32_t *v, size_t n);
+void ck_gguf_meta_free(struct ck_gguf_meta *m);
+
+/* The GGUF type target t is written as: its quantized type, or F32, F16,
+ * BF16; -1 when its dtype has none. */
+int64_t ck_gguf_type_of(const struct ck_target *t);
+
+/* Lay out the file: out gets literal bytes and spans of p's targets (p's
+ * indices). Fails (CK_E_MAPPING) on a name over 63 bytes, more than 4 dims
+ * or a dtype GGUF cannot hold. */
+int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_vfile *out,
+		  struct ck_err *err);
+
+#endif

@@ -1,0 +1,322 @@
+#include "gguf_view.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../ckpt/ggml_types.h"
+#include "../util/json_strict.h"
+#include "open.h"
+
+/* The architectures the view knows: HF class, llama.cpp's name, the
+ * shipped mapping, whether SentencePiece comes first (llama family). */
+static const struct arch {
+	const char *hf, *gguf, *mapping;
+	int spm;
+} ARCHS[] = {
+	{"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1},
+	{"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1},
+	{"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1},
+	{"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
+	{"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
+};
+
+/* The file types: name, ggml type of the matrices, general.file_type. */
+static const struct ftype {
+	const char *name;
+	uint32_t ggml;
+	uint32_t file_type;
+	enum ck_dtype dt;
+} FTYPES[] = {
+	{"F32", CK_GGUF_F32, 0, CK_DT_F32},   {"F16", CK_GGUF_F16, 1, CK_DT_F16},
+	{"BF16", CK_GGUF_BF16, 32, CK_DT_BF16}, {"Q8_0", CK_GGML_Q8_0, 7, CK_DT_F32},
+	{"Q4_0", CK_GGML_Q4_0, 2, CK_DT_F32},
+};
+
+static const struct ftype *find_ftype(const char *name)
+{
+	for (size_t k = 0; k < sizeof FTYPES / sizeof *FTYPES; k++)
+		if (!strcasecmp(name, FTYPES[k].name))
+			return &FTYPES[k];
+	return NULL;
+}
+
+int ck_gguf_check_type(const char *type, struct ck_err *err)
+{
+	if (type && !find_ftype(type))
+		return ck_fail(err, CK_E_USAGE, "GGUF type \"%s\": one of F32, F16, BF16, Q8_0, Q4_0",
+			       type);
+	return 0;
+}
+
+int ck_gguf_parse_format(const char *format, struct ck_gguf_opts *o, struct ck_err *err)
+{
+	if (!strcmp(format, "safetensors"))
+		return 0;
+	if (strncmp(format, "gguf", 4) || (format[4] && format[4] != ':'))
+		return ck_fail(err, CK_E_USAGE, "--format %s: safetensors, gguf or gguf:TYPE", format);
+	o->on = 1;
+	o->type = format[4] ? format + 5 : NULL;
+	if (o->type && !find_ftype(o->type))
+		return ck_fail(err, CK_E_USAGE, "--format %s: the GGUF type is one of F32, F16, BF16, "
+						"Q8_0, Q4_0",
+			       format);
+	return 0;
+}
+
+static const struct arch *find_arch(const cJSON *config, struct ck_err *err)
+{
+	const cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(config, "architectures"), 0);
+	const char *name = cJSON_GetStringValue(a);
+	if (!name)
+		return ck_fail(err, CK_E_SOURCE, "config.json: no \"architectures\" entry: the GGUF "
+						 "view needs the model's class"),
+		       NULL;
+	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++)
+		if (!strcmp(name, ARCHS[k].hf))
+			return &ARCHS[k];
+	char list[256] = "";
+	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++)
+		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
+			 ARCHS[k].hf);
+	ck_fail(err, CK_E_SOURCE, "config.json: architecture %s has no GGUF view (supported: %s)",
+		name, list);
+	return NULL;
+}
+
+/* A config.json number: *out, or the default when absent (def_ok), else an
+ * error naming the field. */
+static int cfg_num(const cJSON *config, const char *key, double def, int def_ok, double lo,
+		   double hi, double *out, struct ck_err *err)
+{
+	const cJSON *j = cJSON_GetObjectItemCaseSensitive(config, key);
+	if (!j || cJSON_IsNull(j)) {
+		if (!def_ok)
+			return ck_fail(err, CK_E_SOURCE, "config.json: \"%s\" is missing (the GGUF view "
+							 "needs it)",
+				       key);
+		*out = def;
+		return 0;
+	}
+	if (!cJSON_IsNumber(j) || j->valuedouble < lo || j->valuedouble > hi)
+		return ck_fail(err, CK_E_SOURCE, "config.json: \"%s\" must be a number in [%g, %g]", key,
+			       lo, hi);
+	*out = j->valuedouble;
+	return 0;
+}
+
+/* The float type most of the matrices' bytes have (the default TYPE). */
+static const struct ftype *source_ftype(const struct ck_plan *p)
+{
+	uint64_t by[3] = {0}; /* F32, F16, BF16 */
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		int k = t->v.dtype == CK_DT_F16 ? 1 : t->v.dtype == CK_DT_BF16 ? 2 : 0;
+		if (t->v.ndim >= 2)
+			by[k] += t->nbytes;
+	}
+	return &FTYPES[by[2] > by[0] && by[2] >= by[1] ? 2 : by[1] > by[0] ? 1 : 0];
+}
+
+/* Each target's type, as llama.cpp's converter chooses it. */
+static int assign_types(struct ck_plan *p, const struct ftype *ft, struct ck_err *err)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		if (!ck_dtype_is_castable_float(t->v.dtype))
+			return ck_fail(err, CK_E_MAPPING, "\"%s\" is %s: the GGUF view holds floats only",
+				       t->name, ck_dtype_name(t->v.dtype));
+		int64_t last = t->v.ndim ? t->v.shape[t->v.ndim - 1] : 1;
+		enum ck_dtype dt = ft->dt;
+		uint32_t q = ft->ggml == CK_GGML_Q8_0 || ft->ggml == CK_GGML_Q4_0 ? ft->ggml : 0;
+		const char *router = strstr(t->name, ".ffn_gate_inp.");
+		if (t->v.ndim < 2 || router) { /* norms, biases, the MoE router */
+			dt = CK_DT_F32;
+			q = 0;
+		} else if (q && last % 32) { /* no whole blocks: F16, as the converter does */
+			dt = CK_DT_F16;
+			q = 0;
+		}
+		if (ck_value_cast(&t->v, dt, 0, err) < 0)
+			return -1;
+		t->qtype = q;
+	}
+	return ck_plan_refresh(p, err);
+}
+
+/* general.*, the architecture's hyper-parameters and rope. */
+static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *ft,
+		     const char *name, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double ctx, H, ff, L, nh, nkv, theta, eps, hd, ne = 0, nu = 0;
+	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
+	    cfg_num(c, "hidden_size", 0, 0, 1, UINT32_MAX, &H, err) < 0 ||
+	    cfg_num(c, "intermediate_size", 0, 0, 1, UINT32_MAX, &ff, err) < 0 ||
+	    cfg_num(c, "num_hidden_layers", 0, 0, 1, 65535, &L, err) < 0 ||
+	    cfg_num(c, "num_attention_heads", 0, 0, 1, 65535, &nh, err) < 0 ||
+	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
+	    cfg_num(c, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
+	    cfg_num(c, "rms_norm_eps", 0, 0, 0, 1, &eps, err) < 0 ||
+	    cfg_num(c, "head_dim", (double)((int64_t)H / (int64_t)nh), 1, 1, 65535, &hd, err) < 0)
+		return -1;
+	if (strstr(a->hf, "Mixtral") &&
+	    (cfg_num(c, "num_local_experts", 0, 0, 1, 65535, &ne, err) < 0 ||
+	     cfg_num(c, "num_experts_per_tok", 0, 0, 1, ne, &nu, err) < 0))
+		return -1;
+	char k[128];
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, a->gguf), k)
+	ck_gguf_meta_str(m, "general.architecture", a->gguf);
+	ck_gguf_meta_str(m, "general.name", name);
+	ck_gguf_meta_u32(m, "general.file_type", ft->file_type);
+	ck_gguf_meta_u32(m, KEY("context_length"), (uint32_t)ctx);
+	ck_gguf_meta_u32(m, KEY("embedding_length"), (uint32_t)H);
+	ck_gguf_meta_u32(m, KEY("block_count"), (uint32_t)L);
+	ck_gguf_meta_u32(m, KEY("feed_forward_length"), (uint32_t)ff);
+	ck_gguf_meta_u32(m, KEY("attention.head_count"), (uint32_t)nh);
+	ck_gguf_meta_u32(m, KEY("attention.head_count_kv"), (uint32_t)nkv);
+	ck_gguf_meta_f32(m, KEY("rope.freq_base"), (float)theta);
+	ck_gguf_meta_f32(m, KEY("attention.layer_norm_rms_epsilon"), (float)eps);
+	ck_gguf_meta_u32(m, KEY("rope.dimension_count"), (uint32_t)hd);
+	if ((int64_t)hd * (int64_t)nh != (int64_t)H) { /* an explicit head_dim (Qwen3) */
+		ck_gguf_meta_u32(m, KEY("attention.key_length"), (uint32_t)hd);
+		ck_gguf_meta_u32(m, KEY("attention.value_length"), (uint32_t)hd);
+	}
+	if (ne) {
+		ck_gguf_meta_u32(m, KEY("expert_count"), (uint32_t)ne);
+		ck_gguf_meta_u32(m, KEY("expert_used_count"), (uint32_t)nu);
+	}
+	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+	if (rs && !cJSON_IsNull(rs)) {
+		const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "rope_type"));
+		if (!type)
+			type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "type"));
+		double factor;
+		if (!type || (strcmp(type, "linear") && strcmp(type, "yarn")))
+			return ck_fail(err, CK_E_SOURCE, "config.json: rope_scaling type %s: the GGUF view "
+							 "supports linear and yarn (llama3's needs a "
+							 "rope_freqs tensor, not made yet)",
+				       type ? type : "(none)");
+		if (cfg_num(rs, "factor", 0, 0, 1e-6, 1e6, &factor, err) < 0)
+			return -1;
+		ck_gguf_meta_str(m, KEY("rope.scaling.type"), type);
+		ck_gguf_meta_f32(m, KEY("rope.scaling.factor"), (float)factor);
+		double orig;
+		if (!strcmp(type, "yarn") &&
+		    cfg_num(rs, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig, err) == 0)
+			ck_gguf_meta_u32(m, KEY("rope.scaling.original_context_length"), (uint32_t)orig);
+	}
+#undef KEY
+	return 0;
+}
+
+static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)
+{
+	ck_gguf_meta_str(m, "tokenizer.ggml.model", v->model);
+	if (v->pre)
+		ck_gguf_meta_str(m, "tokenizer.ggml.pre", v->pre);
+	ck_gguf_meta_strs(m, "tokenizer.ggml.tokens", v->tokens, v->n);
+	if (v->scores)
+		ck_gguf_meta_f32s(m, "tokenizer.ggml.scores", v->scores, v->n);
+	ck_gguf_meta_i32s(m, "tokenizer.ggml.token_type", v->types, v->n);
+	if (!strcmp(v->model, "gpt2"))
+		ck_gguf_meta_strs(m, "tokenizer.ggml.merges", v->merges, v->n_merges);
+	static const char *const ids[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
+					  "tokenizer.ggml.unknown_token_id",
+					  "tokenizer.ggml.padding_token_id"};
+	const int64_t vals[] = {v->bos, v->eos, v->unk, v->pad};
+	for (int k = 0; k < 4; k++)
+		if (vals[k] >= 0)
+			ck_gguf_meta_u32(m, ids[k], (uint32_t)vals[k]);
+	if (v->add_bos >= 0)
+		ck_gguf_meta_bool(m, "tokenizer.ggml.add_bos_token", v->add_bos);
+	if (v->add_eos >= 0)
+		ck_gguf_meta_bool(m, "tokenizer.ggml.add_eos_token", v->add_eos);
+	if (v->chat_template)
+		ck_gguf_meta_str(m, "tokenizer.chat_template", v->chat_template);
+}
+
+/* general.name: the config's _name_or_path, else the source's directory. */
+static void model_name(const struct ck_catalog *cat, char *out, size_t n)
+{
+	const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cat->config,
+									     "_name_or_path"));
+	if (!s || !*s)
+		s = cat->dir ? cat->dir : cat->source;
+	size_t len = strlen(s);
+	while (len > 1 && s[len - 1] == '/')
+		len--;
+	const char *b = s + len;
+	while (b > s && b[-1] != '/')
+		b--;
+	snprintf(out, n, "%.*s", (int)(s + len - b), b);
+}
+
+static int load_vocab(const struct ck_catalog *cat, const struct arch *a,
+		      const struct ck_gguf_opts *o, const struct ck_plan *p, struct ck_vocab *v,
+		      struct ck_err *err)
+{
+	const struct ck_target *emb = ck_plan_find(p, "token_embd.weight");
+	if (!emb || emb->v.ndim != 2)
+		return ck_fail(err, CK_E_MAPPING, "the GGUF view has no 2-D token_embd.weight");
+	if (o->vocab_none)
+		return ck_vocab_placeholder(emb->v.shape[0], v, err);
+	int r = cat->dir ? ck_vocab_load(cat->dir, cat->config, emb->v.shape[0], a->spm, o->pre, v, err)
+			 : 1;
+	if (r == 1)
+		return ck_fail(err, CK_E_SOURCE, "%s: no tokenizer.json or tokenizer.model beside the "
+						 "checkpoint (-o gguf_vocab=none serves placeholder "
+						 "tokens, for token ids only)",
+			       cat->dir ? cat->dir : cat->source);
+	return r;
+}
+
+int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
+		      const struct ck_gguf_opts *o, struct ck_gguf_view *g, struct ck_err *err)
+{
+	memset(g, 0, sizeof *g);
+	if (ck_gguf_check_type(o->type, err) < 0)
+		return -1;
+	if (!cat->config)
+		return ck_fail(err, CK_E_SOURCE, "%s: no config.json: the GGUF view needs the "
+						 "architecture and its hyper-parameters",
+			       cat->source);
+	const struct arch *a = find_arch(cat->config, err);
+	char path[PATH_MAX];
+	struct ck_mapping *all[CK_MAX_MAPPINGS + 1];
+	if (!a || n_maps > CK_MAX_MAPPINGS || ck_mapping_resolve(a->mapping, path, sizeof path, err) < 0 ||
+	    ck_mapping_load(path, &g->arch_map, err) < 0)
+		goto fail;
+	memcpy(all, maps, (size_t)n_maps * sizeof *all);
+	all[n_maps] = g->arch_map;
+	if (ck_plan_build(cat, all, n_maps + 1, &g->plan, err) < 0)
+		goto fail;
+	const struct ftype *ft = o->type ? find_ftype(o->type) : source_ftype(g->plan);
+	g->arch = a->gguf;
+	g->type = ft->name;
+	char name[256];
+	model_name(cat, name, sizeof name);
+	if (assign_types(g->plan, ft, err) < 0 || load_vocab(cat, a, o, g->plan, &g->vocab, err) < 0 ||
+	    arch_meta(cat->config, a, ft, name, &g->meta, err) < 0)
+		goto fail;
+	vocab_meta(&g->vocab, &g->meta);
+	if (ck_gguf_build(g->plan, &g->meta, &g->file, err) < 0)
+		goto fail;
+	g->header_bytes = g->file.n ? g->file.parts[0].len : 0;
+	return 0;
+fail:
+	ck_gguf_view_free(g);
+	return -1;
+}
+
+void ck_gguf_view_free(struct ck_gguf_view *g)
+{
+	ck_plan_free(g->plan);
+	ck_vfile_free(&g->file);
+	ck_gguf_meta_free(&g->meta);
+	ck_vocab_free(&g->vocab);
+	ck_mapping_free(g->arch_map);
+	memset(g, 0, sizeof *g);
+}

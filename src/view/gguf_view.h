@@ -1,0 +1,44 @@
+/* The GGUF view: a Hugging Face checkpoint served as the model.gguf
+ * llama.cpp loads. The architecture (config.json) picks a shipped mapping
+ * to llama.cpp's names (hf-llama-to-gguf, ..., with the Q/K rope
+ * permutation as a view/transpose), applied after the user's mappings; the
+ * target types follow llama.cpp's converter (1-D tensors and the MoE router
+ * F32, rows that are not whole 32-element blocks F16, the rest TYPE, Q8_0
+ * and Q4_0 quantized on read); the metadata comes from config.json and the
+ * tokenizer files. Only shapes are needed: nothing is read to lay it out. */
+#ifndef CK_GGUF_VIEW_H
+#define CK_GGUF_VIEW_H
+
+#include "../ckpt/tokenizer.h"
+#include "../plan/gguf_out.h"
+#include "../plan/plan.h"
+
+struct ck_gguf_opts {
+	int on;		  /* -o gguf */
+	const char *type; /* F32 F16 BF16 Q8_0 Q4_0; NULL: the source's float type */
+	const char *pre;  /* gguf_pre=NAME: the BPE pre-tokenizer's name */
+	int vocab_none;	  /* gguf_vocab=none: placeholder tokens */
+};
+
+struct ck_gguf_view {
+	struct ck_plan *plan; /* targets with GGUF names and types */
+	struct ck_vfile file; /* model.gguf over plan's targets */
+	struct ck_gguf_meta meta;
+	struct ck_vocab vocab;
+	const char *arch;  /* general.architecture */
+	const char *type;  /* the file's type (general.file_type's name) */
+	struct ck_mapping *arch_map;
+	uint64_t header_bytes; /* header, metadata, infos and padding */
+};
+
+/* "F32" ... "Q4_0" (any case): 0, or -1 with err naming the option. */
+int ck_gguf_check_type(const char *type, struct ck_err *err);
+/* --format safetensors | gguf | gguf:TYPE (convert, inspect): sets o->on
+ * and o->type for gguf. */
+int ck_gguf_parse_format(const char *format, struct ck_gguf_opts *o, struct ck_err *err);
+/* Build the view of cat through maps (the user's, applied first). */
+int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
+		      const struct ck_gguf_opts *o, struct ck_gguf_view *g, struct ck_err *err);
+void ck_gguf_view_free(struct ck_gguf_view *g);
+
+#endif

@@ -1,0 +1,545 @@
+"""The GGUF view (issue #17): Hugging Face checkpoints served as the
+model.gguf llama.cpp loads, checked with clients and references that are
+not ckptfs:
+- the real llama.cpp (node-llama-cpp) loads MNT/model.gguf and its logits
+  equal a plain torch forward pass over the source weights (F32 within 1e-3
+  relative, same greedy tokens) for Llama (grouped-query), Qwen2 (Q/K/V
+  biases), Qwen3 (Q/K norms, explicit head_dim) and Mixtral (experts);
+  F16, BF16, Q8_0 and Q4_0 files against the same model with its weights
+  rounded as the file holds them;
+- negative control: a view whose Q/K rows are not permuted (the user's
+  mapping undoes the shipped permutation) fails that check;
+- every tensor's bytes: F32/F16/BF16 against numpy's (permuted, rounded
+  to nearest even), Q8_0/Q4_0 blocks against ggml's own quantizer
+  (ggml_quantize_chunk from the prebuilt library), rows that are not whole
+  blocks in F16;
+- the file's structure by a GGUF reader written here and by Hugging Face's
+  @huggingface/gguf: names, types, dims, aligned offsets, metadata from
+  config.json and the tokenizer (tokens, types, merges, special ids, chat
+  template), and llama.cpp's own tokenization with the served vocabulary;
+  a SentencePiece tokenizer.model (protobuf written here) as "llama";
+- convert --format gguf writes the mount's bytes; inspect --format gguf
+  lists the same tensors; the library serves model.gguf too;
+- hostile inputs: unsupported architectures, per-rank mounts, missing or
+  malformed tokenizer files, bad types, a FIFO in place of tokenizer.json,
+  missing hyper-parameters: one line, nothing mounted."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckref  # noqa: E402
+import gguf_source as gs  # noqa: E402  (parse_gguf, llama_forward, llama_cpp, ggml_lib, permute)
+from mountlib import Mount, skip_unless_fuse  # noqa: E402
+
+CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODULES = os.path.join(gs.TESTS, "..", "build-node", "node_modules")
+BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18)}  # ggml type: (elems, bytes)
+TYPES = {"F32": 0, "F16": 1, "BF16": 30, "Q8_0": 8, "Q4_0": 2}
+FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q8_0": 7, "Q4_0": 2}
+TOKS = [318, 5, 9, 200, 31, 77, 128, 3, 257, 44]
+
+
+def read_gguf(path):
+    """GGUF v3 through the parser written from the format description
+    (gguf_source.parse_gguf), with quantized tensors: the metadata, the infos
+    (name, torch-order shape, type, offset) and each tensor's bytes."""
+    version, meta, raw_infos, data, b = gs.parse_gguf(path)
+    assert version == 3
+    infos, tensors = [], {}
+    for name, dims, t, off in raw_infos:
+        shape = list(reversed(dims))
+        assert off % 32 == 0, f"{name}: offset {off} not aligned"
+        qk, qb = BLOCK[t]
+        n = int(np.prod(shape)) // qk * qb
+        assert data + off + n <= len(b), f"{name}: past the end of the file"
+        infos.append((name, shape, t, off))
+        tensors[name] = b[data + off:data + off + n]
+    return meta, infos, tensors
+
+
+# ---- the models: generated names and shapes, small random weights ----
+
+def make_model(d, arch, rng, extra=()):
+    """A checkpoint of the architecture with mkckpt's names, config.json and
+    tokenizer files, and weights drawn here (a trained model's scale: the
+    generator's values up to 2 would saturate attention)."""
+    src = os.path.join(d, arch)
+    base = os.path.join(d, arch + "-gen")
+    model = "mixtral" if arch == "mixtral" else "llama"
+    args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
+    if arch == "qwen3":
+        args += ["--head-dim", "16"]
+    ckref.run(MKCKPT, *args, base)
+    os.makedirs(src)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(base, f), src)
+    cfg = json.load(open(os.path.join(base, "config.json")))
+    names = {k: v[1] for k, v in ckref.read_checkpoint_dir(base).items()}
+    if arch in ("qwen2", "qwen3"):
+        cfg["architectures"], cfg["model_type"] = [arch.capitalize() + "ForCausalLM"], arch
+        hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+        for L in range(cfg["num_hidden_layers"]):
+            p = f"model.layers.{L}.self_attn."
+            if arch == "qwen2":
+                names[p + "q_proj.bias"] = (names[p + "q_proj.weight"][0],)
+                names[p + "k_proj.bias"] = (names[p + "k_proj.weight"][0],)
+                names[p + "v_proj.bias"] = (names[p + "v_proj.weight"][0],)
+            else:
+                names[p + "q_norm.weight"] = (hd,)
+                names[p + "k_norm.weight"] = (hd,)
+    json.dump(cfg, open(os.path.join(src, "config.json"), "w"), indent=1)
+    w = {}
+    for k, shape in sorted(names.items()):
+        if len(shape) == 1 and not k.endswith("bias"):
+            w[k] = (1 + rng.standard_normal(shape) * 0.1).astype(np.float32)
+        else:
+            w[k] = (rng.standard_normal(shape) * (0.05 if k.endswith("bias") else 0.08)).astype(np.float32)
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
+    return src, cfg, w
+
+
+GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+              "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+              "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+              "mlp.down_proj": "ffn_down", "block_sparse_moe.gate": "ffn_gate_inp"}
+
+
+def gguf_reference(w, cfg, arch):
+    """convert_hf_to_gguf.py's tensors, in numpy (reference/gguf.md): names,
+    Q/K rows permuted for the llama rope (not for qwen2/qwen3), experts
+    stacked."""
+    out = {"token_embd.weight": w["model.embed_tokens.weight"], "output_norm.weight": w["model.norm.weight"]}
+    if "lm_head.weight" in w:
+        out["output.weight"] = w["lm_head.weight"]
+    perm = arch in ("llama", "mixtral")
+    experts = {}
+    for k, a in w.items():
+        parts = k.split(".")
+        if parts[:2] != ["model", "layers"]:
+            continue
+        L = parts[2]
+        if "experts" in parts:
+            E, wn = int(parts[5]), parts[6]
+            experts.setdefault((L, wn), {})[E] = a
+            continue
+        g = f"blk.{L}.{GGUF_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"
+        if perm and g.endswith("attn_q.weight"):
+            a = gs.permute(a, cfg["num_attention_heads"])
+        if perm and g.endswith("attn_k.weight"):
+            a = gs.permute(a, cfg["num_key_value_heads"])
+        out[g] = a
+    for (L, wn), byE in experts.items():
+        kind = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}[wn]
+        out[f"blk.{L}.{kind}.weight"] = np.stack([byE[e] for e in sorted(byE)])
+    return out
+
+
+# ---- the element types ----
+
+def bf16_rne(a):
+    u = a.view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def ggml_quantize(lib, t, a):
+    rows, cols = int(np.prod(a.shape[:-1])), a.shape[-1]
+    qk, qb = BLOCK[t]
+    q = np.zeros(rows * cols // qk * qb, np.uint8)
+    x = np.ascontiguousarray(a, dtype=np.float32)
+    assert lib.ggml_quantize_chunk(t, x.ctypes.data, q.ctypes.data, 0, rows, cols, None) == q.size
+    return q.tobytes()
+
+
+def dequantize(t, raw, shape):
+    """Q8_0 / Q4_0 blocks to floats, from the block layout (reference/gguf.md)."""
+    qk, qb = BLOCK[t]
+    blk = np.frombuffer(raw, np.uint8).reshape(-1, qb)
+    d = blk[:, :2].copy().view(np.float16).astype(np.float32)
+    if t == 8:
+        q = blk[:, 2:].view(np.int8).astype(np.float32)
+    else:
+        lo, hi = (blk[:, 2:] & 0xF).astype(np.float32), (blk[:, 2:] >> 4).astype(np.float32)
+        q = np.concatenate([lo, hi], 1) - 8
+    return (q * d).reshape(shape)
+
+
+def expected(name, a, ftype, lib):
+    """The bytes and ggml type llama.cpp's converter gives a tensor."""
+    t = TYPES[ftype]
+    if a.ndim < 2 or "ffn_gate_inp" in name:
+        t = 0
+    elif t in (8, 2) and a.shape[-1] % 32:
+        t = 1
+    if t == 0:
+        return 0, a.astype(np.float32).tobytes()
+    if t == 1:
+        return 1, a.astype(np.float16).tobytes()
+    if t == 30:
+        return 30, bf16_rne(a).tobytes()
+    return t, ggml_quantize(lib, t, a)
+
+
+def as_held(t, raw, shape):
+    """The floats a file's tensor holds."""
+    if t == 0:
+        return np.frombuffer(raw, np.float32).reshape(shape)
+    if t == 1:
+        return np.frombuffer(raw, np.float16).astype(np.float32).reshape(shape)
+    if t == 30:
+        return (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    return dequantize(t, raw, shape)
+
+
+def held_weights(w, cfg, arch, meta_tensors, infos):
+    """The source weights as a file holds them (for the reference forward):
+    each HF tensor replaced by its GGUF tensor's floats, un-permuted."""
+    types = {n: (t, s) for n, s, t, _ in infos}
+    out = dict(w)
+    back = {v: k for k, v in GGUF_NAMES.items()}
+    for g, raw in meta_tensors.items():
+        t, shape = types[g]
+        a = as_held(t, raw, shape).astype(np.float32)
+        parts = g.split(".")
+        if parts[0] != "blk":
+            hf = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                  "output.weight": "lm_head.weight"}[g]
+            out[hf] = a
+            continue
+        L, kind = parts[1], parts[2]
+        if kind.endswith("_exps"):
+            wn = {"ffn_gate_exps": "w1", "ffn_up_exps": "w3", "ffn_down_exps": "w2"}[kind]
+            for e in range(a.shape[0]):
+                out[f"model.layers.{L}.block_sparse_moe.experts.{e}.{wn}.weight"] = a[e]
+            continue
+        if arch in ("llama", "mixtral") and kind in ("attn_q", "attn_k"):
+            heads = cfg["num_attention_heads"] if kind == "attn_q" else cfg["num_key_value_heads"]
+            a = gs.unpermute(a, heads)
+        out[f"model.layers.{L}.{back[kind]}.{parts[-1]}"] = np.ascontiguousarray(a)
+    return out
+
+
+# ---- the checks ----
+
+def check_file(path, w, cfg, arch, ftype, lib):
+    """Structure and every tensor's bytes against the converter's rules."""
+    meta, infos, tensors = read_gguf(path)
+    ref = gguf_reference(w, cfg, arch)
+    assert set(tensors) == set(ref), sorted(set(tensors) ^ set(ref))
+    for name, shape, t, _ in infos:
+        want_t, want = expected(name, ref[name], ftype, lib)
+        assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
+        assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
+    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[arch]
+    hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
+                 f"{ga}.context_length": cfg["max_position_embeddings"],
+                 f"{ga}.embedding_length": cfg["hidden_size"], f"{ga}.block_count": cfg["num_hidden_layers"],
+                 f"{ga}.feed_forward_length": cfg["intermediate_size"],
+                 f"{ga}.attention.head_count": cfg["num_attention_heads"],
+                 f"{ga}.attention.head_count_kv": cfg["num_key_value_heads"],
+                 f"{ga}.rope.dimension_count": hd}
+    for k, v in want_meta.items():
+        assert meta.get(k) == v, (k, meta.get(k), v)
+    assert abs(meta[f"{ga}.rope.freq_base"] - cfg["rope_theta"]) < 1e-3 * cfg["rope_theta"]
+    assert np.float32(meta[f"{ga}.attention.layer_norm_rms_epsilon"]) == np.float32(cfg["rms_norm_eps"])
+    if arch == "mixtral":
+        assert meta["llama.expert_count"] == cfg["num_local_experts"]
+        assert meta["llama.expert_used_count"] == cfg["num_experts_per_tok"]
+    if arch == "qwen3":
+        assert meta["qwen3.attention.key_length"] == hd == meta["qwen3.attention.value_length"]
+    return meta, infos, tensors
+
+
+def check_vocab(meta, src):
+    """tokenizer.ggml.* against tokenizer.json / tokenizer_config.json read here."""
+    tj = json.load(open(os.path.join(src, "tokenizer.json")))
+    tc = json.load(open(os.path.join(src, "tokenizer_config.json")))
+    n = len(meta["tokenizer.ggml.tokens"])
+    want = ["[PAD%d]" % i for i in range(n)]
+    types = [5] * n
+    for tok, i in tj["model"]["vocab"].items():
+        want[i], types[i] = tok, 1
+    ids = {}
+    for a in tj["added_tokens"]:
+        want[a["id"]], types[a["id"]] = a["content"], 3 if a["special"] else 4
+        ids[a["content"]] = a["id"]
+    assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == "llama-bpe"
+    assert meta["tokenizer.ggml.tokens"] == want and meta["tokenizer.ggml.token_type"] == types
+    assert meta["tokenizer.ggml.merges"] == tj["model"]["merges"]
+    assert meta["tokenizer.ggml.bos_token_id"] == ids[tc["bos_token"]]
+    assert meta["tokenizer.ggml.eos_token_id"] == ids[tc["eos_token"]]
+    assert meta["tokenizer.ggml.add_bos_token"] is True
+    assert meta["tokenizer.chat_template"] == tc["chat_template"]
+
+
+def bpe(text, merges):
+    """Byte-level BPE of words (space-led), lowest-ranked merge first."""
+    rank = {tuple(m.split(" ")): i for i, m in enumerate(merges)}
+    out = []
+    for k, word in enumerate(text.split(" ")):
+        syms = list(("Ġ" if k else "") + word)
+        while True:
+            pairs = [(rank.get((syms[i], syms[i + 1]), 1 << 30), i) for i in range(len(syms) - 1)]
+            r, i = min(pairs, default=(1 << 30, 0))
+            if r == 1 << 30:
+                break
+            syms[i:i + 2] = [syms[i] + syms[i + 1]]
+        out += syms
+    return out
+
+
+def clients(path, meta, infos, text):
+    """@huggingface/gguf's parse and llama.cpp's tokenization of the file."""
+    p = subprocess.run(["node", os.path.join(HERE, "gguf_client.mjs"), MODULES, path, text],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [(t["name"], list(reversed(t["shape"])), t["dtype"]) for t in got["tensors"]] == \
+        [(n, s, t) for n, s, t, _ in infos]
+    for k, v in meta.items():
+        g = got["meta"][k]
+        if isinstance(v, list):
+            assert g["length"] == len(v) and g["first"] == v[:8], k
+        elif isinstance(v, float):
+            assert abs(g - v) <= 1e-6 * abs(v), k
+        else:
+            assert g == v, (k, g, v)
+    vocab = {t: i for i, t in enumerate(meta["tokenizer.ggml.tokens"])}
+    want = [vocab[s] for s in bpe(text, meta["tokenizer.ggml.merges"])]
+    assert got["tokens"] == want and got["detokenized"] == text, (got["tokens"], want)
+
+
+def logits(path, held, cfg, toks=TOKS):
+    import torch
+    got = gs.llama_cpp(MODULES, path, toks)
+    want = gs.llama_forward(held, cfg, toks)
+    return gs.rel(got, want), bool(torch.equal(got.argmax(-1), want.argmax(-1)))
+
+
+def main():
+    skip_unless_fuse()
+    assert os.path.isdir(os.path.join(MODULES, "node-llama-cpp")), \
+        f"{MODULES}: node-llama-cpp is missing (tools/install-deps.sh installs it)"
+    lib = gs.ggml_lib()
+    rng = np.random.default_rng(17)
+    d = tempfile.mkdtemp(prefix="ckptfs-ggufview-")
+    try:
+        run_all(d, rng, lib)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def run_all(d, rng, lib):
+    src, cfg, w = make_model(d, "llama", rng)
+    # F32: every tensor and the metadata, both parsers, llama.cpp's tokens and logits
+    with Mount(src, opts="gguf=F32") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = check_file(path, w, cfg, "llama", "F32", lib)
+        check_vocab(meta, src)
+        clients(path, meta, infos, "abcab the cat")
+        r, same = logits(path, w, cfg)
+        assert r < 1e-3 and same, f"F32 view: llama.cpp vs torch {r:.2e}, greedy same {same}"
+        f32 = open(path, "rb").read()
+    print(f"llama F32 view: {len(tensors)} tensors exact, metadata and vocabulary as "
+          f"config/tokenizer say (both parsers, llama.cpp's tokens); logits {r:.1e} relative, same greedy")
+    # negative control: the user's mapping undoes the permutation first
+    undo = os.path.join(d, "undo.json")
+    json.dump({"ckptfs_mapping": 1, "unused": "keep", "params": {"H": "hidden_size", "nh": "num_attention_heads",
+                                                             "nkv": "num_key_value_heads"},
+               "rules": [{"from": "model.layers.{L}.self_attn.q_proj.weight",
+                          "to": "model.layers.{L}.self_attn.q_proj.weight",
+                          "expr": "x.view(nh, -1, 2, H).transpose(1, 2).reshape(-1, H)"},
+                         {"from": "model.layers.{L}.self_attn.k_proj.weight",
+                          "to": "model.layers.{L}.self_attn.k_proj.weight",
+                          "expr": "x.view(nkv, -1, 2, H).transpose(1, 2).reshape(-1, H)"}]}, open(undo, "w"))
+    with Mount(src, [undo], opts="gguf=F32") as m:
+        r_bad, _ = logits(m.path("model.gguf"), w, cfg)
+    assert r_bad > 1e-2, f"a view without the Q/K permutation still matches ({r_bad:.2e})"
+    print(f"negative control: without the Q/K permutation llama.cpp's logits are off by {r_bad:.1e}")
+
+    # F16, BF16, Q8_0, Q4_0: bytes against numpy and ggml; logits against the rounded model
+    tol = {"F16": 5e-3, "BF16": 2e-2, "Q8_0": 3e-2, "Q4_0": 5e-2}
+    for ft in ("F16", "BF16", "Q8_0", "Q4_0"):
+        with Mount(src, opts="gguf=" + ft) as m:
+            path = m.path("model.gguf")
+            meta, infos, tensors = check_file(path, w, cfg, "llama", ft, lib)
+            r, same = logits(path, held_weights(w, cfg, "llama", tensors, infos), cfg)
+            if ft == "Q8_0":
+                q8 = open(path, "rb").read()
+        assert r < tol[ft], f"{ft}: llama.cpp vs torch over the held weights {r:.2e}"
+        print(f"llama {ft}: every tensor's bytes as numpy / ggml_quantize_chunk make them; logits "
+              f"{r:.1e} relative to the rounded model (bound {tol[ft]:.0e}), greedy same: {same}")
+
+    # convert and inspect agree with the mount
+    out = os.path.join(d, "out")
+    ckref.run(CKPTFS, "convert", src, out, "--format", "gguf:Q8_0", "--quiet")
+    assert os.listdir(out) == ["model.gguf"] and open(os.path.join(out, "model.gguf"), "rb").read() == q8
+    ckref.run(CKPTFS, "convert", src, out + "32", "--format", "gguf:f32", "--quiet")
+    assert open(os.path.join(out + "32", "model.gguf"), "rb").read() == f32
+    js = json.loads(ckref.run(CKPTFS, "inspect", src, "--format", "gguf:Q8_0", "--json").stdout)
+    _, infos, _ = read_gguf(os.path.join(out, "model.gguf"))
+    assert [(t["name"], t["shape"], TYPES[t["type"]]) for t in js["tensors"]] == \
+        [(n, s, t) for n, s, t, _ in infos] and js["bytes"] == len(q8)
+    print("convert --format gguf:Q8_0 / gguf:f32 write the mount's bytes; inspect --format gguf lists its tensors")
+
+    # rows that are not whole blocks fall back to F16; the router stays F32 (Mixtral below)
+    os.makedirs(os.path.join(d, "o"))
+    osrc, ocfg, ow = make_model(os.path.join(d, "o"), "llama", rng, ["--hidden", "80"])
+    with Mount(osrc, opts="gguf=Q8_0") as m:
+        meta, infos, tensors = check_file(m.path("model.gguf"), ow, ocfg, "llama", "Q8_0", lib)
+    kinds = {t for n, s, t, _ in infos if len(s) == 2}
+    assert kinds == {1, 8}, kinds
+    print("rows of 80 (not whole 32-blocks): F16, the others Q8_0, as the converter does")
+
+    # the other architectures: F32 logits through the mount
+    for arch in ("qwen2", "qwen3", "mixtral"):
+        asrc, acfg, aw = make_model(d, arch, rng)
+        with Mount(asrc, opts="gguf") as m:
+            path = m.path("model.gguf")
+            check_file(path, aw, acfg, arch, "F32", lib)
+            r, same = logits(path, aw, acfg)
+        assert r < 1e-3 and same, f"{arch}: llama.cpp vs torch {r:.2e}, greedy same {same}"
+        print(f"{arch}: every tensor exact; llama.cpp's logits {r:.1e} relative to torch, same greedy")
+
+    sentencepiece(d, src, lib)
+    hostile(d, src)
+
+
+def spm_model(pieces):
+    """A SentencePiece ModelProto: repeated pieces (field 1: {1 piece, 2 score,
+    3 type}), written from the protobuf wire format."""
+    def varint(v):
+        out = b""
+        while True:
+            b = v & 0x7F
+            v >>= 7
+            out += bytes([b | (0x80 if v else 0)])
+            if not v:
+                return out
+
+    def field(n, wire, payload):
+        return varint(n << 3 | wire) + payload
+    blob = b""
+    for text, score, typ in pieces:
+        t = text.encode()
+        body = field(1, 2, varint(len(t)) + t) + field(2, 5, struct.pack("<f", score)) + field(3, 0, varint(typ))
+        blob += field(1, 2, varint(len(body)) + body)
+    return blob
+
+
+def sentencepiece(d, src, lib):
+    sp = os.path.join(d, "llama-spm")
+    shutil.copytree(src, sp)
+    os.unlink(os.path.join(sp, "tokenizer.json"))
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3)]
+    pieces += [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)]
+    pieces += [("▁a", -1.0, 1), ("▁b", -2.0, 1), ("ab", -3.0, 1)]
+    open(os.path.join(sp, "tokenizer.model"), "wb").write(spm_model(pieces))
+    json.dump({"bos_token": "<s>", "eos_token": "</s>"}, open(os.path.join(sp, "tokenizer_config.json"), "w"))
+    with Mount(sp, opts="gguf") as m:
+        meta, infos, _ = read_gguf(m.path("model.gguf"))
+        n = len(meta["tokenizer.ggml.tokens"])
+        want = [p[0] for p in pieces] + [f"[PAD{i}]" for i in range(len(pieces), n)]
+        assert meta["tokenizer.ggml.model"] == "llama" and meta["tokenizer.ggml.tokens"] == want
+        assert meta["tokenizer.ggml.token_type"] == [p[2] for p in pieces] + [5] * (n - len(pieces))
+        assert [np.float32(s) for s in meta["tokenizer.ggml.scores"][:len(pieces)]] == \
+            [np.float32(p[1]) for p in pieces]
+        assert meta["tokenizer.ggml.bos_token_id"] == 1 and meta["tokenizer.ggml.eos_token_id"] == 2
+        assert "tokenizer.ggml.merges" not in meta
+        gs.llama_cpp(MODULES, m.path("model.gguf"), [1, 259, 260])  # llama.cpp loads and runs it
+    print("SentencePiece tokenizer.model: pieces, scores, types and special ids as written; llama.cpp runs it")
+
+
+def refused(args, says, code=None):
+    p = subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and says in lines[0], (args, p.returncode, p.stderr)
+    if code is not None:
+        assert p.returncode == code, (args, p.returncode, p.stderr)
+
+
+def hostile(d, src):
+    mnt = os.path.join(d, "mnt")
+    os.mkdir(mnt)
+
+    def variant(name, edit):
+        v = os.path.join(d, name)
+        shutil.copytree(src, v)
+        edit(v)
+        return v
+
+    def mount_refused(v, opts, says, code=None, extra=()):
+        refused(["mount", v, mnt, "-o", opts, *extra], says, code)
+        assert not os.listdir(mnt) and not os.path.ismount(mnt)
+
+    def cfg_edit(**kv):
+        def e(v):
+            c = json.load(open(os.path.join(v, "config.json")))
+            c.update(kv)
+            json.dump(c, open(os.path.join(v, "config.json"), "w"))
+        return e
+
+    def tok_edit(fn):
+        def e(v):
+            p = os.path.join(v, "tokenizer.json")
+            t = json.load(open(p))
+            fn(t)
+            json.dump(t, open(p, "w"))
+        return e
+    gpt2 = os.path.join(d, "gpt2")
+    ckref.run(MKCKPT, "--model", "gpt2", gpt2)
+    mount_refused(gpt2, "gguf", "architecture GPT2LMHeadModel has no GGUF view", 3)
+    mount_refused(src, "gguf=Q5_K", "gguf=Q5_K", 2)
+    mount_refused(src, "gguf", "not per rank", 2, ["--mapping", "llama-hf-to-megatron", "--mesh", "tp=2",
+                                                    "--rank", "0"])
+    v = variant("notok", lambda v: os.unlink(os.path.join(v, "tokenizer.json")))
+    mount_refused(v, "gguf", "no tokenizer.json or tokenizer.model", 3)
+    with Mount(v, opts="gguf,gguf_vocab=none") as m:  # placeholder tokens: loads, runs by id
+        meta, _, _ = read_gguf(m.path("model.gguf"))
+        assert meta["tokenizer.ggml.tokens"][:2] == ["<tok_0>", "<tok_1>"]
+        gs.llama_cpp(MODULES, m.path("model.gguf"), [1, 2, 3])
+    mount_refused(variant("noctx", cfg_edit(max_position_embeddings=None)), "gguf",
+                  "max_position_embeddings", 3)
+    mount_refused(variant("rope3", cfg_edit(rope_scaling={"rope_type": "llama3", "factor": 8.0})),
+                  "gguf", "rope_scaling type llama3", 3)
+    mount_refused(variant("bigid", tok_edit(lambda t: t["model"]["vocab"].update({"zz": 4000}))), "gguf",
+                  "tokenizer.json: token \"zz\": id outside", 3)
+    mount_refused(variant("dupid", tok_edit(lambda t: t["model"]["vocab"].update({"zz": 7}))), "gguf",
+                  "share id 7", 3)
+    mount_refused(variant("badmerge", tok_edit(lambda t: t["model"].update({"merges": [1]}))), "gguf",
+                  "merge 0", 3)
+    mount_refused(variant("wordpiece", tok_edit(lambda t: t["model"].update({"type": "WordPiece"}))), "gguf",
+                  "model.type is not \"BPE\"", 3)
+    mount_refused(variant("trunc", lambda v: open(os.path.join(v, "tokenizer.json"), "w").write('{"model": {')),
+                  "gguf", "tokenizer.json", 3)
+
+    def fifo(v):
+        os.unlink(os.path.join(v, "tokenizer.json"))
+        os.mkfifo(os.path.join(v, "tokenizer.json"))
+    mount_refused(variant("fifo", fifo), "gguf", "tokenizer.json", 3)
+
+    def bad_spm(v):
+        os.unlink(os.path.join(v, "tokenizer.json"))
+        open(os.path.join(v, "tokenizer.model"), "wb").write(b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 10)
+    mount_refused(variant("badspm", bad_spm), "gguf", "tokenizer.model: not a SentencePiece model", 3)
+    refused(["convert", src, os.path.join(d, "x"), "--format", "gguf:Q3"], "gguf", 2)
+    refused(["convert", src, os.path.join(d, "x"), "--format", "gguf", "--dtype", "F16"], "--format gguf", 2)
+    assert not os.path.exists(os.path.join(d, "x"))
+    print("refused with one line, nothing mounted or written: an unsupported architecture, a bad type, a "
+          "per-rank mount, no tokenizer (placeholder with gguf_vocab=none), missing max_position_embeddings, "
+          "llama3 rope scaling, tokenizer ids outside or shared, bad merges, WordPiece, truncated JSON, a FIFO, "
+          "a malformed tokenizer.model")
+
+
+if __name__ == "__main__":
+    main()
