@@ -7,7 +7,8 @@ min-max over the repetitions, absolute figures beside the ratios):
   (tools/passthrough.c, same tuning) as the FUSE ceiling; the identity view
   (tensors/ and model.safetensors, first and second read); libckptfs
   in-process (tools/ckread.c) against the raw read; the Llama HF ->
-  Megatron view, also with a cast to F32; `ckptfs diff` of two copies and
+  Megatron view, also with a cast to F32; model.gguf (F16, Q8_0) first
+  reads, and against a numpy HF -> GGUF peer; `ckptfs diff` of two copies and
   of HF vs a Megatron copy through the inverse mapping (bytes per side);
   a numpy peer that converts and
   re-reads (today's workflow) vs mount + read; time to the first byte of a
@@ -196,6 +197,63 @@ def peer_convert(src, out, cfg):
     return read_files([out])
 
 
+def peer_gguf(src, out, cfg, qtype):
+    """convert_hf_to_gguf.py's work in numpy, as a competent user writes it:
+    memory-map the shards, permute Q/K, cast (F16) or quantize (Q8_0, blocks
+    of 32: d = amax/127, q = round(x/d)) the matrices, keep 1-D tensors F32,
+    write one GGUF (header, infos, aligned data), read it back."""
+    t = {}
+    for f in sorted(os.listdir(src)):
+        if not f.endswith(".safetensors"):
+            continue
+        mm = np.memmap(os.path.join(src, f), dtype=np.uint8, mode="r")
+        n = int(np.frombuffer(mm[:8], np.uint64)[0])
+        hdr = json.loads(bytes(mm[8:8 + n]))
+        hdr.pop("__metadata__", None)
+        for k, e in hdr.items():
+            b, en = e["data_offsets"]
+            t[k] = mm[8 + n + b:8 + n + en].view(np.uint16).reshape(e["shape"])
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+
+    def f32(a):
+        return (a.astype(np.uint32) << 16).view(np.float32)
+
+    def permute(w, heads):
+        r, c = w.shape
+        return w.reshape(heads, 2, r // heads // 2, c).swapaxes(1, 2).reshape(r, c)
+    infos, blobs, off = [], [], 0
+    for k, a in t.items():
+        w = f32(a)
+        if k.endswith("q_proj.weight"):
+            w = permute(w, nh)
+        elif k.endswith("k_proj.weight"):
+            w = permute(w, nkv)
+        if w.ndim == 1:
+            raw, ty = w.tobytes(), 0
+        elif qtype == "F16":
+            raw, ty = w.astype(np.float16).tobytes(), 1
+        else:
+            x = w.reshape(-1, 32)
+            d = np.abs(x).max(1, keepdims=True) / 127
+            q = np.round(x / np.where(d == 0, 1, d)).astype(np.int8)
+            raw = np.concatenate([d.astype(np.float16).view(np.uint8), q.view(np.uint8)], 1).tobytes()
+            ty = 8
+        infos.append((k, list(reversed(w.shape)), ty, off))
+        blobs.append(raw)
+        off += (len(raw) + 31) // 32 * 32
+    head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(infos), 0))
+    for k, dims, ty, o in infos:
+        e = k.encode()
+        head += struct.pack("<Q", len(e)) + e + struct.pack("<I", len(dims))
+        head += b"".join(struct.pack("<Q", x) for x in dims) + struct.pack("<IQ", ty, o)
+    head += b"\0" * (-len(head) % 32)
+    with open(out, "wb") as f:
+        f.write(head)
+        for raw in blobs:
+            f.write(raw + b"\0" * (-len(raw) % 32))
+    return read_files([out])
+
+
 def prepare():
     """One command from a clean clone: the dependencies (tools/install-deps.sh,
     silent when present) and an up-to-date build/ (ckptfs, mkckpt, passthrough)."""
@@ -238,6 +296,9 @@ def main():
     subjects = [("pt", lambda: Passthrough(src), every), ("id", lambda: Ckptfs(src), every),
                 ("flat", lambda: Ckptfs(src), flat), ("meg", lambda: Ckptfs(src, [meg]), every),
                 ("f32", lambda: Ckptfs(src, [meg, to_f32]), every)]
+    gguf = lambda m: read_files([os.path.join(m.dir, "model.gguf")])  # noqa: E731
+    subjects += [("gguf16", lambda: Ckptfs(src, opts="gguf=F16,gguf_vocab=none"), gguf),
+                 ("gguf8", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf)]
     first = {k: [] for k, _, _ in subjects}
     for _ in range(R):
         for k, factory, reader in subjects:
@@ -247,6 +308,8 @@ def main():
     row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
     row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling)
     row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling)
+    row("ckptfs model.gguf F16, first read vs ceiling", first["gguf16"], ceiling)
+    row("ckptfs model.gguf Q8_0, first read vs ceiling", first["gguf8"], ceiling)
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read
@@ -301,6 +364,20 @@ def main():
     pm, cm = statistics.median(t for t, _ in peer), statistics.median(t for t, _ in mine)
     print(f"{'numpy peer: mmap, convert, write, read back':58s} {pm:8.2f} s")
     print(f"{'ckptfs: mount + read the Megatron view':58s} {cm:8.2f} s     speed-up {pm / cm:5.2f}x")
+    for ty in ("F16", "Q8_0"):  # convert_hf_to_gguf's work in numpy vs mount + read model.gguf
+        gout = os.path.join(work, "peer.gguf")
+        pg = statistics.median(t for t, _ in measure(lambda: peer_gguf(src, gout, cfg, ty), R))
+        os.unlink(gout)
+
+        def mount_gguf():
+            m = Ckptfs(src, opts=f"gguf={ty},gguf_vocab=none")
+            try:
+                return read_files([os.path.join(m.dir, "model.gguf")])
+            finally:
+                m.close()
+        cg = statistics.median(t for t, _ in measure(mount_gguf, R))
+        print(f"{'numpy peer: HF -> GGUF ' + ty + ', write, read back':58s} {pg:8.2f} s")
+        print(f"{'ckptfs: mount + read model.gguf ' + ty:58s} {cg:8.2f} s     speed-up {pg / cg:5.2f}x")
     last = f"decoder.layers.{a.layers - 1}.self_attention.linear_qkv.weight"
 
     def first_byte():
