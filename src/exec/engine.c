@@ -32,6 +32,7 @@ void ck_eval_ctx_free(struct ck_eval_ctx *c)
 	free(c->win);
 	free(c->scwin);
 	free(c->qwin);
+	free(c->fwin);
 	free(c->reqs);
 	memset(c, 0, sizeof *c);
 }
@@ -498,7 +499,7 @@ static int eval_value(struct ck_eval_ctx *c, const struct ck_target *t, int64_t 
 /* A quantized target (the GGUF view): bytes [off, off+len) of its blocks.
  * The blocks touched are evaluated as F32 elements and quantized, at most
  * QSTEP blocks at a time. */
-#define QSTEP 4096
+#define QSTEP 16384
 static int read_quantized(struct ck_eval_ctx *c, const struct ck_target *t, uint64_t off,
 			  uint64_t len, unsigned char *dst, struct ck_err *err)
 {
@@ -507,9 +508,12 @@ static int read_quantized(struct ck_eval_ctx *c, const struct ck_target *t, uint
 		return ck_fail(err, CK_E_MAPPING, "\"%s\": cannot quantize to %s", t->name,
 			       ck_ggml_type_name(t->qtype));
 	uint64_t b0 = off / qb, b1 = (off + len + qb - 1) / qb;
-	float *f = malloc(QSTEP * qk * sizeof *f);
-	unsigned char *q = malloc(QSTEP * qb);
-	int rc = f && q ? 0 : ck_fail_sys(err, ENOMEM, "quantizing %s", t->name);
+	/* scratch kept in the context: fresh pages per read cost page faults */
+	if (grow(&c->fwin, &c->fwin_cap, QSTEP * (qk * sizeof(float) + qb), "quantization", err) < 0)
+		return -1;
+	float *f = (float *)(void *)c->fwin;
+	unsigned char *q = c->fwin + QSTEP * qk * sizeof(float);
+	int rc = 0;
 	for (uint64_t b = b0; b < b1 && rc == 0; b += QSTEP) {
 		uint64_t e = b1 - b < QSTEP ? b1 : b + QSTEP;
 		rc = eval_value(c, t, (int64_t)(b * qk), (int64_t)(e * qk), (e - b) * qk * 4,
@@ -521,8 +525,6 @@ static int read_quantized(struct ck_eval_ctx *c, const struct ck_target *t, uint
 		uint64_t hi = e * qb < off + len ? e * qb : off + len;
 		memcpy(dst + (lo - off), q + (lo - b * qb), (size_t)(hi - lo));
 	}
-	free(f);
-	free(q);
 	return rc;
 }
 

@@ -44,6 +44,8 @@ struct ck_eval_ctx {
 	size_t scwin_cap;
 	unsigned char *qwin; /* quantized GGUF blocks before decoding */
 	size_t qwin_cap;
+	unsigned char *fwin; /* GGUF view: F32 values, then their blocks, before quantizing */
+	size_t fwin_cap;
 	struct ck_io_req *reqs;
 	size_t reqs_cap;
 	struct ck_gpu_lane *lane; /* this evaluator's GPU lane, if any */

@@ -76,6 +76,21 @@ static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 		}
 		return 1;
 	}
+	if ((s == CK_DT_BF16 || s == CK_DT_F32) && d == CK_DT_F16) { /* the GGUF view's F16 */
+		for (int64_t i = 0; i < n; i++) {
+			float f;
+			if (s == CK_DT_BF16) {
+				uint16_t h;
+				memcpy(&h, src + 2 * i, 2);
+				f = ck_bits_f32((uint32_t)h << 16);
+			} else {
+				memcpy(&f, src + 4 * i, 4);
+			}
+			uint16_t o = ck_f32_to_f16(f, 0);
+			memcpy(dst + 2 * i, &o, 2);
+		}
+		return 1;
+	}
 	return 0;
 }
 

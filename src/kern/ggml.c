@@ -114,6 +114,27 @@ static void put_half(unsigned char *p, float d)
 	memcpy(p, &h, 2);
 }
 
+/* (int8_t)roundf(v) as ggml computes it on x86, without a libm call:
+ * half away from zero through a double (exact for every float), and the
+ * conversion's out-of-range result (INT_MIN, low byte 0) for NaN and huge
+ * values instead of undefined behaviour. */
+static unsigned char round_i8(float v)
+{
+	double a = fabs((double)v);
+	if (!(a < 2147483647.0))
+		return 0;
+	int32_t q = (int32_t)(a + 0.5);
+	return (unsigned char)(v < 0 ? -q : q);
+}
+
+/* (int8_t)(v) truncating, with the same out-of-range rule. */
+static int8_t trunc_i8(float v)
+{
+	if (!(fabsf(v) < 2147483520.0f))
+		return 0;
+	return (int8_t)(int32_t)v;
+}
+
 static void quant_q8_0(const float *x, unsigned char *y)
 {
 	float amax = 0.0f;
@@ -126,7 +147,7 @@ static void quant_q8_0(const float *x, unsigned char *y)
 	put_half(y, d);
 	for (int j = 0; j < 32; j++) {
 		const float x0 = x[j] * id;
-		y[2 + j] = (unsigned char)(int8_t)roundf(x0);
+		y[2 + j] = round_i8(x0);
 	}
 }
 
@@ -143,7 +164,7 @@ static void quant_q4_0(const float *x, unsigned char *y)
 	put_half(y, d);
 	for (int j = 0; j < 16; j++) {
 		const float x0 = x[j] * id, x1 = x[16 + j] * id;
-		int8_t a = (int8_t)(x0 + 8.5f), b = (int8_t)(x1 + 8.5f);
+		int8_t a = trunc_i8(x0 + 8.5f), b = trunc_i8(x1 + 8.5f);
 		uint8_t xi0 = (uint8_t)(a < 15 ? a : 15), xi1 = (uint8_t)(b < 15 ? b : 15);
 		y[2 + j] = (unsigned char)(xi0 | (xi1 << 4));
 	}
