@@ -62,42 +62,52 @@ int ck_dtype_is_castable_float(enum ck_dtype dt)
 	       dt == CK_DT_F8_E5M2;
 }
 
+/* torch's dtype names; the first of a dtype is its canonical name. */
+static const struct {
+	const char *n;
+	enum ck_dtype d;
+} TORCH[] = {{"float32", CK_DT_F32},
+	     {"float", CK_DT_F32},
+	     {"float64", CK_DT_F64},
+	     {"double", CK_DT_F64},
+	     {"float16", CK_DT_F16},
+	     {"half", CK_DT_F16},
+	     {"bfloat16", CK_DT_BF16},
+	     {"int64", CK_DT_I64},
+	     {"long", CK_DT_I64},
+	     {"int32", CK_DT_I32},
+	     {"int", CK_DT_I32},
+	     {"int16", CK_DT_I16},
+	     {"short", CK_DT_I16},
+	     {"int8", CK_DT_I8},
+	     {"uint8", CK_DT_U8},
+	     {"uint16", CK_DT_U16},
+	     {"uint32", CK_DT_U32},
+	     {"uint64", CK_DT_U64},
+	     {"bool", CK_DT_BOOL},
+	     {"complex64", CK_DT_C64},
+	     {"cfloat", CK_DT_C64},
+	     {"float8_e4m3fn", CK_DT_F8_E4M3},
+	     {"float8_e5m2", CK_DT_F8_E5M2},
+	     {"float8_e4m3fnuz", CK_DT_F8_E4M3FNUZ},
+	     {"float8_e5m2fnuz", CK_DT_F8_E5M2FNUZ},
+	     {"float8_e8m0fnu", CK_DT_F8_E8M0}};
+
+const char *ck_dtype_torch_name(enum ck_dtype dt)
+{
+	for (size_t i = 0; i < sizeof TORCH / sizeof *TORCH; i++)
+		if (TORCH[i].d == dt)
+			return TORCH[i].n;
+	return NULL;
+}
+
 enum ck_dtype ck_dtype_from_torch(const char *s)
 {
-	static const struct {
-		const char *n;
-		enum ck_dtype d;
-	} t[] = {{"float32", CK_DT_F32},
-		 {"float", CK_DT_F32},
-		 {"float64", CK_DT_F64},
-		 {"double", CK_DT_F64},
-		 {"float16", CK_DT_F16},
-		 {"half", CK_DT_F16},
-		 {"bfloat16", CK_DT_BF16},
-		 {"int64", CK_DT_I64},
-		 {"long", CK_DT_I64},
-		 {"int32", CK_DT_I32},
-		 {"int", CK_DT_I32},
-		 {"int16", CK_DT_I16},
-		 {"short", CK_DT_I16},
-		 {"int8", CK_DT_I8},
-		 {"uint8", CK_DT_U8},
-		 {"uint16", CK_DT_U16},
-		 {"uint32", CK_DT_U32},
-		 {"uint64", CK_DT_U64},
-		 {"bool", CK_DT_BOOL},
-		 {"complex64", CK_DT_C64},
-		 {"cfloat", CK_DT_C64},
-		 {"float8_e4m3fn", CK_DT_F8_E4M3},
-		 {"float8_e5m2", CK_DT_F8_E5M2},
-		 {"float8_e4m3fnuz", CK_DT_F8_E4M3FNUZ},
-		 {"float8_e5m2fnuz", CK_DT_F8_E5M2FNUZ},
-		 {"float8_e8m0fnu", CK_DT_F8_E8M0}};
 	if (!strncmp(s, "torch.", 6))
 		s += 6;
-	for (size_t i = 0; i < sizeof t / sizeof *t; i++)
-		if (!strcmp(s, t[i].n))
-			return t[i].d;
+	for (size_t i = 0; i < sizeof TORCH / sizeof *TORCH; i++)
+		if (!strcmp(s, TORCH[i].n))
+			return TORCH[i].d;
 	return CK_DT_INVALID;
 }
 

@@ -39,6 +39,8 @@ enum ck_dtype ck_dtype_parse(const char *s, int *subbyte);
 /* torch's dtype names ("bfloat16", "float", "float8_e4m3fn"; "torch." may
  * precede): the one table for DCP metadata, --expect and the CLI. */
 enum ck_dtype ck_dtype_from_torch(const char *name);
+/* torch's canonical name ("float32", "bfloat16", ...), or NULL. */
+const char *ck_dtype_torch_name(enum ck_dtype dt);
 /* A dtype a person typed: safetensors names in any case ("bf16") or
  * torch's names ("bfloat16", "torch.float16"). */
 enum ck_dtype ck_dtype_parse_user(const char *s);

@@ -13,6 +13,7 @@
 #include "../plan/shard.h"
 #include "../util/jsonw.h"
 #include "../util/error.h"
+#include "../plan/dcp_out.h"
 #include "../view/gguf_view.h"
 #include "cli.h"
 #include "mpi_sync.h"
@@ -185,7 +186,7 @@ static int convert_main(int argc, char **argv, int *synced)
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
 					      "[--max-shard-size SIZE] [--dtype DTYPE] [--overwrite] [--threads N] "
 					      "[--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | "
-					      "--shard-groups] [--format safetensors|gguf[:TYPE]]"),
+					      "--shard-groups] [--format safetensors|gguf[:TYPE]|dcp]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse_user(dtype)))
@@ -198,8 +199,14 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
 				      &err));
-	if (format && ck_gguf_parse_format(format, &gopt, &err) < 0)
+	int dcp = format && !strcmp(format, "dcp");
+	if (format && !dcp && ck_gguf_parse_format(format, &gopt, &err) < 0)
 		return ck_cli_report(&err);
+	if (dcp && (va.mesh || va.shard_groups || o.max_shard_size))
+		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+					      "--format dcp: one DCP directory of whole tensors (no "
+					      "--mesh, --shard-groups or --max-shard-size yet)"),
+				      &err));
 	if (gopt.on && (va.mesh || va.shard_groups || dtype || o.max_shard_size))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "--format gguf: one model.gguf (no --mesh, "
@@ -271,7 +278,9 @@ static int convert_main(int argc, char **argv, int *synced)
 		return ck_cli_report(&err);
 	}
 	struct ck_gguf_view g;
-	if (gopt.on && ck_gguf_view_open(v.cat, v.maps, v.n_maps, &gopt, &g, &err) < 0) {
+	struct ck_dcp_out d;
+	if ((gopt.on && ck_gguf_view_open(v.cat, v.maps, v.n_maps, &gopt, &g, &err) < 0) ||
+	    (dcp && ck_dcp_out_build(v.plan, &d, &err) < 0)) {
 		ck_outdir_abort(&od);
 		ck_view_close(&v);
 		return ck_cli_report(&err);
@@ -285,13 +294,27 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (rc == 0 && note[0] && o.progress >= 0)
 		fprintf(stderr, "ckptfs: %s\n", note);
 	o.gpu_min = dev.gpu_min;
-	if (rc == 0 && gopt.on)
+	if (rc == 0 && gopt.on) {
 		rc = ck_convert_vfile(g.plan, &g.file, od.stage, "model.gguf", &o, &stats, &err);
-	else if (rc == 0)
+	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
+		struct ck_convert_stats ms;
+		rc = ck_convert_vfile(v.plan, &d.data, od.stage, CK_DCP_DATA_FILE, &o, &stats, &err);
+		if (rc == 0)
+			rc = ck_convert_vfile(v.plan, &d.metadata, od.stage, ".metadata", &o, &ms, &err);
+		stats.bytes_written += rc == 0 ? ms.bytes_written : 0;
+		stats.n_files = 2;
+	} else if (rc == 0) {
 		rc = ck_convert(v.plan, od.stage, &o, &stats, &err);
-	size_t n_written = gopt.on ? g.plan->n : v.plan->n;
+	}
+	size_t n_written = gopt.on ? g.plan->n : dcp ? v.plan->n - d.n_omitted : v.plan->n;
+	if (dcp && d.n_omitted && rc == 0)
+		fprintf(stderr, "ckptfs: %zu tensors left out of the DCP directory (no torch storage "
+				"type for their dtype), the first: %s\n",
+			d.n_omitted, v.plan->t[d.omitted[0]].name);
 	if (gopt.on)
 		ck_gguf_view_free(&g);
+	if (dcp)
+		ck_dcp_out_free(&d);
 	ck_gpu_close(o.gpu);
 	/* under mpirun every rank learns whether all succeeded; only then does
 	 * any rank put its output in place (rank 0 of a group-sharded convert

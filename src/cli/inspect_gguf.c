@@ -64,7 +64,7 @@ static void put_value(const unsigned char **p, uint32_t t, int json)
 
 static void print_meta(const struct ck_gguf_meta *m, int json)
 {
-	const unsigned char *p = m->buf;
+	const unsigned char *p = m->b.p;
 	for (uint64_t k = 0; k < m->n; k++) {
 		uint64_t n = get(p, 8);
 		char key[256];

@@ -76,6 +76,8 @@ static void mount_help(FILE *f)
 		"                     tokenizer.json's split pattern)\n"
 		"  -o gguf_vocab=none placeholder tokens when there is no tokenizer file (token\n"
 		"                     ids only)\n"
+		"  -o dcp             also serve dcp/: the view as a PyTorch Distributed\n"
+		"                     Checkpoint (.metadata, __0_0.distcp; whole tensors)\n"
 		"  -o eval_delay_ms=N testing: delay every evaluation\n"
 		"  FUSE and mount options passed on: allow_other, allow_root, auto_unmount,\n"
 		"                     default_permissions, debug, fsname=, subtype=, max_read=,\n"

@@ -34,6 +34,7 @@ struct job {
 	struct shard *shards;
 	uint32_t *shard_of;
 	uint64_t *file_off;
+	const unsigned char *in_file; /* NULL: every target; else only those set */
 	atomic_size_t next;
 	atomic_uint_fast64_t done;
 	atomic_int failed;
@@ -56,6 +57,8 @@ static void *worker(void *arg)
 		size_t t = atomic_fetch_add(&j->next, 1);
 		if (t >= j->plan->n || atomic_load(&j->failed))
 			break;
+		if (j->in_file && !j->in_file[t])
+			continue;
 		const struct ck_target *tg = &j->plan->t[t];
 		int fd = j->shards[j->shard_of[t]].fd;
 		for (uint64_t off = 0; off < tg->nbytes; off += CHUNK) {
@@ -259,8 +262,10 @@ int ck_convert_vfile(const struct ck_plan *plan, const struct ck_vfile *vf, cons
 	j.shards = &sh;
 	j.shard_of = calloc(plan->n ? plan->n : 1, sizeof *j.shard_of);
 	j.file_off = calloc(plan->n ? plan->n : 1, sizeof *j.file_off);
+	unsigned char *in_file = calloc(plan->n ? plan->n : 1, 1);
+	j.in_file = in_file;
 	int rc = -1;
-	if (!sh.tmp || !sh.final || !j.shard_of || !j.file_off) {
+	if (!sh.tmp || !sh.final || !j.shard_of || !j.file_off || !in_file) {
 		ck_fail_sys(err, ENOMEM, "convert");
 		goto out;
 	}
@@ -272,10 +277,13 @@ int ck_convert_vfile(const struct ck_plan *plan, const struct ck_vfile *vf, cons
 		goto out;
 	}
 	/* literal parts now; each target is one whole span, evaluated in place */
+	uint64_t total = 0;
 	for (size_t k = 0; k < vf->n; k++) {
 		const struct ck_vpart *pt = &vf->parts[k];
 		if (pt->target != CK_VLIT) {
 			j.file_off[pt->target] = pt->off - pt->src;
+			in_file[pt->target] = 1;
+			total += pt->len;
 			continue;
 		}
 		if (pwrite(sh.fd, vf->blob + pt->src, pt->len, (off_t)pt->off) != (ssize_t)pt->len) {
@@ -283,7 +291,7 @@ int ck_convert_vfile(const struct ck_plan *plan, const struct ck_vfile *vf, cons
 			goto out;
 		}
 	}
-	if (run_workers(&j, o, plan->total_bytes, err) < 0)
+	if (run_workers(&j, o, total, err) < 0)
 		goto out;
 	if (fsync(sh.fd) < 0 || close(sh.fd) < 0) {
 		sh.fd = -1;
@@ -311,6 +319,7 @@ out:
 	free(sh.final);
 	free(j.shard_of);
 	free(j.file_off);
+	free(in_file);
 	pthread_mutex_destroy(&j.err_lock);
 	return rc;
 }

@@ -35,8 +35,9 @@ int ck_write_file_atomic(const char *dir, const char *name, const void *data, si
 
 int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
 	       struct ck_convert_stats *stats, struct ck_err *err);
-/* Write a virtual file laid out over plan's targets (each target one whole
- * span, such as the GGUF view's model.gguf) as outdir/name, through a temp
+/* Write a virtual file laid out over plan's targets (each target in it one
+ * whole span, such as the GGUF view's model.gguf; targets it does not hold
+ * are not evaluated) as outdir/name, through a temp
  * file renamed into place when complete. o's threads, uring, GPU and
  * progress apply; config and max_shard_size do not. */
 int ck_convert_vfile(const struct ck_plan *plan, const struct ck_vfile *vf, const char *outdir,

@@ -39,7 +39,7 @@ static void fs_log(void *ctx, const char *msg)
 
 uint64_t fs_ino_count(const struct ck_tree *v)
 {
-	return V_FIRST + 2 * (uint64_t)v->plan->n + v->n_roots;
+	return V_FIRST + 2 * (uint64_t)v->plan->n + v->n_roots + v->n_sub;
 }
 
 struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino)
@@ -61,8 +61,8 @@ struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino)
 	if (ino < v->base || ino - v->base >= fs_ino_count(v))
 		return nd;
 	uint64_t off = ino - v->base, n = v->plan->n;
-	static const enum kind fixed[V_FIRST] = {N_ROOT, N_TENSORS, N_META,  N_STATS,
-						 N_PLAN, N_NPYDIR,  N_NONE, N_NONE};
+	const enum kind fixed[V_FIRST] = {N_ROOT, N_TENSORS, N_META, N_STATS,
+					  N_PLAN, N_NPYDIR,  v->n_sub ? N_SUBDIR : N_NONE, N_NONE};
 	nd.v = v;
 	if (off < V_FIRST)
 		nd.k = fixed[off];
@@ -84,6 +84,7 @@ fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i)
 	case N_STATS: return v->base + V_STATS;
 	case N_PLAN: return v->base + V_PLAN;
 	case N_NPYDIR: return v->base + V_NPY;
+	case N_SUBDIR: return v->base + V_SUB;
 	case N_TARGET: return v->base + V_FIRST + i;
 	case N_NPY: return v->base + V_FIRST + v->plan->n + i;
 	case N_FILE: return v->base + V_FIRST + 2 * v->plan->n + i;
@@ -93,7 +94,8 @@ fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i)
 
 int fs_is_dir(enum kind k)
 {
-	return k == N_TOP || k == N_ROOT || k == N_TENSORS || k == N_META || k == N_NPYDIR;
+	return k == N_TOP || k == N_ROOT || k == N_TENSORS || k == N_META || k == N_NPYDIR ||
+	       k == N_SUBDIR;
 }
 
 /* -o npy_f32: BF16 and FP8 targets (no NumPy dtype) served widened to F32. */
@@ -130,7 +132,7 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 	st->st_mode = S_IFREG | 0444;
 	st->st_nlink = 1;
 	if (nd.k == N_FILE)
-		st->st_size = (off_t)nd.v->roots[nd.i].v->size;
+		st->st_size = (off_t)fs_file(&nd)->v->size;
 	else if (nd.k == N_PLAN)
 		st->st_size = (off_t)nd.v->plan_json_len;
 	else if (nd.k == N_TARGET)
@@ -196,15 +198,20 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 			if (!strcmp(name, fs->views[k].dir))
 				ino = fs_ino_of(&fs->views[k], N_ROOT, 0);
 	} else if (p.k == N_ROOT) {
-		enum kind k = !strcmp(name, "tensors")	 ? N_TENSORS
-			      : !strcmp(name, ".ckptfs") ? N_META
-			      : !strcmp(name, "npy")	 ? N_NPYDIR
-							 : N_NONE;
+		enum kind k = !strcmp(name, "tensors")			   ? N_TENSORS
+			      : !strcmp(name, ".ckptfs")		   ? N_META
+			      : !strcmp(name, "npy")			   ? N_NPYDIR
+			      : p.v->n_sub && !strcmp(name, CK_TREE_SUBDIR) ? N_SUBDIR
+									   : N_NONE;
 		if (k != N_NONE)
 			ino = fs_ino_of(p.v, k, 0);
 		for (size_t r = 0; !ino && r < p.v->n_roots; r++)
 			if (!strcmp(name, p.v->roots[r].name))
 				ino = fs_ino_of(p.v, N_FILE, (uint32_t)r);
+	} else if (p.k == N_SUBDIR) {
+		for (size_t r = 0; !ino && r < p.v->n_sub; r++)
+			if (!strcmp(name, p.v->sub[r].name))
+				ino = fs_ino_of(p.v, N_FILE, (uint32_t)(p.v->n_roots + r));
 	} else if (p.k == N_META) {
 		ino = !strcmp(name, "stats.json")  ? fs_ino_of(p.v, N_STATS, 0)
 		      : !strcmp(name, "plan.json") ? fs_ino_of(p.v, N_PLAN, 0)
@@ -264,10 +271,23 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
 			*e = fs_ino_of(d.v, root_k[i], 0);
 			return 1;
 		}
-		if (i - 3 >= d.v->n_roots)
+		i -= 3;
+		if (d.v->n_sub && i == 0) {
+			*name = CK_TREE_SUBDIR;
+			*e = fs_ino_of(d.v, N_SUBDIR, 0);
+			return 1;
+		}
+		i -= d.v->n_sub ? 1 : 0;
+		if (i >= d.v->n_roots)
 			return 0;
-		*name = d.v->roots[i - 3].name;
-		*e = fs_ino_of(d.v, N_FILE, (uint32_t)(i - 3));
+		*name = d.v->roots[i].name;
+		*e = fs_ino_of(d.v, N_FILE, (uint32_t)i);
+		return 1;
+	case N_SUBDIR:
+		if (i >= d.v->n_sub)
+			return 0;
+		*name = d.v->sub[i].name;
+		*e = fs_ino_of(d.v, N_FILE, (uint32_t)(d.v->n_roots + i));
 		return 1;
 	case N_META:
 		if (i >= 2)

@@ -17,8 +17,9 @@
  * a --ranks mount lists rank directories at 1 and gives each view a range
  * from 2 on. Within a view's range (from its base):
  *   +0 its root, +1 tensors/, +2 .ckptfs/, +3 stats.json, +4 plan.json,
- *   +5 npy/, +8+i target i, +8+n+i its npy file, +8+2n+k root file k. */
-enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_FIRST = 8 };
+ *   +5 npy/, +6 dcp/ (-o dcp), +8+i target i, +8+n+i its npy file,
+ *   +8+2n+k root file k, then dcp/'s files (N_FILE past the root files). */
+enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_SUB, V_FIRST = 8 };
 #define INO_TOP 1
 #define TIMEOUT 86400.0 /* the view is immutable */
 #define BLKSIZE (1u << 20)
@@ -44,7 +45,7 @@ struct ckfs {
 };
 
 enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,
-	    N_FILE };
+	    N_FILE, N_SUBDIR };
 
 /* An inode, decoded. */
 struct node {
@@ -61,6 +62,11 @@ struct snapshot {
 
 
 uint64_t fs_ino_count(const struct ck_tree *v);
+/* An N_FILE node's file: a root file, or one of dcp/'s. */
+static inline const struct ck_tree_file *fs_file(const struct node *nd)
+{
+	return nd->i < nd->v->n_roots ? &nd->v->roots[nd->i] : &nd->v->sub[nd->i - nd->v->n_roots];
+}
 struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino);
 fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i);
 int fs_is_dir(enum kind k);

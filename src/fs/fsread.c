@@ -227,7 +227,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	const struct ck_vfile *vf = nd.k == N_FILE ? nd.v->roots[nd.i].v : NULL;
+	const struct ck_vfile *vf = nd.k == N_FILE ? fs_file(&nd)->v : NULL;
 	const struct ck_target *t = nd.k == N_FILE ? NULL : &nd.v->plan->t[nd.i];
 	uint32_t ct = nd.k == N_FILE ? 0 : ck_tree_cache_target(nd.v, nd.i);
 	uint64_t total, head = 0;

@@ -19,7 +19,31 @@ struct ckptfs {
 	struct ck_tree *tree; /* srv's one tree */
 	uint64_t batch;	      /* most cache bytes one read holds at once */
 	char *source;
+	char **names; /* the flat files: the root's, then dcp/'s as "dcp/NAME" */
+	size_t n_files;
 };
+
+static const struct ck_tree_file *file_of(const ckptfs *h, size_t k)
+{
+	const struct ck_tree *t = h->tree;
+	return k < t->n_roots ? &t->roots[k] : &t->sub[k - t->n_roots];
+}
+
+static int list_files(ckptfs *h)
+{
+	const struct ck_tree *t = h->tree;
+	h->n_files = t->n_roots + t->n_sub;
+	if (!(h->names = calloc(h->n_files ? h->n_files : 1, sizeof *h->names)))
+		return -1;
+	for (size_t k = 0; k < h->n_files; k++) {
+		const char *n = file_of(h, k)->name;
+		size_t len = strlen(n) + sizeof CK_TREE_SUBDIR + 1;
+		if (!(h->names[k] = malloc(len)))
+			return -1;
+		snprintf(h->names[k], len, k < t->n_roots ? "%.0s%s" : "%s/%s", CK_TREE_SUBDIR, n);
+	}
+	return 0;
+}
 
 /* Enum values are the CLI's exit statuses; keep them in step. */
 _Static_assert((int)CKPTFS_E_SYSTEM == (int)CK_E_SYS && (int)CKPTFS_E_USAGE == (int)CK_E_USAGE &&
@@ -135,6 +159,12 @@ int ckptfs_open(ckptfs **out, const char *source, const char *const *options,
 		return -1;
 	}
 	h->tree = &h->srv.trees[0];
+	if (list_files(h) < 0) {
+		ck_fail_sys(&e, ENOMEM, "ckptfs_open");
+		put_err(err, &e);
+		ckptfs_close(h);
+		return -1;
+	}
 	/* a read holds at most a quarter of the cache before its bytes are
 	 * copied out, so readers on other threads keep room */
 	h->batch = so.cache.cache_size / 4;
@@ -150,6 +180,9 @@ void ckptfs_close(ckptfs *h)
 		return;
 	ck_served_close(&h->srv);
 	ck_view_close(&h->view);
+	for (size_t k = 0; h->names && k < h->n_files; k++)
+		free(h->names[k]);
+	free(h->names);
 	free(h->source);
 	free(h);
 }
@@ -234,33 +267,33 @@ int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 
 size_t ckptfs_file_count(const ckptfs *h)
 {
-	return h ? h->tree->n_roots : 0;
+	return h ? h->n_files : 0;
 }
 
 long ckptfs_file_find(const ckptfs *h, const char *name)
 {
-	for (size_t k = 0; h && name && k < h->tree->n_roots; k++)
-		if (!strcmp(h->tree->roots[k].name, name))
+	for (size_t k = 0; h && name && k < h->n_files; k++)
+		if (!strcmp(h->names[k], name))
 			return (long)k;
 	return -1;
 }
 
 const char *ckptfs_file_name(const ckptfs *h, size_t k)
 {
-	return h && k < h->tree->n_roots ? h->tree->roots[k].name : NULL;
+	return h && k < h->n_files ? h->names[k] : NULL;
 }
 
 uint64_t ckptfs_file_size(const ckptfs *h, size_t k)
 {
-	return h && k < h->tree->n_roots ? h->tree->roots[k].v->size : 0;
+	return h && k < h->n_files ? file_of(h, k)->v->size : 0;
 }
 
 int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t len,
 			 struct ckptfs_error *err)
 {
-	if (!h || k >= h->tree->n_roots)
+	if (!h || k >= h->n_files)
 		return usage(err, "ckptfs_file_read: %s", h ? "no such file" : "handle is NULL");
-	const struct ck_vfile *vf = h->tree->roots[k].v;
+	const struct ck_vfile *vf = file_of(h, k)->v;
 	size_t n = clip(vf->size, off, len);
 	if (n && !buf)
 		return usage(err, "ckptfs_file_read: %s is NULL", "buf");
@@ -276,7 +309,7 @@ int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t le
 	int r = ck_served_read(&h->srv, sp, ns, buf, h->batch, &e);
 	free(sp);
 	if (r < 0) {
-		ck_err_prefix(&e, "%s", h->tree->roots[k].name);
+		ck_err_prefix(&e, "%s", h->names[k]);
 		put_err(err, &e);
 		return -1;
 	}

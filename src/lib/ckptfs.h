@@ -78,6 +78,7 @@ const char *ckptfs_version(void);
  *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring no_direct
  *   no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
  *   gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto gpu_mem=SIZE gpu_min=SIZE
+ *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none dcp
  *                       as `ckptfs mount -o` (see ckptfs(1))
  * Everything that can fail on the input fails here. Returns 0 and *out, or
  * -1 with err (and *out NULL). */
@@ -110,7 +111,8 @@ int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 /* The flat files a mount of the same view shows at its root:
  * model.safetensors, pytorch_model.bin, config.json (the source's), and with
  * max_shard_size the shards and their index, on a per-rank view vLLM's
- * model-rank-R-part-P.safetensors. */
+ * model-rank-R-part-P.safetensors; with gguf, model.gguf; with dcp,
+ * "dcp/.metadata" and "dcp/__0_0.distcp". */
 size_t ckptfs_file_count(const ckptfs *h);
 long ckptfs_file_find(const ckptfs *h, const char *name);
 const char *ckptfs_file_name(const ckptfs *h, size_t k);

@@ -8,35 +8,17 @@ enum { T_U32 = 4, T_I32 = 5, T_F32 = 6, T_BOOL = 7, T_STR = 8, T_ARR = 9 };
 
 static void put(struct ck_gguf_meta *m, const void *p, size_t n)
 {
-	if (m->oom)
-		return;
-	if (m->len + n > m->cap) {
-		size_t cap = m->cap ? m->cap : 4096;
-		while (cap < m->len + n)
-			cap *= 2;
-		unsigned char *b = realloc(m->buf, cap);
-		if (!b) {
-			m->oom = 1;
-			return;
-		}
-		m->buf = b;
-		m->cap = cap;
-	}
-	memcpy(m->buf + m->len, p, n);
-	m->len += n;
+	ck_buf_put(&m->b, p, n);
 }
 
 static void put_u32(struct ck_gguf_meta *m, uint32_t v)
 {
-	unsigned char b[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-			      (unsigned char)(v >> 24)};
-	put(m, b, 4);
+	ck_buf_le(&m->b, v, 4);
 }
 
 static void put_u64(struct ck_gguf_meta *m, uint64_t v)
 {
-	put_u32(m, (uint32_t)v);
-	put_u32(m, (uint32_t)(v >> 32));
+	ck_buf_le(&m->b, v, 8);
 }
 
 static void put_str(struct ck_gguf_meta *m, const char *s)
@@ -113,8 +95,8 @@ void ck_gguf_meta_i32s(struct ck_gguf_meta *m, const char *k, const int32_t *v, 
 
 void ck_gguf_meta_free(struct ck_gguf_meta *m)
 {
-	free(m->buf);
-	memset(m, 0, sizeof *m);
+	ck_buf_free(&m->b);
+	m->n = 0;
 }
 
 int64_t ck_gguf_type_of(const struct ck_target *t)
@@ -133,14 +115,14 @@ int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct 
 		  struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
-	if (m->oom)
+	if (m->b.oom)
 		return ck_fail_sys(err, ENOMEM, "GGUF metadata");
 	struct ck_gguf_meta h = {0};
 	put(&h, "GGUF", 4);
 	put_u32(&h, 3);
 	put_u64(&h, p->n);
 	put_u64(&h, m->n);
-	put(&h, m->buf, m->len);
+	put(&h, m->b.p, m->b.n);
 	uint64_t off = 0;
 	for (size_t i = 0; i < p->n; i++) {
 		const struct ck_target *t = &p->t[i];
@@ -163,8 +145,8 @@ int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct 
 		off += (t->nbytes + CK_GGUF_ALIGN - 1) / CK_GGUF_ALIGN * CK_GGUF_ALIGN;
 	}
 	static const unsigned char zeros[CK_GGUF_ALIGN];
-	put(&h, zeros, (CK_GGUF_ALIGN - h.len % CK_GGUF_ALIGN) % CK_GGUF_ALIGN);
-	int r = h.oom ? -1 : ck_vfile_lit(out, h.buf, h.len);
+	put(&h, zeros, (CK_GGUF_ALIGN - h.b.n % CK_GGUF_ALIGN) % CK_GGUF_ALIGN);
+	int r = h.b.oom ? -1 : ck_vfile_lit(out, h.b.p, h.b.n);
 	ck_gguf_meta_free(&h);
 	for (size_t i = 0; i < p->n && r == 0; i++) {
 		uint64_t n = p->t[i].nbytes, pad = (CK_GGUF_ALIGN - n % CK_GGUF_ALIGN) % CK_GGUF_ALIGN;

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../util/bytebuf.h"
 #include "plan.h"
 #include "vfile.h"
 
@@ -17,12 +18,10 @@ enum { CK_GGUF_F32 = 0, CK_GGUF_F16 = 1, CK_GGUF_BF16 = 30 };
 #define CK_GGUF_MAX_NAME 63 /* llama.cpp's GGML_MAX_NAME less the NUL */
 
 /* Metadata key/value pairs, encoded as they are added. A failed allocation
- * is remembered (oom) and reported by ck_gguf_build. */
+ * is remembered (b.oom) and reported by ck_gguf_build. */
 struct ck_gguf_meta {
-	unsigned char *buf;
-	size_t len, cap;
-	uint64_t n;
-	int oom;
+	struct ck_buf b;
+	uint64_t n; /* pairs */
 };
 
 void ck_gguf_meta_str(struct ck_gguf_meta *m, const char *key, const char *val);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ckpt/pickle_w.h"
 #include "../ckpt/torchbin.h"
 #include "../util/crc32.h"
 
@@ -12,108 +13,31 @@
 #define ALIGN 64
 #define PAGE_ALIGN 4096
 
-/* A growable byte buffer for the pickle and the directory. */
-struct buf {
-	unsigned char *p;
-	size_t n, cap;
-	int oom;
-};
-
-static void put(struct buf *b, const void *p, size_t n)
-{
-	if (b->oom)
-		return;
-	if (n > b->cap - b->n) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap - b->n < n)
-			cap *= 2;
-		unsigned char *np = realloc(b->p, cap);
-		if (!np) {
-			b->oom = 1;
-			return;
-		}
-		b->p = np;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, p, n);
-	b->n += n;
-}
-
-static void put1(struct buf *b, unsigned v)
-{
-	unsigned char c = (unsigned char)v;
-	put(b, &c, 1);
-}
-
-static void put_le(struct buf *b, uint64_t v, int bytes)
-{
-	unsigned char t[8];
-	for (int i = 0; i < bytes; i++)
-		t[i] = (unsigned char)(v >> (8 * i));
-	put(b, t, (size_t)bytes);
-}
-
-/* Pickle opcodes (protocol 2), the set torch 1.13's weights_only reader takes. */
-static void pk_str(struct buf *b, const char *s)
-{
-	put1(b, 'X'); /* BINUNICODE */
-	put_le(b, strlen(s), 4);
-	put(b, s, strlen(s));
-}
-
-static void pk_global(struct buf *b, const char *mod, const char *name)
-{
-	put1(b, 'c');
-	put(b, mod, strlen(mod));
-	put1(b, '\n');
-	put(b, name, strlen(name));
-	put1(b, '\n');
-}
-
-static void pk_int(struct buf *b, uint64_t v)
-{
-	if (v < 256) {
-		put1(b, 'K');
-		put1(b, (unsigned)v);
-	} else if (v < 65536) {
-		put1(b, 'M');
-		put_le(b, v, 2);
-	} else if (v < 0x80000000u) {
-		put1(b, 'J');
-		put_le(b, v, 4);
-	} else { /* LONG1: little-endian two's complement, positive */
-		int n = 0;
-		while (n < 8 && (v >> (8 * n)))
-			n++;
-		int extra = (v >> (8 * n - 1)) & 1; /* keep the sign bit clear */
-		put1(b, 0x8a);
-		put1(b, (unsigned)(n + extra));
-		put_le(b, v, n);
-		if (extra)
-			put1(b, 0);
-	}
-}
-
-static void pk_tuple(struct buf *b, const uint64_t *v, int n)
+static void pk_tuple(struct ck_buf *b, const uint64_t *v, int n)
 {
 	if (n == 0) {
-		put1(b, ')');
+		ck_buf_byte(b, ')');
 		return;
 	}
-	put1(b, '(');
+	ck_buf_byte(b, '(');
 	for (int i = 0; i < n; i++)
-		pk_int(b, v[i]);
-	put1(b, 't');
+		ck_pk_int(b, v[i]);
+	ck_buf_byte(b, 't');
 }
 
-static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, struct buf *b)
+/* single: the archive holds one tensor as its top-level object (what
+ * torch.save(tensor) writes: a DCP chunk), not a dict of them. */
+static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, int single,
+			 struct ck_buf *b)
 {
-	put1(b, 0x80);
-	put1(b, 2);
-	pk_global(b, "collections", "OrderedDict");
-	put1(b, ')');
-	put1(b, 'R');
-	put1(b, '(');
+	ck_buf_byte(b, 0x80);
+	ck_buf_byte(b, 2);
+	if (!single) {
+		ck_pk_global(b, "collections", "OrderedDict");
+		ck_buf_byte(b, ')');
+		ck_buf_byte(b, 'R');
+		ck_buf_byte(b, '(');
+	}
 	for (size_t k = 0; k < z->n_included; k++) {
 		const struct ck_target *t = &p->t[z->included[k]];
 		uint64_t size[CK_MAX_DIMS], stride[CK_MAX_DIMS], numel = 1, step = 1;
@@ -125,29 +49,31 @@ static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, s
 		}
 		char key[24];
 		snprintf(key, sizeof key, "%zu", k);
-		pk_str(b, t->name);
-		pk_global(b, "torch._utils", "_rebuild_tensor_v2");
-		put1(b, '(');
-		put1(b, '('); /* the persistent id */
-		pk_str(b, "storage");
-		pk_global(b, "torch", ck_torch_storage(t->v.dtype));
-		pk_str(b, key);
-		pk_str(b, "cpu");
-		pk_int(b, numel);
-		put1(b, 't');
-		put1(b, 'Q'); /* BINPERSID */
-		pk_int(b, 0);  /* storage offset */
+		if (!single)
+			ck_pk_str(b, t->name);
+		ck_pk_global(b, "torch._utils", "_rebuild_tensor_v2");
+		ck_buf_byte(b, '(');
+		ck_buf_byte(b, '('); /* the persistent id */
+		ck_pk_str(b, "storage");
+		ck_pk_global(b, "torch", ck_torch_storage(t->v.dtype));
+		ck_pk_str(b, key);
+		ck_pk_str(b, "cpu");
+		ck_pk_int(b, numel);
+		ck_buf_byte(b, 't');
+		ck_buf_byte(b, 'Q'); /* BINPERSID */
+		ck_pk_int(b, 0);  /* storage offset */
 		pk_tuple(b, size, t->v.ndim);
 		pk_tuple(b, stride, t->v.ndim);
-		put1(b, 0x89); /* requires_grad=False */
-		pk_global(b, "collections", "OrderedDict");
-		put1(b, ')');
-		put1(b, 'R');
-		put1(b, 't');
-		put1(b, 'R');
+		ck_buf_byte(b, 0x89); /* requires_grad=False */
+		ck_pk_global(b, "collections", "OrderedDict");
+		ck_buf_byte(b, ')');
+		ck_buf_byte(b, 'R');
+		ck_buf_byte(b, 't');
+		ck_buf_byte(b, 'R');
 	}
-	put1(b, 'u'); /* SETITEMS */
-	put1(b, '.');
+	if (!single)
+		ck_buf_byte(b, 'u'); /* SETITEMS */
+	ck_buf_byte(b, '.');
 }
 
 struct entry {
@@ -164,29 +90,29 @@ static int64_t local_header(struct ck_vfile *v, struct entry *e, uint64_t align)
 	int z64 = e->size >= U32_MAX_ZIP;
 	uint64_t fixed = 30 + nl + (z64 ? 20 : 0) + 4; /* + the "FB" padding field */
 	uint64_t pad = (align - (v->size + fixed) % align) % align;
-	struct buf b = {0};
+	struct ck_buf b = {0};
 	e->hdr_off = v->size;
-	put_le(&b, 0x04034b50, 4);
-	put_le(&b, z64 ? 45 : 20, 2); /* version needed */
-	put_le(&b, 0, 2);	      /* flags */
-	put_le(&b, 0, 2);	      /* stored */
-	put_le(&b, 0, 2);	      /* time */
-	put_le(&b, 0x21, 2);	      /* date: 1980-01-01 */
+	ck_buf_le(&b, 0x04034b50, 4);
+	ck_buf_le(&b, z64 ? 45 : 20, 2); /* version needed */
+	ck_buf_le(&b, 0, 2);	      /* flags */
+	ck_buf_le(&b, 0, 2);	      /* stored */
+	ck_buf_le(&b, 0, 2);	      /* time */
+	ck_buf_le(&b, 0x21, 2);	      /* date: 1980-01-01 */
 	size_t crc_at = b.n;
-	put_le(&b, e->crc, 4);
-	put_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
-	put_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
-	put_le(&b, nl, 2);
-	put_le(&b, (z64 ? 20 : 0) + 4 + pad, 2);
-	put(&b, e->name, nl);
+	ck_buf_le(&b, e->crc, 4);
+	ck_buf_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
+	ck_buf_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
+	ck_buf_le(&b, nl, 2);
+	ck_buf_le(&b, (z64 ? 20 : 0) + 4 + pad, 2);
+	ck_buf_put(&b, e->name, nl);
 	if (z64) {
-		put_le(&b, 1, 2);
-		put_le(&b, 16, 2);
-		put_le(&b, e->size, 8);
-		put_le(&b, e->size, 8);
+		ck_buf_le(&b, 1, 2);
+		ck_buf_le(&b, 16, 2);
+		ck_buf_le(&b, e->size, 8);
+		ck_buf_le(&b, e->size, 8);
 	}
-	put(&b, "FB", 2);
-	put_le(&b, pad, 2);
+	ck_buf_put(&b, "FB", 2);
+	ck_buf_le(&b, pad, 2);
 	int64_t at = -1;
 	if (!b.oom) {
 		at = (int64_t)(v->blob_len + crc_at);
@@ -198,64 +124,64 @@ static int64_t local_header(struct ck_vfile *v, struct entry *e, uint64_t align)
 }
 
 /* Central directory entry; returns the offset of its CRC field in b. */
-static size_t central_entry(struct buf *b, const struct entry *e)
+static size_t central_entry(struct ck_buf *b, const struct entry *e)
 {
 	size_t nl = strlen(e->name);
 	int z64 = e->size >= U32_MAX_ZIP || e->hdr_off >= U32_MAX_ZIP;
-	put_le(b, 0x02014b50, 4);
-	put_le(b, 45, 2); /* made by */
-	put_le(b, z64 ? 45 : 20, 2);
-	put_le(b, 0, 2);
-	put_le(b, 0, 2);
-	put_le(b, 0, 2);
-	put_le(b, 0x21, 2);
+	ck_buf_le(b, 0x02014b50, 4);
+	ck_buf_le(b, 45, 2); /* made by */
+	ck_buf_le(b, z64 ? 45 : 20, 2);
+	ck_buf_le(b, 0, 2);
+	ck_buf_le(b, 0, 2);
+	ck_buf_le(b, 0, 2);
+	ck_buf_le(b, 0x21, 2);
 	size_t crc_at = b->n;
-	put_le(b, e->crc, 4);
-	put_le(b, z64 ? U32_MAX_ZIP : e->size, 4);
-	put_le(b, z64 ? U32_MAX_ZIP : e->size, 4);
-	put_le(b, nl, 2);
-	put_le(b, z64 ? 28 : 0, 2);
-	put_le(b, 0, 2); /* comment */
-	put_le(b, 0, 2); /* disk */
-	put_le(b, 0, 2); /* internal attributes */
-	put_le(b, 0, 4); /* external attributes */
-	put_le(b, z64 ? U32_MAX_ZIP : e->hdr_off, 4);
-	put(b, e->name, nl);
+	ck_buf_le(b, e->crc, 4);
+	ck_buf_le(b, z64 ? U32_MAX_ZIP : e->size, 4);
+	ck_buf_le(b, z64 ? U32_MAX_ZIP : e->size, 4);
+	ck_buf_le(b, nl, 2);
+	ck_buf_le(b, z64 ? 28 : 0, 2);
+	ck_buf_le(b, 0, 2); /* comment */
+	ck_buf_le(b, 0, 2); /* disk */
+	ck_buf_le(b, 0, 2); /* internal attributes */
+	ck_buf_le(b, 0, 4); /* external attributes */
+	ck_buf_le(b, z64 ? U32_MAX_ZIP : e->hdr_off, 4);
+	ck_buf_put(b, e->name, nl);
 	if (z64) { /* every field that reads 0xFFFFFFFF, in order */
-		put_le(b, 1, 2);
-		put_le(b, 24, 2);
-		put_le(b, e->size, 8);
-		put_le(b, e->size, 8);
-		put_le(b, e->hdr_off, 8);
+		ck_buf_le(b, 1, 2);
+		ck_buf_le(b, 24, 2);
+		ck_buf_le(b, e->size, 8);
+		ck_buf_le(b, e->size, 8);
+		ck_buf_le(b, e->hdr_off, 8);
 	}
 	return crc_at;
 }
 
-static void end_records(struct buf *b, uint64_t entries, uint64_t cd_off, uint64_t cd_size)
+static void end_records(struct ck_buf *b, uint64_t entries, uint64_t cd_off, uint64_t cd_size)
 {
 	uint64_t z64_off = cd_off + cd_size;
-	put_le(b, 0x06064b50, 4); /* ZIP64 end of central directory */
-	put_le(b, 44, 8);
-	put_le(b, 45, 2);
-	put_le(b, 45, 2);
-	put_le(b, 0, 4);
-	put_le(b, 0, 4);
-	put_le(b, entries, 8);
-	put_le(b, entries, 8);
-	put_le(b, cd_size, 8);
-	put_le(b, cd_off, 8);
-	put_le(b, 0x07064b50, 4); /* its locator */
-	put_le(b, 0, 4);
-	put_le(b, z64_off, 8);
-	put_le(b, 1, 4);
-	put_le(b, 0x06054b50, 4); /* end of central directory */
-	put_le(b, 0, 2);
-	put_le(b, 0, 2);
-	put_le(b, entries < 0xFFFF ? entries : 0xFFFF, 2);
-	put_le(b, entries < 0xFFFF ? entries : 0xFFFF, 2);
-	put_le(b, cd_size < U32_MAX_ZIP ? cd_size : U32_MAX_ZIP, 4);
-	put_le(b, cd_off < U32_MAX_ZIP ? cd_off : U32_MAX_ZIP, 4);
-	put_le(b, 0, 2);
+	ck_buf_le(b, 0x06064b50, 4); /* ZIP64 end of central directory */
+	ck_buf_le(b, 44, 8);
+	ck_buf_le(b, 45, 2);
+	ck_buf_le(b, 45, 2);
+	ck_buf_le(b, 0, 4);
+	ck_buf_le(b, 0, 4);
+	ck_buf_le(b, entries, 8);
+	ck_buf_le(b, entries, 8);
+	ck_buf_le(b, cd_size, 8);
+	ck_buf_le(b, cd_off, 8);
+	ck_buf_le(b, 0x07064b50, 4); /* its locator */
+	ck_buf_le(b, 0, 4);
+	ck_buf_le(b, z64_off, 8);
+	ck_buf_le(b, 1, 4);
+	ck_buf_le(b, 0x06054b50, 4); /* end of central directory */
+	ck_buf_le(b, 0, 2);
+	ck_buf_le(b, 0, 2);
+	ck_buf_le(b, entries < 0xFFFF ? entries : 0xFFFF, 2);
+	ck_buf_le(b, entries < 0xFFFF ? entries : 0xFFFF, 2);
+	ck_buf_le(b, cd_size < U32_MAX_ZIP ? cd_size : U32_MAX_ZIP, 4);
+	ck_buf_le(b, cd_off < U32_MAX_ZIP ? cd_off : U32_MAX_ZIP, 4);
+	ck_buf_le(b, 0, 2);
 }
 
 static char *entry_name(const char *dir, const char *rest)
@@ -266,8 +192,8 @@ static char *entry_name(const char *dir, const char *rest)
 	return s;
 }
 
-int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
-		      struct ck_err *err)
+static int build(const struct ck_plan *p, const char *dir, int64_t one, struct ck_torchzip *z,
+		 struct ck_err *err)
 {
 	memset(z, 0, sizeof *z);
 	size_t n = p->n ? p->n : 1;
@@ -276,16 +202,16 @@ int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchz
 	z->crc_at = calloc(2 * n, sizeof *z->crc_at);
 	size_t n_entries = 0;
 	struct entry *e = calloc(n + 2, sizeof *e);
-	struct buf pk = {0}, cd = {0};
+	struct ck_buf pk = {0}, cd = {0};
 	if (!z->included || !z->omitted || !z->crc_at || !e)
 		goto oom;
-	for (size_t i = 0; i < p->n; i++) {
+	for (size_t i = one >= 0 ? (size_t)one : 0; i < (one >= 0 ? (size_t)one + 1 : p->n); i++) {
 		if (ck_torch_storage(p->t[i].v.dtype))
 			z->included[z->n_included++] = (uint32_t)i;
 		else
 			z->omitted[z->n_omitted++] = (uint32_t)i;
 	}
-	build_pickle(p, z, &pk);
+	build_pickle(p, z, one >= 0, &pk);
 	if (pk.oom)
 		goto oom;
 	/* data.pkl */
@@ -300,7 +226,9 @@ int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchz
 		snprintf(rest, sizeof rest, "data/%zu", k);
 		struct entry *te = &e[n_entries++];
 		*te = (struct entry){0, p->t[ti].nbytes, 0, entry_name(dir, rest)};
-		int64_t at = te->name ? local_header(&z->v, te, k ? ALIGN : PAGE_ALIGN) : -1;
+		/* a whole file keeps tensor pages apart from metadata; a DCP chunk
+		 * (one tensor) aligns as torch.save does */
+		int64_t at = te->name ? local_header(&z->v, te, k || one >= 0 ? ALIGN : PAGE_ALIGN) : -1;
 		if (at < 0)
 			goto oom;
 		z->crc_at[2 * k] = (uint64_t)at;
@@ -310,7 +238,8 @@ int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchz
 	/* version, then the directory: no tensor byte in their pages */
 	struct entry *ve = &e[n_entries++];
 	*ve = (struct entry){0, 2, ck_crc32(0, "3\n", 2), entry_name(dir, "version")};
-	if (!ve->name || local_header(&z->v, ve, PAGE_ALIGN) < 0 || ck_vfile_lit(&z->v, "3\n", 2) < 0)
+	if (!ve->name || local_header(&z->v, ve, one >= 0 ? ALIGN : PAGE_ALIGN) < 0 ||
+	    ck_vfile_lit(&z->v, "3\n", 2) < 0)
 		goto oom;
 	uint64_t cd_off = z->v.size;
 	for (size_t k = 0; k < n_entries; k++) {
@@ -336,6 +265,18 @@ oom:
 	free(cd.p);
 	ck_torchzip_free(z);
 	return ck_fail_sys(err, ENOMEM, "pytorch_model.bin view");
+}
+
+int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
+		      struct ck_err *err)
+{
+	return build(p, dir, -1, z, err);
+}
+
+int ck_torchzip_build_one(const struct ck_plan *p, uint32_t t, const char *dir,
+			  struct ck_torchzip *z, struct ck_err *err)
+{
+	return build(p, dir, t, z, err);
 }
 
 void ck_torchzip_set_crc(struct ck_torchzip *z, size_t k, uint32_t crc)

@@ -31,6 +31,11 @@ struct ck_torchzip {
  * name: "pytorch_model"). */
 int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
 		      struct ck_err *err);
+/* torch.save(tensor) of target t alone (its top-level object is the
+ * tensor): a DCP chunk. A dtype without a torch 1.13 storage gives an
+ * archive with t in omitted and no data. */
+int ck_torchzip_build_one(const struct ck_plan *p, uint32_t t, const char *dir,
+			  struct ck_torchzip *z, struct ck_err *err);
 void ck_torchzip_set_crc(struct ck_torchzip *z, size_t k, uint32_t crc);
 void ck_torchzip_free(struct ck_torchzip *z);
 

@@ -45,15 +45,15 @@ int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, s
 	const char *val = eq ? eq + 1 : NULL;
 	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
 #define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
-	static const char *const flags[] = {"zip_crc", "npy_f32",  "no_direct",
-					    "no_prefetch", "no_uring"};
+	static const char *const flags[] = {"zip_crc", "npy_f32", "no_direct", "no_prefetch",
+					    "no_uring", "dcp"};
 	for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
 		if (!KEY(flags[k]))
 			continue;
 		if (val)
 			return bad(err, how, opt, "a flag takes no value");
 		int *f[] = {&o->zip_crc, &o->npy_f32, &o->cache.no_direct, &o->cache.no_prefetch,
-			    &o->cache.use_uring};
+			    &o->cache.use_uring, &o->dcp};
 		*f[k] = k != 4; /* no_uring clears use_uring */
 		return 1;
 	}
@@ -312,23 +312,32 @@ static void note_omitted(const struct ck_tree *v, void (*log)(void *, const char
 	}
 }
 
-static int gguf_not_per_rank(const struct ck_view *v, int per_rank, struct ck_err *err)
+/* model.gguf and dcp/ hold whole tensors: not on a per-rank view. */
+static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
+			    struct ck_err *err)
 {
-	if (v->n_ranks || per_rank || v->world)
+	if (!(v->n_ranks || per_rank || v->world))
+		return 0;
+	if (o->gguf.on)
 		return ck_fail(err, CK_E_USAGE, "-o gguf: the GGUF view is not per rank (llama.cpp has "
 						"no tensor-parallel files); mount it without --mesh, "
 						"--ranks or --shard-groups");
+	if (o->dcp)
+		return ck_fail(err, CK_E_USAGE, "-o dcp: a DCP directory of whole tensors; per-rank "
+						"chunks (global offsets) are not made yet: mount it "
+						"without --mesh, --ranks or --shard-groups");
 	return 0;
 }
 
 int ck_serve_check_gguf(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
 			struct ck_err *err)
 {
+	if (whole_views_only(o, v, per_rank, err) < 0)
+		return -1;
 	if (!o->gguf.on)
 		return 0;
 	struct ck_gguf_view g;
-	if (gguf_not_per_rank(v, per_rank, err) < 0 ||
-	    ck_gguf_view_open(v->plan->cat, v->maps, v->n_maps, &o->gguf, &g, err) < 0)
+	if (ck_gguf_view_open(v->plan->cat, v->maps, v->n_maps, &o->gguf, &g, err) < 0)
 		return -1;
 	ck_gguf_view_free(&g);
 	return 0;
@@ -336,11 +345,9 @@ int ck_serve_check_gguf(const struct ck_serve_opts *o, const struct ck_view *v, 
 
 /* -o gguf: the GGUF view beside v's, both read through one cache whose
  * plan is their union; model.gguf's spans are put in its numbering. */
-static int open_gguf(struct ck_served *s, const struct ck_view *v, int per_rank,
-		     const struct ck_serve_opts *o, struct ck_err *err)
+static int open_gguf(struct ck_served *s, const struct ck_view *v, const struct ck_serve_opts *o,
+		     struct ck_err *err)
 {
-	if (gguf_not_per_rank(v, per_rank, err) < 0)
-		return -1;
 	if (!(s->gguf = calloc(1, sizeof *s->gguf)))
 		return ck_fail_sys(err, ENOMEM, "gguf");
 	if (ck_gguf_view_open(v->plan->cat, v->maps, v->n_maps, &o->gguf, s->gguf, err) < 0) {
@@ -365,14 +372,14 @@ int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, c
 {
 	memset(s, 0, sizeof *s);
 	s->plan = v->plan;
-	if (o->gguf.on && open_gguf(s, v, per_rank, o, err) < 0)
+	if (whole_views_only(o, v, per_rank, err) < 0 || (o->gguf.on && open_gguf(s, v, o, err) < 0))
 		return -1;
 	size_t n = v->n_ranks ? v->n_ranks : 1;
 	if (!(s->trees = calloc(n, sizeof *s->trees)))
 		return ck_fail_sys(err, ENOMEM, "serve");
 	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
 				  o->cache.no_direct, s->gguf ? "model.gguf" : NULL,
-				  s->gguf ? &s->gguf->file : NULL};
+				  s->gguf ? &s->gguf->file : NULL, o->dcp};
 	for (size_t k = 0; k < n; k++, s->n_trees++) {
 		struct ck_tree *t = &s->trees[k];
 		if (v->n_ranks) { /* one daemon, rankR/ per rank, one cache for all */

@@ -233,9 +233,22 @@ static int build_names(struct ck_tree *v, struct ck_err *err)
 	return 0;
 }
 
+static int build_dcp(struct ck_tree *v, struct ck_err *err)
+{
+	if (ck_dcp_out_build(v->plan, &v->dcp, err) < 0)
+		return -1;
+	v->sub[0] = (struct ck_tree_file){strdup(".metadata"), &v->dcp.metadata};
+	v->sub[1] = (struct ck_tree_file){strdup(CK_DCP_DATA_FILE), &v->dcp.data};
+	v->n_sub = 2;
+	if (!v->sub[0].name || !v->sub[1].name)
+		return ck_fail_sys(err, ENOMEM, "dcp/");
+	return 0;
+}
+
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err)
 {
-	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0)
+	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0 ||
+	    (o->dcp && build_dcp(v, err) < 0))
 		return -1;
 	if (!(v->plan_json = build_plan_json(v, o, &v->plan_json_len)))
 		return ck_fail_sys(err, ENOMEM, "plan.json");
@@ -245,6 +258,7 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 		remap(&v->shards[k].v, v->cache_idx);
 	for (size_t k = 0; k < v->n_parts; k++)
 		remap(&v->parts[k].v, v->cache_idx);
+	remap(&v->dcp.data, v->cache_idx);
 	return 0;
 }
 
@@ -272,4 +286,7 @@ void ck_tree_free(struct ck_tree *v)
 		free(v->roots[k].name);
 	free(v->roots);
 	free(v->plan_json);
+	for (size_t k = 0; k < v->n_sub; k++)
+		free(v->sub[k].name);
+	ck_dcp_out_free(&v->dcp);
 }

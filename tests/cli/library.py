@@ -145,6 +145,13 @@ def main():
         sh(shared, tok, "-o", "gguf=Q8_0", "--file", "model.gguf", got, env=env)
         assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read()
         print("-o gguf=Q8_0: the library's model.gguf is convert --format gguf:Q8_0's file, byte for byte")
+        dconv = os.path.join(d, "dcp-out")
+        ckref.run(CKPTFS, "convert", tok, dconv, "--format", "dcp", "--quiet")
+        for f in (".metadata", "__0_0.distcp"):
+            got = os.path.join(d, "lib" + f)
+            sh(static, tok, "-o", "dcp", "--file", "dcp/" + f, got, env=env)
+            assert open(got, "rb").read() == open(os.path.join(dconv, f), "rb").read(), f
+        print("-o dcp: the library's dcp/.metadata and dcp/__0_0.distcp are convert --format dcp's files")
 
         p = subprocess.run([shared, src, "-o", "cache_size=lots"], capture_output=True, text=True, env=env)
         lines = p.stderr.strip().split("\n")

@@ -1,0 +1,30 @@
+/* A PyTorch Distributed Checkpoint (DCP) directory laid out over a plan's
+ * targets (reference/formats.md §4): `.metadata`, a pickle of
+ * torch.distributed.checkpoint.metadata.Metadata as PyTorch 2.x writes it
+ * (TensorStorageMetadata with TensorProperties, the global size and one
+ * chunk per target; storage_data mapping each MetadataIndex to a byte range
+ * of __0_0.distcp), and `__0_0.distcp`, each chunk a complete torch.save
+ * blob of the one tensor, its data a span of the target. Built from shapes
+ * alone; reading a chunk evaluates only that tensor. */
+#ifndef CK_DCP_OUT_H
+#define CK_DCP_OUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "plan.h"
+#include "vfile.h"
+
+#define CK_DCP_DATA_FILE "__0_0.distcp"
+
+struct ck_dcp_out {
+	struct ck_vfile metadata; /* .metadata */
+	struct ck_vfile data;	  /* __0_0.distcp */
+	uint32_t *omitted;	  /* targets with no torch storage type (FP8, U16..U64) */
+	size_t n_omitted;
+};
+
+int ck_dcp_out_build(const struct ck_plan *p, struct ck_dcp_out *o, struct ck_err *err);
+void ck_dcp_out_free(struct ck_dcp_out *o);
+
+#endif

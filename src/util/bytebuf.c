@@ -1,0 +1,44 @@
+#include "bytebuf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ck_buf_put(struct ck_buf *b, const void *p, size_t n)
+{
+	if (b->oom || !n)
+		return;
+	if (n > b->cap - b->n) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap - b->n < n)
+			cap *= 2;
+		unsigned char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = 1;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, p, n);
+	b->n += n;
+}
+
+void ck_buf_byte(struct ck_buf *b, unsigned v)
+{
+	unsigned char c = (unsigned char)v;
+	ck_buf_put(b, &c, 1);
+}
+
+void ck_buf_le(struct ck_buf *b, uint64_t v, int bytes)
+{
+	unsigned char t[8];
+	for (int i = 0; i < bytes; i++)
+		t[i] = (unsigned char)(v >> (8 * i));
+	ck_buf_put(b, t, (size_t)bytes);
+}
+
+void ck_buf_free(struct ck_buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof *b);
+}
