@@ -10,9 +10,11 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mkckpt [options] OUTDIR\n"
-		"  --model llama|gpt2|mixtral   architecture (default llama)\n"
+		"  --model llama|gpt2|mixtral|qwen2|qwen3   architecture (default llama; qwen2:\n"
+		"                               Q/K/V biases; qwen3: Q/K norms, explicit head_dim)\n"
 		"  --preset NAME                llama: tiny small 1b 8b 70b; gpt2: tiny 124m;\n"
-		"                               mixtral: tiny 8x7b (default tiny)\n"
+		"                               mixtral: tiny 8x7b; qwen2: tiny 7b; qwen3: tiny 8b\n"
+		"                               (default tiny)\n"
 		"  --dtype F32|BF16|F16         element type (default F32)\n"
 		"  --shards N                   N files + model.safetensors.index.json\n"
 		"  --sparse                     headers only; data left as file holes\n"

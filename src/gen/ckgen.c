@@ -51,6 +51,10 @@ static const struct preset presets[] = {
 	{"gpt2", "tiny", 64, 256, 2, 4, 4, 256, 0, 128, 1},
 	{"gpt2", "124m", 768, 3072, 12, 12, 12, 50257, 0, 1024, 1},
 	{"mixtral", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+	{"qwen2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+	{"qwen2", "7b", 3584, 18944, 28, 28, 4, 152064, 0, 0, 0},
+	{"qwen3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+	{"qwen3", "8b", 4096, 12288, 36, 32, 8, 151936, 0, 0, 0},
 	{"mixtral", "8x7b", 4096, 14336, 32, 32, 8, 32000, 8, 0, 0},
 };
 
@@ -72,6 +76,8 @@ int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
 		spec->experts = p->experts;
 		spec->positions = p->positions;
 		spec->tie = p->tie;
+		/* Qwen3's head_dim is explicit, and not hidden/heads on the tiny one */
+		spec->head_dim = !strcmp(arch, "qwen3") ? (p->hidden == 64 ? 32 : 128) : 0;
 		spec->dtype = CK_DT_F32;
 		spec->shards = 1;
 		return 0;
@@ -158,6 +164,16 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 		r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj") || make_fp8(l, B);
 		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || make_fp8(l, B);
 		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || make_fp8(l, B);
+		if (!strcmp(s->arch, "qwen2")) { /* Q, K and V biases */
+			const char *bias = "model.layers.%" PRId64 ".self_attn.%s.bias";
+			r |= add(l, p, 1, s->heads * hd, 0, bias, L, "q_proj");
+			r |= add(l, p, 1, s->kv_heads * hd, 0, bias, L, "k_proj");
+			r |= add(l, p, 1, s->kv_heads * hd, 0, bias, L, "v_proj");
+		}
+		if (!strcmp(s->arch, "qwen3")) { /* per-head RMSNorm of Q and K */
+			r |= add(l, p, 1, hd, 0, a, L, "q_norm");
+			r |= add(l, p, 1, hd, 0, a, L, "k_norm");
+		}
 		r |= add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || make_fp8(l, B);
 		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
 			 L);
@@ -312,6 +328,10 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			tdt);
 	} else {
 		int moe = !strcmp(s->arch, "mixtral");
+		const char *cls = moe				   ? "MixtralForCausalLM"
+				  : !strcmp(s->arch, "qwen2") ? "Qwen2ForCausalLM"
+				  : !strcmp(s->arch, "qwen3") ? "Qwen3ForCausalLM"
+							      : "LlamaForCausalLM";
 		fprintf(f,
 			"{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
 			"  \"hidden_size\": %" PRId64 ",\n  \"intermediate_size\": %" PRId64
@@ -320,7 +340,7 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			",\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
 			"  \"max_position_embeddings\": %" PRId64 ",\n"
 			"  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
-			moe ? "MixtralForCausalLM" : "LlamaForCausalLM", s->arch, s->hidden,
+			cls, s->arch, s->hidden,
 			s->intermediate, s->layers, s->heads, s->kv_heads, s->vocab,
 			s->positions ? s->positions : 2048, s->tie ? "true" : "false", tdt);
 		if (s->head_dim)

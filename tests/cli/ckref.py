@@ -111,10 +111,11 @@ def make_sources(mkckpt, d):
 
 
 def llama_to_megatron_ref(src, cfg):
-    """Megatron-core's names and layouts from an HF Llama state dict (name ->
-    (dtype, array)): Q, K, V interleaved per query group into linear_qkv, gate
-    and up stacked into linear_fc1; written from Megatron's layout, not ckptfs's
-    mapping."""
+    """Megatron-core's names and layouts from an HF Llama / Qwen2 / Qwen3 state
+    dict (name -> (dtype, array)): Q, K, V interleaved per query group into
+    linear_qkv (Qwen2's biases in the same order into linear_qkv.bias), gate and
+    up stacked into linear_fc1, Qwen3's q_norm / k_norm as q_layernorm /
+    k_layernorm; written from Megatron's layout, not ckptfs's mapping."""
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     ng = cfg.get("num_key_value_heads", nh)
     out = {"embedding.word_embeddings.weight": src["model.embed_tokens.weight"],
@@ -127,6 +128,13 @@ def llama_to_megatron_ref(src, cfg):
         qkv = np.concatenate([q[1].reshape(ng, -1, H), k[1].reshape(ng, -1, H),
                               v[1].reshape(ng, -1, H)], axis=1).reshape(-1, H)
         out[d + "self_attention.linear_qkv.weight"] = (q[0], qkv)
+        if p + "self_attn.q_proj.bias" in src:
+            qb, kb, vb = (src[p + f"self_attn.{n}_proj.bias"] for n in "qkv")
+            out[d + "self_attention.linear_qkv.bias"] = (qb[0], np.concatenate(
+                [qb[1].reshape(ng, -1), kb[1].reshape(ng, -1), vb[1].reshape(ng, -1)], axis=1).reshape(-1))
+        for n in "qk":
+            if p + f"self_attn.{n}_norm.weight" in src:
+                out[d + f"self_attention.{n}_layernorm.weight"] = src[p + f"self_attn.{n}_norm.weight"]
         out[d + "self_attention.linear_qkv.layer_norm_weight"] = src[p + "input_layernorm.weight"]
         out[d + "self_attention.linear_proj.weight"] = src[p + "self_attn.o_proj.weight"]
         g, u = src[p + "mlp.gate_proj.weight"], src[p + "mlp.up_proj.weight"]
@@ -140,7 +148,8 @@ def megatron_rank(glob, tp, r):
     """Megatron-LM's per-rank tensors (tools/checkpoint conventions)."""
     out = {}
     for k, w in glob.items():
-        if k.endswith("linear_qkv.weight") or k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        if k.endswith("linear_qkv.weight") or k.endswith("linear_qkv.bias") or \
+                k in ("embedding.word_embeddings.weight", "output_layer.weight"):
             out[k] = np.split(w, tp, 0)[r]
         elif k.endswith("linear_fc1.weight"):
             gate, up = np.split(w, 2, 0)

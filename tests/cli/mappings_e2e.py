@@ -51,11 +51,15 @@ def bf16_rne(f32):
 
 with tempfile.TemporaryDirectory() as d:
     checked = 0
-    # --- Llama: several GQA shapes, dtypes and shardings ---
+    # --- Llama: several GQA shapes, dtypes and shardings; Qwen2 (Q/K/V biases,
+    # tied), Qwen3 (Q/K norms, explicit head_dim) through the same mapping ---
     for k, extra in enumerate([["--dtype", "BF16", "--shards", "3"],
                                ["--kv-heads", "1"],
                                ["--kv-heads", "4", "--dtype", "F16"],
-                               ["--head-dim", "8", "--tie"]]):
+                               ["--head-dim", "8", "--tie"],
+                               ["--model", "qwen2", "--dtype", "BF16"],
+                               ["--model", "qwen2", "--kv-heads", "1", "--untie"],
+                               ["--model", "qwen3", "--shards", "2"]]):
         src_dir = os.path.join(d, f"llama{k}")
         ckref.run(MKCKPT, "--model", "llama", *extra, src_dir)
         with open(os.path.join(src_dir, "config.json")) as f:

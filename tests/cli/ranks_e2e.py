@@ -66,6 +66,22 @@ with tempfile.TemporaryDirectory() as d:
             assert np.array_equal(rebuilt[k], glob[k]), f"tp={tp}: {k} not restored"
     print(f"tp 2/4/8: {checked} local tensors equal numpy's Megatron shards; fragments restore every global tensor")
 
+    # Qwen2 (Q/K/V biases split with their rows) and Qwen3 (norms replicated), tp=2
+    for model in ("qwen2", "qwen3"):
+        qsrc = os.path.join(d, model)
+        ckref.run(MKCKPT, "--model", model, "--heads", "8", "--kv-heads", "4", qsrc)
+        qsrc_arrays = {k: (v[0], v[2]) for k, v in ckref.read_checkpoint_dir(qsrc).items()}
+        qcfg = json.load(open(os.path.join(qsrc, "config.json")))
+        qglob = {k: v[1] for k, v in ckref.llama_to_megatron_ref(qsrc_arrays, qcfg).items()}
+        for r in range(2):
+            out = os.path.join(d, f"{model}-tp2", f"r{r}")
+            ckref.convert(CKPTFS, qsrc, out, [MAP], "--mesh", "tp=2", "--rank", str(r))
+            local, want = arrays(out), ckref.megatron_rank(qglob, 2, r)
+            assert set(local) == set(want), sorted(set(local) ^ set(want))
+            for k in want:
+                assert np.array_equal(local[k], want[k]), f"{model} tp=2 rank {r}: {k} differs"
+    print("Qwen2 and Qwen3 at tp=2: biases split with their rows, Q/K norms replicated, as numpy's shards")
+
     # dp replicates: dp=2,tp=2 ranks 1 and 3 (same tp coordinate) see one shard
     a = json.loads(ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "dp=2,tp=2", "--rank", "1", "--json").stdout)
     b = json.loads(ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "dp=2,tp=2", "--rank", "3", "--json").stdout)
