@@ -100,14 +100,18 @@ static int pb_varint(struct pb *b, uint64_t *out)
 	return -1;
 }
 
-/* One field: its number and wire type; a length-delimited one's bytes in
- * *sub, a varint's value in *val, a fixed32's bits in *val. */
-static int pb_field(struct pb *b, uint32_t *field, struct pb *sub, uint64_t *val)
+enum { PB_VARINT = 0, PB_I64 = 1, PB_LEN = 2, PB_I32 = 5 };
+
+/* One field: its number and wire type (*wire); a length-delimited one's
+ * bytes in *sub, a varint's value or a fixed32's bits in *val. */
+static int pb_field(struct pb *b, uint32_t *field, int *wire, struct pb *sub, uint64_t *val)
 {
 	uint64_t key, n;
 	if (pb_varint(b, &key) < 0 || (key >> 3) == 0 || (key >> 3) > UINT32_MAX)
 		return -1;
 	*field = (uint32_t)(key >> 3);
+	*wire = (int)(key & 7);
+	*val = 0;
 	switch (key & 7) {
 	case 0:
 		return pb_varint(b, val);
@@ -122,7 +126,6 @@ static int pb_field(struct pb *b, uint32_t *field, struct pb *sub, uint64_t *val
 		sub->p = b->p;
 		sub->end = b->p + n;
 		b->p += n;
-		*val = UINT64_MAX; /* marks "length-delimited" */
 		return 0;
 	case 5:
 		if (b->end - b->p < 4)
@@ -143,18 +146,19 @@ static int spm_piece(struct pb sub, struct ck_vocab *v, size_t id, const char *p
 	v->types[id] = CK_TOK_NORMAL;
 	while (sub.p < sub.end) {
 		uint32_t f;
+		int w;
 		struct pb s = {0};
 		uint64_t val;
-		if (pb_field(&sub, &f, &s, &val) < 0)
+		if (pb_field(&sub, &f, &w, &s, &val) < 0)
 			return ck_fail(err, CK_E_SOURCE, "%s: piece %zu: malformed", path, id);
-		if (f == 1 && val == UINT64_MAX) {
+		if (f == 1 && w == PB_LEN) {
 			free(v->tokens[id]);
 			if (!(v->tokens[id] = strndup((const char *)s.p, (size_t)(s.end - s.p))))
 				return ck_fail_sys(err, ENOMEM, "%s", path);
-		} else if (f == 2 && val != UINT64_MAX) {
+		} else if (f == 2 && w == PB_I32) {
 			uint32_t bits = (uint32_t)val;
 			memcpy(&v->scores[id], &bits, 4);
-		} else if (f == 3 && val != UINT64_MAX) {
+		} else if (f == 3 && w == PB_VARINT) {
 			if (val < CK_TOK_NORMAL || val > CK_TOK_BYTE)
 				return ck_fail(err, CK_E_SOURCE, "%s: piece %zu: type %llu is not one of "
 								 "SentencePiece's (1-6)",
@@ -172,12 +176,13 @@ static void spm_trainer(struct pb sub, struct ck_vocab *v)
 {
 	while (sub.p < sub.end) {
 		uint32_t f;
+		int w;
 		struct pb s;
 		uint64_t val;
-		if (pb_field(&sub, &f, &s, &val) < 0)
+		if (pb_field(&sub, &f, &w, &s, &val) < 0)
 			return;
 		int64_t id = (int32_t)(uint32_t)val;
-		if (val == UINT64_MAX || f < 40 || f > 43)
+		if (w != PB_VARINT || f < 40 || f > 43)
 			continue;
 		if (id < 0 || (uint64_t)id >= v->n)
 			id = -1;
@@ -195,20 +200,21 @@ static int load_spm(const char *buf, size_t len, const char *path, int64_t vocab
 	size_t n = 0;
 	while (b.p < b.end) {
 		uint32_t f;
+		int w;
 		struct pb sub = {0};
 		uint64_t val;
-		if (pb_field(&b, &f, &sub, &val) < 0)
+		if (pb_field(&b, &f, &w, &sub, &val) < 0)
 			return ck_fail(err, CK_E_SOURCE, "%s: not a SentencePiece model (malformed "
 							 "protobuf at byte %zu)",
 				       path, (size_t)(b.p - (const unsigned char *)buf));
-		if (f == 1 && val == UINT64_MAX) {
+		if (f == 1 && w == PB_LEN) {
 			if (n == v->n)
 				return ck_fail(err, CK_E_SOURCE, "%s: more pieces than the model's %zu "
 								 "token embeddings",
 					       path, v->n);
 			if (spm_piece(sub, v, n++, path, err) < 0)
 				return -1;
-		} else if (f == 2 && val == UINT64_MAX) {
+		} else if (f == 2 && w == PB_LEN) {
 			spm_trainer(sub, v);
 		}
 	}
