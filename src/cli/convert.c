@@ -186,7 +186,7 @@ static int convert_main(int argc, char **argv, int *synced)
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
 					      "[--max-shard-size SIZE] [--dtype DTYPE] [--overwrite] [--threads N] "
 					      "[--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | "
-					      "--shard-groups] [--format safetensors|gguf[:TYPE]|dcp]"),
+					      "--shard-groups] [--format safetensors|gguf[:TYPE]|dcp|torch_dist]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse_user(dtype)))
@@ -199,13 +199,14 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
 				      &err));
-	int dcp = format && !strcmp(format, "dcp");
+	int dcp = format && !strcmp(format, "dcp") ? 1 : format && !strcmp(format, "torch_dist") ? 2 : 0;
 	if (format && !dcp && ck_gguf_parse_format(format, &gopt, &err) < 0)
 		return ck_cli_report(&err);
 	if (dcp && (va.mesh || va.shard_groups || o.max_shard_size))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--format dcp: one DCP directory of whole tensors (no "
-					      "--mesh, --shard-groups or --max-shard-size yet)"),
+					      "--format %s: one DCP directory of whole tensors (no "
+					      "--mesh, --shard-groups or --max-shard-size yet)",
+					      format),
 				      &err));
 	if (gopt.on && (va.mesh || va.shard_groups || dtype || o.max_shard_size))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
@@ -280,7 +281,7 @@ static int convert_main(int argc, char **argv, int *synced)
 	struct ck_gguf_view g;
 	struct ck_dcp_out d;
 	if ((gopt.on && ck_gguf_view_open(v.cat, v.maps, v.n_maps, &gopt, &g, &err) < 0) ||
-	    (dcp && ck_dcp_out_build(v.plan, &d, &err) < 0)) {
+	    (dcp && ck_dcp_out_build(v.plan, dcp == 2, &d, &err) < 0)) {
 		ck_outdir_abort(&od);
 		ck_view_close(&v);
 		return ck_cli_report(&err);
@@ -299,10 +300,13 @@ static int convert_main(int argc, char **argv, int *synced)
 	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
 		struct ck_convert_stats ms;
 		rc = ck_convert_vfile(v.plan, &d.data, od.stage, CK_DCP_DATA_FILE, &o, &stats, &err);
-		if (rc == 0)
-			rc = ck_convert_vfile(v.plan, &d.metadata, od.stage, ".metadata", &o, &ms, &err);
-		stats.bytes_written += rc == 0 ? ms.bytes_written : 0;
-		stats.n_files = 2;
+		const struct ck_vfile *more[] = {&d.metadata, &d.megatron_json, &d.common};
+		const char *names[] = {".metadata", "metadata.json", "common.pt"};
+		for (int k = 0; rc == 0 && k < (dcp == 2 ? 3 : 1); k++) {
+			rc = ck_convert_vfile(v.plan, more[k], od.stage, names[k], &o, &ms, &err);
+			stats.bytes_written += rc == 0 ? ms.bytes_written : 0;
+		}
+		stats.n_files = dcp == 2 ? 4 : 2;
 	} else if (rc == 0) {
 		rc = ck_convert(v.plan, od.stage, &o, &stats, &err);
 	}

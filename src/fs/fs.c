@@ -201,7 +201,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		enum kind k = !strcmp(name, "tensors")			   ? N_TENSORS
 			      : !strcmp(name, ".ckptfs")		   ? N_META
 			      : !strcmp(name, "npy")			   ? N_NPYDIR
-			      : p.v->n_sub && !strcmp(name, CK_TREE_SUBDIR) ? N_SUBDIR
+			      : p.v->n_sub && !strcmp(name, p.v->sub_dir) ? N_SUBDIR
 									   : N_NONE;
 		if (k != N_NONE)
 			ino = fs_ino_of(p.v, k, 0);
@@ -273,7 +273,7 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
 		}
 		i -= 3;
 		if (d.v->n_sub && i == 0) {
-			*name = CK_TREE_SUBDIR;
+			*name = d.v->sub_dir;
 			*e = fs_ino_of(d.v, N_SUBDIR, 0);
 			return 1;
 		}

@@ -17,8 +17,9 @@
  * a --ranks mount lists rank directories at 1 and gives each view a range
  * from 2 on. Within a view's range (from its base):
  *   +0 its root, +1 tensors/, +2 .ckptfs/, +3 stats.json, +4 plan.json,
- *   +5 npy/, +6 dcp/ (-o dcp), +8+i target i, +8+n+i its npy file,
- *   +8+2n+k root file k, then dcp/'s files (N_FILE past the root files). */
+ *   +5 npy/, +6 dcp/ or torch_dist/, +8+i target i, +8+n+i its npy file,
+ *   +8+2n+k root file k, then that directory's files (N_FILE past the
+ *   root files). */
 enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_SUB, V_FIRST = 8 };
 #define INO_TOP 1
 #define TIMEOUT 86400.0 /* the view is immutable */

@@ -19,7 +19,7 @@ struct ckptfs {
 	struct ck_tree *tree; /* srv's one tree */
 	uint64_t batch;	      /* most cache bytes one read holds at once */
 	char *source;
-	char **names; /* the flat files: the root's, then dcp/'s as "dcp/NAME" */
+	char **names; /* the flat files: the root's, then dcp/'s (or torch_dist/'s) as "dcp/NAME" */
 	size_t n_files;
 };
 
@@ -37,10 +37,11 @@ static int list_files(ckptfs *h)
 		return -1;
 	for (size_t k = 0; k < h->n_files; k++) {
 		const char *n = file_of(h, k)->name;
-		size_t len = strlen(n) + sizeof CK_TREE_SUBDIR + 1;
+		const char *dir = k < t->n_roots ? "" : t->sub_dir;
+		size_t len = strlen(dir) + strlen(n) + 2;
 		if (!(h->names[k] = malloc(len)))
 			return -1;
-		snprintf(h->names[k], len, k < t->n_roots ? "%.0s%s" : "%s/%s", CK_TREE_SUBDIR, n);
+		snprintf(h->names[k], len, "%s%s%s", dir, *dir ? "/" : "", n);
 	}
 	return 0;
 }

@@ -120,7 +120,27 @@ static int append(struct ck_vfile *dst, const struct ck_vfile *src)
 	return 0;
 }
 
-int ck_dcp_out_build(const struct ck_plan *p, struct ck_dcp_out *o, struct ck_err *err)
+/* Megatron-core's CONFIG_FNAME contents for a torch_dist checkpoint */
+#define MEGATRON_JSON                                                                              \
+	"{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "                        \
+	"\"common_backend\": \"torch\", \"common_backend_version\": 1}\n"
+
+static int torch_dist_files(struct ck_dcp_out *o, struct ck_err *err)
+{
+	struct ck_plan empty;
+	memset(&empty, 0, sizeof empty);
+	struct ck_torchzip z;
+	if (ck_torchzip_build(&empty, "common", &z, err) < 0)
+		return -1;
+	int r = append(&o->common, &z.v);
+	ck_torchzip_free(&z);
+	if (r < 0 || ck_vfile_lit(&o->megatron_json, MEGATRON_JSON, strlen(MEGATRON_JSON)) < 0)
+		return ck_fail_sys(err, ENOMEM, "torch_dist view");
+	return 0;
+}
+
+int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, struct ck_dcp_out *o,
+		     struct ck_err *err)
 {
 	memset(o, 0, sizeof *o);
 	uint64_t *at = calloc(p->n ? p->n : 1, sizeof *at), *len = calloc(p->n ? p->n : 1, sizeof *len);
@@ -177,6 +197,8 @@ int ck_dcp_out_build(const struct ck_plan *p, struct ck_dcp_out *o, struct ck_er
 	op(&b, '.');
 	if (b.oom || ck_vfile_lit(&o->metadata, b.p, b.n) < 0)
 		goto oom;
+	if (torch_dist && torch_dist_files(o, err) < 0)
+		goto fail;
 	ck_buf_free(&b);
 	free(at);
 	free(len);
@@ -195,6 +217,8 @@ void ck_dcp_out_free(struct ck_dcp_out *o)
 {
 	ck_vfile_free(&o->metadata);
 	ck_vfile_free(&o->data);
+	ck_vfile_free(&o->megatron_json);
+	ck_vfile_free(&o->common);
 	free(o->omitted);
 	memset(o, 0, sizeof *o);
 }

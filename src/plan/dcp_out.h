@@ -5,7 +5,8 @@
  * chunk per target; storage_data mapping each MetadataIndex to a byte range
  * of __0_0.distcp), and `__0_0.distcp`, each chunk a complete torch.save
  * blob of the one tensor, its data a span of the target. Built from shapes
- * alone; reading a chunk evaluates only that tensor. */
+ * alone; reading a chunk evaluates only that tensor. Megatron-core's
+ * torch_dist format is the same files plus metadata.json and common.pt. */
 #ifndef CK_DCP_OUT_H
 #define CK_DCP_OUT_H
 
@@ -20,11 +21,16 @@
 struct ck_dcp_out {
 	struct ck_vfile metadata; /* .metadata */
 	struct ck_vfile data;	  /* __0_0.distcp */
-	uint32_t *omitted;	  /* targets with no torch storage type (FP8, U16..U64) */
+	/* Megatron-core torch_dist: metadata.json naming the backend, and
+	 * common.pt (torch.save of an empty dict: nothing common is known) */
+	struct ck_vfile megatron_json, common;
+	uint32_t *omitted; /* targets with no torch storage type (FP8, U16..U64) */
 	size_t n_omitted;
 };
 
-int ck_dcp_out_build(const struct ck_plan *p, struct ck_dcp_out *o, struct ck_err *err);
+/* torch_dist: also metadata.json and common.pt. */
+int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, struct ck_dcp_out *o,
+		     struct ck_err *err);
 void ck_dcp_out_free(struct ck_dcp_out *o);
 
 #endif

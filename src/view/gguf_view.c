@@ -57,7 +57,7 @@ int ck_gguf_parse_format(const char *format, struct ck_gguf_opts *o, struct ck_e
 	if (!strcmp(format, "safetensors"))
 		return 0;
 	if (strncmp(format, "gguf", 4) || (format[4] && format[4] != ':'))
-		return ck_fail(err, CK_E_USAGE, "--format %s: safetensors, gguf, gguf:TYPE or dcp", format);
+		return ck_fail(err, CK_E_USAGE, "--format %s: safetensors, gguf, gguf:TYPE, dcp or torch_dist", format);
 	o->on = 1;
 	o->type = format[4] ? format + 5 : NULL;
 	if (o->type && !find_ftype(o->type))

@@ -46,15 +46,17 @@ int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, s
 	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
 #define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
 	static const char *const flags[] = {"zip_crc", "npy_f32", "no_direct", "no_prefetch",
-					    "no_uring", "dcp"};
+					    "no_uring", "dcp", "torch_dist"};
 	for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
 		if (!KEY(flags[k]))
 			continue;
 		if (val)
 			return bad(err, how, opt, "a flag takes no value");
 		int *f[] = {&o->zip_crc, &o->npy_f32, &o->cache.no_direct, &o->cache.no_prefetch,
-			    &o->cache.use_uring, &o->dcp};
-		*f[k] = k != 4; /* no_uring clears use_uring */
+			    &o->cache.use_uring, &o->dcp, &o->dcp};
+		if (k >= 5 && o->dcp && o->dcp != (int)k - 4)
+			return bad(err, how, opt, "one of dcp and torch_dist");
+		*f[k] = k == 4 ? 0 : k >= 5 ? (int)k - 4 : 1; /* no_uring clears use_uring; dcp 1, torch_dist 2 */
 		return 1;
 	}
 	if (KEY("cache_size"))
@@ -323,9 +325,10 @@ static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view 
 						"no tensor-parallel files); mount it without --mesh, "
 						"--ranks or --shard-groups");
 	if (o->dcp)
-		return ck_fail(err, CK_E_USAGE, "-o dcp: a DCP directory of whole tensors; per-rank "
+		return ck_fail(err, CK_E_USAGE, "-o %s: a DCP directory of whole tensors; per-rank "
 						"chunks (global offsets) are not made yet: mount it "
-						"without --mesh, --ranks or --shard-groups");
+						"without --mesh, --ranks or --shard-groups",
+			       o->dcp == 2 ? "torch_dist" : "dcp");
 	return 0;
 }
 

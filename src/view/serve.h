@@ -25,7 +25,7 @@ struct ck_serve_opts {
 	int npy_f32;		 /* npy/ widens BF16 and FP8 to F32 */
 	int gguf_bf16;		 /* quantized GGUF tensors as BF16 (default F32) */
 	struct ck_gguf_opts gguf; /* -o gguf[=TYPE]: also model.gguf */
-	int dcp;		  /* -o dcp: also dcp/ (a DCP directory) */
+	int dcp;		  /* -o dcp: also dcp/ (1); -o torch_dist: torch_dist/ (2) */
 };
 
 /* Defaults: io_uring, one evaluator per core, 5 GiB parts, the CPU. */
@@ -33,7 +33,7 @@ void ck_serve_opts_init(struct ck_serve_opts *o);
 /* One option, "key" or "key=value" (cache_size, chunk, group_max, threads,
  * no_uring, no_direct, no_prefetch, eval_delay_ms, max_shard_size,
  * part_size, zip_crc, npy_f32, gguf_dequant, device, gpu_mem, gpu_min,
- * gguf[=TYPE], gguf_pre=NAME, gguf_vocab=none, dcp).
+ * gguf[=TYPE], gguf_pre=NAME, gguf_vocab=none, dcp, torch_dist).
  * Returns 1 (taken), 0 (not one of these: err untouched) or -1 (bad value;
  * err says "bad option HOW OPT (what it takes)", how: "-o " for mount). */
 int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, struct ck_err *err);

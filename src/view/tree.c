@@ -233,22 +233,26 @@ static int build_names(struct ck_tree *v, struct ck_err *err)
 	return 0;
 }
 
-static int build_dcp(struct ck_tree *v, struct ck_err *err)
+static int build_dcp(struct ck_tree *v, int torch_dist, struct ck_err *err)
 {
-	if (ck_dcp_out_build(v->plan, &v->dcp, err) < 0)
+	if (ck_dcp_out_build(v->plan, torch_dist, &v->dcp, err) < 0)
 		return -1;
-	v->sub[0] = (struct ck_tree_file){strdup(".metadata"), &v->dcp.metadata};
-	v->sub[1] = (struct ck_tree_file){strdup(CK_DCP_DATA_FILE), &v->dcp.data};
-	v->n_sub = 2;
-	if (!v->sub[0].name || !v->sub[1].name)
-		return ck_fail_sys(err, ENOMEM, "dcp/");
+	v->sub_dir = torch_dist ? "torch_dist" : "dcp";
+	const struct {
+		const char *name;
+		const struct ck_vfile *f;
+	} files[] = {{".metadata", &v->dcp.metadata}, {CK_DCP_DATA_FILE, &v->dcp.data},
+		     {"metadata.json", &v->dcp.megatron_json}, {"common.pt", &v->dcp.common}};
+	for (size_t k = 0; k < (torch_dist ? 4u : 2u); k++, v->n_sub++)
+		if (!(v->sub[k] = (struct ck_tree_file){strdup(files[k].name), files[k].f}).name)
+			return ck_fail_sys(err, ENOMEM, "%s/", v->sub_dir);
 	return 0;
 }
 
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err)
 {
 	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0 ||
-	    (o->dcp && build_dcp(v, err) < 0))
+	    (o->dcp && build_dcp(v, o->dcp == 2, err) < 0))
 		return -1;
 	if (!(v->plan_json = build_plan_json(v, o, &v->plan_json_len)))
 		return ck_fail_sys(err, ENOMEM, "plan.json");

@@ -30,7 +30,7 @@ struct ck_tree_opts {
 	 * (model.gguf), or NULL */
 	const char *extra_name;
 	const struct ck_vfile *extra;
-	int dcp; /* also dcp/: a DCP directory of the targets */
+	int dcp; /* also dcp/ (1) or torch_dist/ (2): a DCP directory of the targets */
 };
 
 struct ck_tree {
@@ -50,13 +50,13 @@ struct ck_tree {
 	struct ck_strmap by_name, npy_by_name;
 	char *plan_json;
 	size_t plan_json_len;
-	/* dcp/ (-o dcp): .metadata and __0_0.distcp; n_sub 0 without it */
+	/* dcp/ (-o dcp): .metadata and __0_0.distcp; torch_dist/ (-o torch_dist)
+	 * adds metadata.json and common.pt; n_sub 0 without either */
 	struct ck_dcp_out dcp;
-	struct ck_tree_file sub[2];
+	const char *sub_dir;
+	struct ck_tree_file sub[4];
 	size_t n_sub;
 };
-
-#define CK_TREE_SUBDIR "dcp"
 
 /* v->plan, cache_idx, rank and dir are set by the caller. */
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err);

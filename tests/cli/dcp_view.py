@@ -10,6 +10,11 @@ the same bytes. Checked without ckptfs's own DCP reader first:
   layout built from the HF source (ckref, Megatron's rules);
 - the round trip: ckptfs's own DCP source reads the served directory back
   byte-identically; convert --format dcp writes the mount's bytes;
+- `-o torch_dist` with llama-hf-to-megatron-torch-dist.json: Megatron's
+  layer-stacked keys (against numpy's stack of the per-layer reference),
+  metadata.json naming the torch_dist backend, a common.pt torch.load reads;
+  ckptfs's torch_dist source and megatron-torch-dist-to-llama-hf.json give the
+  HF source back byte for byte; convert --format torch_dist = the mount;
 - per-rank views are refused with one line (per-rank chunks are not made yet)."""
 import json
 import os
@@ -62,6 +67,49 @@ def check_structure(d):
     return meta
 
 
+def torch_dist(d, src, source, ref):
+    """Megatron's torch_dist: stacked layers, metadata.json, common.pt."""
+    import torch
+    with Mount(src, ["llama-hf-to-megatron-torch-dist"], opts="torch_dist") as m:
+        td = m.path("torch_dist")
+        assert sorted(os.listdir(td)) == [".metadata", "__0_0.distcp", "common.pt", "metadata.json"]
+        assert json.load(open(os.path.join(td, "metadata.json"))) == {
+            "sharded_backend": "torch_dist", "sharded_backend_version": 1,
+            "common_backend": "torch", "common_backend_version": 1}
+        assert torch.load(os.path.join(td, "common.pt")) == {}
+        check_structure(td)
+        got = dcpgen.read_back(td)
+        stacked = {}
+        for k, (dt, arr) in ref.items():  # per-layer reference, stacked here
+            parts = k.split(".")
+            if parts[:2] == ["decoder", "layers"]:
+                stacked.setdefault("decoder.layers." + ".".join(parts[3:]), {})[int(parts[2])] = arr
+            else:
+                stacked[k] = arr
+        stacked = {k: np.stack([v[i] for i in sorted(v)]) if isinstance(v, dict) else v
+                   for k, v in stacked.items()}
+        assert set(got) == set(stacked), sorted(set(got) ^ set(stacked))
+        for k, want in stacked.items():
+            assert np.array_equal(got[k].view(torch.int16).numpy().view(np.uint16), want), k
+        served = {f: open(os.path.join(td, f), "rb").read() for f in os.listdir(td)}
+        copy = os.path.join(d, "td-copy")  # Megatron keeps the HF config elsewhere: put it beside
+        shutil.copytree(td, copy)
+        shutil.copy(os.path.join(src, "config.json"), copy)
+    back = os.path.join(d, "td-back")
+    ckref.run(CKPTFS, "convert", copy, back, "--mapping", "megatron-torch-dist-to-llama-hf", "--quiet")
+    rb = ckref.read_checkpoint_dir(back)
+    assert set(rb) == set(source)
+    for k, (dt, arr) in source.items():
+        assert rb[k][0] == dt and np.array_equal(rb[k][2], arr), k
+    out = os.path.join(d, "td-conv")
+    ckref.run(CKPTFS, "convert", src, out, "--mapping", "llama-hf-to-megatron-torch-dist", "--format",
+              "torch_dist", "--quiet")
+    assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == served
+    print(f"mount -o torch_dist: {len(stacked)} layer-stacked tensors equal numpy's stack; metadata.json and "
+          "common.pt as Megatron writes them; ckptfs's torch_dist source + megatron-torch-dist-to-llama-hf "
+          "give the HF source back byte for byte; convert --format torch_dist = the mount")
+
+
 def main():
     skip_unless_fuse()
     import torch
@@ -111,6 +159,7 @@ def main():
             for k, (dt, shape, arr) in want.items():
                 assert got[k].dtype == torch.float32 and np.array_equal(got[k].numpy(), arr), k
         print(f"identity F32 Mixtral: {len(want)} tensors through dcp/ equal the source")
+        torch_dist(d, src, source, ref)
         mnt = os.path.join(d, "mnt")
         os.mkdir(mnt)
         for args in (["mount", src, mnt, "-o", "dcp", "--mapping", MEG, "--mesh", "tp=2", "--rank", "0"],
