@@ -202,10 +202,10 @@ static int convert_main(int argc, char **argv, int *synced)
 	int dcp = format && !strcmp(format, "dcp") ? 1 : format && !strcmp(format, "torch_dist") ? 2 : 0;
 	if (format && !dcp && ck_gguf_parse_format(format, &gopt, &err) < 0)
 		return ck_cli_report(&err);
-	if (dcp && (va.mesh || va.shard_groups || o.max_shard_size))
+	if (dcp && (va.shard_groups || o.max_shard_size))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--format %s: one DCP directory of whole tensors (no "
-					      "--mesh, --shard-groups or --max-shard-size yet)",
+					      "--format %s: one DCP directory (no --shard-groups or "
+					      "--max-shard-size)",
 					      format),
 				      &err));
 	if (gopt.on && (va.mesh || va.shard_groups || dtype || o.max_shard_size))
@@ -281,7 +281,7 @@ static int convert_main(int argc, char **argv, int *synced)
 	struct ck_gguf_view g;
 	struct ck_dcp_out d;
 	if ((gopt.on && ck_gguf_view_open(v.cat, v.maps, v.n_maps, &gopt, &g, &err) < 0) ||
-	    (dcp && ck_dcp_out_build(v.plan, dcp == 2, &d, &err) < 0)) {
+	    (dcp && ck_dcp_out_build(v.plan, dcp == 2, va.mesh ? v.rank : -1, &d, &err) < 0)) {
 		ck_outdir_abort(&od);
 		ck_view_close(&v);
 		return ck_cli_report(&err);
@@ -299,7 +299,7 @@ static int convert_main(int argc, char **argv, int *synced)
 		rc = ck_convert_vfile(g.plan, &g.file, od.stage, "model.gguf", &o, &stats, &err);
 	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
 		struct ck_convert_stats ms;
-		rc = ck_convert_vfile(v.plan, &d.data, od.stage, CK_DCP_DATA_FILE, &o, &stats, &err);
+		rc = ck_convert_vfile(v.plan, &d.data, od.stage, d.data_name, &o, &stats, &err);
 		const struct ck_vfile *more[] = {&d.metadata, &d.megatron_json, &d.common};
 		const char *names[] = {".metadata", "metadata.json", "common.pt"};
 		for (int k = 0; rc == 0 && k < (dcp == 2 ? 3 : 1); k++) {

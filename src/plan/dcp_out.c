@@ -1,11 +1,13 @@
 #include "dcp_out.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../ckpt/pickle_w.h"
 #include "../ckpt/torchbin.h"
+#include "shard.h"
 #include "torchzip.h"
 
 #define META "torch.distributed.checkpoint.metadata"
@@ -48,9 +50,19 @@ static void obj_end(struct ck_buf *b)
 	op(b, 'b'); /* BUILD */
 }
 
-static void tensor_meta(struct ck_buf *b, const struct ck_target *t)
+/* A chunk of a target: a whole target, or one fragment of a per-rank
+ * target (its global offset and shape, contiguous in the local tensor). */
+struct chunk {
+	uint32_t t;
+	int64_t goff[CK_MAX_DIMS], shape[CK_MAX_DIMS];
+	uint64_t off, bytes; /* in the target */
+	uint64_t at, len;    /* its archive in the data file */
+};
+
+static void tensor_meta(struct ck_buf *b, const struct ck_target *t, const struct chunk *c,
+			size_t n)
 {
-	static const int64_t zeros[CK_MAX_DIMS];
+	int nd = t->v.ndim;
 	obj_begin(b, META, "TensorStorageMetadata");
 	ck_pk_str(b, "properties");
 	/* TensorProperties: its state is PyTorch 2.x's tuple (dtype, layout,
@@ -64,47 +76,92 @@ static void tensor_meta(struct ck_buf *b, const struct ck_target *t)
 	op(b, 0x89); /* False */
 	ck_pk_global(b, META, "_MEM_FORMAT_ENCODING");
 	ck_pk_int(b, 0); /* TORCH_CONTIGUOUS_FORMAT */
-	op(b, 0x85);   /* TUPLE1 */
+	op(b, 0x85);	 /* TUPLE1 */
 	op(b, 'R');
 	op(b, 0x89);
 	op(b, 't');
 	op(b, 'b');
 	ck_pk_str(b, "size");
-	size(b, t->v.shape, t->v.ndim);
+	size(b, t->shard ? t->shard->global_shape : t->v.shape, nd);
 	ck_pk_str(b, "chunks");
 	op(b, ']');
 	op(b, '(');
-	obj_begin(b, META, "ChunkStorageMetadata");
-	ck_pk_str(b, "offsets");
-	size(b, zeros, t->v.ndim);
-	ck_pk_str(b, "sizes");
-	size(b, t->v.shape, t->v.ndim);
-	obj_end(b);
+	for (size_t k = 0; k < n; k++) {
+		obj_begin(b, META, "ChunkStorageMetadata");
+		ck_pk_str(b, "offsets");
+		size(b, c[k].goff, nd);
+		ck_pk_str(b, "sizes");
+		size(b, c[k].shape, nd);
+		obj_end(b);
+	}
 	op(b, 'e'); /* APPENDS */
 	obj_end(b);
 }
 
-static void storage_entry(struct ck_buf *b, const struct ck_target *t, uint64_t off, uint64_t len)
+static void storage_entry(struct ck_buf *b, const char *fqn, int nd, const struct chunk *c,
+			  size_t index, const char *file)
 {
-	static const int64_t zeros[CK_MAX_DIMS];
 	obj_begin(b, META, "MetadataIndex");
 	ck_pk_str(b, "fqn");
-	ck_pk_str(b, t->name);
+	ck_pk_str(b, fqn);
 	ck_pk_str(b, "offset");
-	size(b, zeros, t->v.ndim);
+	size(b, c->goff, nd);
 	ck_pk_str(b, "index");
-	ck_pk_int(b, 0);
+	ck_pk_int(b, index);
 	obj_end(b);
 	obj_begin(b, "torch.distributed.checkpoint.filesystem", "_StorageInfo");
 	ck_pk_str(b, "relative_path");
-	ck_pk_str(b, CK_DCP_DATA_FILE);
+	ck_pk_str(b, file);
 	ck_pk_str(b, "offset");
-	ck_pk_int(b, off);
+	ck_pk_int(b, c->at);
 	ck_pk_str(b, "length");
-	ck_pk_int(b, len);
+	ck_pk_int(b, c->len);
 	ck_pk_str(b, "transform_descriptors"); /* PyTorch 2.6 and later read it */
 	op(b, 'N');
 	obj_end(b);
+}
+
+/* The chunks of target t (appended to *c): the whole target, or each
+ * fragment of a per-rank one, which must be contiguous in the local tensor
+ * (leading dims of size 1, then one partial dim, then whole dims). */
+static int chunks_of(const struct ck_plan *p, uint32_t i, struct chunk **c, size_t *n,
+		     size_t *cap, struct ck_err *err)
+{
+	const struct ck_target *t = &p->t[i];
+	int nd = t->v.ndim, nf = t->shard ? t->shard->n_frag : 1;
+	size_t es = ck_dtype_size(t->v.dtype);
+	for (int f = 0; f < nf; f++) {
+		if (*n == *cap) {
+			size_t nc = *cap ? *cap * 2 : 64;
+			struct chunk *x = realloc(*c, nc * sizeof *x);
+			if (!x)
+				return ck_fail_sys(err, ENOMEM, "DCP view");
+			*c = x;
+			*cap = nc;
+		}
+		struct chunk *ch = &(*c)[(*n)++];
+		memset(ch, 0, sizeof *ch);
+		ch->t = i;
+		const struct ck_fragment *fr = t->shard ? &t->shard->frag[f] : NULL;
+		uint64_t numel = 1, lin = 0, stride = 1;
+		int k = 0;
+		while (fr && k < nd && fr->shape[k] == 1)
+			k++;
+		for (int d = nd - 1; d >= 0; d--) {
+			ch->goff[d] = fr ? fr->global_off[d] : 0;
+			ch->shape[d] = fr ? fr->shape[d] : t->v.shape[d];
+			if (fr && d > k && (fr->shape[d] != t->v.shape[d] || fr->local_off[d]))
+				return ck_fail(err, CK_E_MAPPING, "\"%s\": a fragment of this rank is not "
+								  "contiguous: no DCP chunk for it",
+					       t->name);
+			lin += (uint64_t)(fr ? fr->local_off[d] : 0) * stride;
+			stride *= (uint64_t)t->v.shape[d];
+			numel *= (uint64_t)ch->shape[d];
+		}
+		ch->off = lin * es;
+		ch->bytes = numel * es;
+	}
+	return 0;
 }
 
 /* Append src's parts to dst (an archive inside the .distcp file). */
@@ -139,26 +196,34 @@ static int torch_dist_files(struct ck_dcp_out *o, struct ck_err *err)
 	return 0;
 }
 
-int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, struct ck_dcp_out *o,
+int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, int64_t rank, struct ck_dcp_out *o,
 		     struct ck_err *err)
 {
 	memset(o, 0, sizeof *o);
-	uint64_t *at = calloc(p->n ? p->n : 1, sizeof *at), *len = calloc(p->n ? p->n : 1, sizeof *len);
+	snprintf(o->data_name, sizeof o->data_name, "__%lld_0.distcp", (long long)(rank < 0 ? 0 : rank));
 	o->omitted = calloc(p->n ? p->n : 1, sizeof *o->omitted);
+	size_t *first = calloc(p->n + 1, sizeof *first); /* target i's chunks: [first[i], first[i+1]) */
+	struct chunk *c = NULL;
+	size_t n = 0, cap = 0;
 	struct ck_buf b = {0};
-	if (!at || !len || !o->omitted)
+	if (!o->omitted || !first)
 		goto oom;
 	for (size_t i = 0; i < p->n; i++) {
-		if (!ck_torch_storage(p->t[i].v.dtype) || !ck_dtype_torch_name(p->t[i].v.dtype)) {
+		first[i] = n;
+		if (!ck_torch_storage(p->t[i].v.dtype) || !ck_dtype_torch_name(p->t[i].v.dtype))
 			o->omitted[o->n_omitted++] = (uint32_t)i;
-			continue;
-		}
-		struct ck_torchzip z;
-		if (ck_torchzip_build_one(p, (uint32_t)i, "archive", &z, err) < 0)
+		else if (chunks_of(p, (uint32_t)i, &c, &n, &cap, err) < 0)
 			goto fail;
-		at[i] = o->data.size;
+	}
+	first[p->n] = n;
+	for (size_t k = 0; k < n; k++) {
+		struct ck_zchunk zc = {p->t[c[k].t].v.ndim, c[k].shape, c[k].off, c[k].bytes};
+		struct ck_torchzip z;
+		if (ck_torchzip_build_one(p, c[k].t, "archive", &zc, &z, err) < 0)
+			goto fail;
+		c[k].at = o->data.size;
 		int r = append(&o->data, &z.v);
-		len[i] = z.v.size;
+		c[k].len = z.v.size;
 		ck_torchzip_free(&z);
 		if (r < 0)
 			goto oom;
@@ -169,14 +234,12 @@ int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, struct ck_dcp_out 
 	ck_pk_str(&b, "state_dict_metadata");
 	op(&b, '}');
 	op(&b, '(');
-	size_t k = 0;
 	for (size_t i = 0; i < p->n; i++) {
-		if (k < o->n_omitted && o->omitted[k] == i) {
-			k++;
+		if (first[i + 1] == first[i])
 			continue;
-		}
-		ck_pk_str(&b, p->t[i].name);
-		tensor_meta(&b, &p->t[i]);
+		const struct ck_target *t = &p->t[i];
+		ck_pk_str(&b, t->shard && t->shard->global_name ? t->shard->global_name : t->name);
+		tensor_meta(&b, t, c + first[i], first[i + 1] - first[i]);
 	}
 	op(&b, 'u');
 	ck_pk_str(&b, "planner_data");
@@ -184,13 +247,11 @@ int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, struct ck_dcp_out 
 	ck_pk_str(&b, "storage_data");
 	op(&b, '}');
 	op(&b, '(');
-	k = 0;
 	for (size_t i = 0; i < p->n; i++) {
-		if (k < o->n_omitted && o->omitted[k] == i) {
-			k++;
-			continue;
-		}
-		storage_entry(&b, &p->t[i], at[i], len[i]);
+		const struct ck_target *t = &p->t[i];
+		const char *fqn = t->shard && t->shard->global_name ? t->shard->global_name : t->name;
+		for (size_t k = first[i]; k < first[i + 1]; k++)
+			storage_entry(&b, fqn, t->v.ndim, &c[k], k - first[i], o->data_name);
 	}
 	op(&b, 'u');
 	obj_end(&b);
@@ -200,15 +261,15 @@ int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, struct ck_dcp_out 
 	if (torch_dist && torch_dist_files(o, err) < 0)
 		goto fail;
 	ck_buf_free(&b);
-	free(at);
-	free(len);
+	free(first);
+	free(c);
 	return 0;
 oom:
 	ck_fail_sys(err, ENOMEM, "DCP view");
 fail:
 	ck_buf_free(&b);
-	free(at);
-	free(len);
+	free(first);
+	free(c);
 	ck_dcp_out_free(o);
 	return -1;
 }

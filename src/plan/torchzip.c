@@ -28,7 +28,7 @@ static void pk_tuple(struct ck_buf *b, const uint64_t *v, int n)
 /* single: the archive holds one tensor as its top-level object (what
  * torch.save(tensor) writes: a DCP chunk), not a dict of them. */
 static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, int single,
-			 struct ck_buf *b)
+			 const struct ck_zchunk *c, struct ck_buf *b)
 {
 	ck_buf_byte(b, 0x80);
 	ck_buf_byte(b, 2);
@@ -41,8 +41,10 @@ static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, i
 	for (size_t k = 0; k < z->n_included; k++) {
 		const struct ck_target *t = &p->t[z->included[k]];
 		uint64_t size[CK_MAX_DIMS], stride[CK_MAX_DIMS], numel = 1, step = 1;
-		for (int d = t->v.ndim - 1; d >= 0; d--) { /* torch's contiguous strides */
-			size[d] = (uint64_t)t->v.shape[d];
+		int ndim = c ? c->ndim : t->v.ndim;
+		const int64_t *shape = c ? c->shape : t->v.shape;
+		for (int d = ndim - 1; d >= 0; d--) { /* torch's contiguous strides */
+			size[d] = (uint64_t)shape[d];
 			stride[d] = step;
 			step *= size[d] ? size[d] : 1;
 			numel *= size[d];
@@ -62,8 +64,8 @@ static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, i
 		ck_buf_byte(b, 't');
 		ck_buf_byte(b, 'Q'); /* BINPERSID */
 		ck_pk_int(b, 0);  /* storage offset */
-		pk_tuple(b, size, t->v.ndim);
-		pk_tuple(b, stride, t->v.ndim);
+		pk_tuple(b, size, ndim);
+		pk_tuple(b, stride, ndim);
 		ck_buf_byte(b, 0x89); /* requires_grad=False */
 		ck_pk_global(b, "collections", "OrderedDict");
 		ck_buf_byte(b, ')');
@@ -192,8 +194,8 @@ static char *entry_name(const char *dir, const char *rest)
 	return s;
 }
 
-static int build(const struct ck_plan *p, const char *dir, int64_t one, struct ck_torchzip *z,
-		 struct ck_err *err)
+static int build(const struct ck_plan *p, const char *dir, int64_t one, const struct ck_zchunk *c,
+		 struct ck_torchzip *z, struct ck_err *err)
 {
 	memset(z, 0, sizeof *z);
 	size_t n = p->n ? p->n : 1;
@@ -211,7 +213,7 @@ static int build(const struct ck_plan *p, const char *dir, int64_t one, struct c
 		else
 			z->omitted[z->n_omitted++] = (uint32_t)i;
 	}
-	build_pickle(p, z, one >= 0, &pk);
+	build_pickle(p, z, one >= 0, c, &pk);
 	if (pk.oom)
 		goto oom;
 	/* data.pkl */
@@ -225,14 +227,15 @@ static int build(const struct ck_plan *p, const char *dir, int64_t one, struct c
 		char rest[32];
 		snprintf(rest, sizeof rest, "data/%zu", k);
 		struct entry *te = &e[n_entries++];
-		*te = (struct entry){0, p->t[ti].nbytes, 0, entry_name(dir, rest)};
+		uint64_t off = c ? c->off : 0, len = c ? c->bytes : p->t[ti].nbytes;
+		*te = (struct entry){0, len, 0, entry_name(dir, rest)};
 		/* a whole file keeps tensor pages apart from metadata; a DCP chunk
 		 * (one tensor) aligns as torch.save does */
 		int64_t at = te->name ? local_header(&z->v, te, k || one >= 0 ? ALIGN : PAGE_ALIGN) : -1;
 		if (at < 0)
 			goto oom;
 		z->crc_at[2 * k] = (uint64_t)at;
-		if (ck_vfile_target(&z->v, ti, 0, p->t[ti].nbytes) < 0)
+		if (ck_vfile_target(&z->v, ti, off, len) < 0)
 			goto oom;
 	}
 	/* version, then the directory: no tensor byte in their pages */
@@ -270,13 +273,13 @@ oom:
 int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
 		      struct ck_err *err)
 {
-	return build(p, dir, -1, z, err);
+	return build(p, dir, -1, NULL, z, err);
 }
 
 int ck_torchzip_build_one(const struct ck_plan *p, uint32_t t, const char *dir,
-			  struct ck_torchzip *z, struct ck_err *err)
+			  const struct ck_zchunk *c, struct ck_torchzip *z, struct ck_err *err)
 {
-	return build(p, dir, t, z, err);
+	return build(p, dir, t, c, z, err);
 }
 
 void ck_torchzip_set_crc(struct ck_torchzip *z, size_t k, uint32_t crc)

@@ -31,11 +31,20 @@ struct ck_torchzip {
  * name: "pytorch_model"). */
 int ck_torchzip_build(const struct ck_plan *p, const char *dir, struct ck_torchzip *z,
 		      struct ck_err *err);
-/* torch.save(tensor) of target t alone (its top-level object is the
- * tensor): a DCP chunk. A dtype without a torch 1.13 storage gives an
- * archive with t in omitted and no data. */
+/* A contiguous part of a target: bytes [off, off+bytes) holding a tensor
+ * of this shape (a DCP chunk of a per-rank view's fragment). */
+struct ck_zchunk {
+	int ndim;
+	const int64_t *shape;
+	uint64_t off, bytes;
+};
+
+/* torch.save(tensor) of target t alone, or of the part c of it (NULL: the
+ * whole target); the top-level object is the tensor: a DCP chunk. A dtype
+ * without a torch 1.13 storage gives an archive with t in omitted and no
+ * data. */
 int ck_torchzip_build_one(const struct ck_plan *p, uint32_t t, const char *dir,
-			  struct ck_torchzip *z, struct ck_err *err);
+			  const struct ck_zchunk *c, struct ck_torchzip *z, struct ck_err *err);
 void ck_torchzip_set_crc(struct ck_torchzip *z, size_t k, uint32_t crc);
 void ck_torchzip_free(struct ck_torchzip *z);
 

@@ -314,7 +314,8 @@ static void note_omitted(const struct ck_tree *v, void (*log)(void *, const char
 	}
 }
 
-/* model.gguf and dcp/ hold whole tensors: not on a per-rank view. */
+/* model.gguf holds whole tensors: not on a per-rank view; dcp/ holds a
+ * --mesh rank's chunks, not --ranks' or --shard-groups'. */
 static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
 			    struct ck_err *err)
 {
@@ -324,10 +325,9 @@ static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view 
 		return ck_fail(err, CK_E_USAGE, "-o gguf: the GGUF view is not per rank (llama.cpp has "
 						"no tensor-parallel files); mount it without --mesh, "
 						"--ranks or --shard-groups");
-	if (o->dcp)
-		return ck_fail(err, CK_E_USAGE, "-o %s: a DCP directory of whole tensors; per-rank "
-						"chunks (global offsets) are not made yet: mount it "
-						"without --mesh, --ranks or --shard-groups",
+	if (o->dcp && (v->n_ranks || v->world))
+		return ck_fail(err, CK_E_USAGE, "-o %s: one rank's chunks per mount (--mesh with "
+						"--rank); --ranks and --shard-groups are not supported",
 			       o->dcp == 2 ? "torch_dist" : "dcp");
 	return 0;
 }

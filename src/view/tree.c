@@ -235,13 +235,13 @@ static int build_names(struct ck_tree *v, struct ck_err *err)
 
 static int build_dcp(struct ck_tree *v, int torch_dist, struct ck_err *err)
 {
-	if (ck_dcp_out_build(v->plan, torch_dist, &v->dcp, err) < 0)
+	if (ck_dcp_out_build(v->plan, torch_dist, v->rank, &v->dcp, err) < 0)
 		return -1;
 	v->sub_dir = torch_dist ? "torch_dist" : "dcp";
 	const struct {
 		const char *name;
 		const struct ck_vfile *f;
-	} files[] = {{".metadata", &v->dcp.metadata}, {CK_DCP_DATA_FILE, &v->dcp.data},
+	} files[] = {{".metadata", &v->dcp.metadata}, {v->dcp.data_name, &v->dcp.data},
 		     {"metadata.json", &v->dcp.megatron_json}, {"common.pt", &v->dcp.common}};
 	for (size_t k = 0; k < (torch_dist ? 4u : 2u); k++, v->n_sub++)
 		if (!(v->sub[k] = (struct ck_tree_file){strdup(files[k].name), files[k].f}).name)

@@ -15,7 +15,10 @@ the same bytes. Checked without ckptfs's own DCP reader first:
   metadata.json naming the torch_dist backend, a common.pt torch.load reads;
   ckptfs's torch_dist source and megatron-torch-dist-to-llama-hf.json give the
   HF source back byte for byte; convert --format torch_dist = the mount;
-- per-rank views are refused with one line (per-rank chunks are not made yet)."""
+- a tp=2 per-rank view: each rank's dcp/ holds its fragments as chunks at
+  their global offsets in __<rank>_0.distcp; both ranks' chunks, placed by
+  those offsets, rebuild every global tensor of the reference exactly once
+  (replicated ones twice, equal); --ranks and --shard-groups are refused."""
 import json
 import os
 import pickle
@@ -110,6 +113,44 @@ def torch_dist(d, src, source, ref):
           "give the HF source back byte for byte; convert --format torch_dist = the mount")
 
 
+def per_rank(d, src, ref):
+    """tp=2: each rank's chunks at their global offsets rebuild the reference."""
+    import io
+    import torch
+    glob = {k: np.zeros(a.shape, a.dtype) for k, (dt, a) in ref.items()}
+    hits = {k: np.zeros(a.shape, np.int32) for k, (dt, a) in ref.items()}
+    for r in range(2):
+        with Mount(src, [MEG], opts="dcp", extra=["--mesh", "tp=2", "--rank", str(r)]) as m:
+            dcp = m.path("dcp")
+            assert sorted(os.listdir(dcp)) == [".metadata", f"__{r}_0.distcp"]
+            meta = pickle.load(open(os.path.join(dcp, ".metadata"), "rb"))
+            blob = open(os.path.join(dcp, f"__{r}_0.distcp"), "rb").read()
+            for key, tm in meta.state_dict_metadata.items():
+                assert tuple(tm.size) == ref[key][1].shape, (key, tm.size)
+                for i, c in enumerate(tm.chunks):
+                    info = meta.storage_data[dcpgen.MetadataIndex(key, c.offsets, i)]
+                    t = torch.load(io.BytesIO(blob[info.offset:info.offset + info.length]))
+                    assert tuple(t.shape) == tuple(c.sizes), key
+                    sl = tuple(slice(o, o + n) for o, n in zip(c.offsets, c.sizes))
+                    glob[key][sl] = t.view(torch.int16).numpy().view(np.uint16)
+                    hits[key][sl] += 1
+    for k, (dt, a) in ref.items():
+        assert np.array_equal(glob[k], a), f"{k}: the ranks' chunks do not rebuild it"
+        assert hits[k].min() >= 1 and hits[k].max() <= 2, k
+    split = sum(1 for h in hits.values() if h.max() == 1)
+    mnt = os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    for args in (["mount", src, mnt, "-o", "dcp", "--mapping", MEG, "--mesh", "tp=2", "--ranks", "all"],
+                 ["convert", src, os.path.join(d, "x"), "--format", "dcp", "--mapping", MEG,
+                  "--shard-groups", "--world-size", "2", "--rank", "0"]):
+        p = subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=60)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and "dcp" in lines[0], (args, p.stderr)
+    assert not os.listdir(mnt) and not os.path.exists(os.path.join(d, "x"))
+    print(f"tp=2 dcp/: both ranks' chunks at their global offsets rebuild all {len(ref)} tensors "
+          f"({split} split, the rest replicated); --ranks and --shard-groups refused with one line")
+
+
 def main():
     skip_unless_fuse()
     import torch
@@ -160,16 +201,7 @@ def main():
                 assert got[k].dtype == torch.float32 and np.array_equal(got[k].numpy(), arr), k
         print(f"identity F32 Mixtral: {len(want)} tensors through dcp/ equal the source")
         torch_dist(d, src, source, ref)
-        mnt = os.path.join(d, "mnt")
-        os.mkdir(mnt)
-        for args in (["mount", src, mnt, "-o", "dcp", "--mapping", MEG, "--mesh", "tp=2", "--rank", "0"],
-                     ["convert", src, os.path.join(d, "x"), "--format", "dcp", "--mapping", MEG,
-                      "--mesh", "tp=2", "--rank", "0"]):
-            p = subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=60)
-            lines = p.stderr.strip().splitlines()
-            assert p.returncode == 2 and len(lines) == 1 and "dcp" in lines[0], (args, p.stderr)
-        assert not os.listdir(mnt) and not os.path.exists(os.path.join(d, "x"))
-        print("per-rank dcp/ refused with one line (per-rank chunks are not made yet)")
+        per_rank(d, src, ref)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
