@@ -152,6 +152,8 @@ static int spm_piece(struct pb sub, struct ck_vocab *v, size_t id, const char *p
 		if (pb_field(&sub, &f, &w, &s, &val) < 0)
 			return ck_fail(err, CK_E_SOURCE, "%s: piece %zu: malformed", path, id);
 		if (f == 1 && w == PB_LEN) {
+			if (memchr(s.p, 0, (size_t)(s.end - s.p))) /* GGUF strings would lose the rest */
+				return ck_fail(err, CK_E_SOURCE, "%s: piece %zu holds a NUL byte", path, id);
 			free(v->tokens[id]);
 			if (!(v->tokens[id] = strndup((const char *)s.p, (size_t)(s.end - s.p))))
 				return ck_fail_sys(err, ENOMEM, "%s", path);

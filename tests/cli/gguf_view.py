@@ -532,13 +532,18 @@ def hostile(d, src):
         os.unlink(os.path.join(v, "tokenizer.json"))
         open(os.path.join(v, "tokenizer.model"), "wb").write(b"\x0a\xff\xff\xff\xff\x0f" + b"x" * 10)
     mount_refused(variant("badspm", bad_spm), "gguf", "tokenizer.model: not a SentencePiece model", 3)
+
+    def nul_spm(v):
+        os.unlink(os.path.join(v, "tokenizer.json"))
+        open(os.path.join(v, "tokenizer.model"), "wb").write(spm_model([("<unk>", 0.0, 2), ("a\0b", 0.0, 1)]))
+    mount_refused(variant("nulspm", nul_spm), "gguf", "piece 1 holds a NUL byte", 3)
     refused(["convert", src, os.path.join(d, "x"), "--format", "gguf:Q3"], "gguf", 2)
     refused(["convert", src, os.path.join(d, "x"), "--format", "gguf", "--dtype", "F16"], "--format gguf", 2)
     assert not os.path.exists(os.path.join(d, "x"))
     print("refused with one line, nothing mounted or written: an unsupported architecture, a bad type, a "
           "per-rank mount, no tokenizer (placeholder with gguf_vocab=none), missing max_position_embeddings, "
           "llama3 rope scaling, tokenizer ids outside or shared, bad merges, WordPiece, truncated JSON, a FIFO, "
-          "a malformed tokenizer.model")
+          "a malformed tokenizer.model, a piece with a NUL byte")
 
 
 if __name__ == "__main__":
