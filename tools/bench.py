@@ -154,10 +154,8 @@ def drop_caches():
         return False
 
 
-def peer_convert(src, out, cfg):
-    """Today's workflow, as a competent numpy user writes it: memory-map the
-    shards, build the Megatron tensors with numpy, write one converted file,
-    read it back."""
+def memmap_bf16(src):
+    """The peers' first step: memory-map every shard, BF16 tensors as uint16."""
     t = {}
     for f in sorted(os.listdir(src)):
         if not f.endswith(".safetensors"):
@@ -169,6 +167,14 @@ def peer_convert(src, out, cfg):
         for k, e in hdr.items():
             b, en = e["data_offsets"]
             t[k] = mm[8 + n + b:8 + n + en].view(np.uint16).reshape(e["shape"])
+    return t
+
+
+def peer_convert(src, out, cfg):
+    """Today's workflow, as a competent numpy user writes it: memory-map the
+    shards, build the Megatron tensors with numpy, write one converted file,
+    read it back."""
+    t = memmap_bf16(src)
     H, nh, ng = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     o = {"embedding.word_embeddings.weight": t["model.embed_tokens.weight"],
          "decoder.final_layernorm.weight": t["model.norm.weight"],
@@ -202,17 +208,7 @@ def peer_gguf(src, out, cfg, qtype):
     memory-map the shards, permute Q/K, cast (F16) or quantize (Q8_0, blocks
     of 32: d = amax/127, q = round(x/d)) the matrices, keep 1-D tensors F32,
     write one GGUF (header, infos, aligned data), read it back."""
-    t = {}
-    for f in sorted(os.listdir(src)):
-        if not f.endswith(".safetensors"):
-            continue
-        mm = np.memmap(os.path.join(src, f), dtype=np.uint8, mode="r")
-        n = int(np.frombuffer(mm[:8], np.uint64)[0])
-        hdr = json.loads(bytes(mm[8:8 + n]))
-        hdr.pop("__metadata__", None)
-        for k, e in hdr.items():
-            b, en = e["data_offsets"]
-            t[k] = mm[8 + n + b:8 + n + en].view(np.uint16).reshape(e["shape"])
+    t = memmap_bf16(src)
     nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
 
     def f32(a):
