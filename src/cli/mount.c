@@ -217,6 +217,13 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 	return 0;
 }
 
+/* The served files first (they point into the view), then the view. */
+static void close_view(struct ck_served *srv, struct ck_view *v)
+{
+	ck_served_close(srv);
+	ck_view_close(v);
+}
+
 /* *synced: whether the MPI agreement has been made (or must not be: -f) */
 static int mount_main(int argc, char **argv, int *synced)
 {
@@ -275,9 +282,10 @@ static int mount_main(int argc, char **argv, int *synced)
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
+	struct ck_served srv = {0};
 	if (ck_serve_cast_view(&o.serve, &v, &err) < 0 ||
-	    ck_serve_check_gguf(&o.serve, &v, va.mesh != NULL, &err) < 0) {
-		ck_view_close(&v);
+	    ck_served_prepare(&srv, &v, va.mesh != NULL, source, &o.serve, &err) < 0) {
+		close_view(&srv, &v);
 		return ck_cli_report(&err);
 	}
 	char mountpoint[PATH_MAX], mnt_sub[PATH_MAX];
@@ -285,18 +293,18 @@ static int mount_main(int argc, char **argv, int *synced)
 	    (!realpath(mnt_sub, mountpoint) &&
 	     ck_fail(&err, CK_E_USAGE, "%s: mount point: %s", mnt_sub, strerror(errno)) < 0) ||
 	    check_mountpoint(mountpoint, o.nonempty, &err) < 0) {
-		ck_view_close(&v);
+		close_view(&srv, &v);
 		return ck_cli_report(&err);
 	}
 	int pipefd[2] = {-1, -1};
 	if (!o.foreground) {
 		if (pipe(pipefd) < 0) {
-			ck_view_close(&v);
+			close_view(&srv, &v);
 			return ck_cli_report((ck_fail_sys(&err, errno, "pipe"), &err));
 		}
 		pid_t pid = fork();
 		if (pid < 0) {
-			ck_view_close(&v);
+			close_view(&srv, &v);
 			return ck_cli_report((ck_fail_sys(&err, errno, "fork"), &err));
 		}
 		if (pid > 0) { /* parent: wait for the child's word */
@@ -314,7 +322,7 @@ static int mount_main(int argc, char **argv, int *synced)
 			}
 			msg[got] = '\0';
 			close(pipefd[0]);
-			ck_view_close(&v);
+			close_view(&srv, &v);
 			int ok = !strncmp(msg, "OK\n", 3);
 			/* under mpirun: return once every rank's mount is live; if one
 			 * failed, the others unmount, so nothing half-mounted remains */
@@ -356,11 +364,10 @@ static int mount_main(int argc, char **argv, int *synced)
 		setsid();
 	}
 	*synced = 1; /* the daemon (or -f) never takes part in MPI */
-	int rc = ck_fs_run(&v, va.mesh != NULL, source, mountpoint, &o, fuse_argc, fuse_argv,
-			   pipefd[1], &err);
+	int rc = ck_fs_run(&srv, source, mountpoint, &o, fuse_argc, fuse_argv, pipefd[1], &err);
 	if (rc < 0 && o.foreground)
 		fprintf(stderr, "ckptfs: %s\n", err.msg);
-	ck_view_close(&v);
+	close_view(&srv, &v);
 	return rc < 0 ? 1 : 0;
 }
 

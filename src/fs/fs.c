@@ -360,7 +360,7 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.serve.cache.cache_size,
 		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
 		fs->o.serve.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
-		fs->srv.gpu ? ck_gpu_name(fs->srv.gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
+		fs->srv->gpu ? ck_gpu_name(fs->srv->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }
 
@@ -669,7 +669,7 @@ static int report(int *ready_fd, struct ck_err *err)
 
 static void free_fs(struct ckfs *fs)
 {
-	ck_served_close(&fs->srv);
+	ck_served_stop(fs->srv); /* the caller closes it */
 	ck_bufpool_destroy(&fs->pool);
 	if (fs->log && fs->log != stderr)
 		fclose(fs->log);
@@ -683,7 +683,7 @@ static void free_fs(struct ckfs *fs)
 	pthread_mutex_destroy(&fs->snap_mu);
 }
 
-int ck_fs_run(const struct ck_view *v, int per_rank, const char *source, const char *mountpoint,
+int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
 	      struct ck_err *err)
 {
@@ -708,12 +708,13 @@ int ck_fs_run(const struct ck_view *v, int per_rank, const char *source, const c
 		ck_fail_sys(err, errno, "%s: cannot open the log", o->log_path);
 		goto out;
 	}
-	if (ck_served_open(&fs.srv, v, per_rank, source, &o->serve, fs_log, &fs, err) < 0)
+	fs.srv = srv;
+	if (ck_served_start(srv, &o->serve, fs_log, &fs, err) < 0)
 		goto out;
-	fs.cache_plan = fs.srv.plan;
-	fs.views = fs.srv.trees;
-	fs.n_views = fs.srv.n_trees;
-	fs.cache = fs.srv.cache;
+	fs.cache_plan = srv->plan;
+	fs.views = srv->trees;
+	fs.n_views = srv->n_trees;
+	fs.cache = srv->cache;
 	fs.multi = fs.n_views != 1 || fs.views[0].dir[0];
 	uint64_t base = fs.multi ? INO_TOP + 1 : INO_TOP;
 	for (size_t k = 0; k < fs.n_views; k++) {
@@ -764,7 +765,7 @@ int ck_fs_run(const struct ck_view *v, int per_rank, const char *source, const c
 out_unmount:
 	/* evaluators may still be answering requests (kernel readahead): let
 	 * them finish and join them before the session goes away */
-	ck_served_stop(&fs.srv);
+	ck_served_stop(srv);
 	fs.cache = NULL;
 	fuse_session_unmount(se);
 out_signals:

@@ -25,12 +25,12 @@ struct ck_fs_opts {
 	int nonempty; /* the mount point may hold files */
 };
 
-/* Mount v and serve until unmounted or signalled (per_rank: a --mesh view,
- * with vLLM's per-rank part files). ready_fd (or -1) gets "OK\n"
+/* Mount the prepared view s (ck_served_prepare; started here, after the
+ * fork) and serve until unmounted or signalled. ready_fd (or -1) gets "OK\n"
  * once FUSE_INIT has arrived and every start-up step succeeded, or an error
  * line. fuse_argv are options for libfuse ("-o", "allow_other", ...).
  * Returns 0 after a clean unmount. */
-int ck_fs_run(const struct ck_view *v, int per_rank, const char *source, const char *mountpoint,
+int ck_fs_run(struct ck_served *s, const char *source, const char *mountpoint,
 	      const struct ck_fs_opts *o, int fuse_argc, char **fuse_argv, int ready_fd,
 	      struct ck_err *err);
 

@@ -32,7 +32,7 @@ struct ckfs {
 	int multi; /* rank directories at the top */
 	const char *source, *mountpoint;
 	struct ck_fs_opts o;
-	struct ck_served srv;	/* trees, cache and device: opened in the daemon, after the fork */
+	struct ck_served *srv;	/* trees, cache and device: started in the daemon, after the fork */
 	struct ck_cache *cache; /* srv's */
 	struct ck_bufpool pool; /* reply buffers of direct reads */
 	int ready_fd;

@@ -154,7 +154,8 @@ int ckptfs_open(ckptfs **out, const char *source, const char *const *options,
 		return -1;
 	}
 	if (ck_serve_cast_view(&so, &h->view, &e) < 0 ||
-	    ck_served_open(&h->srv, &h->view, va.mesh != NULL, h->source, &so, NULL, NULL, &e) < 0) {
+	    ck_served_prepare(&h->srv, &h->view, va.mesh != NULL, h->source, &so, &e) < 0 ||
+	    ck_served_start(&h->srv, &so, NULL, NULL, &e) < 0) {
 		put_err(err, &e);
 		ckptfs_close(h);
 		return -1;

@@ -45,18 +45,24 @@ int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, s
 	const char *val = eq ? eq + 1 : NULL;
 	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
 #define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
-	static const char *const flags[] = {"zip_crc", "npy_f32", "no_direct", "no_prefetch",
-					    "no_uring", "dcp", "torch_dist"};
+	const struct {
+		const char *name;
+		int *field, value;
+	} flags[] = {{"zip_crc", &o->zip_crc, 1},
+		     {"npy_f32", &o->npy_f32, 1},
+		     {"no_direct", &o->cache.no_direct, 1},
+		     {"no_prefetch", &o->cache.no_prefetch, 1},
+		     {"no_uring", &o->cache.use_uring, 0},
+		     {"dcp", &o->dcp, 1},
+		     {"torch_dist", &o->dcp, 2}};
 	for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
-		if (!KEY(flags[k]))
+		if (!KEY(flags[k].name))
 			continue;
 		if (val)
 			return bad(err, how, opt, "a flag takes no value");
-		int *f[] = {&o->zip_crc, &o->npy_f32, &o->cache.no_direct, &o->cache.no_prefetch,
-			    &o->cache.use_uring, &o->dcp, &o->dcp};
-		if (k >= 5 && o->dcp && o->dcp != (int)k - 4)
+		if (flags[k].field == &o->dcp && o->dcp && o->dcp != flags[k].value)
 			return bad(err, how, opt, "one of dcp and torch_dist");
-		*f[k] = k == 4 ? 0 : k >= 5 ? (int)k - 4 : 1; /* no_uring clears use_uring; dcp 1, torch_dist 2 */
+		*flags[k].field = flags[k].value;
 		return 1;
 	}
 	if (KEY("cache_size"))
@@ -332,20 +338,6 @@ static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view 
 	return 0;
 }
 
-int ck_serve_check_gguf(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
-			struct ck_err *err)
-{
-	if (whole_views_only(o, v, per_rank, err) < 0)
-		return -1;
-	if (!o->gguf.on)
-		return 0;
-	struct ck_gguf_view g;
-	if (ck_gguf_view_open(v->plan->cat, v->maps, v->n_maps, &o->gguf, &g, err) < 0)
-		return -1;
-	ck_gguf_view_free(&g);
-	return 0;
-}
-
 /* -o gguf: the GGUF view beside v's, both read through one cache whose
  * plan is their union; model.gguf's spans are put in its numbering. */
 static int open_gguf(struct ck_served *s, const struct ck_view *v, const struct ck_serve_opts *o,
@@ -369,9 +361,8 @@ static int open_gguf(struct ck_served *s, const struct ck_view *v, const struct 
 	return 0;
 }
 
-int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, const char *source,
-		   const struct ck_serve_opts *o, void (*log)(void *, const char *), void *log_ctx,
-		   struct ck_err *err)
+int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
+		      const char *source, const struct ck_serve_opts *o, struct ck_err *err)
 {
 	memset(s, 0, sizeof *s);
 	s->plan = v->plan;
@@ -399,8 +390,15 @@ int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, c
 			s->n_trees++;
 			return -1;
 		}
-		note_omitted(t, log, log_ctx);
 	}
+	return 0;
+}
+
+int ck_served_start(struct ck_served *s, const struct ck_serve_opts *o,
+		    void (*log)(void *, const char *), void *log_ctx, struct ck_err *err)
+{
+	for (size_t k = 0; k < s->n_trees; k++)
+		note_omitted(&s->trees[k], log, log_ctx);
 	struct ck_cache_opts co = o->cache;
 	co.log = log;
 	co.log_ctx = log_ctx;

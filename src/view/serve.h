@@ -45,12 +45,6 @@ int ck_serve_opts_finish(struct ck_serve_opts *o, struct ck_err *err);
  * ck_served_open. */
 int ck_serve_cast_view(const struct ck_serve_opts *o, struct ck_view *v, struct ck_err *err);
 
-/* -o gguf / -o dcp: refuse a per-rank view, and build the GGUF view once
- * to refuse bad input (architecture, tokenizer, config) before a daemon
- * forks. */
-int ck_serve_check_gguf(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
-			struct ck_err *err);
-
 struct ck_served {
 	const struct ck_plan *plan; /* the cache's: the view's, the union of its ranks', or
 				     * of the view and its GGUF view */
@@ -64,13 +58,18 @@ struct ck_served {
 	uint32_t **gguf_idx; /* [0]: the view's targets in with_gguf, [1]: the GGUF view's */
 };
 
-/* Lay out the files of every tree of v, open the device and start the
- * cache's evaluators (so call it after any fork), then fill in the zip
- * CRCs if asked. log (may be NULL) gets notes: tensors pytorch_model.bin
- * leaves out, the device chosen by auto. v must outlive s. */
-int ck_served_open(struct ck_served *s, const struct ck_view *v, int per_rank, const char *source,
-		   const struct ck_serve_opts *o, void (*log)(void *, const char *), void *log_ctx,
-		   struct ck_err *err);
+/* Everything that can fail on the input, with no thread started (so a
+ * mount does it before its daemon forks): refuse what a per-rank view cannot
+ * show (model.gguf; dcp/ for --ranks or --shard-groups), build the GGUF view
+ * and the union plan beside v's, and lay out the files of every tree. v must
+ * outlive s. */
+int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
+		      const char *source, const struct ck_serve_opts *o, struct ck_err *err);
+/* Open the device and start the cache's evaluators (after any fork), then
+ * fill in the zip CRCs if asked. log (may be NULL) gets notes: tensors
+ * pytorch_model.bin leaves out, the device chosen by auto. */
+int ck_served_start(struct ck_served *s, const struct ck_serve_opts *o,
+		    void (*log)(void *, const char *), void *log_ctx, struct ck_err *err);
 /* Stop the evaluators (pending reads complete first) and the device; the
  * trees stay readable as metadata. */
 void ck_served_stop(struct ck_served *s);
