@@ -339,6 +339,30 @@ def main():
         shutil.rmtree(d, ignore_errors=True)
 
 
+def lazy(src):
+    """The header and infos are literal bytes: reading them evaluates and reads
+    nothing; a few blocks of one tensor evaluate that tensor's group only
+    (direct_io: every read reaches the daemon, no kernel readahead; no_prefetch:
+    no group evaluated ahead)."""
+    js = json.loads(ckref.run(CKPTFS, "inspect", src, "--format", "gguf:Q8_0", "--json").stdout)
+    first = min(t["offset"] for t in js["tensors"])
+    with Mount(src, opts="gguf=Q8_0,direct_io,no_prefetch") as m:
+        assert os.path.getsize(m.path("model.gguf")) == js["bytes"]  # ls -l: the final size
+        with open(m.path("model.gguf"), "rb", buffering=0) as f:
+            assert len(f.read(first)) == first
+            s0 = m.stats()
+            assert s0["source_bytes_read"] == 0 and s0["groups_evaluated"] == 0, s0
+            t = next(t for t in js["tensors"] if t["name"] == "blk.1.ffn_down.weight")
+            f.seek(t["offset"] + 34 * 5)  # from the middle of the tensor's blocks
+            assert len(f.read(34 * 7)) == 34 * 7
+        s1 = m.stats()
+        src_bytes = sum(v[2].nbytes for k, v in ckref.read_checkpoint_dir(src).items()
+                        if k == "model.layers.1.mlp.down_proj.weight")
+        assert s1["groups_evaluated"] == 1 and s1["source_bytes_read"] == src_bytes, (s1, src_bytes)
+    print(f"lazy: the {first}-byte header read nothing; 7 Q8_0 blocks of one tensor evaluated its group "
+          f"alone ({s1['source_bytes_read']} source bytes: that tensor's)")
+
+
 def run_all(d, rng, lib):
     src, cfg, w = make_model(d, "llama", rng)
     # F32: every tensor and the metadata, both parsers, llama.cpp's tokens and logits
@@ -352,6 +376,7 @@ def run_all(d, rng, lib):
         f32 = open(path, "rb").read()
     print(f"llama F32 view: {len(tensors)} tensors exact, metadata and vocabulary as "
           f"config/tokenizer say (both parsers, llama.cpp's tokens); logits {r:.1e} relative, same greedy")
+    lazy(src)
     # negative control: the user's mapping undoes the permutation first
     undo = os.path.join(d, "undo.json")
     json.dump({"ckptfs_mapping": 1, "unused": "keep", "params": {"H": "hidden_size", "nh": "num_attention_heads",
