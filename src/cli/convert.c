@@ -186,7 +186,8 @@ static int convert_main(int argc, char **argv, int *synced)
 					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
 					      "[--max-shard-size SIZE] [--dtype DTYPE] [--overwrite] [--threads N] "
 					      "[--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | "
-					      "--shard-groups] [--format safetensors|gguf[:TYPE]|dcp|torch_dist]"),
+					      "--shard-groups] [--state params|optimizer|all] "
+					      "[--format safetensors|gguf[:TYPE]|dcp|torch_dist]"),
 				      &err));
 	enum ck_dtype dt = CK_DT_INVALID;
 	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse_user(dtype)))

@@ -23,6 +23,7 @@ struct row {
 	uint64_t bytes;
 	int64_t group; /* -1 for the source view */
 	const struct ck_shard_info *shard;
+	const char *param, *state; /* optimizer state: what it follows */
 };
 
 static void fput_shape(FILE *f, int ndim, const int64_t *shape, const char *sep)
@@ -50,7 +51,7 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 		for (size_t i = 0; i < cat->n_entries; i++) {
 			const struct ck_catalog_entry *e = &cat->entries[i];
 			rows[i] = (struct row){e->t.name, cat->files[e->file].name, e->t.dtype, e->t.ndim,
-					       e->t.shape, e->t.nbytes, -1, NULL};
+					       e->t.shape, e->t.nbytes, -1, NULL, NULL, NULL};
 		}
 		*n = cat->n_entries;
 		return;
@@ -59,8 +60,8 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 		const struct ck_target *t = &v->plan->t[i];
 		/* the file where the target's first source lives */
 		const char *file = t->v.n ? cat->files[cat->entries[t->v.p[0].src].file].name : "";
-		rows[i] = (struct row){t->name,	  file,	     t->v.dtype, t->v.ndim,
-				       t->v.shape, t->nbytes, t->group,	 t->shard};
+		rows[i] = (struct row){t->name,	   file,     t->v.dtype, t->v.ndim, t->v.shape,
+				       t->nbytes, t->group, t->shard,	 t->param,  t->state};
 	}
 	*n = v->plan->n;
 }
@@ -111,6 +112,41 @@ static void print_groups_table(const struct ck_view *v)
 	}
 }
 
+/* Whether state is not among seen[0..*n) (then it is added, up to 64). */
+static int state_new(const char **seen, size_t *n, const char *state)
+{
+	for (size_t k = 0; k < *n; k++)
+		if (!strcmp(seen[k], state))
+			return 0;
+	if (*n < 64)
+		seen[(*n)++] = state;
+	return 1;
+}
+
+/* A line on the optimizer state the view carries. */
+static void print_state_line(const struct ck_view *v, const struct row *rows, size_t n)
+{
+	if (!v->plan || !v->plan->opt_template)
+		return;
+	const char *seen[64];
+	size_t ns = 0, nt = 0;
+	for (size_t i = 0; i < n; i++)
+		if (rows[i].state) {
+			nt++;
+			state_new(seen, &ns, rows[i].state);
+		}
+	if (!nt)
+		return;
+	printf("optimizer state: %zu tensor%s (", nt, nt == 1 ? "" : "s");
+	for (size_t k = 0; k < ns; k++) {
+		printf("%s", k ? ", " : "");
+		ck_fput_safe(stdout, seen[k]);
+	}
+	printf(") following their parameters, named ");
+	ck_fput_safe(stdout, v->plan->opt_template);
+	putchar('\n');
+}
+
 static void print_json(const struct ck_view *v, const struct row *rows, size_t n, int target,
 		       int groups)
 {
@@ -136,6 +172,12 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 			printf(", \"global_name\": ");
 			ck_json_fput_str(stdout, rows[i].shard->global_name);
 		}
+		if (rows[i].param) {
+			printf(", \"param\": ");
+			ck_json_fput_str(stdout, rows[i].param);
+			printf(", \"state\": ");
+			ck_json_fput_str(stdout, rows[i].state);
+		}
 		if (rows[i].group >= 0)
 			printf(", \"group\": %" PRId64, rows[i].group);
 		else
@@ -156,6 +198,21 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 		printf("}");
 	}
 	printf("]");
+	if (v->plan && v->plan->opt_template) {
+		printf(", \"optimizer_state\": {\"naming\": ");
+		ck_json_fput_str(stdout, v->plan->opt_template);
+		printf(", \"states\": [");
+		const char *seen[64];
+		size_t ns = 0, nt = 0;
+		for (size_t i = 0; i < n; i++)
+			if (rows[i].state && state_new(seen, &ns, rows[i].state)) {
+				printf("%s", ns > 1 ? ", " : "");
+				ck_json_fput_str(stdout, rows[i].state);
+			}
+		for (size_t i = 0; i < n; i++)
+			nt += rows[i].state != NULL;
+		printf("], \"n_tensors\": %zu}", nt);
+	}
 	if (v->cat->meta) {
 		char *m = cJSON_PrintUnformatted(v->cat->meta);
 		printf(", \"metadata\": %s", m ? m : "null");
@@ -256,6 +313,7 @@ static void print_table(const struct ck_view *v, const struct row *rows, size_t 
 	printf("%zu tensors, %" PRIu64 " bytes (%.2f GiB) from %zu file%s, format %s\n", n, total,
 	       (double)total / (1 << 30), v->cat->n_files, v->cat->n_files == 1 ? "" : "s",
 	       v->cat->format);
+	print_state_line(v, rows, n);
 	print_left_out(v->cat);
 	print_meta(v->cat);
 	if (groups)
@@ -500,7 +558,7 @@ int ck_cmd_inspect(int argc, char **argv)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs inspect SOURCE [--mapping MAP]... [--json] "
 					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R | "
-					      "--shard-groups] [--format gguf[:TYPE]]"),
+					      "--shard-groups] [--state params|optimizer|all] [--format gguf[:TYPE]]"),
 				      &err));
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),

@@ -37,7 +37,9 @@ static void usage(FILE *f)
 		fputs(verbs[k].text, f);
 	fprintf(f, "  inspect, convert and mount also take --mesh AXIS=N[,...] --rank R (a\n"
 		   "  per-rank view) or --shard-groups [--world-size N --rank R] (whole groups\n"
-		   "  per process); --mapping takes a file or a shipped mapping's name\n"
+		   "  per process); --mapping takes a file or a shipped mapping's name;\n"
+		   "  --state params|optimizer|all keeps the parameters or the optimizer\n"
+		   "  state only (default all)\n"
 		   "  version                   version and optional features built in\n"
 		   "  help                      this text\n"
 		   "exit status: 0 ok, 1 system error, 2 usage, 3 invalid source,\n"

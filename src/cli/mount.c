@@ -24,7 +24,7 @@ static void mount_help(FILE *f)
 	fprintf(f,
 		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]...\n"
 		"                    [--mesh AXES (--rank R | --ranks LIST) | --shard-groups]\n"
-		"                    [--device cpu|cuda|cuda:N|auto]\n"
+		"                    [--device cpu|cuda|cuda:N|auto] [--state params|optimizer|all]\n"
 		"                    [-f] [-o OPT[,OPT...]]\n"
 		"  --ranks 0-7        with --mesh: one daemon serving rank0/ ... rank7/ (also 0,2,5\n"
 		"                     or all), one cache and one evaluation of every replicated or\n"
@@ -33,6 +33,8 @@ static void mount_help(FILE *f)
 		"  --mesh tp=8 --rank R  serve rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
 		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK;\n"
 		"                     under mpirun, returns once every rank's mount is live)\n"
+		"  --state params     serve the parameters only (optimizer: only the optimizer\n"
+		"                     state that follows them; default all)\n"
 		"  -f                 stay in the foreground (messages on stderr)\n"
 		"  -o cache_size=SIZE evaluated bytes kept (default: 1/4 of the cgroup's\n"
 		"                     memory.max, else of RAM, at least 64MiB; never less than\n"

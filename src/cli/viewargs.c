@@ -1,6 +1,6 @@
 /* The options that select a process's part of the view, as every verb
  * takes them (--mapping, --mesh, --rank, --ranks, --shard-groups,
- * --world-size). */
+ * --world-size, --state). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@ int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck
 		return 1;
 	}
 	static const char *const valued[] = {"--mapping", "--mesh", "--ranks", "--rank",
-					     "--world-size"};
+					     "--world-size", "--state"};
 	if (!has) {
 		for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
 			if (!strcmp(o, valued[k]))
@@ -26,6 +26,12 @@ int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck
 		if (a->n_maps == CK_MAX_MAPPINGS)
 			return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
 		a->maps[a->n_maps++] = argv[++*i];
+		return 1;
+	}
+	if (!strcmp(o, "--state")) {
+		if ((a->state = ck_state_parse(argv[++*i])) < 0)
+			return ck_fail(err, CK_E_USAGE, "--state: params, optimizer or all, not \"%s\"",
+				       argv[*i]);
 		return 1;
 	}
 	if (!strcmp(o, "--mesh")) {

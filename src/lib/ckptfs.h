@@ -75,6 +75,7 @@ const char *ckptfs_version(void);
  *   mesh=AXES rank=R    a per-rank view (mesh=tp=8, or mesh=dp=2,tp=4 passed
  *                       as one string); without rank=, the launcher's RANK
  *   shard_groups world_size=N rank=R   whole dependency groups for process R
+ *   state=params|optimizer|all   the parameters or the optimizer state only
  *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring no_direct
  *   no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
  *   gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto gpu_mem=SIZE gpu_min=SIZE

@@ -87,6 +87,7 @@ void ck_mapping_free(struct ck_mapping *m)
 	free(m->strip_prefixes);
 	free(m->strip_segments);
 	free(m->add_prefix);
+	free(m->opt_template);
 	for (int i = 0; i < m->n_architectures; i++)
 		free(m->architectures[i]);
 	free(m->architectures);
@@ -536,6 +537,36 @@ static int str_list(struct pctx *c, const cJSON *j, const char *field, char ***o
 	return 0;
 }
 
+/* "optimizer_state": "drop", "none", or a template naming each {param}
+ * and {state} once, with nothing else in braces. */
+static int parse_opt_mode(struct pctx *c, const cJSON *e, struct ck_mapping *m)
+{
+	const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
+	if (v && !strcmp(v, "drop")) {
+		m->opt_mode = CK_OPT_DROP;
+		return 0;
+	}
+	if (v && !strcmp(v, "none")) {
+		m->opt_mode = CK_OPT_NONE;
+		return 0;
+	}
+	const char *p = v ? strstr(v, "{param}") : NULL, *s = v ? strstr(v, "{state}") : NULL;
+	int braces = 0;
+	for (const char *q = v; q && *q; q++)
+		braces += *q == '{';
+	if (!p || !s || strstr(p + 1, "{param}") || strstr(s + 1, "{state}") || braces != 2) {
+		fail_at(c, NULL,
+			"\"optimizer_state\" must be \"drop\", \"none\" or a key template with "
+			"{param} and {state} once each (\"optimizer.state.{state}.{param}\")%s%s",
+			NULL, NULL);
+		return -1;
+	}
+	m->opt_mode = CK_OPT_TEMPLATE;
+	if (!(m->opt_template = strdup(v)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	return 0;
+}
+
 int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_mapping **out,
 		     struct ck_err *err)
 {
@@ -638,6 +669,9 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 				fail_at(&c, NULL, "\"add_prefix\" must be a string%s%s", NULL, NULL);
 				goto out;
 			}
+		} else if (!strcmp(k, "optimizer_state")) {
+			if (parse_opt_mode(&c, e, m) < 0)
+				goto out;
 		} else if (!strcmp(k, "rules")) {
 			rules = e;
 		} else if (!strcmp(k, "partition")) {

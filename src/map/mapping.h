@@ -11,6 +11,12 @@
 
 enum ck_unused { CK_UNUSED_DEFAULT = -1, CK_UNUSED_ERROR, CK_UNUSED_DROP, CK_UNUSED_KEEP };
 
+/* "optimizer_state": how per-parameter optimizer state keys are treated
+ * (src/plan/optstate.h recognises them): named on the target side like the
+ * source's (default), by a template with {param} and {state}, dropped, or
+ * not recognised at all (every key is a parameter). */
+enum ck_opt_mode { CK_OPT_DEFAULT, CK_OPT_TEMPLATE, CK_OPT_DROP, CK_OPT_NONE };
+
 struct ck_named_pat {
 	char *name;
 	struct ck_pattern pat;
@@ -90,6 +96,8 @@ struct ck_mapping {
 	char **strip_prefixes, **strip_segments;
 	int n_strip_prefixes, n_strip_segments;
 	char *add_prefix;
+	enum ck_opt_mode opt_mode;
+	char *opt_template; /* CK_OPT_TEMPLATE: "optimizer.state.{state}.{param}", ... */
 	struct ck_rule *rules;
 	int n_rules;
 };

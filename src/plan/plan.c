@@ -1,4 +1,6 @@
 #include "plan.h"
+#include "optstate.h"
+#include "plan_int.h"
 
 #include "../ckpt/ggml_types.h"
 
@@ -9,18 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A key alive during one stage. */
-struct skey {
-	char *name;
-	struct ck_value v;
-	int consumed_by; /* rule index that consumed it, 0 if none */
-	int produced_by; /* rule index, 0 for the stage's inputs */
-	/* source key leaf - 1, its value not built yet (v empty): a source key
-	 * holds no pieces until a rule reads it or it becomes a target, so a
-	 * 100k-key plan does not hold every leaf and its copy at once */
-	uint32_t leaf;
-};
 
 struct stage {
 	const struct ck_mapping *m;
@@ -33,14 +23,10 @@ struct stage {
 	struct ck_strmap out_map;
 	struct ck_xval *params;
 	int n_params;
+	int lenient; /* optimizer state: a rule matching nothing is fine */
 	struct ck_err *err;
 	struct ck_lint lint;	   /* the current rule's first ambiguity */
 	struct ck_warnings *warn; /* where a rule's lint goes */
-};
-
-struct ck_warnings {
-	char **w;
-	size_t n;
 };
 
 /* ---- helpers ---- */
@@ -66,15 +52,17 @@ static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *
 		return nomem(err);
 	if (r == 1)
 		return 1;
-	(*arr)[*n] = (struct skey){name, *v, 0, rule, 0};
+	(*arr)[*n] = (struct skey){.name = name, .v = *v, .produced_by = rule};
 	(*n)++;
 	return 0;
 }
 
-static void keys_free(struct skey *k, size_t n)
+void ck_plan_keys_free(struct skey *k, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(k[i].name);
+		free(k[i].param);
+		free(k[i].state);
 		ck_value_free(&k[i].v);
 	}
 	free(k);
@@ -212,14 +200,12 @@ static int rule_fail(struct stage *st, const struct ck_rule *r, const char *key)
 
 /* ---- consuming inputs ---- */
 
-static int source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
-			struct ck_err *err);
 
 /* The value of a key, as a copy the caller owns. */
 static int key_value(const struct ck_catalog *cat, const struct skey *k, struct ck_value *out,
 		     struct ck_err *err)
 {
-	return k->leaf ? source_value(cat, k->leaf - 1, out, err) : ck_value_copy(out, &k->v, err);
+	return k->leaf ? ck_plan_source_value(cat, k->leaf - 1, out, err) : ck_value_copy(out, &k->v, err);
 }
 
 static int consume(struct stage *st, const struct ck_rule *r, const char *key, int want_share,
@@ -509,7 +495,7 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 		ms[nm++] = m;
 	}
 	if (nm == 0) {
-		if (r->optional)
+		if (r->optional || st->lenient)
 			return 0;
 		ck_fail(st->err, CK_E_MAPPING, "matches no %skey",
 			st->m == NULL ? "" : "unconsumed ");
@@ -684,8 +670,8 @@ static int stage_params(struct stage *st)
 
 static void stage_free(struct stage *st)
 {
-	keys_free(st->in, st->n_in);
-	keys_free(st->out, st->n_out);
+	ck_plan_keys_free(st->in, st->n_in);
+	ck_plan_keys_free(st->out, st->n_out);
 	ck_strmap_free(&st->in_map);
 	ck_strmap_free(&st->out_map);
 	for (int i = 0; i < st->n_params; i++)
@@ -717,10 +703,12 @@ static int note_lint(struct stage *st, const struct ck_rule *r)
 	return rc;
 }
 
-static int run_stage(const struct ck_mapping *m, int first, const struct ck_catalog *cat,
-		     struct skey **keys, size_t *n_keys, struct ck_warnings *warn, struct ck_err *err)
+int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
+		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
+		      struct ck_warnings *warn, struct ck_err *err)
 {
 	struct stage st = {0};
+	st.lenient = lenient;
 	st.m = m;
 	st.cat = cat;
 	st.err = err;
@@ -752,7 +740,7 @@ static int run_stage(const struct ck_mapping *m, int first, const struct ck_cata
 	}
 	rc = 0;
 out:
-	keys_free(*keys, *n_keys);
+	ck_plan_keys_free(*keys, *n_keys);
 	*keys = NULL;
 	*n_keys = 0;
 	if (rc < 0) {
@@ -821,6 +809,8 @@ fail:
 static void target_free(struct ck_target *t)
 {
 	free(t->name);
+	free(t->param);
+	free(t->state);
 	ck_value_free(&t->v);
 	if (t->shard) {
 		free(t->shard->frag);
@@ -854,6 +844,7 @@ void ck_plan_free(struct ck_plan *p)
 	ck_strmap_free(&p->by_name);
 	struct ck_warnings w = {p->warnings, p->n_warnings};
 	free_warnings(&w);
+	free(p->opt_template);
 	free(p);
 }
 
@@ -996,7 +987,7 @@ static int logical_value(const struct ck_catalog *cat, const struct ck_logical *
 }
 
 /* Source key i (a tensor, or a DCP tensor made of chunks) as a value. */
-static int source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
+int ck_plan_source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
 			struct ck_err *err)
 {
 	if (cat->logical)
@@ -1023,19 +1014,37 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		keys[i].leaf = (uint32_t)i + 1;
 		if (!(keys[i].name = strdup(cat->logical ? cat->logical[i].name
 							 : cat->entries[i].t.name))) {
-			keys_free(keys, i);
+			ck_plan_keys_free(keys, i);
 			return nomem(err);
 		}
 	}
 	struct ck_warnings warn = {NULL, 0};
+	struct ck_opt_split *os = NULL;
+	char *opt_template = NULL;
+	if (ck_opt_take(cat, maps, n_maps, &keys, &n, &os, err) < 0) {
+		ck_plan_keys_free(keys, n);
+		return -1;
+	}
 	for (int s = 0; s < n_maps; s++)
-		if (run_stage(maps[s], s == 0, cat, &keys, &n, &warn, err) < 0) {
+		if (ck_plan_run_stage(maps[s], s == 0, 0, cat, &keys, &n, &warn, err) < 0) {
+			free_warnings(&warn);
+			ck_opt_free(os);
+			return -1;
+		}
+	if (os) {
+		int r = ck_opt_plan(os, cat, maps, n_maps, &keys, &n, &opt_template, err);
+		ck_opt_free(os);
+		if (r < 0) {
+			ck_plan_keys_free(keys, n);
 			free_warnings(&warn);
 			return -1;
 		}
+	}
 	for (size_t i = 0; i < n; i++) { /* targets that are source keys as they are */
-		if (keys[i].leaf && source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0) {
-			keys_free(keys, n);
+		if (keys[i].leaf && ck_plan_source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0) {
+			ck_plan_keys_free(keys, n);
+			free_warnings(&warn);
+			free(opt_template);
 			return -1;
 		}
 		keys[i].leaf = 0;
@@ -1045,12 +1054,13 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 	if (!p || !t) {
 		free(p);
 		free(t);
-		keys_free(keys, n);
+		ck_plan_keys_free(keys, n);
 		free_warnings(&warn);
 		return nomem(err);
 	}
 	p->warnings = warn.w;
 	p->n_warnings = warn.n;
+	p->opt_template = opt_template;
 	p->cat = cat;
 	p->t = t;
 	p->n = n;
@@ -1059,6 +1069,9 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		t[i].v = keys[i].v;
 		t[i].rule = keys[i].produced_by;
 		t[i].stage = n_maps;
+		t[i].param = keys[i].param;
+		t[i].state = keys[i].state;
+		t[i].scalar = keys[i].scalar;
 	}
 	free(keys);
 	if (finish(p, err) < 0) {
@@ -1113,6 +1126,8 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 		  ck_strmap_init(&p->by_name, total) < 0;
 	if (!bad)
 		p->cat = n ? plans[0]->cat : NULL;
+	if (!bad && n && plans[0]->opt_template && !(p->opt_template = strdup(plans[0]->opt_template)))
+		bad = 1;
 	for (size_t k = 0; !bad && k < n; k++) {
 		const struct ck_plan *q = plans[k];
 		if (!((*idx)[k] = malloc((q->n ? q->n : 1) * sizeof ***idx))) {
@@ -1146,6 +1161,10 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 				nt->nbytes = t->nbytes;
 				nt->holes = t->holes;
 				nt->qtype = t->qtype;
+				nt->scalar = t->scalar;
+				if ((t->param && !(nt->param = strdup(t->param))) ||
+				    (t->state && !(nt->state = strdup(t->state))))
+					bad = 1;
 				p->total_bytes += t->nbytes;
 				next[u] = UINT32_MAX;
 				if (dup) { /* chain after the head */
@@ -1188,6 +1207,20 @@ int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *
 		if (ck_strmap_put(&p->by_name, p->t[i].name, (uint32_t)i, NULL) < 0)
 			return nomem(err);
 	return ck_plan_refresh(p, err);
+}
+
+int ck_plan_keep_state(struct ck_plan *p, int which, struct ck_err *err)
+{
+	if (!which)
+		return 0;
+	unsigned char *keep = malloc(p->n ? p->n : 1);
+	if (!keep)
+		return nomem(err);
+	for (size_t i = 0; i < p->n; i++)
+		keep[i] = (p->t[i].param != NULL) == (which == 2);
+	int r = ck_plan_retain(p, keep, err);
+	free(keep);
+	return r;
 }
 
 /* Whether every piece of t reads quantized GGUF blocks. */

@@ -25,6 +25,11 @@ struct ck_target {
 	 * the value is F32, quantized on read 32 elements along the last dim at
 	 * a time; nbytes counts the blocks */
 	uint32_t qtype;
+	/* optimizer state (src/plan/optstate.h): the parameter target it
+	 * follows and the state's name ("exp_avg"), NULL for a parameter;
+	 * scalar: a per-parameter scalar ("step"), never split over ranks */
+	char *param, *state;
+	int scalar;
 };
 
 struct ck_group {
@@ -46,6 +51,9 @@ struct ck_plan {
 	 * "checked" */
 	char **warnings;
 	size_t n_warnings;
+	/* how optimizer state targets are named ("state.{param}.{state}"), or
+	 * NULL when the plan has none */
+	char *opt_template;
 };
 
 /* Build the plan for maps applied in order (none: the identity view).
@@ -71,6 +79,8 @@ void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
  * cast-free range of one source file (a rename: reads are answered from the
  * file itself), or -1. */
 int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t);
+/* Keep the parameters (which 1), the optimizer state (2) or both (0). */
+int ck_plan_keep_state(struct ck_plan *p, int which, struct ck_err *err);
 /* Cast every floating-point target to dt (convert --dtype). */
 int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
 /* The same for the targets decoded from quantized GGUF blocks only

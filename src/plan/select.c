@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "optstate.h"
 #include "shard_int.h"
 
 /* The integer value of a capture, or -1 if it is not a decimal integer. */
@@ -122,7 +123,8 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 		struct ck_target *t = &p->t[i];
 		unsigned axes = 0;
 		int keep = 1;
-		char *name = t->name, *orig = NULL;
+		/* optimizer state is placed by its parameter's name */
+		char *base = t->param ? t->param : t->name, *name = base, *orig = NULL;
 		for (int k = 0; k < ns && keep && rc_ == 0; k++) {
 			const struct ck_select *s = &rules->sels[k];
 			struct ck_binding b = {0};
@@ -143,6 +145,7 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 						      path, s->index, s->split, t->name);
 				keep = x >= lo[k] && x < hi[k];
 				if (keep && s->renumber) {
+					/* name: t's own, or one this loop made */
 					char num[24], *nn = NULL;
 					snprintf(num, sizeof num, "%lld", (long long)(x - lo[k]));
 					if (ck_binding_set(&b, s->split, num) < 0 ||
@@ -150,15 +153,19 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 						rc_ = -1;
 					if (!orig)
 						orig = name;
-					else if (name != t->name)
+					else if (name != base)
 						free(name);
 					name = nn;
 				}
 			}
 			ck_binding_clear(&b);
 		}
+		char *full = NULL; /* a renumbered state's name follows its parameter's */
+		if (rc_ == 0 && keep && orig && t->param &&
+		    !(full = ck_opt_name(p->opt_template, name, t->state)))
+			rc_ = ck_fail_sys(err, ENOMEM, "select");
 		if (rc_ < 0) { /* keep every target owned by the plan, then fail */
-			if (name != t->name)
+			if (name != base)
 				free(name);
 			size_t k0 = kept;
 			for (size_t j = i; j < p->n; j++)
@@ -170,13 +177,20 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 			return -1;
 		}
 		if (!keep) { /* not this rank's */
-			if (name != t->name)
+			if (name != base)
 				free(name);
 			free(t->name);
+			free(t->param);
+			free(t->state);
 			ck_value_free(&t->v);
 			continue;
 		}
-		if (orig) {
+		if (full) {
+			global[kept] = t->name;
+			free(t->param);
+			t->param = name;
+			t->name = full;
+		} else if (orig) {
 			global[kept] = orig;
 			t->name = name;
 		}

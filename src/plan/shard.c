@@ -242,9 +242,11 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		info->global_name = global[i];
 		global[i] = NULL;
 		const struct ck_partition *pr = NULL;
-		for (int k = 0; rules && k < rules->n_parts && !pr; k++) {
+		/* optimizer state is split as its parameter; scalars never */
+		for (int k = 0; rules && k < rules->n_parts && !pr && !t->scalar; k++) {
 			struct ck_binding b = {0};
-			int hit = ck_pattern_match(&rules->parts[k].match, t->name, &b);
+			int hit = ck_pattern_match(&rules->parts[k].match, t->param ? t->param : t->name,
+						   &b);
 			ck_binding_clear(&b);
 			if (hit > 0)
 				pr = &rules->parts[k];

@@ -134,6 +134,14 @@ bad:
 		       text);
 }
 
+int ck_state_parse(const char *text)
+{
+	return !strcmp(text, "all")	    ? 0
+	       : !strcmp(text, "params")    ? 1
+	       : !strcmp(text, "optimizer") ? 2
+					    : -1;
+}
+
 /* One plan per rank of --ranks, and their union for the shared cache. */
 static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const struct ck_mesh *m,
 		      const struct ck_mapping *rules, struct ck_err *err)
@@ -144,6 +152,7 @@ static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const str
 		return ck_fail_sys(err, ENOMEM, "--ranks");
 	for (size_t k = 0; k < v->n_ranks; k++)
 		if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->rank_plans[k], err) < 0 ||
+		    ck_plan_keep_state(v->rank_plans[k], a->state, err) < 0 ||
 		    ck_plan_shard(v->rank_plans[k], rules, m, v->ranks[k], err) < 0)
 			return -1;
 	return ck_plan_merge((const struct ck_plan *const *)v->rank_plans, v->n_ranks, &v->plan,
@@ -207,7 +216,8 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 		}
 		return 0;
 	}
-	if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->plan, err) < 0) {
+	if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->plan, err) < 0 ||
+	    ck_plan_keep_state(v->plan, a->state, err) < 0) {
 		ck_view_close(v);
 		return -1;
 	}

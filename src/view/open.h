@@ -39,7 +39,10 @@ struct ck_view_args {
 	int64_t rank, world;
 	int shard_groups;
 	const char *ranks; /* mount --ranks 0-7 | 0,2,5 | all: one daemon, rankR/ each */
+	int state; /* --state: 0 all, 1 parameters only, 2 optimizer state only */
 };
+/* "all", "params" or "optimizer" (--state, state=): 0, 1, 2; -1 if none. */
+int ck_state_parse(const char *text);
 int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_args *a,
 		 struct ck_err *err);
 /* Replace {rank}, {local_rank} and each mesh axis {tp}, {dp}, ... in path. */

@@ -1,0 +1,42 @@
+/* Internals of the planner shared by plan.c (the rule engine) and
+ * optstate.c (optimizer state planned through the same rules). */
+#ifndef CK_PLAN_INT_H
+#define CK_PLAN_INT_H
+
+#include "plan.h"
+
+/* A key alive during one stage. */
+struct skey {
+	char *name;
+	struct ck_value v;
+	int consumed_by; /* rule index that consumed it, 0 if none */
+	int produced_by; /* rule index, 0 for the stage's inputs */
+	/* source key leaf - 1, its value not built yet (v empty): a source key
+	 * holds no pieces until a rule reads it or it becomes a target, so a
+	 * 100k-key plan does not hold every leaf and its copy at once */
+	uint32_t leaf;
+	/* a final target that is optimizer state: the parameter target it
+	 * follows and the state's name ("exp_avg"); scalar: a per-parameter
+	 * scalar ("step"), replicated on per-rank views */
+	char *param, *state;
+	int scalar;
+};
+
+struct ck_warnings {
+	char **w;
+	size_t n;
+};
+
+void ck_plan_keys_free(struct skey *k, size_t n);
+/* Run one mapping over keys (they move into the stage; the stage's outputs
+ * come back in their place). first: the first mapping of the chain (unused
+ * keys are an error by default); lenient: a rule that matches nothing is
+ * not an error (optimizer state exists for some parameters only). */
+int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
+		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
+		      struct ck_warnings *warn, struct ck_err *err);
+/* Source key i (a tensor, or a DCP tensor made of chunks) as a value. */
+int ck_plan_source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
+			 struct ck_err *err);
+
+#endif
