@@ -33,9 +33,9 @@ def raw(t):
     return t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
 
 
-def converted(src, maps=()):
+def converted(src, maps=(), *extra):
     with tempfile.TemporaryDirectory() as out:
-        ckref.convert(CKPTFS, src, os.path.join(out, "c"), maps)
+        ckref.convert(CKPTFS, src, os.path.join(out, "c"), maps, *extra)
         return {k: v[2].tobytes() for k, v in ckref.read_checkpoint_dir(os.path.join(out, "c")).items()}
 
 
@@ -106,9 +106,14 @@ with tempfile.TemporaryDirectory() as d:
     assert "optimizer.state.exp_avg.decoder.layers.mlp.linear_fc2.weight" in names  # visible
     back = converted(td, [os.path.join(MAPS, "megatron-torch-dist-to-llama-hf.json")])
     orig = {k: v[2].tobytes() for k, v in ckref.read_checkpoint_dir(hf).items()}
-    assert back == orig, set(back) ^ set(orig)
+    # the one optimizer tensor follows its parameter (fc2 -> down_proj, per layer)
+    zeros = bytes(len(orig["model.layers.0.mlp.down_proj.weight"]) * 2)  # BF16 -> F32
+    with_state = dict(orig, **{f"state.model.layers.{L}.mlp.down_proj.weight.exp_avg": zeros for L in range(3)})
+    assert back == with_state, set(back) ^ set(with_state)
+    assert converted(td, [os.path.join(MAPS, "megatron-torch-dist-to-llama-hf.json")], "--state",
+                     "params") == orig
     print("torch_dist (layer-stacked, tp-chunked, optimizer entries): megatron-torch-dist-to-llama-hf "
-          "restores the HF checkpoint byte for byte")
+          "restores the HF checkpoint byte for byte, the optimizer tensor beside it")
 
     # per-rank views of a DCP source read only their bytes: an HF Llama stored
     # in two row chunks per tensor, viewed as Megatron tp=2 ranks
@@ -140,7 +145,8 @@ with tempfile.TemporaryDirectory() as d:
         with Mount(src) as m:
             for k, t in want.items():
                 assert open(m.path("tensors", k), "rb").read() == raw(t), k
-        with Mount(td, [os.path.join(MAPS, "megatron-torch-dist-to-llama-hf.json")]) as m:
+        with Mount(td, [os.path.join(MAPS, "megatron-torch-dist-to-llama-hf.json")],
+                   extra=["--state", "params"]) as m:
             assert {k: open(m.path("tensors", k), "rb").read() for k in os.listdir(m.path("tensors"))} == orig
         print("mounts of DCP and torch_dist sources serve the same bytes")
 

@@ -152,6 +152,7 @@ START_TEST(t_open_errors)
 	refused(src, "cache_size=lots", CKPTFS_E_USAGE, "cache_size=lots");
 	refused(src, "ranks=0-1", CKPTFS_E_USAGE, "one per rank");
 	refused(src, "rank=3", CKPTFS_E_USAGE, "--rank needs --mesh");
+	refused(src, "state=weights", CKPTFS_E_USAGE, "state=weights (params, optimizer or all)");
 	refused(src, "mapping=no-such-mapping", CKPTFS_E_MAPPING, "no-such-mapping");
 	snprintf(broken, sizeof broken, "%s/broken.json", dir);
 	tu_write_str(broken, "{\"rules\": [{\"from\": \"a\", \"to\": \"z\", \"expr\": \"x.t(\"}]}");
@@ -166,7 +167,14 @@ END_TEST
 
 START_TEST(t_metadata)
 {
-	ckptfs *h = open_ok(NULL, NULL);
+	/* no optimizer state here: state=optimizer keeps nothing, params all */
+	ckptfs *h = open_ok("state=optimizer", NULL);
+	ck_assert_uint_eq(ckptfs_count(h), 0);
+	ckptfs_close(h);
+	h = open_ok("state=params", NULL);
+	ck_assert_uint_eq(ckptfs_count(h), 5);
+	ckptfs_close(h);
+	h = open_ok(NULL, NULL);
 	ck_assert_uint_eq(ckptfs_count(h), 5);
 	const char *names[] = {"a_t", "b32", "big", "c", "d_t"};
 	const char *dtypes[] = {"F32", "F32", "F32", "F32", "F32"};
