@@ -9,6 +9,7 @@
 
 #include "../exec/engine.h"
 #include "../plan/explain.h"
+#include "../plan/optstate.h"
 #include "../plan/shard.h"
 #include "../util/json_strict.h"
 #include "../util/jsonw.h"
@@ -112,6 +113,8 @@ static void print_groups_table(const struct ck_view *v)
 	}
 }
 
+#define LEFT_OUT_SHOWN 20
+
 /* Whether state is not among seen[0..*n) (then it is added, up to 64). */
 static int state_new(const char **seen, size_t *n, const char *state)
 {
@@ -145,6 +148,24 @@ static void print_state_line(const struct ck_view *v, const struct row *rows, si
 	printf(") following their parameters, named ");
 	ck_fput_safe(stdout, v->plan->opt_template);
 	putchar('\n');
+	struct ck_hparam *h;
+	size_t nh;
+	if (ck_opt_hparams(v->plan, &h, &nh, &(struct ck_err){0}) < 0 || !nh)
+		return;
+	printf("%zu hyper-parameter%s (not tensors, not served) named with their targets:\n", nh,
+	       nh == 1 ? "" : "s");
+	for (size_t i = 0; i < nh && i < LEFT_OUT_SHOWN; i++) {
+		printf("  ");
+		ck_fput_safe(stdout, h[i].from);
+		printf(" (");
+		ck_fput_safe(stdout, h[i].what);
+		printf(") -> ");
+		ck_fput_safe(stdout, h[i].to);
+		putchar('\n');
+	}
+	if (nh > LEFT_OUT_SHOWN)
+		printf("  ... and %zu more (inspect --json lists them)\n", nh - LEFT_OUT_SHOWN);
+	ck_opt_hparams_free(h, nh);
 }
 
 static void print_json(const struct ck_view *v, const struct row *rows, size_t n, int target,
@@ -211,7 +232,22 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 			}
 		for (size_t i = 0; i < n; i++)
 			nt += rows[i].state != NULL;
-		printf("], \"n_tensors\": %zu}", nt);
+		printf("], \"n_tensors\": %zu, \"hyper_parameters\": [", nt);
+		struct ck_hparam *h;
+		size_t nh;
+		if (ck_opt_hparams(v->plan, &h, &nh, &(struct ck_err){0}) == 0) {
+			for (size_t i = 0; i < nh; i++) {
+				printf("%s{\"from\": ", i ? ", " : "");
+				ck_json_fput_str(stdout, h[i].from);
+				printf(", \"to\": ");
+				ck_json_fput_str(stdout, h[i].to);
+				printf(", \"what\": ");
+				ck_json_fput_str(stdout, h[i].what);
+				printf("}");
+			}
+			ck_opt_hparams_free(h, nh);
+		}
+		printf("]}");
 	}
 	if (v->cat->meta) {
 		char *m = cJSON_PrintUnformatted(v->cat->meta);
@@ -245,8 +281,6 @@ static void put_name(const char *s, int w)
 	for (int k = safe_len(s); k < w; k++)
 		putchar(' ');
 }
-
-#define LEFT_OUT_SHOWN 20
 
 static void print_left_out(const struct ck_catalog *cat)
 {

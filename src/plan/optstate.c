@@ -576,3 +576,107 @@ out:
 	free(owner);
 	return rc;
 }
+
+/* ---- hyper-parameters that are not tensors ---- */
+
+void ck_opt_hparams_free(struct ck_hparam *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(h[i].to);
+	free(h);
+}
+
+/* "param_groups.{fqn}.{name}" (or under "optimizer."): the fqn's span */
+static int hparam_key(const char *key, const char **fqn, size_t *len, const char **name)
+{
+	const char *s = has_prefix(key, "optimizer.") ? key + 10 : key;
+	if (!has_prefix(s, "param_groups."))
+		return 0;
+	s += 13;
+	const char *dot = strrchr(s, '.');
+	if (!dot || dot == s || !dot[1])
+		return 0;
+	*fqn = s;
+	*len = (size_t)(dot - s);
+	*name = dot + 1;
+	return 1;
+}
+
+int ck_opt_hparams(const struct ck_plan *p, struct ck_hparam **out, size_t *n,
+		   struct ck_err *err)
+{
+	*out = NULL;
+	*n = 0;
+	const struct ck_catalog *cat = p->cat;
+	const struct ck_leftout *lo = &cat->left_out;
+	size_t cap = 0;
+	uint32_t *next = malloc((p->n ? p->n : 1) * sizeof *next), *owner = NULL;
+	struct ck_strmap first = {0}; /* first source's name -> a target (chained by next) */
+	int rc = -1;
+	if (!next || ck_strmap_init(&first, p->n) < 0)
+		goto oom;
+	if (cat->logical) {
+		if (!(owner = calloc(cat->n_entries ? cat->n_entries : 1, sizeof *owner)))
+			goto oom;
+		for (size_t l = 0; l < cat->n_logical; l++)
+			for (size_t c = 0; c < cat->logical[l].n_chunks; c++)
+				owner[cat->logical[l].chunks[c].entry] = (uint32_t)l;
+	}
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		next[i] = UINT32_MAX;
+		if (t->param || !t->v.n)
+			continue;
+		const char *src;
+		source_name(cat, owner ? owner[t->v.p[0].src] : t->v.p[0].src, &src);
+		uint32_t head;
+		int r = ck_strmap_put(&first, src, (uint32_t)i, &head);
+		if (r < 0)
+			goto oom;
+		if (r == 1) { /* tied: one source, several targets */
+			next[i] = next[head];
+			next[head] = (uint32_t)i;
+		}
+	}
+	for (size_t k = 0; k < lo->n; k++) {
+		const char *fqn, *name;
+		size_t len;
+		if (!hparam_key(lo->e[k].key, &fqn, &len, &name))
+			continue;
+		char *f = strndup(fqn, len);
+		uint32_t t;
+		if (!f)
+			goto oom;
+		int found = ck_strmap_get(&first, f, &t) == 0;
+		free(f);
+		for (; found && t != UINT32_MAX; t = next[t]) {
+			if (*n == cap) {
+				cap = cap ? cap * 2 : 32;
+				struct ck_hparam *nh = realloc(*out, cap * sizeof *nh);
+				if (!nh)
+					goto oom;
+				*out = nh;
+			}
+			struct ck_hparam *h = &(*out)[*n];
+			h->from = lo->e[k].key;
+			h->what = lo->e[k].what;
+			if (asprintf(&h->to, "%sparam_groups.%s.%s",
+				     has_prefix(lo->e[k].key, "optimizer.") ? "optimizer." : "",
+				     p->t[t].name, name) < 0)
+				goto oom;
+			(*n)++;
+		}
+	}
+	rc = 0;
+	goto out;
+oom:
+	rc = nomem(err);
+	ck_opt_hparams_free(*out, *n);
+	*out = NULL;
+	*n = 0;
+out:
+	free(next);
+	free(owner);
+	ck_strmap_free(&first);
+	return rc;
+}

@@ -46,3 +46,15 @@ int ck_opt_plan(struct ck_opt_split *os, const struct ck_catalog *cat,
 void ck_opt_free(struct ck_opt_split *os);
 
 #endif
+
+/* A per-group hyper-parameter the source holds as a Python value, not a
+ * tensor (param_groups.{fqn}.lr in a torch.save file): left out of the
+ * catalog, listed with the name it takes beside each target whose first
+ * source is fqn. */
+struct ck_hparam {
+	const char *from, *what; /* the left-out key and what it is ("float") */
+	char *to;		 /* param_groups.{target}.{name} */
+};
+int ck_opt_hparams(const struct ck_plan *p, struct ck_hparam **out, size_t *n,
+		   struct ck_err *err);
+void ck_opt_hparams_free(struct ck_hparam *h, size_t n);

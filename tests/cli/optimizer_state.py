@@ -116,7 +116,8 @@ with tempfile.TemporaryDirectory() as d:
     view = json.loads(ckref.run(CKPTFS, "inspect", src, "--mapping", FWD, "--json").stdout)
     assert view["optimizer_state"] == {"naming": "optimizer.state.{state}.{param}",
                                        "states": ["exp_avg", "exp_avg_sq", "step"],
-                                       "n_tensors": 3 * len(meg_names)}, view["optimizer_state"]
+                                       "n_tensors": 3 * len(meg_names), "hyper_parameters": []}, \
+        view["optimizer_state"]
     by = {t["name"]: t for t in view["tensors"]}
     assert set(by) == set(expect), set(by) ^ set(expect)
     t = by["optimizer.state.exp_avg.decoder.layers.1.self_attention.linear_qkv.weight"]
@@ -153,8 +154,15 @@ with tempfile.TemporaryDirectory() as d:
     v = json.loads(ckref.run(CKPTFS, "inspect", pt, "--mapping", FWD, "--json").stdout)
     assert v["optimizer_state"]["n_tensors"] == 3 * len(meg_names)
     assert {e["key"] for e in v["left_out"]} >= {f"param_groups.model.norm.weight.{k}" for k in ("lr", "eps")}
+    hp = {(h["from"], h["to"]) for h in v["optimizer_state"]["hyper_parameters"]}
+    for hf_k, meg_k in (("model.layers.0.self_attn.q_proj.weight", "decoder.layers.0.self_attention.linear_qkv.weight"),
+                        ("model.norm.weight", "decoder.final_layernorm.weight")):
+        for name in ("lr", "betas", "eps"):
+            assert (f"param_groups.{hf_k}.{name}", f"param_groups.{meg_k}.{name}") in hp, (hf_k, name)
+    assert len(hp) == len(meg_names) * sum(1 for k in groups if k.startswith("param_groups.model.norm.weight."))
     assert converted(pt, os.path.join(d, "pt-meg"), [FWD]) == expect
-    print("torch.save source: the same targets; its hyper-parameters (floats) are listed as left out")
+    print("torch.save source: the same targets; its hyper-parameters (Python values) listed, renamed "
+          "with their targets")
 
     if have_fuse():
         with Mount(src, [FWD]) as m:
