@@ -195,15 +195,11 @@ def real_fixture(d):
     print("real GGUFs: the tiny Llama's 12 tensors exact, through the mapping unpermuted; 6 vocabularies")
 
 
-def llama_forward(w, cfg, toks):
-    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral in plain torch: RMSNorm,
-    rotary embedding on halves, grouped-query attention (with Q/K/V biases,
-    per-head Q/K norms), SwiGLU or top-k experts (softmax, renormalized)."""
+def llama_parts(cfg, hd, T):
+    """What every Llama-style forward pass here shares: RMSNorm, the rotary
+    embedding on halves (cos, sin for T positions) and the causal mask."""
     import torch
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    nkv, eps = cfg["num_key_value_heads"], cfg["rms_norm_eps"]
-    hd, T = cfg.get("head_dim", H // nh), len(toks)
-    w = {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in w.items()}
+    eps = cfg["rms_norm_eps"]
 
     def rms(x, g):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
@@ -211,6 +207,21 @@ def llama_forward(w, cfg, toks):
     def rot(x):
         h = x.shape[-1] // 2
         return torch.cat([-x[..., h:], x[..., :h]], -1)
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
+    ang = torch.arange(T).double()[:, None] * inv[None]
+    ang = torch.cat([ang, ang], -1)
+    return rms, rot, ang.cos().float(), ang.sin().float(), torch.full((T, T), float("-inf")).triu(1)
+
+
+def llama_forward(w, cfg, toks):
+    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral in plain torch: RMSNorm,
+    rotary embedding on halves, grouped-query attention (with Q/K/V biases,
+    per-head Q/K norms), SwiGLU or top-k experts (softmax, renormalized)."""
+    import torch
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg["num_key_value_heads"]
+    hd, T = cfg.get("head_dim", H // nh), len(toks)
+    w = {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in w.items()}
 
     def lin(x, p):
         y = x @ w[p + ".weight"].T
@@ -231,11 +242,7 @@ def llama_forward(w, cfg, toks):
                 y = torch.nn.functional.silu(lin(h[t], x + "w1")) * lin(h[t], x + "w3")
                 out[t] += top[t, j] * lin(y, x + "w2")
         return out
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
-    ang = torch.arange(T).double()[:, None] * inv[None]
-    ang = torch.cat([ang, ang], -1)
-    cos, sin = ang.cos().float(), ang.sin().float()
-    mask = torch.full((T, T), float("-inf")).triu(1)
+    rms, rot, cos, sin, mask = llama_parts(cfg, hd, T)
     x = w["model.embed_tokens.weight"][toks]
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."

@@ -27,20 +27,10 @@ def megatron_forward(w, cfg, toks, grouped=True):
     names), in plain torch. grouped=False misreads linear_qkv as [q; k; v]."""
     import torch
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    ng, eps = cfg["num_key_value_heads"], cfg["rms_norm_eps"]
+    ng = cfg["num_key_value_heads"]
     hd, T, hpg = cfg.get("head_dim", H // nh), len(toks), nh // ng
 
-    def rms(x, g):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
-
-    def rot(x):
-        h = x.shape[-1] // 2
-        return torch.cat([-x[..., h:], x[..., :h]], -1)
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
-    ang = torch.arange(T).double()[:, None] * inv[None]
-    ang = torch.cat([ang, ang], -1)
-    cos, sin = ang.cos().float(), ang.sin().float()
-    mask = torch.full((T, T), float("-inf")).triu(1)
+    rms, rot, cos, sin, mask = gs.llama_parts(cfg, hd, T)
     x = w["embedding.word_embeddings.weight"][toks]
     for L in range(cfg["num_hidden_layers"]):
         p = f"decoder.layers.{L}."

@@ -238,10 +238,10 @@ def mapping_names(d):
     rows = json.loads(run("mappings", "--for", src, "--json").stdout)
     applies = {m["name"] for m in rows if m["applies"]}
     assert applies == {"identity", "llama-hf-to-megatron", "strip-wrapper-prefixes", "hf-llama-to-gguf",
-                       "llama-hf-to-megatron-torch-dist"}, applies
+                       "llama-hf-to-megatron-torch-dist", "llama-hf-to-easydel"}, applies
     gpt2 = next(m for m in rows if m["name"] == "gpt2-conv1d-to-linear")
     assert gpt2["why"] == "reads GPT2LMHeadModel, the source is LlamaForCausalLM", gpt2
-    print("mappings: listed with descriptions; found by name; --for names the five that apply to a Llama")
+    print("mappings: listed with descriptions; found by name; --for names the six that apply to a Llama")
 
 
 def main():
