@@ -56,6 +56,9 @@ static const struct preset presets[] = {
 	{"qwen3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
 	{"qwen3", "8b", 4096, 12288, 36, 32, 8, 151936, 0, 0, 0},
 	{"mixtral", "8x7b", 4096, 14336, 32, 32, 8, 32000, 8, 0, 0},
+	{"phi3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+	{"phi3", "mini", 3072, 8192, 32, 32, 32, 32064, 0, 0, 0},
+	{"phi3", "medium", 5120, 17920, 40, 40, 10, 32064, 0, 0, 0},
 };
 
 int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
@@ -161,9 +164,15 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 		const char *a = "model.layers.%" PRId64 ".self_attn.%s.weight";
 		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".input_layernorm.weight", L);
 		int64_t B = s->fp8_block;
-		r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj") || make_fp8(l, B);
-		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || make_fp8(l, B);
-		r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || make_fp8(l, B);
+		int phi3 = !strcmp(s->arch, "phi3"); /* HF's own fused [q; k; v], [gate; up] */
+		if (phi3) {
+			r |= add(l, p, 2, (s->heads + 2 * s->kv_heads) * hd, H, a, L, "qkv_proj") ||
+			     make_fp8(l, B);
+		} else {
+			r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj") || make_fp8(l, B);
+			r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || make_fp8(l, B);
+			r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || make_fp8(l, B);
+		}
 		if (!strcmp(s->arch, "qwen2")) { /* Q, K and V biases */
 			const char *bias = "model.layers.%" PRId64 ".self_attn.%s.bias";
 			r |= add(l, p, 1, s->heads * hd, 0, bias, L, "q_proj");
@@ -187,6 +196,10 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 				r |= add(l, p, 2, H, I, e, L, x, "w2") || make_fp8(l, B);
 				r |= add(l, p, 2, I, H, e, L, x, "w3") || make_fp8(l, B);
 			}
+		} else if (phi3) {
+			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
+			r |= add(l, p, 2, 2 * I, H, m, L, "gate_up_proj") || make_fp8(l, B);
+			r |= add(l, p, 2, H, I, m, L, "down_proj") || make_fp8(l, B);
 		} else {
 			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
 			r |= add(l, p, 2, I, H, m, L, "gate_proj") || make_fp8(l, B);
@@ -331,6 +344,7 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 		const char *cls = moe				   ? "MixtralForCausalLM"
 				  : !strcmp(s->arch, "qwen2") ? "Qwen2ForCausalLM"
 				  : !strcmp(s->arch, "qwen3") ? "Qwen3ForCausalLM"
+				  : !strcmp(s->arch, "phi3")  ? "Phi3ForCausalLM"
 							      : "LlamaForCausalLM";
 		fprintf(f,
 			"{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
