@@ -188,10 +188,9 @@ static enum ck_opt_mode chain_mode(struct ck_mapping *const *maps, int n_maps, c
 	return mode;
 }
 
-static int source_name(const struct ck_catalog *cat, uint32_t i, const char **out)
+static const char *source_name(const struct ck_catalog *cat, uint32_t i)
 {
-	*out = cat->logical ? cat->logical[i].name : cat->entries[i].t.name;
-	return 0;
+	return cat->logical ? cat->logical[i].name : cat->entries[i].t.name;
 }
 
 int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
@@ -284,8 +283,7 @@ int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, in
 		}
 	for (size_t i = 0; i < os->n; i++) {
 		struct ostate *o = &os->s[i];
-		const char *key;
-		source_name(cat, o->src, &key);
+		const char *key = source_name(cat, o->src);
 		if (ck_strmap_get(&names, o->param, &o->param_src) < 0) {
 			ck_fail(err, CK_E_MAPPING,
 				"%s: optimizer state \"%s\" belongs to parameter \"%s\", which is not "
@@ -322,6 +320,21 @@ fail:
 }
 
 /* ---- planning them through the rules ---- */
+
+/* A DCP source's pieces name chunk entries: *owner[entry] is the tensor
+ * (logical key) a chunk belongs to; NULL for other sources. */
+static int chunk_owners(const struct ck_catalog *cat, uint32_t **owner)
+{
+	*owner = NULL;
+	if (!cat->logical)
+		return 0;
+	if (!(*owner = calloc(cat->n_entries ? cat->n_entries : 1, sizeof **owner)))
+		return -1;
+	for (size_t l = 0; l < cat->n_logical; l++)
+		for (size_t c = 0; c < cat->logical[l].n_chunks; c++)
+			(*owner)[cat->logical[l].chunks[c].entry] = (uint32_t)l;
+	return 0;
+}
 
 static int same_states(const struct ck_opt_split *os, uint32_t a, uint32_t b)
 {
@@ -407,9 +420,7 @@ static int plan_scalars(struct ck_opt_split *os, const struct ck_catalog *cat,
 			if (same_states(os, list[0], list[i]))
 				continue;
 			char a[300], b[300];
-			const char *na, *nb;
-			source_name(cat, list[0], &na);
-			source_name(cat, list[i], &nb);
+			const char *na = source_name(cat, list[0]), *nb = source_name(cat, list[i]);
 			list_states(os, list[0], a, sizeof a);
 			list_states(os, list[i], b, sizeof b);
 			rc = ck_fail(err, CK_E_MAPPING,
@@ -522,13 +533,8 @@ int ck_opt_plan(struct ck_opt_split *os, const struct ck_catalog *cat,
 	struct addkeys add = {NULL, 0, 0};
 	struct ck_strmap params = {0};
 	int rc = -1;
-	if (cat->logical) { /* DCP: pieces name chunk entries */
-		if (!(owner = calloc(cat->n_entries ? cat->n_entries : 1, sizeof *owner)))
-			return nomem(err);
-		for (size_t l = 0; l < cat->n_logical; l++)
-			for (size_t c = 0; c < cat->logical[l].n_chunks; c++)
-				owner[cat->logical[l].chunks[c].entry] = (uint32_t)l;
-	}
+	if (chunk_owners(cat, &owner) < 0)
+		return nomem(err);
 	if (ck_strmap_init(&params, np) < 0) {
 		nomem(err);
 		goto out;
@@ -615,20 +621,14 @@ int ck_opt_hparams(const struct ck_plan *p, struct ck_hparam **out, size_t *n,
 	int rc = -1;
 	if (!next || ck_strmap_init(&first, p->n) < 0)
 		goto oom;
-	if (cat->logical) {
-		if (!(owner = calloc(cat->n_entries ? cat->n_entries : 1, sizeof *owner)))
-			goto oom;
-		for (size_t l = 0; l < cat->n_logical; l++)
-			for (size_t c = 0; c < cat->logical[l].n_chunks; c++)
-				owner[cat->logical[l].chunks[c].entry] = (uint32_t)l;
-	}
+	if (chunk_owners(cat, &owner) < 0)
+		goto oom;
 	for (size_t i = 0; i < p->n; i++) {
 		const struct ck_target *t = &p->t[i];
 		next[i] = UINT32_MAX;
 		if (t->param || !t->v.n)
 			continue;
-		const char *src;
-		source_name(cat, owner ? owner[t->v.p[0].src] : t->v.p[0].src, &src);
+		const char *src = source_name(cat, owner ? owner[t->v.p[0].src] : t->v.p[0].src);
 		uint32_t head;
 		int r = ck_strmap_put(&first, src, (uint32_t)i, &head);
 		if (r < 0)

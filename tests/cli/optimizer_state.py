@@ -250,4 +250,6 @@ with tempfile.TemporaryDirectory() as d:
     torch.save({"per_bucket_numel": [[64]], "per_bucket_numel_unpadded": [[64]],
                 0: {(torch.bfloat16, torch.float32): {0: {"param": z, "exp_avg": z, "exp_avg_sq": z}}}}, legacy)
     refused(legacy, "Megatron's legacy distributed-optimizer file")
+    p = ckref.run(CKPTFS, "inspect", src, "--state", "weights", check=False)
+    assert p.returncode == 2 and 'params, optimizer or all, not "weights"' in p.stderr, p.stderr
     print("refused: sources of one target with different state, Megatron's legacy bucket file")
