@@ -115,15 +115,23 @@ static void print_groups_table(const struct ck_view *v)
 
 #define LEFT_OUT_SHOWN 20
 
-/* Whether state is not among seen[0..*n) (then it is added, up to 64). */
-static int state_new(const char **seen, size_t *n, const char *state)
+/* The optimizer state among the rows: how many tensors, and the state
+ * names in first-seen order (at most 64; the planner allows no more). */
+static size_t state_summary(const struct row *rows, size_t n, const char **names, size_t *n_names)
 {
-	for (size_t k = 0; k < *n; k++)
-		if (!strcmp(seen[k], state))
-			return 0;
-	if (*n < 64)
-		seen[(*n)++] = state;
-	return 1;
+	size_t nt = 0;
+	*n_names = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!rows[i].state)
+			continue;
+		nt++;
+		size_t k = 0;
+		while (k < *n_names && strcmp(names[k], rows[i].state))
+			k++;
+		if (k == *n_names && k < 64)
+			names[(*n_names)++] = rows[i].state;
+	}
+	return nt;
 }
 
 /* A line on the optimizer state the view carries. */
@@ -132,12 +140,7 @@ static void print_state_line(const struct ck_view *v, const struct row *rows, si
 	if (!v->plan || !v->plan->opt_template)
 		return;
 	const char *seen[64];
-	size_t ns = 0, nt = 0;
-	for (size_t i = 0; i < n; i++)
-		if (rows[i].state) {
-			nt++;
-			state_new(seen, &ns, rows[i].state);
-		}
+	size_t ns, nt = state_summary(rows, n, seen, &ns);
 	if (!nt)
 		return;
 	printf("optimizer state: %zu tensor%s (", nt, nt == 1 ? "" : "s");
@@ -224,14 +227,11 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 		ck_json_fput_str(stdout, v->plan->opt_template);
 		printf(", \"states\": [");
 		const char *seen[64];
-		size_t ns = 0, nt = 0;
-		for (size_t i = 0; i < n; i++)
-			if (rows[i].state && state_new(seen, &ns, rows[i].state)) {
-				printf("%s", ns > 1 ? ", " : "");
-				ck_json_fput_str(stdout, rows[i].state);
-			}
-		for (size_t i = 0; i < n; i++)
-			nt += rows[i].state != NULL;
+		size_t ns, nt = state_summary(rows, n, seen, &ns);
+		for (size_t k = 0; k < ns; k++) {
+			printf("%s", k ? ", " : "");
+			ck_json_fput_str(stdout, seen[k]);
+		}
 		printf("], \"n_tensors\": %zu, \"hyper_parameters\": [", nt);
 		struct ck_hparam *h;
 		size_t nh;

@@ -219,9 +219,33 @@ START_TEST(refusals)
 	t[8].name = "optimizer.distributed.dp_group_idx_0.gbuf_idx_0.bucket_idx_0.exp_avg";
 	expect_plan_fail(t, sizeof adam / sizeof *adam, "distributed-optimizer",
 			 "optimizer.distributed.dp_group_idx_0");
+	/* more state names than any optimizer has: refused, not planned 65 times */
+	struct ck_err err;
+	static char names[65][32];
+	struct tu_tensor many[66] = {{"m.0.norm", CK_DT_F32, 1, {4}}};
+	for (int i = 0; i < 65; i++) {
+		snprintf(names[i], sizeof names[i], "state.m.0.norm.s%d", i);
+		many[i + 1] = (struct tu_tensor){names[i], CK_DT_F32, 1, {4}};
+	}
+	dir = tu_mkdtemp(); /* a file holds at most 64 tensors here: two files */
+	char *f1 = tu_path(dir, "a.safetensors"), *f2 = tu_path(dir, "b.safetensors");
+	tu_write_st(f1, many, 33);
+	tu_write_st(f2, many + 33, 33);
+	free(f1);
+	free(f2);
+	struct ck_catalog *cat;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+	const char *norm_only = "{\"ckptfs_mapping\": 1, \"rules\": [{\"from\": \"m.{L}.norm\", "
+				"\"to\": \"d.{L}.ln\"}]}";
+	struct ck_mapping *nm;
+	ck_assert_int_eq(ck_mapping_parse(norm_only, strlen(norm_only), "m.json", &nm, &err), 0);
+	struct ck_plan *p = NULL;
+	ck_assert_int_eq(ck_plan_build(cat, &nm, 1, &p, &err), -1);
+	ck_assert_msg(strstr(err.msg, "more than 64 names of optimizer state"), "%s", err.msg);
+	ck_mapping_free(nm);
+	close_source(cat);
 	/* a bad template is a mapping error */
 	struct ck_mapping *m;
-	struct ck_err err;
 	const char *bad[] = {"{\"ckptfs_mapping\": 1, \"optimizer_state\": \"x.{param}\"}",
 			     "{\"ckptfs_mapping\": 1, \"optimizer_state\": \"{state}{state}.{param}\"}",
 			     "{\"ckptfs_mapping\": 1, \"optimizer_state\": \"{state}.{param}.{L}\"}",
