@@ -10,12 +10,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mkckpt [options] OUTDIR\n"
-		"  --model llama|gpt2|mixtral|qwen2|qwen3|phi3   architecture (default llama;\n"
-		"                               qwen2: Q/K/V biases; qwen3: Q/K norms, explicit\n"
-		"                               head_dim; phi3: fused qkv_proj and gate_up_proj)\n"
+		"  --model llama|gpt2|mixtral|qwen2|qwen3|phi3|gemma2   architecture (default\n"
+		"                               llama; qwen2: Q/K/V biases; qwen3: Q/K norms,\n"
+		"                               explicit head_dim; phi3: fused qkv_proj and\n"
+		"                               gate_up_proj; gemma2: pre/post feed-forward\n"
+		"                               norms, head_dim 256, tied)\n"
 		"  --preset NAME                llama: tiny small 1b 8b 70b; gpt2: tiny 124m;\n"
 		"                               mixtral: tiny 8x7b; qwen2: tiny 7b; qwen3: tiny 8b;\n"
-		"                               phi3: tiny mini medium\n"
+		"                               phi3: tiny mini medium; gemma2: tiny 2b 9b\n"
 		"                               (default tiny)\n"
 		"  --dtype F32|BF16|F16         element type (default F32)\n"
 		"  --shards N                   N files + model.safetensors.index.json\n"

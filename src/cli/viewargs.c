@@ -1,6 +1,6 @@
 /* The options that select a process's part of the view, as every verb
  * takes them (--mapping, --mesh, --rank, --ranks, --shard-groups,
- * --world-size, --state). */
+ * --world-size, --state, --set). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +15,7 @@ int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck
 		return 1;
 	}
 	static const char *const valued[] = {"--mapping", "--mesh", "--ranks", "--rank",
-					     "--world-size", "--state"};
+					     "--world-size", "--state", "--set"};
 	if (!has) {
 		for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
 			if (!strcmp(o, valued[k]))
@@ -28,6 +28,8 @@ int ck_view_arg(struct ck_view_args *a, int argc, char **argv, int *i, struct ck
 		a->maps[a->n_maps++] = argv[++*i];
 		return 1;
 	}
+	if (!strcmp(o, "--set"))
+		return ck_view_add_set(a, argv[++*i], err) < 0 ? -1 : 1;
 	if (!strcmp(o, "--state")) {
 		if ((a->state = ck_state_parse(argv[++*i])) < 0)
 			return ck_fail(err, CK_E_USAGE, "--state: params, optimizer or all, not \"%s\"",

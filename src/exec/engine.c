@@ -246,6 +246,8 @@ static void step_box(const struct ck_catalog *cat, const struct step *s, struct 
 	b->nc = p->n_casts;
 	memcpy(b->casts, p->casts, sizeof b->casts);
 	b->saturate = p->saturate;
+	b->shifted = p->shifted;
+	b->shift = p->shift;
 	for (int d = 0; d < s->ndim; d++) {
 		b->ext[d] = s->hi[d] - s->lo[d];
 		b->sstride[d] = p->stride[d];

@@ -59,6 +59,9 @@ static const struct preset presets[] = {
 	{"phi3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
 	{"phi3", "mini", 3072, 8192, 32, 32, 32, 32064, 0, 0, 0},
 	{"phi3", "medium", 5120, 17920, 40, 40, 10, 32064, 0, 0, 0},
+	{"gemma2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+	{"gemma2", "2b", 2304, 9216, 26, 8, 4, 256000, 0, 0, 1},
+	{"gemma2", "9b", 3584, 14336, 42, 16, 8, 256000, 0, 0, 1},
 };
 
 int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
@@ -81,6 +84,8 @@ int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
 		spec->tie = p->tie;
 		/* Qwen3's head_dim is explicit, and not hidden/heads on the tiny one */
 		spec->head_dim = !strcmp(arch, "qwen3") ? (p->hidden == 64 ? 32 : 128) : 0;
+		if (!strcmp(arch, "gemma2")) /* 256 on the real ones: not hidden/heads */
+			spec->head_dim = p->hidden == 64 ? 32 : 256;
 		spec->dtype = CK_DT_F32;
 		spec->shards = 1;
 		return 0;
@@ -186,6 +191,11 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 		r |= add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || make_fp8(l, B);
 		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
 			 L);
+		if (!strcmp(s->arch, "gemma2")) { /* norms around the MLP too */
+			const char *n = "model.layers.%" PRId64 ".%s_feedforward_layernorm.weight";
+			r |= add(l, p, 1, H, 0, n, L, "pre");
+			r |= add(l, p, 1, H, 0, n, L, "post");
+		}
 		if (!strcmp(s->arch, "mixtral")) {
 			const char *e = "model.layers.%" PRId64
 					".block_sparse_moe.experts.%" PRId64 ".%s.weight";
@@ -345,20 +355,30 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 				  : !strcmp(s->arch, "qwen2") ? "Qwen2ForCausalLM"
 				  : !strcmp(s->arch, "qwen3") ? "Qwen3ForCausalLM"
 				  : !strcmp(s->arch, "phi3")  ? "Phi3ForCausalLM"
+				  : !strcmp(s->arch, "gemma2") ? "Gemma2ForCausalLM"
 							      : "LlamaForCausalLM";
+		int gemma2 = !strcmp(s->arch, "gemma2");
 		fprintf(f,
 			"{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
 			"  \"hidden_size\": %" PRId64 ",\n  \"intermediate_size\": %" PRId64
 			",\n  \"num_hidden_layers\": %" PRId64 ",\n  \"num_attention_heads\": %" PRId64
 			",\n  \"num_key_value_heads\": %" PRId64 ",\n  \"vocab_size\": %" PRId64
-			",\n  \"rms_norm_eps\": 1e-05,\n  \"rope_theta\": 500000.0,\n"
+			",\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n"
 			"  \"max_position_embeddings\": %" PRId64 ",\n"
 			"  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
 			cls, s->arch, s->hidden,
 			s->intermediate, s->layers, s->heads, s->kv_heads, s->vocab,
+			gemma2 ? "1e-06" : "1e-05", gemma2 ? "10000.0" : "500000.0",
 			s->positions ? s->positions : 2048, s->tie ? "true" : "false", tdt);
 		if (s->head_dim)
 			fprintf(f, ",\n  \"head_dim\": %" PRId64, s->head_dim);
+		if (gemma2) /* Gemma 2's soft caps, sliding window and GeGLU */
+			fprintf(f,
+				",\n  \"query_pre_attn_scalar\": %" PRId64
+				",\n  \"attn_logit_softcapping\": 50.0,\n"
+				"  \"final_logit_softcapping\": 30.0,\n  \"sliding_window\": 4096,\n"
+				"  \"hidden_activation\": \"gelu_pytorch_tanh\"",
+				s->head_dim);
 		if (s->fp8_block > 0)
 			fprintf(f,
 				",\n  \"quantization_config\": {\"activation_scheme\": \"dynamic\", "

@@ -5,7 +5,8 @@
  *     dst[sum_d dstride[d] * i[d]]     (output elements, dtype ddt)
  * through the element pipeline of elem.h. With a block scale, the factor is
  *     scale[sum_d scstride[d] * ((i[d] + sphase[d]) / sblock[d])]
- * (integer division: the block that holds the element). Strides are never
+ * (integer division: the block that holds the element); with a shift, a
+ * constant is added after it. Strides are never
  * negative. The engine builds one box per piece of a target it evaluates. */
 #ifndef CK_BOX_H
 #define CK_BOX_H
@@ -26,6 +27,8 @@ struct ck_box {
 	enum ck_dtype casts[CK_BOX_CASTS];
 	unsigned saturate; /* bit k: cast k clamps overflow to the largest finite value */
 	int scaled, divide;
+	int shifted; /* `shift` added in F32 after the scale, before the casts */
+	float shift;
 	enum ck_dtype scdt;
 	int64_t sblock[CK_MAX_DIMS], sphase[CK_MAX_DIMS], scstride[CK_MAX_DIMS];
 };
@@ -35,10 +38,10 @@ struct ck_box {
  * the same element mapping; the kernels then see few, long dims. */
 void ck_box_normalise(struct ck_box *b);
 uint64_t ck_box_numel(const struct ck_box *b);
-/* Whether elements go through the float pipeline (casts or a scale). */
+/* Whether elements go through the float pipeline (casts, a scale or a shift). */
 static inline int ck_box_is_float(const struct ck_box *b)
 {
-	return b->nc > 0 || b->scaled;
+	return b->nc > 0 || b->scaled || b->shifted;
 }
 
 #endif

@@ -111,13 +111,22 @@ void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype
 			       saturate, dst + (size_t)i * des);
 }
 
+/* Load, scale (sv) and shift one element. */
+static inline float elem_in(const struct ck_box *b, const unsigned char *p, float sv)
+{
+	float v = ck_elem_load(p, b->sdt);
+	if (b->scaled)
+		v = ck_elem_scaled(v, sv, b->divide);
+	return b->shifted ? ck_elem_shift(v, b->shift) : v;
+}
+
 /* One row of a box: n elements, source stride ss, output stride ds. */
 static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss,
 		    const unsigned char *scale, unsigned char *dst, int64_t ds,
 		    int64_t n)
 {
 	size_t ses = ck_dtype_size(b->sdt), des = ck_dtype_size(b->ddt);
-	if (!b->scaled && ds == 1) {
+	if (!b->scaled && !b->shifted && ds == 1) {
 		ck_cpu_convert_run(src, ss, b->sdt, b->casts, b->nc, b->saturate, dst, n);
 		return;
 	}
@@ -126,28 +135,21 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 			memcpy(dst + i * ds * (int64_t)des, src + i * ss * (int64_t)ses, ses);
 		return;
 	}
-	if (!b->scaled) {
-		for (int64_t i = 0; i < n; i++)
-			ck_elem_finish(ck_elem_load(src + i * ss * (int64_t)ses, b->sdt), b->casts,
-				       b->nc, b->saturate, dst + i * ds * (int64_t)des);
-		return;
-	}
-	/* scaled: the row in runs that share one scale element */
+	/* the row in runs that share one scale element (unscaled: one run) */
 	int last = b->ndim - 1;
 	int64_t blk = last >= 0 ? b->sblock[last] : 1, ph = last >= 0 ? b->sphase[last] : 0;
-	int64_t scst = last >= 0 ? b->scstride[last] : 0;
+	int64_t scst = last >= 0 && b->scaled ? b->scstride[last] : 0;
 	if (scst == 0)
 		blk = n + ph; /* one scale for the whole row */
-	size_t scs = ck_dtype_size(b->scdt);
+	size_t scs = b->scaled ? ck_dtype_size(b->scdt) : 0;
 	for (int64_t i = 0; i < n;) {
 		int64_t q = (i + ph) / blk, end = (q + 1) * blk - ph;
 		if (end > n)
 			end = n;
-		float sv = ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt);
+		float sv = b->scaled ? ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt) : 1.0f;
 		for (; i < end; i++)
-			ck_elem_finish(ck_elem_scaled(ck_elem_load(src + i * ss * (int64_t)ses, b->sdt),
-						      sv, b->divide),
-				       b->casts, b->nc, b->saturate, dst + i * ds * (int64_t)des);
+			ck_elem_finish(elem_in(b, src + i * ss * (int64_t)ses, sv), b->casts, b->nc,
+				       b->saturate, dst + i * ds * (int64_t)des);
 	}
 }
 

@@ -3,6 +3,7 @@
  *   load from the source dtype, widening to F32 exactly;
  *   optionally multiply or divide by a block scale, in F32 (DeepSeek-V3's
  *   `weight.float() * scale_inv`);
+ *   optionally add a constant, in F32 (Gemma's norm offsets: `w + 1`);
  *   round through each cast of the chain; the last one is the output dtype.
  * A cast-free, unscaled element is copied byte for byte (any dtype). */
 #ifndef CK_ELEM_H
@@ -79,6 +80,13 @@ CK_HD void ck_elem_finish(float v, const enum ck_dtype *casts, int nc, unsigned 
 CK_HD float ck_elem_scaled(float v, float s, int divide)
 {
 	float r = divide ? v / s : v * s;
+	return r != r ? ck_bits_f32(0x7FC00000u) : r;
+}
+
+/* v + c in F32, NaN canonical as for the scale. */
+CK_HD float ck_elem_shift(float v, float c)
+{
+	float r = v + c;
 	return r != r ? ck_bits_f32(0x7FC00000u) : r;
 }
 

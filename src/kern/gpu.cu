@@ -104,13 +104,15 @@ __device__ __forceinline__ void elem(const struct kargs &a, const unsigned char 
 				     int64_t k, unsigned char *d)
 {
 	const struct ck_box &b = a.b;
-	if (!(b.nc > 0 || b.scaled)) {
+	if (!(b.nc > 0 || b.scaled || b.shifted)) {
 		copy_elem(d, s, a.ses);
 		return;
 	}
 	float v = ld(s, b.sdt);
 	if (b.scaled)
 		v = ck_elem_scaled(v, ld(a.scale + k * a.scs, b.scdt), b.divide);
+	if (b.shifted)
+		v = ck_elem_shift(v, b.shift);
 	if (b.nc == 0) {
 		*(float *)d = v;
 		return;
@@ -305,7 +307,10 @@ static void launch(const struct ck_box *box, const unsigned char *src, const uns
 		sshift = __builtin_ctzll((unsigned long long)b.sblock[last]);
 	dim3 grid((unsigned)gx, (unsigned)gy);
 	/* one cast, or a scale with F32 out: a specialised kernel if common */
-	int one = b.nc == 1 ? b.casts[0] == b.ddt : b.nc == 0 && b.scaled && b.ddt == CK_DT_F32;
+	/* (a shift takes the generic kernel) */
+	int one = b.shifted ? 0
+		  : b.nc == 1 ? b.casts[0] == b.ddt
+			      : b.nc == 0 && b.scaled && b.ddt == CK_DT_F32;
 	int sc = b.scaled;
 #define ROWS(S, D, SC)                                                                             \
 	if (one && b.sdt == (S) && b.ddt == (D) && sc == (SC)) {                                   \

@@ -42,6 +42,12 @@ int ck_value_pad(struct ck_value *v, int dim, int64_t size, struct ck_err *err)
 	if (dim < 0 || dim >= v->ndim || size < v->shape[dim])
 		return ck_fail(err, CK_E_MAPPING, "pad: dim %d cannot shrink to %lld", dim,
 			       (long long)size);
+	int64_t n = 1; /* bytes must stay countable: at most 2^60 elements */
+	for (int d = 0; d < v->ndim; d++)
+		if (__builtin_mul_overflow(n, d == dim ? size : v->shape[d], &n) || n > (1LL << 60))
+			return ck_fail(err, CK_E_MAPPING, "pad: dim %d of %lld makes more than 2^60 "
+							  "elements",
+				       dim, (long long)size);
 	v->shape[dim] = size;
 	return 0;
 }
@@ -66,7 +72,8 @@ static int piece_equal(const struct ck_piece *a, const struct ck_piece *b, int n
 	for (int k = 0; k < a->n_casts; k++)
 		if (a->casts[k] != b->casts[k])
 			return 0;
-	if (a->sc.on != b->sc.on)
+	if (a->sc.on != b->sc.on || a->shifted != b->shifted ||
+	    (a->shifted && a->shift != b->shift))
 		return 0;
 	if (a->sc.on) {
 		const struct ck_piece_scale *x = &a->sc, *y = &b->sc;
@@ -572,6 +579,8 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 		q.saturate = in.saturate;
 		memcpy(q.casts, in.casts, sizeof q.casts);
 		q.base = in.base;
+		q.shifted = in.shifted;
+		q.shift = in.shift;
 		q.sc = in.sc;
 		q.sc.n = 0;
 		for (int e = 0; e < in.sc.n; e++) {
@@ -665,6 +674,35 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
 				sc->stride[n] = sp->stride[d];
 			}
 		}
+	}
+	v->dtype = CK_DT_F32;
+	return 0;
+}
+
+int ck_value_shift(struct ck_value *v, float c, struct ck_err *err)
+{
+	if (!ck_dtype_is_castable_float(v->dtype))
+		return ck_fail(err, CK_E_MAPPING, "%+g: adding a constant is defined for float tensors "
+						  "(F32, F16, BF16, F8), not %s",
+			       (double)c, ck_dtype_name(v->dtype));
+	for (size_t i = 0; i < v->n; i++) {
+		const struct ck_piece *q = &v->p[i];
+		if (q->shifted)
+			return ck_fail(err, CK_E_MAPPING, "%+g: the tensor already has %+g added; add "
+							  "one constant (their sum)",
+				       (double)c, (double)q->shift);
+		for (int k = 0; k < q->n_casts; k++)
+			if (q->casts[k] != CK_DT_F32)
+				return ck_fail(err, CK_E_MAPPING,
+					       "%+g: the tensor was cast to %s first; add before "
+					       "narrowing casts (x + c, then .to())",
+					       (double)c, ck_dtype_name(q->casts[k]));
+	}
+	for (size_t i = 0; i < v->n; i++) {
+		v->p[i].shifted = 1;
+		v->p[i].shift = c;
+		v->p[i].n_casts = 0; /* widenings to F32 only: exact, and the result is F32 */
+		v->p[i].saturate = 0;
 	}
 	v->dtype = CK_DT_F32;
 	return 0;

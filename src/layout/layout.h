@@ -42,6 +42,8 @@ struct ck_piece {
 	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
 	int64_t base;		     /* source element at lo */
 	struct ck_piece_scale sc;
+	uint8_t shifted; /* `shift` is added in F32 after the scale, before the casts */
+	float shift;
 };
 
 struct ck_value {
@@ -77,10 +79,16 @@ int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_
  * F32; cast it for the dtype wanted. */
 int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int64_t *block,
 			 int divide, struct ck_err *err);
-/* Whether a piece is read as stored: no cast and no scale. */
+/* v + c (Gemma's RMSNorm weights stored as offsets from 1): every element
+ * is widened to F32 (and scaled, if it is), c is added in F32, then any later
+ * casts round. v must not be cast to a narrower type before (only exact
+ * widenings to F32) nor shifted already; |c| <= 2^24 keeps c exact. The
+ * result is F32; padding stays zero. */
+int ck_value_shift(struct ck_value *v, float c, struct ck_err *err);
+/* Whether a piece is read as stored: no cast, no scale, no shift. */
 static inline int ck_piece_plain(const struct ck_piece *p)
 {
-	return p->n_casts == 0 && !p->sc.on;
+	return p->n_casts == 0 && !p->sc.on && !p->shifted;
 }
 
 uint64_t ck_value_numel(const struct ck_value *v);

@@ -75,7 +75,7 @@ const char *ckptfs_version(void)
 }
 
 /* The options that choose the view (mapping, mesh, rank, shard_groups,
- * world_size, state): 1 taken, 0 not one of these, -1 bad. */
+ * world_size, state, set): 1 taken, 0 not one of these, -1 bad. */
 static int view_option(struct ck_view_args *a, const char *opt, struct ck_err *e)
 {
 	const char *val = strchr(opt, '=');
@@ -89,7 +89,7 @@ static int view_option(struct ck_view_args *a, const char *opt, struct ck_err *e
 		return 1;
 	}
 	if (!KEY("mapping") && !KEY("mesh") && !KEY("rank") && !KEY("world_size") &&
-	    !KEY("state"))
+	    !KEY("state") && !KEY("set"))
 		return KEY("ranks") ? ck_fail(e, CK_E_USAGE, "option ranks: a handle serves one "
 							     "rank; open one per rank")
 				    : 0;
@@ -101,6 +101,9 @@ static int view_option(struct ck_view_args *a, const char *opt, struct ck_err *e
 		a->maps[a->n_maps++] = (char *)val;
 	} else if (KEY("mesh")) {
 		a->mesh = val;
+	} else if (KEY("set")) {
+		if (ck_view_add_set(a, val, e) < 0)
+			return -1;
 	} else if (KEY("state")) {
 		if ((a->state = ck_state_parse(val)) < 0)
 			return ck_fail(e, CK_E_USAGE, "bad option %s (params, optimizer or all)", opt);

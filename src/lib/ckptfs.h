@@ -76,6 +76,8 @@ const char *ckptfs_version(void);
  *                       as one string); without rank=, the launcher's RANK
  *   shard_groups world_size=N rank=R   whole dependency groups for process R
  *   state=params|optimizer|all   the parameters or the optimizer state only
+ *   set=NAME=VALUE               a config.json value as the mappings see it
+ *                                (an integer or true/false; repeatable)
  *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring no_direct
  *   no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
  *   gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto gpu_mem=SIZE gpu_min=SIZE

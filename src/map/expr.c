@@ -675,6 +675,17 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0 ||
 		    ck_value_narrow(t, d, ints[1], ints[2], err) < 0)
 			return -1;
+	} else if (!strcmp(fn, "pad")) {
+		/* pad(x, dim, size): zeros after the end of dim up to size
+		 * (Megatron's padded vocabulary); narrow takes them off again */
+		if (nargs(ev, fn, na, 3, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
+		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0)
+			return -1;
+		if (ints[1] < t->shape[d])
+			return ck_fail(err, CK_E_MAPPING, "pad: size %lld is smaller than dim %d (%lld)",
+				       (long long)ints[1], d, (long long)t->shape[d]);
+		if (ck_value_pad(t, d, ints[1], err) < 0)
+			return -1;
 	} else if (!strcmp(fn, "select")) {
 		if (nargs(ev, fn, na, 3, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
 		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0 ||
@@ -842,6 +853,28 @@ static int arith(struct ev *ev, const char *op, int64_t x, int64_t y, int64_t *r
 	return 0;
 }
 
+/* x + c, c + x, x - c with x a tensor and c an integer constant: the
+ * affine element op (Gemma's norm offsets); the tensor moves to out. */
+static int shift_tensor(struct ev *ev, char op, struct ck_xval *x, struct ck_xval *y,
+			struct ck_xval *out)
+{
+	int tensor_left = x->kind == XV_TENSOR;
+	struct ck_xval *t = tensor_left ? x : y;
+	int64_t c = tensor_left ? y->i : x->i;
+	if (!tensor_left && op == '-')
+		return ck_fail(ev->err, CK_E_MAPPING,
+			       "%lld - tensor: only x + c, c + x and x - c are defined", (long long)c);
+	if (c > (1 << 24) || c < -(1 << 24))
+		return ck_fail(ev->err, CK_E_MAPPING,
+			       "tensor %c %lld: the constant must be within 2^24 (exact in F32)", op,
+			       (long long)c);
+	if (ck_value_shift(&t->t, (float)(op == '-' ? -c : c), ev->err) < 0)
+		return -1;
+	*out = *t;
+	memset(t, 0, sizeof *t);
+	return 0;
+}
+
 static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 {
 	memset(out, 0, sizeof *out);
@@ -981,7 +1014,11 @@ static int eval(struct ev *ev, const struct ck_expr *e, struct ck_xval *out)
 			return -1;
 		}
 		int rc;
-		if (x.kind != XV_INT || y.kind != XV_INT)
+		if ((x.kind == XV_TENSOR) != (y.kind == XV_TENSOR) &&
+		    (x.kind == XV_INT || y.kind == XV_INT) && (e->name[0] == '+' || e->name[0] == '-') &&
+		    !e->name[1])
+			rc = shift_tensor(ev, e->name[0], &x, &y, out);
+		else if (x.kind != XV_INT || y.kind != XV_INT)
 			rc = ck_fail(ev->err, CK_E_MAPPING, "'%s' needs integers, got %s and %s",
 				     e->name, kind_name(x.kind), kind_name(y.kind));
 		else {

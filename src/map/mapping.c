@@ -53,6 +53,7 @@ static void free_partition(struct ck_partition *p)
 	for (int d = 0; d < p->ndim; d++)
 		free(p->spec[d]);
 	ck_expr_free(p->require);
+	ck_expr_free(p->pad_to);
 	free(p->message);
 }
 
@@ -437,9 +438,12 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	}
 	if (req && parse_expr_json(c, NULL, req, "require", &p->require) < 0)
 		return -1;
-	if (pad && !cJSON_IsBool(pad))
-		return fail_at(c, NULL, "%s: \"pad\" must be true or false%s", where, NULL);
-	p->pad = pad && cJSON_IsTrue(pad);
+	if (pad && !cJSON_IsBool(pad) && !cJSON_IsString(pad) && !cJSON_IsNumber(pad))
+		return fail_at(c, NULL, "%s: \"pad\" must be true, false or an expression%s", where,
+			       NULL);
+	if (pad && !cJSON_IsBool(pad) && parse_expr_json(c, NULL, pad, "pad", &p->pad_to) < 0)
+		return -1;
+	p->pad = pad && (cJSON_IsTrue(pad) || p->pad_to);
 	if (msg && (!cJSON_IsString(msg) || !(p->message = strdup(msg->valuestring))))
 		return fail_at(c, NULL, "%s: \"message\" must be a string%s", where, NULL);
 	return 0;

@@ -58,6 +58,8 @@ struct ck_partition {
 	int64_t blocks[16];
 	struct ck_expr *require; /* must hold (mesh axis sizes are names) */
 	int pad;		 /* a dim that does not split is padded with zeros */
+	struct ck_expr *pad_to;	 /* "pad": EXPR: padded to a multiple of EXPR x the axis size,
+				  * whole views (axis size 1) too: Megatron's padded vocabulary */
 	char *message;		 /* said when `require` fails */
 };
 

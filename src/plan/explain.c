@@ -60,6 +60,8 @@ void ck_explain_json(FILE *f, const struct ck_plan *p, const struct ck_target *t
 			put_ints(f, q->sc.block, q->sc.n);
 			fputc('}', f);
 		}
+		if (q->shifted)
+			fprintf(f, ", \"add\": %.9g", (double)q->shift);
 		fputc('}', f);
 	}
 	fputc(']', f);
@@ -96,6 +98,8 @@ void ck_explain_text(FILE *f, const struct ck_plan *p, const struct ck_target *t
 			fprintf(f, " per block ");
 			put_ints(f, q->sc.block, q->sc.n);
 		}
+		if (q->shifted)
+			fprintf(f, ", %+.9g in F32 before the casts", (double)q->shift);
 		fputc('\n', f);
 	}
 }
@@ -135,6 +139,8 @@ int ck_explain_index(FILE *f, const struct ck_plan *p, const struct ck_target *t
 			fprintf(f, ", %s by its block of ", q->sc.divide ? "divided" : "multiplied");
 			ck_fput_safe(f, p->cat->entries[q->sc.src].t.name);
 		}
+		if (q->shifted)
+			fprintf(f, ", %+.9g", (double)q->shift);
 		fputs(")\n", f);
 		return 0;
 	}

@@ -87,9 +87,83 @@ int ck_shard_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck
 	return 1;
 }
 
+/* The partition rule deciding a target's split: the first whose pattern
+ * matches it (optimizer state: its parameter's name; scalars: none). */
+static const struct ck_partition *partition_of(const struct ck_mapping *rules,
+					       const struct ck_target *t)
+{
+	for (int k = 0; rules && k < rules->n_parts && !t->scalar; k++) {
+		struct ck_binding b = {0};
+		int hit = ck_pattern_match(&rules->parts[k].match, t->param ? t->param : t->name, &b);
+		ck_binding_clear(&b);
+		if (hit > 0)
+			return &rules->parts[k];
+	}
+	return NULL;
+}
+
+/* What a "pad" rule's dims are padded to a multiple of, per axis position:
+ * 1 for `true`, the value of its expression otherwise (Megatron's
+ * make_vocab_size_divisible_by). */
+static int pad_multiple(const struct ck_partition *pr, struct req_ctx *rc, const char *path,
+			int64_t *out, struct ck_err *err)
+{
+	*out = 1;
+	if (!pr->pad_to)
+		return 0;
+	struct ck_xval v;
+	if (ck_expr_eval(pr->pad_to, ck_shard_lookup, rc, &v, err) < 0) {
+		char msg[sizeof err->msg];
+		memcpy(msg, err->msg, sizeof msg);
+		return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: pad: %s", path, pr->index,
+			       msg);
+	}
+	int ok = v.kind == XV_INT && v.i >= 1 && v.i <= (1 << 30);
+	*out = ok ? v.i : 1;
+	ck_xval_free(&v);
+	if (!ok)
+		return ck_fail(err, CK_E_MAPPING,
+			       "%s: partition rule %d: pad: the multiple must be an integer from 1 to "
+			       "2^30",
+			       path, pr->index);
+	return 0;
+}
+
+int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err *err)
+{
+	int any = 0;
+	for (int k = 0; rules && k < rules->n_parts; k++)
+		any |= rules->parts[k].pad_to != NULL;
+	if (!any)
+		return 0;
+	struct ck_mesh none = {0};
+	int64_t coord[CK_MAX_AXES] = {0};
+	struct req_ctx rc = {&none, p->cat->config, coord};
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_target *t = &p->t[i];
+		const struct ck_partition *pr = partition_of(rules, t);
+		int64_t mult;
+		if (!pr || !pr->pad_to)
+			continue;
+		if (pr->ndim != t->v.ndim)
+			return ck_fail(err, CK_E_MAPPING,
+				       "%s: partition rule %d: spec has %d dims but target \"%s\" has %d",
+				       rules->path, pr->index, pr->ndim, t->name, t->v.ndim);
+		if (pad_multiple(pr, &rc, rules->path, &mult, err) < 0)
+			return -1;
+		for (int d = 0; d < t->v.ndim; d++) {
+			int64_t S = t->v.shape[d];
+			if (pr->spec[d] && pr->blocks[d] == 1 && S % mult &&
+			    ck_value_pad(&t->v, d, (S + mult - 1) / mult * mult, err) < 0)
+				return -1;
+		}
+	}
+	return ck_plan_refresh(p, err);
+}
+
 /* Shard one target along the rule; fills info. */
 static int shard_target(struct ck_target *t, const struct ck_partition *r, const struct ck_mesh *m,
-			const int64_t *coord, unsigned sel_axes, const char *path,
+			const int64_t *coord, unsigned sel_axes, int64_t mult, const char *path,
 			struct ck_shard_info *info, struct ck_err *err)
 {
 	struct ck_value *v = &t->v;
@@ -116,8 +190,8 @@ static int shard_target(struct ck_target *t, const struct ck_partition *r, const
 			c[d] = coord[a];
 		}
 		int64_t S = v->shape[d];
-		if (S % (k[d] * n[d]) && r->pad && k[d] == 1) { /* zeros up to a multiple */
-			S = (S + n[d] - 1) / n[d] * n[d];
+		if (S % (mult * n[d]) && r->pad && k[d] == 1) { /* zeros up to a multiple */
+			S = (S + mult * n[d] - 1) / (mult * n[d]) * (mult * n[d]);
 			if (ck_value_pad(v, d, S, err) < 0)
 				return -1;
 			info->global_shape[d] = S;
@@ -241,16 +315,8 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		t->shard = info;
 		info->global_name = global[i];
 		global[i] = NULL;
-		const struct ck_partition *pr = NULL;
 		/* optimizer state is split as its parameter; scalars never */
-		for (int k = 0; rules && k < rules->n_parts && !pr && !t->scalar; k++) {
-			struct ck_binding b = {0};
-			int hit = ck_pattern_match(&rules->parts[k].match, t->param ? t->param : t->name,
-						   &b);
-			ck_binding_clear(&b);
-			if (hit > 0)
-				pr = &rules->parts[k];
-		}
+		const struct ck_partition *pr = partition_of(rules, t);
 		if (!pr) { /* replicated on every axis */
 			memcpy(info->global_shape, t->v.shape, sizeof info->global_shape);
 			for (int d = 0; d < t->v.ndim; d++)
@@ -268,7 +334,10 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 			continue;
 		}
 		info->partition_rule = pr->index;
-		rc_ = shard_target(t, pr, m, coord, sel_axes[i], path, info, err);
+		int64_t mult;
+		rc_ = pad_multiple(pr, &rc, path, &mult, err);
+		if (rc_ == 0)
+			rc_ = shard_target(t, pr, m, coord, sel_axes[i], mult, path, info, err);
 	}
 	for (size_t i = 0; global && i < p->n; i++)
 		free(global[i]);

@@ -42,6 +42,10 @@ int64_t ck_mesh_world(const struct ck_mesh *m);
 int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		  int64_t rank, struct ck_err *err);
 
+/* A whole view (no mesh): pad the dims of targets whose partition rule has
+ * "pad": EXPR to a multiple of EXPR, as a one-rank mesh would. */
+int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err *err);
+
 /* Group sharding (d9d's Shard): whole dependency groups per process,
  * balanced by output bytes (largest first, each to the least loaded rank;
  * ties to the lower rank), the same on every process. rank_of[g] for every

@@ -142,6 +142,71 @@ int ck_state_parse(const char *text)
 					    : -1;
 }
 
+/* NAME=VALUE: NAME a config key, VALUE an integer or true/false; *val
+ * points into the text. 0 ok, -1 not of that form. */
+static int split_set(const char *text, size_t *name_len, long long *val, int *is_bool)
+{
+	const char *eq = strchr(text, '=');
+	if (!eq || eq == text || (size_t)(eq - text) > 128)
+		return -1;
+	for (const char *c = text; c < eq; c++)
+		if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (c > text && *c >= '0' && *c <= '9')))
+			return -1;
+	*name_len = (size_t)(eq - text);
+	*is_bool = !strcmp(eq + 1, "true") || !strcmp(eq + 1, "false");
+	if (*is_bool) {
+		*val = eq[1] == 't';
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	*val = strtoll(eq + 1, &end, 10);
+	/* exact in the double a JSON number is */
+	return !eq[1] || *end || errno || *val > (1LL << 53) || *val < -(1LL << 53) ? -1 : 0;
+}
+
+int ck_view_add_set(struct ck_view_args *a, const char *assignment, struct ck_err *err)
+{
+	size_t n;
+	long long v;
+	int b;
+	if (split_set(assignment, &n, &v, &b) < 0)
+		return ck_fail(err, CK_E_USAGE, "--set \"%s\": expected NAME=INTEGER (|INTEGER| <= 2^53) or "
+				       "NAME=true|false",
+			       assignment);
+	if (a->n_sets == CK_MAX_SETS)
+		return ck_fail(err, CK_E_USAGE, "at most %d --set values", CK_MAX_SETS);
+	a->sets[a->n_sets++] = assignment;
+	return 0;
+}
+
+/* --set values replace config.json's as every expression sees them (the
+ * served config.json keeps the source's bytes). */
+static int apply_sets(struct ck_catalog *cat, const struct ck_view_args *a, struct ck_err *err)
+{
+	for (int i = 0; i < a->n_sets; i++) {
+		size_t n;
+		long long v;
+		int b;
+		char name[129];
+		if (split_set(a->sets[i], &n, &v, &b) < 0)
+			return ck_fail(err, CK_E_USAGE, "--set \"%s\": expected NAME=INTEGER", a->sets[i]);
+		memcpy(name, a->sets[i], n);
+		name[n] = '\0';
+		if (!cat->config && !(cat->config = cJSON_CreateObject()))
+			return ck_fail_sys(err, ENOMEM, "--set");
+		cJSON *item = b ? cJSON_CreateBool((int)v) : cJSON_CreateNumber((double)v);
+		if (!item)
+			return ck_fail_sys(err, ENOMEM, "--set");
+		if (cJSON_GetObjectItemCaseSensitive(cat->config, name))
+			cJSON_ReplaceItemInObjectCaseSensitive(cat->config, name, item);
+		else
+			cJSON_AddItemToObject(cat->config, name, item);
+	}
+	return 0;
+}
+
 /* One plan per rank of --ranks, and their union for the shared cache. */
 static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const struct ck_mesh *m,
 		      const struct ck_mapping *rules, struct ck_err *err)
@@ -197,6 +262,10 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 		return ck_fail(err, CK_E_USAGE, "at most %d --mapping files", CK_MAX_MAPPINGS);
 	if (ck_catalog_open(source, &v->cat, err) < 0)
 		return -1;
+	if (apply_sets(v->cat, a, err) < 0) {
+		ck_view_close(v);
+		return -1;
+	}
 	for (int i = 0; i < n_mappings; i++, v->n_maps++) {
 		char path[4096];
 		if (ck_mapping_resolve(mappings[i], path, sizeof path, err) < 0 ||
@@ -217,7 +286,8 @@ int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_arg
 		return 0;
 	}
 	if (ck_plan_build(v->cat, v->maps, v->n_maps, &v->plan, err) < 0 ||
-	    ck_plan_keep_state(v->plan, a->state, err) < 0) {
+	    ck_plan_keep_state(v->plan, a->state, err) < 0 ||
+	    (!mesh && ck_plan_pad(v->plan, rules, err) < 0)) {
 		ck_view_close(v);
 		return -1;
 	}

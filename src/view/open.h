@@ -32,6 +32,7 @@ struct ck_view {
  *   [--world-size N] (whole dependency groups, balanced by bytes).
  * rank -1: from OMPI_COMM_WORLD_RANK or RANK; world 0: from
  * OMPI_COMM_WORLD_SIZE or WORLD_SIZE. */
+#define CK_MAX_SETS 32
 struct ck_view_args {
 	char *maps[16];
 	int n_maps;
@@ -40,7 +41,11 @@ struct ck_view_args {
 	int shard_groups;
 	const char *ranks; /* mount --ranks 0-7 | 0,2,5 | all: one daemon, rankR/ each */
 	int state; /* --state: 0 all, 1 parameters only, 2 optimizer state only */
+	const char *sets[CK_MAX_SETS]; /* --set NAME=VALUE: config values as mappings see them */
+	int n_sets;
 };
+/* Add a --set NAME=VALUE (checked: a name, an integer or true/false). */
+int ck_view_add_set(struct ck_view_args *a, const char *assignment, struct ck_err *err);
 /* "all", "params" or "optimizer" (--state, state=): 0, 1, 2; -1 if none. */
 int ck_state_parse(const char *text);
 int ck_view_open(struct ck_view *v, const char *source, const struct ck_view_args *a,

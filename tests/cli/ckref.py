@@ -110,18 +110,31 @@ def make_sources(mkckpt, d):
     return srcs
 
 
-def llama_to_megatron_ref(src, cfg):
+VOCAB_KEYS = ("embedding.word_embeddings.weight", "output_layer.weight")
+
+
+def pad_vocab(w, multiple):
+    """Megatron's padded vocabulary (megatron/training/tokenizer
+    _vocab_size_with_padding): zero rows after the last token up to a multiple
+    of make_vocab_size_divisible_by x tp."""
+    rows = -(-w.shape[0] // multiple) * multiple
+    return np.concatenate([w, np.zeros((rows - w.shape[0],) + w.shape[1:], w.dtype)], 0)
+
+
+def llama_to_megatron_ref(src, cfg, vocab_multiple=128):
     """Megatron-core's names and layouts from an HF Llama / Qwen2 / Qwen3 state
     dict (name -> (dtype, array)): Q, K, V interleaved per query group into
     linear_qkv (Qwen2's biases in the same order into linear_qkv.bias), gate and
     up stacked into linear_fc1, Qwen3's q_norm / k_norm as q_layernorm /
-    k_layernorm; written from Megatron's layout, not ckptfs's mapping."""
+    k_layernorm, the vocabulary padded with zero rows to a multiple of 128 (tp=1);
+    written from Megatron's layout, not ckptfs's mapping."""
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     ng = cfg.get("num_key_value_heads", nh)
-    out = {"embedding.word_embeddings.weight": src["model.embed_tokens.weight"],
+    emb = src["model.embed_tokens.weight"]
+    out = {"embedding.word_embeddings.weight": (emb[0], pad_vocab(emb[1], vocab_multiple)),
            "decoder.final_layernorm.weight": src["model.norm.weight"]}
     if "lm_head.weight" in src:
-        out["output_layer.weight"] = src["lm_head.weight"]
+        out["output_layer.weight"] = (src["lm_head.weight"][0], pad_vocab(src["lm_head.weight"][1], vocab_multiple))
     for L in range(cfg["num_hidden_layers"]):
         p, d = f"model.layers.{L}.", f"decoder.layers.{L}."
         q, k, v = (src[p + f"self_attn.{n}_proj.weight"] for n in "qkv")
@@ -144,12 +157,14 @@ def llama_to_megatron_ref(src, cfg):
     return out
 
 
-def megatron_rank(glob, tp, r):
-    """Megatron-LM's per-rank tensors (tools/checkpoint conventions)."""
+def megatron_rank(glob, tp, r, vocab_multiple=128):
+    """Megatron-LM's per-rank tensors (tools/checkpoint conventions); the
+    vocabulary padded to a multiple of vocab_multiple x tp first."""
     out = {}
     for k, w in glob.items():
-        if k.endswith("linear_qkv.weight") or k.endswith("linear_qkv.bias") or \
-                k in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        if k in VOCAB_KEYS:
+            out[k] = np.split(pad_vocab(w, vocab_multiple * tp), tp, 0)[r]
+        elif k.endswith("linear_qkv.weight") or k.endswith("linear_qkv.bias"):
             out[k] = np.split(w, tp, 0)[r]
         elif k.endswith("linear_fc1.weight"):
             gate, up = np.split(w, 2, 0)

@@ -22,6 +22,18 @@ CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
 TOKS = [1, 5, 9, 200, 31, 77, 128, 3]
 
 
+def split_qkv(qkv, nh, ng, hd, grouped=True):
+    """Megatron's linear_qkv output [T, ng * (hpg + 2) * hd] as q [T, nh, hd],
+    k and v [T, ng, hd]: per KV group its hpg query heads, then k, then v.
+    grouped=False misreads it as [all q; all k; all v]."""
+    T, hpg = qkv.shape[0], nh // ng
+    if grouped:
+        g = qkv.view(T, ng, hpg + 2, hd)
+        return g[:, :, :hpg].reshape(T, nh, hd), g[:, :, hpg], g[:, :, hpg + 1]
+    q, k, v = qkv.split([nh * hd, ng * hd, ng * hd], -1)
+    return q.view(T, nh, hd), k.view(T, ng, hd), v.view(T, ng, hd)
+
+
 def megatron_forward(w, cfg, toks, grouped=True):
     """Megatron-core's GPT layer over its own tensors (Transformer Engine
     names), in plain torch. grouped=False misreads linear_qkv as [q; k; v]."""
@@ -39,12 +51,7 @@ def megatron_forward(w, cfg, toks, grouped=True):
         qkv = h @ w[a + "linear_qkv.weight"].T
         if a + "linear_qkv.bias" in w:
             qkv = qkv + w[a + "linear_qkv.bias"]
-        if grouped:
-            g = qkv.view(T, ng, hpg + 2, hd)
-            q, k, v = g[:, :, :hpg].reshape(T, nh, hd), g[:, :, hpg], g[:, :, hpg + 1]
-        else:
-            q, k, v = qkv.split([nh * hd, ng * hd, ng * hd], -1)
-            q, k, v = q.view(T, nh, hd), k.view(T, ng, hd), v.view(T, ng, hd)
+        q, k, v = split_qkv(qkv, nh, ng, hd, grouped)
         if a + "q_layernorm.weight" in w:
             q, k = rms(q, w[a + "q_layernorm.weight"]), rms(k, w[a + "k_layernorm.weight"])
         q, k, v = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)

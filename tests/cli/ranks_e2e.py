@@ -35,8 +35,12 @@ with tempfile.TemporaryDirectory() as d:
     glob = arrays(full)
     checked = 0
     for tp in (2, 4, 8):
-        rebuilt = {k: np.full(v.shape, 0xFFFF, dtype=v.dtype) for k, v in glob.items()}
-        covered = {k: np.zeros(v.shape, dtype=np.int32) for k, v in glob.items()}
+        # Megatron pads the vocabulary to a multiple of 128 x tp: 256 rows
+        # stay at tp=2, become 512 at tp=4 and 1024 at tp=8
+        gtp = {k: ckref.pad_vocab(v, 128 * tp) if k in ckref.VOCAB_KEYS else v for k, v in glob.items()}
+        assert gtp["embedding.word_embeddings.weight"].shape[0] == max(256, 128 * tp)
+        rebuilt = {k: np.full(v.shape, 0xFFFF, dtype=v.dtype) for k, v in gtp.items()}
+        covered = {k: np.zeros(v.shape, dtype=np.int32) for k, v in gtp.items()}
         for r in range(tp):
             out = os.path.join(d, f"tp{tp}", "rank{rank}")
             ckref.run(CKPTFS, "convert", src, out, "--mapping", MAP, "--mesh", f"tp={tp}",
@@ -51,7 +55,7 @@ with tempfile.TemporaryDirectory() as d:
                                         "--rank", str(r), "--json").stdout)
             for t in view["tensors"]:
                 k = t["name"]
-                assert t["global_shape"] == list(glob[k].shape)
+                assert t["global_shape"] == list(gtp[k].shape)
                 for f in t["fragments"]:
                     sl = tuple(slice(o, o + n) for o, n in zip(f["local_offset"], f["shape"]))
                     sg = tuple(slice(o, o + n) for o, n in zip(f["global_offset"], f["shape"]))
@@ -60,10 +64,10 @@ with tempfile.TemporaryDirectory() as d:
                 split = t["axis_fragmentations"] != [1] * len(t["shape"])
                 # replicated tensors: one main replica (replica id 0) and tp-1 others
                 assert t["replica_id"] == ([] if split else [r]), t
-        for k in glob:
-            replicated = ckref.megatron_rank(glob, tp, 0)[k].shape == glob[k].shape
+        for k in gtp:
+            replicated = ckref.megatron_rank(glob, tp, 0)[k].shape == gtp[k].shape
             assert covered[k].min() >= 1 and (replicated or covered[k].max() == 1), k
-            assert np.array_equal(rebuilt[k], glob[k]), f"tp={tp}: {k} not restored"
+            assert np.array_equal(rebuilt[k], gtp[k]), f"tp={tp}: {k} not restored"
     print(f"tp 2/4/8: {checked} local tensors equal numpy's Megatron shards; fragments restore every global tensor")
 
     # Qwen2 (Q/K/V biases split with their rows) and Qwen3 (norms replicated), tp=2
@@ -110,32 +114,67 @@ with tempfile.TemporaryDirectory() as d:
     odd = os.path.join(d, "odd-vocab")
     ckref.run(MKCKPT, "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--intermediate", "192",
               "--vocab", "255", "--layers", "1", odd)
-    p = ckref.run(CKPTFS, "convert", odd, os.path.join(d, "never"), "--mapping", MAP, "--mesh", "tp=2",
+    # without "pad" a vocabulary that does not split is refused
+    m = json.load(open(MAP))
+    for rule in m["partition"]:
+        rule.pop("pad", None)
+    nopad = os.path.join(d, "nopad.json")
+    json.dump(m, open(nopad, "w"))
+    p = ckref.run(CKPTFS, "convert", odd, os.path.join(d, "never"), "--mapping", nopad, "--mesh", "tp=2",
                   "--rank", "0", check=False)
     assert p.returncode == 4 and 'dim 0 of "embedding.word_embeddings.weight" (size 255) does not split' in p.stderr, p.stderr
     assert not os.path.exists(os.path.join(d, "never"))
-    # "pad": true pads a dim that does not split with zeros (Megatron's padded vocabulary)
+    # the shipped mapping pads as Megatron does: zero rows up to a multiple of
+    # make_vocab_size_divisible_by (128, or --set) x tp, whole views as tp=1
+    odd_src = {k: v[2] for k, v in ckref.read_checkpoint_dir(odd).items()}
+    hf = {"embedding.word_embeddings.weight": odd_src["model.embed_tokens.weight"],
+          "output_layer.weight": odd_src["lm_head.weight"]}
+    ckref.convert(CKPTFS, odd, os.path.join(d, "odd-global"), [MAP])
+    oddg = arrays(os.path.join(d, "odd-global"))
+    for k, w in hf.items():
+        assert oddg[k].shape == (256, 128) and np.array_equal(oddg[k], ckref.pad_vocab(w, 128)), k
+        assert not oddg[k][255:].any() and np.array_equal(oddg[k][:255], w), k
+    for tp, setv, rows in ((2, None, 256), (4, None, 512), (2, 100, 400)):
+        extra = ["--set", f"make_vocab_size_divisible_by={setv}"] if setv else []
+        for r in range(tp):
+            out = os.path.join(d, f"odd-pad-{tp}-{setv}", f"r{r}")
+            ckref.convert(CKPTFS, odd, out, [MAP], "--mesh", f"tp={tp}", "--rank", str(r), *extra)
+            local = arrays(out)
+            for k, w in hf.items():
+                want = np.split(ckref.pad_vocab(w, (setv or 128) * tp), tp, 0)[r]
+                assert want.shape[0] == rows // tp and np.array_equal(local[k], want), (tp, setv, r, k)
+            view = json.loads(ckref.run(CKPTFS, "inspect", odd, "--mapping", MAP, "--mesh", f"tp={tp}",
+                                        "--rank", str(r), "--json", *extra).stdout)
+            t = next(t for t in view["tensors"] if t["name"] == "output_layer.weight")
+            assert t["global_shape"] == [rows, 128] and \
+                t["fragments"][0]["global_offset"] == [rows // tp * r, 0], t
+    # and the inverse takes the padding off: HF -> Megatron -> HF gives every byte back
+    back = os.path.join(d, "odd-back")
+    ckref.convert(CKPTFS, os.path.join(d, "odd-global"), back, ["megatron-to-llama-hf"])
+    backa = arrays(back)
+    assert set(backa) == set(odd_src) and all(np.array_equal(backa[k], odd_src[k]) for k in odd_src)
+    # "pad": true pads to a multiple of the axis size only
     m = json.load(open(MAP))
     for rule in m["partition"]:
-        if rule["match"] in ("embedding.word_embeddings.weight", "output_layer.weight"):
+        if "pad" in rule:
             rule["pad"] = True
     padmap = os.path.join(d, "pad.json")
     json.dump(m, open(padmap, "w"))
-    ckref.convert(CKPTFS, odd, os.path.join(d, "odd-global"), [MAP])
-    oddg = arrays(os.path.join(d, "odd-global"))
-    for r in range(2):
-        out = os.path.join(d, "odd-pad", f"r{r}")
-        ckref.convert(CKPTFS, odd, out, [padmap], "--mesh", "tp=2", "--rank", str(r))
-        local = arrays(out)
-        for k in ("embedding.word_embeddings.weight", "output_layer.weight"):
-            w = oddg[k]
-            padded = np.concatenate([w, np.zeros((1, w.shape[1]), w.dtype)])  # 255 -> 256 rows
-            assert np.array_equal(local[k], np.split(padded, 2, 0)[r]), (r, k)
-        view = json.loads(ckref.run(CKPTFS, "inspect", odd, "--mapping", padmap, "--mesh", "tp=2",
-                                    "--rank", str(r), "--json").stdout)
-        t = next(t for t in view["tensors"] if t["name"] == "output_layer.weight")
-        assert t["global_shape"] == [256, 128] and t["fragments"][0]["global_offset"] == [128 * r, 0], t
-    print("pad: vocabulary 255 over tp=2 is padded with a zero row to 256")
+    view = json.loads(ckref.run(CKPTFS, "inspect", odd, "--mapping", padmap, "--mesh", "tp=2",
+                                "--rank", "1", "--json").stdout)
+    t = next(t for t in view["tensors"] if t["name"] == "output_layer.weight")
+    assert t["global_shape"] == [256, 128] and t["shape"] == [128, 128], t
+    # bad values: one line each, exit 2 (usage) or 4 (mapping)
+    for setv, code, msg in (("x", 2, "expected NAME=INTEGER"), ("0", 4, "pad: the multiple must be"),
+                            ("-3", 4, "pad: the multiple must be"), ("99999999999999999999", 2, "expected NAME=INTEGER")):
+        p = ckref.run(CKPTFS, "inspect", odd, "--mapping", MAP, "--set", f"make_vocab_size_divisible_by={setv}",
+                      check=False)
+        assert p.returncode == code and msg in p.stderr and p.stderr.count("\n") == 1, (setv, p.stderr)
+    p = ckref.run(CKPTFS, "inspect", odd, "--mapping", MAP, "--set", "9bad=1", check=False)
+    assert p.returncode == 2 and "expected NAME=INTEGER" in p.stderr, p.stderr
+    print("vocabulary padding: 255 rows -> 256 whole and at tp=2, 512 at tp=4, 400 with --set 100 at tp=2; "
+          "the inverse restores 255")
+
 
     # pipeline stages: pp=2,tp=2 on 4 layers; stage s holds layers 2s, 2s+1
     # numbered 0, 1 (as Megatron stores them), the embedding on the first
@@ -289,6 +328,11 @@ with tempfile.TemporaryDirectory() as d:
                     assert read_random(f) == want[t["name"]], (r, t["name"])
                     assert json.loads(os.getxattr(f, "user.ckptfs.replica_id")) == t["replica_id"]
                     key = (t["name"], want[t["name"]]) if t["replica_id"] else (t["name"], r)
+                    # ranks 2 and 3 hold only vocabulary padding (256 rows
+                    # padded to 512): the same zeros, one value for both
+                    if t["name"] in ckref.VOCAB_KEYS and r >= 2:
+                        assert not any(want[t["name"]]), t["name"]
+                        key = (t["name"], "padding")
                     if key not in seen:  # replicated: one tensor for all ranks
                         seen[key] = 1
                         union_bytes += len(want[t["name"]])
