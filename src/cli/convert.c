@@ -251,7 +251,7 @@ static int convert_main(int argc, char **argv, int *synced)
 		return ck_cli_report(&err);
 	}
 	/* the source's config.json travels with the converted weights, verbatim */
-	if (v.cat->config && (!va.shard_groups || v.rank == 0)) {
+	if (v.cat->config_raw && (!va.shard_groups || v.rank == 0)) { /* not --set's object */
 		o.config = v.cat->config_raw;
 		o.config_len = v.cat->config_len;
 	}

@@ -95,7 +95,7 @@ static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct 
 		return ck_fail_sys(err, ENOMEM, "mount");
 	if (o->extra && add_root(fs, o->extra_name, o->extra) < 0)
 		return ck_fail_sys(err, ENOMEM, "mount");
-	if (fs->plan->cat->config) { /* the source's bytes, verbatim */
+	if (fs->plan->cat->config_raw) { /* the source's bytes, verbatim (not --set's) */
 		const struct ck_catalog *cat = fs->plan->cat;
 		if (ck_vfile_lit(&fs->config, cat->config_raw, cat->config_len) < 0 ||
 		    add_root(fs, "config.json", &fs->config) < 0)

@@ -8,6 +8,7 @@ replica_id; a per-rank mount serves the same bytes and xattrs; and bad meshes
 are refused before anything happens."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -153,6 +154,23 @@ with tempfile.TemporaryDirectory() as d:
     ckref.convert(CKPTFS, os.path.join(d, "odd-global"), back, ["megatron-to-llama-hf"])
     backa = arrays(back)
     assert set(backa) == set(odd_src) and all(np.array_equal(backa[k], odd_src[k]) for k in odd_src)
+    # --set stands in for a missing config.json; no config.json is made up from it
+    bare = os.path.join(d, "bare")
+    os.makedirs(bare)
+    shutil.copy(os.path.join(odd, "model.safetensors"), bare)
+    sets = ["--set", "hidden_size=128", "--set", "num_attention_heads=16", "--set", "num_key_value_heads=8",
+            "--set", "num_hidden_layers=1", "--set", "vocab_size=255"]
+    p = ckref.run(CKPTFS, "inspect", bare, "--mapping", MAP, check=False)
+    assert p.returncode == 4 and "hidden_size" in p.stderr, p.stderr
+    ckref.convert(CKPTFS, bare, os.path.join(d, "bare-out"), [MAP], *sets)
+    assert not os.path.exists(os.path.join(d, "bare-out", "config.json"))
+    bare_out = arrays(os.path.join(d, "bare-out"))
+    assert set(bare_out) == set(oddg) and all(np.array_equal(bare_out[k], oddg[k]) for k in oddg)
+    if have_fuse():
+        from mountlib import Mount
+        with Mount(bare, [MAP], extra=sets) as m:
+            assert not os.path.exists(m.path("config.json"))
+            assert ckref.read_safetensors(m.path("model.safetensors"))["output_layer.weight"][2].shape == (256, 128)
     # "pad": true pads to a multiple of the axis size only
     m = json.load(open(MAP))
     for rule in m["partition"]:
