@@ -142,42 +142,39 @@ int ck_state_parse(const char *text)
 					    : -1;
 }
 
-/* NAME=VALUE: NAME a config key, VALUE an integer or true/false; *val
- * points into the text. 0 ok, -1 not of that form. */
-static int split_set(const char *text, size_t *name_len, long long *val, int *is_bool)
+/* NAME=VALUE: NAME a config key, VALUE an integer (exact in the double a
+ * JSON number is) or true/false. 0 ok, -1 not of that form. */
+static int split_set(const char *text, struct ck_view_set *out)
 {
 	const char *eq = strchr(text, '=');
-	if (!eq || eq == text || (size_t)(eq - text) > 128)
+	if (!eq || eq == text || (size_t)(eq - text) >= sizeof out->name)
 		return -1;
 	for (const char *c = text; c < eq; c++)
 		if (!(*c == '_' || (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
 		      (c > text && *c >= '0' && *c <= '9')))
 			return -1;
-	*name_len = (size_t)(eq - text);
-	*is_bool = !strcmp(eq + 1, "true") || !strcmp(eq + 1, "false");
-	if (*is_bool) {
-		*val = eq[1] == 't';
+	memcpy(out->name, text, (size_t)(eq - text));
+	out->name[eq - text] = '\0';
+	out->is_bool = !strcmp(eq + 1, "true") || !strcmp(eq + 1, "false");
+	if (out->is_bool) {
+		out->val = eq[1] == 't';
 		return 0;
 	}
 	char *end;
 	errno = 0;
-	*val = strtoll(eq + 1, &end, 10);
-	/* exact in the double a JSON number is */
-	return !eq[1] || *end || errno || *val > (1LL << 53) || *val < -(1LL << 53) ? -1 : 0;
+	out->val = strtoll(eq + 1, &end, 10);
+	return !eq[1] || *end || errno || out->val > (1LL << 53) || out->val < -(1LL << 53) ? -1 : 0;
 }
 
 int ck_view_add_set(struct ck_view_args *a, const char *assignment, struct ck_err *err)
 {
-	size_t n;
-	long long v;
-	int b;
-	if (split_set(assignment, &n, &v, &b) < 0)
+	if (a->n_sets == CK_MAX_SETS)
+		return ck_fail(err, CK_E_USAGE, "at most %d --set values", CK_MAX_SETS);
+	if (split_set(assignment, &a->sets[a->n_sets]) < 0)
 		return ck_fail(err, CK_E_USAGE, "--set \"%s\": expected NAME=INTEGER (|INTEGER| <= 2^53) or "
 				       "NAME=true|false",
 			       assignment);
-	if (a->n_sets == CK_MAX_SETS)
-		return ck_fail(err, CK_E_USAGE, "at most %d --set values", CK_MAX_SETS);
-	a->sets[a->n_sets++] = assignment;
+	a->n_sets++;
 	return 0;
 }
 
@@ -186,23 +183,16 @@ int ck_view_add_set(struct ck_view_args *a, const char *assignment, struct ck_er
 static int apply_sets(struct ck_catalog *cat, const struct ck_view_args *a, struct ck_err *err)
 {
 	for (int i = 0; i < a->n_sets; i++) {
-		size_t n;
-		long long v;
-		int b;
-		char name[129];
-		if (split_set(a->sets[i], &n, &v, &b) < 0)
-			return ck_fail(err, CK_E_USAGE, "--set \"%s\": expected NAME=INTEGER", a->sets[i]);
-		memcpy(name, a->sets[i], n);
-		name[n] = '\0';
+		const struct ck_view_set *s = &a->sets[i];
 		if (!cat->config && !(cat->config = cJSON_CreateObject()))
 			return ck_fail_sys(err, ENOMEM, "--set");
-		cJSON *item = b ? cJSON_CreateBool((int)v) : cJSON_CreateNumber((double)v);
+		cJSON *item = s->is_bool ? cJSON_CreateBool((int)s->val) : cJSON_CreateNumber((double)s->val);
 		if (!item)
 			return ck_fail_sys(err, ENOMEM, "--set");
-		if (cJSON_GetObjectItemCaseSensitive(cat->config, name))
-			cJSON_ReplaceItemInObjectCaseSensitive(cat->config, name, item);
+		if (cJSON_GetObjectItemCaseSensitive(cat->config, s->name))
+			cJSON_ReplaceItemInObjectCaseSensitive(cat->config, s->name, item);
 		else
-			cJSON_AddItemToObject(cat->config, name, item);
+			cJSON_AddItemToObject(cat->config, s->name, item);
 	}
 	return 0;
 }

@@ -33,6 +33,11 @@ struct ck_view {
  * rank -1: from OMPI_COMM_WORLD_RANK or RANK; world 0: from
  * OMPI_COMM_WORLD_SIZE or WORLD_SIZE. */
 #define CK_MAX_SETS 32
+struct ck_view_set { /* --set NAME=VALUE, parsed */
+	char name[129];
+	long long val;
+	int is_bool;
+};
 struct ck_view_args {
 	char *maps[16];
 	int n_maps;
@@ -41,7 +46,7 @@ struct ck_view_args {
 	int shard_groups;
 	const char *ranks; /* mount --ranks 0-7 | 0,2,5 | all: one daemon, rankR/ each */
 	int state; /* --state: 0 all, 1 parameters only, 2 optimizer state only */
-	const char *sets[CK_MAX_SETS]; /* --set NAME=VALUE: config values as mappings see them */
+	struct ck_view_set sets[CK_MAX_SETS]; /* config values as mappings see them */
 	int n_sets;
 };
 /* Add a --set NAME=VALUE (checked: a name, an integer or true/false). */
