@@ -220,7 +220,9 @@ def main():
         m = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "mappings",
                                         "gemma2-hf-to-megatron.json")))
         for expr, msg in (("x.to(BF16) + 1", "add before narrowing casts"), ("x + 1 + 1", "already has +1 added"),
-                          ("1 - x", "only x + c, c + x and x - c"), ("x + 16777217", "within 2^24")):
+                          ("1 - x", "only x + c, c + x and x - c"), ("x + 16777217", "within 2^24"),
+                          ("pad(x, 0, 10)", "smaller than dim"), ("pad(x, 0, 4611686018427387904)", "2^60"),
+                          ("pad(x, 1, 99)", "dim 1")):
             bad_map = json.loads(json.dumps(m))
             for rule in bad_map["rules"]:
                 if rule.get("if") == "!zc" and rule["from"] == "model.norm.weight":

@@ -188,6 +188,9 @@ with tempfile.TemporaryDirectory() as d:
         p = ckref.run(CKPTFS, "inspect", odd, "--mapping", MAP, "--set", f"make_vocab_size_divisible_by={setv}",
                       check=False)
         assert p.returncode == code and msg in p.stderr and p.stderr.count("\n") == 1, (setv, p.stderr)
+    many = [a for k in range(33) for a in ("--set", f"x{k}=1")]
+    p = ckref.run(CKPTFS, "inspect", odd, "--mapping", MAP, *many, check=False)
+    assert p.returncode == 2 and "at most 32 --set values" in p.stderr, p.stderr
     p = ckref.run(CKPTFS, "inspect", odd, "--mapping", MAP, "--set", "9bad=1", check=False)
     assert p.returncode == 2 and "expected NAME=INTEGER" in p.stderr, p.stderr
     print("vocabulary padding: 255 rows -> 256 whole and at tp=2, 512 at tp=4, 400 with --set 100 at tp=2; "

@@ -487,6 +487,39 @@ START_TEST(errors)
 }
 END_TEST
 
+/* pad and shift on hostile sizes and types: refused, the value unchanged */
+START_TEST(pad_and_shift_errors)
+{
+	struct ck_err err;
+	struct ck_value v, q;
+	int64_t s[] = {6, 4};
+	ck_assert_int_eq(ck_value_leaf(&v, 0, CK_DT_F32, 2, s, &err), 0);
+	ck_assert_int_eq(ck_value_pad(&v, 0, 5, &err), -1);			   /* shrink */
+	ck_assert_int_eq(ck_value_pad(&v, 0, INT64_MAX, &err), -1);		   /* overflow */
+	ck_assert_int_eq(ck_value_pad(&v, 1, (int64_t)1 << 59, &err), -1); /* > 2^60 elements */
+	ck_assert_ptr_nonnull(strstr(err.msg, "2^60"));
+	ck_assert_int_eq(ck_value_pad(&v, 2, 8, &err), -1);
+	ck_assert(v.shape[0] == 6 && v.shape[1] == 4);
+	ck_assert_int_eq(ck_value_pad(&v, 0, 8, &err), 0);
+	ck_assert(v.shape[0] == 8 && ck_value_has_holes(&v));
+	/* shift: integers refused; after a narrowing cast refused; twice refused */
+	ck_assert_int_eq(ck_value_leaf(&q, 1, CK_DT_I32, 2, s, &err), 0);
+	ck_assert_int_eq(ck_value_shift(&q, 1, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.msg, "not I32"));
+	ck_value_free(&q);
+	ck_assert_int_eq(ck_value_copy(&q, &v, &err), 0);
+	ck_assert_int_eq(ck_value_cast(&q, CK_DT_BF16, 0, &err), 0);
+	ck_assert_int_eq(ck_value_shift(&q, 1, &err), -1);
+	ck_value_free(&q);
+	ck_assert_int_eq(ck_value_shift(&v, -1, &err), 0);
+	ck_assert(v.dtype == CK_DT_F32 && v.p[0].shifted && v.p[0].shift == -1.0f &&
+		  !ck_piece_plain(&v.p[0]));
+	ck_assert_int_eq(ck_value_shift(&v, 1, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.msg, "already has"));
+	ck_value_free(&v);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("layout");
@@ -496,6 +529,7 @@ int main(void)
 	tcase_add_test(tc, qkv_interleave_pieces);
 	tcase_add_loop_test(tc, block_scale_op_sequences, 0, 300);
 	tcase_add_test(tc, errors);
+	tcase_add_test(tc, pad_and_shift_errors);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 0); /* 400 small loop tests: no fork each */
 }
