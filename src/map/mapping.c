@@ -209,6 +209,47 @@ static int set_desc(struct ck_rule *r, const cJSON *from, const cJSON *to)
 	return r->desc ? 0 : -1;
 }
 
+/* "if" is decided before any input is read, and for each key when it names
+ * a capture: it may name parameters, config values and captures of the
+ * input patterns, never an input, a let or the for variable. */
+struct cond_names {
+	const struct ck_rule *r;
+	const char *bad;
+	int per_key;
+};
+
+static void cond_name(void *vctx, const char *name)
+{
+	struct cond_names *c = vctx;
+	const struct ck_rule *r = c->r;
+	for (int i = 0; i < r->n_in; i++) {
+		if (!strcmp(r->in[i].name, name) && !c->bad)
+			c->bad = r->in[i].name;
+		if (ck_pattern_has_capture(&r->in[i].pat, name))
+			c->per_key = 1;
+	}
+	for (int k = 0; k < r->n_let && !c->bad; k++)
+		if (!strcmp(r->let[k].name, name))
+			c->bad = r->let[k].name;
+	if (r->for_name && !strcmp(r->for_name, name) && !c->bad)
+		c->bad = r->for_name;
+}
+
+static int check_cond(struct pctx *c, struct ck_rule *r)
+{
+	if (!r->cond)
+		return 0;
+	struct cond_names cn = {r, NULL, 0};
+	ck_expr_names(r->cond, cond_name, &cn);
+	if (cn.bad)
+		return fail_at(c, r, "\"if\" names \"%s\": a condition is decided before any "
+				     "input is read, so it may name parameters, config values and "
+				     "captures only%s",
+			       cn.bad, NULL);
+	r->cond_per_key = cn.per_key;
+	return 0;
+}
+
 static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 {
 	if (!cJSON_IsObject(j))
@@ -257,7 +298,9 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
 				       NULL, NULL);
 		r->drop = 1;
-		return parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in);
+		if (parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in) < 0)
+			return -1;
+		return check_cond(c, r);
 	}
 	if (!from || !to)
 		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s",
@@ -380,7 +423,7 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 				return fail_at(c, r, "output pattern uses {%s}, which no input binds",
 					       tok->name, NULL);
 		}
-	return 0;
+	return check_cond(c, r);
 }
 
 static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *p)

@@ -31,6 +31,7 @@ struct ck_rule {
 	int index; /* 1-based, as people count rules in a file */
 	char *desc; /* short text for messages: `from "..." -> "..."` */
 	struct ck_expr *cond;
+	int cond_per_key; /* the condition names a capture: decided for each key */
 	int drop; /* a drop rule: inputs consumed, nothing produced */
 	struct ck_named_pat *in, *out;
 	int n_in, n_out;

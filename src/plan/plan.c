@@ -454,7 +454,7 @@ static int cmp_pair(const void *a, const void *b)
 
 static int run_rule(struct stage *st, const struct ck_rule *r)
 {
-	if (r->cond) {
+	if (r->cond && !r->cond_per_key) {
 		struct env env = {st, r, NULL, NULL, NULL, 0};
 		int64_t v;
 		if (eval_int(st, r->cond, &env, &v) < 0)
@@ -482,6 +482,19 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 		}
 		if (!hit)
 			continue;
+		if (r->cond_per_key) { /* a key the condition rejects is left for later rules */
+			struct env env = {st, r, &m.b, NULL, NULL, 0};
+			int64_t v;
+			if (eval_int(st, r->cond, &env, &v) < 0) {
+				ck_binding_clear(&m.b);
+				rule_fail(st, r, k->name);
+				goto out;
+			}
+			if (!v) {
+				ck_binding_clear(&m.b);
+				continue;
+			}
+		}
 		if (nm == cap) {
 			cap = cap ? cap * 2 : 64;
 			struct match *n = realloc(ms, cap * sizeof *n);

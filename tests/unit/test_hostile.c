@@ -161,6 +161,17 @@ START_TEST(mapping_bounds_and_bindings)
 	mapping_refused("{\"rules\": [{\"from\": \"a.{L}\", \"to\": \"t.{L}\", "
 			"\"let\": {\"k\": \"1\", \"k\": \"2\"}}]}",
 			"binds \"k\" twice");
+	/* "if" is decided before any input is read: naming one crashed the planner */
+	mapping_refused("{\"rules\": [{\"from\": \"a\", \"to\": \"t\", \"if\": \"x\"}]}",
+			"\"if\" names \"x\"");
+	mapping_refused("{\"rules\": [{\"from\": \"a\", \"to\": \"t\", \"if\": \"k > 1\", "
+			"\"let\": {\"k\": \"2\"}}]}",
+			"\"if\" names \"k\"");
+	mapping_refused("{\"rules\": [{\"from\": \"a\", \"to\": \"t{E}\", \"for\": {\"E\": 2}, "
+			"\"if\": \"E\", \"expr\": \"x\"}]}",
+			"\"if\" names \"E\"");
+	mapping_refused("{\"rules\": [{\"drop\": \"a\", \"if\": \"x.size(0)\"}]}",
+			"\"if\" names \"x\"");
 	mapping_refused("{\"params\": {\"n\": 1, \"n\": 2}}", "param \"n\" given twice");
 	mapping_refused("{\"partition\": [{\"match\": \"{a}.{a}\", \"spec\": [\"tp\"]}]}",
 			"names capture {a} twice");

@@ -242,6 +242,24 @@ START_TEST(plans)
 	ck_assert_ptr_nonnull(find(p, "embed"));
 	ck_assert_uint_eq(p->n, cat->n_entries);
 	ck_plan_free(p);
+
+	/* a condition naming a capture is decided per key: the keys it rejects
+	 * stay for later rules (DeepSeek's dense first layers vs its MoE ones) */
+	const char *perkey = "{\"params\": {\"first\": \"missing ?? 1\"}, \"rules\": ["
+			     " {\"if\": \"L >= first\", \"from\": \"layers.{L}.q\", \"to\": \"late.{L}\"},"
+			     " {\"from\": \"layers.{L}.q\", \"to\": \"early.{L}\"},"
+			     " {\"if\": \"E != 1 && L == 0\", \"drop\": \"layers.{L}.experts.{E}.w\"}],"
+			     " \"unused\": \"keep\"}";
+	p = plan_of(&perkey, 1, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	ck_assert_ptr_nonnull(find(p, "late.1"));
+	ck_assert_ptr_nonnull(find(p, "early.0"));
+	ck_assert_ptr_null(ck_plan_find(p, "late.0"));
+	ck_assert_ptr_null(ck_plan_find(p, "early.1"));
+	ck_assert_ptr_nonnull(find(p, "layers.0.experts.1.w")); /* the one the drop kept */
+	ck_assert_ptr_null(ck_plan_find(p, "layers.0.experts.0.w"));
+	ck_assert_ptr_null(ck_plan_find(p, "layers.0.experts.2.w"));
+	ck_plan_free(p);
 }
 END_TEST
 
