@@ -356,6 +356,18 @@ struct rgroup {
 	int c, d; /* new dims [c, d) */
 };
 
+/* A scale entry on an old dim that the reshape splits into several new
+ * dims: its new entries depend on where each emitted box starts. */
+struct split_scale {
+	int group;	 /* the group: one old dim and several new ones, or
+			    several old dims merged into one new one */
+	int merge;	 /* the latter: */
+	int od, j;	 /* the old dim (squeezed) and the first of the box's run */
+	int64_t omult;	 /* old elements per step of od within the group */
+	int64_t old_lo;	 /* the input piece's lo on the old dim */
+	int64_t block, phase, stride;
+};
+
 struct reshape_ctx {
 	const int64_t *oshape, *nshape; /* squeezed old dims; new dims (with 1s) */
 	const int *nmap;		/* new non-1 dim index -> full new dim index */
@@ -365,7 +377,109 @@ struct reshape_ctx {
 	struct ck_value *out;
 	size_t cap;
 	struct ck_err *err;
+	const struct split_scale *split; /* of the piece being emitted */
+	int n_split;
 };
+
+/* The scale entries of box q for an old dim of block B split into new dims
+ * [c, d): its old offset is sum_k (t_k - lo_k) * mult_k + P (P: where q
+ * starts in the old piece, plus the phase). Dims whose mult is a multiple
+ * of B step whole blocks (block 1); of the rest, the outermost that moves
+ * must have a mult dividing B and P a multiple of it (block B / mult); the
+ * dims inside it never leave its block. Anything else is refused. */
+/* The scale entry of box q for an old dim merged with others into new dim
+ * f. The box fixes the old dims before the run's first dim j, steps j and
+ * covers the dims after j whole (emit_groups): od before j is a constant,
+ * od == j steps one old index per omult new ones, od after j must sit in
+ * one block. */
+static int merge_scale_entry(const struct reshape_ctx *x, const struct split_scale *e,
+			     struct ck_piece *q)
+{
+	int f = x->nmap[x->g[e->group].c];
+	int64_t lin = q->lo[f], B = e->block;
+	int64_t t = lin / e->omult % x->oshape[e->od]; /* the old index where the box starts */
+	if (e->od < e->j || q->hi[f] - q->lo[f] <= 1) {
+		q->sc.base += e->stride * ((t - e->old_lo + e->phase) / B);
+		return 0;
+	}
+	if (e->od > e->j) {
+		if (e->old_lo == 0 && e->phase + x->oshape[e->od] <= B)
+			return 0;
+		goto refuse;
+	}
+	int64_t P = t - e->old_lo + e->phase;
+	if (P < 0 || q->sc.n == CK_SCALE_DIMS)
+		goto refuse;
+	int n = q->sc.n++;
+	q->sc.dim[n] = (int8_t)f;
+	q->sc.block[n] = B * e->omult;
+	q->sc.phase[n] = P % B * e->omult;
+	q->sc.stride[n] = e->stride;
+	q->sc.base += e->stride * (P / B);
+	return 0;
+refuse:
+	return ck_fail(x->err, CK_E_MAPPING,
+		       "reshape: dim %d of a block-scaled value (block %lld) would be merged across "
+		       "its blocks; its blocks must stay whole (reshape before quant/dequant is not "
+		       "possible either: slice or permute)",
+		       e->od, (long long)B);
+}
+
+static int split_scale_entries(const struct reshape_ctx *x, const struct split_scale *e,
+			       struct ck_piece *q)
+{
+	if (e->merge)
+		return merge_scale_entry(x, e, q);
+	const struct rgroup *g = &x->g[e->group];
+	int64_t mult[CK_MAX_DIMS], lin = 0, B = e->block, acc = 1;
+	for (int m = g->d - 1; m >= g->c; m--) {
+		mult[m] = acc;
+		acc *= x->nshape[x->nmap[m]];
+	}
+	for (int m = g->c; m < g->d; m++)
+		lin += q->lo[x->nmap[m]] * mult[m];
+	int64_t P = lin - e->old_lo + e->phase;
+	if (P < 0)
+		return ck_fail(x->err, CK_E_MAPPING, "reshape: a block-scaled box starts before its piece");
+	int small = -1;
+	for (int m = g->c; m < g->d; m++) {
+		int f = x->nmap[m];
+		if (q->hi[f] - q->lo[f] <= 1)
+			continue;
+		if (mult[m] % B == 0) {
+			if (q->sc.n == CK_SCALE_DIMS)
+				goto refuse;
+			int n = q->sc.n++;
+			q->sc.dim[n] = (int8_t)f;
+			q->sc.block[n] = 1;
+			q->sc.phase[n] = 0;
+			q->sc.stride[n] = e->stride * (mult[m] / B);
+		} else if (small < 0) {
+			small = m;
+		}
+	}
+	if (small < 0) {
+		q->sc.base += e->stride * (P / B);
+		return 0;
+	}
+	int64_t ms = mult[small];
+	if (B % ms || P % ms || q->sc.n == CK_SCALE_DIMS)
+		goto refuse;
+	int64_t b2 = B / ms, p2 = P / ms;
+	int n = q->sc.n++;
+	q->sc.dim[n] = (int8_t)x->nmap[small];
+	q->sc.block[n] = b2;
+	q->sc.phase[n] = p2 % b2;
+	q->sc.stride[n] = e->stride;
+	q->sc.base += e->stride * (p2 / b2);
+	return 0;
+refuse:
+	return ck_fail(x->err, CK_E_MAPPING,
+		       "reshape: a block-scaled dim (block %lld) would be split across its blocks; "
+		       "its blocks must stay whole (reshape before quant/dequant is not possible "
+		       "either: slice or permute)",
+		       (long long)B);
+}
 
 /* Emit the boxes covering linear range [p0, p1) of new dims [c, d) (non-1
  * dims, sizes in nsz), into piece q, then continue with group gi + 1. */
@@ -432,8 +546,15 @@ static int emit_range(struct reshape_ctx *x, const struct ck_piece *in, struct c
 static int emit_groups(struct reshape_ctx *x, const struct ck_piece *in, struct ck_piece *q,
 		       int gi)
 {
-	if (gi == x->ng)
+	if (gi == x->ng && !x->n_split)
 		return push(x->out, &x->cap, q, x->err);
+	if (gi == x->ng) {
+		struct ck_piece r = *q;
+		for (int k = 0; k < x->n_split; k++)
+			if (split_scale_entries(x, &x->split[k], &r) < 0)
+				return -1;
+		return push(x->out, &x->cap, &r, x->err);
+	}
 	const struct rgroup *g = &x->g[gi];
 	/* Find the run: dims j..b-1 full (except j) and chained by stride. */
 	int j = g->b - 1;
@@ -562,8 +683,25 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 				dmap[d] = nmap[g[k].c];
 		o++;
 	}
-	struct reshape_ctx x = {osh, shape, nmap, ndim, g, ng, &out, 0, err};
+	/* old dim -> its group when that group is this one old dim alone, split
+	 * into several new dims (a block-scaled dim may be split so) */
+	int gsplit[CK_MAX_DIMS], sq[CK_MAX_DIMS];
+	for (int d = 0, o = 0; d < v->ndim; d++) {
+		gsplit[d] = -1;
+		sq[d] = o;
+		if (v->shape[d] == 1)
+			continue;
+		for (int k = 0; k < ng; k++)
+			if (g[k].a <= o && o < g[k].b &&
+			    ((g[k].b == g[k].a + 1 && g[k].d > g[k].c + 1) ||
+			     (g[k].b > g[k].a + 1 && g[k].d == g[k].c + 1)))
+				gsplit[d] = k;
+		o++;
+	}
+	struct split_scale split[CK_SCALE_DIMS];
+	struct reshape_ctx x = {osh, shape, nmap, ndim, g, ng, &out, 0, err, split, 0};
 	for (size_t k = 0; k < v->n; k++) {
+		x.n_split = 0;
 		struct ck_piece in = v->p[k], q;
 		int o = 0;
 		for (int d = 0; d < v->ndim; d++)
@@ -587,6 +725,30 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 			int od = in.sc.dim[e];
 			if (v->shape[od] == 1)
 				continue; /* a constant index: the entry adds nothing */
+			if (dmap[od] < 0 && gsplit[od] >= 0) {
+				struct split_scale *ss = &split[x.n_split++];
+				const struct rgroup *gr = &g[gsplit[od]];
+				ss->group = gsplit[od];
+				ss->merge = gr->b > gr->a + 1;
+				ss->od = sq[od];
+				ss->omult = 1;
+				for (int m = sq[od] + 1; m < gr->b; m++)
+					ss->omult *= osh[m];
+				/* the run's first dim, as emit_groups finds it */
+				ss->j = gr->b - 1;
+				while (ss->j > gr->a) {
+					int m = ss->j - 1;
+					if (in.lo[ss->j] != 0 || in.hi[ss->j] != osh[ss->j] ||
+					    in.stride[m] != in.stride[ss->j] * osh[ss->j])
+						break;
+					ss->j = m;
+				}
+				ss->old_lo = v->p[k].lo[od];
+				ss->block = in.sc.block[e];
+				ss->phase = in.sc.phase[e];
+				ss->stride = in.sc.stride[e];
+				continue;
+			}
 			if (dmap[od] < 0) {
 				ck_value_free(&out);
 				return ck_fail(err, CK_E_MAPPING,
