@@ -10,20 +10,26 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: mkckpt [options] OUTDIR\n"
-		"  --model llama|gpt2|mixtral|qwen2|qwen3|phi3|gemma2   architecture (default\n"
-		"                               llama; qwen2: Q/K/V biases; qwen3: Q/K norms,\n"
-		"                               explicit head_dim; phi3: fused qkv_proj and\n"
-		"                               gate_up_proj; gemma2: pre/post feed-forward\n"
-		"                               norms, head_dim 256, tied)\n"
+		"  --model NAME                 llama (default) gpt2 mixtral qwen2 qwen3 qwen3-moe\n"
+		"                               phi3 gemma2 deepseek-v3. qwen2: Q/K/V biases;\n"
+		"                               qwen3: Q/K norms, explicit head_dim; qwen3-moe:\n"
+		"                               qwen3 with a router and per-expert MLPs; phi3:\n"
+		"                               fused qkv_proj and gate_up_proj; gemma2: pre/post\n"
+		"                               feed-forward norms, head_dim 256, tied;\n"
+		"                               deepseek-v3: MLA, dense first layers, routed and\n"
+		"                               shared experts, router bias, the MTP layer\n"
 		"  --preset NAME                llama: tiny small 1b 8b 70b; gpt2: tiny 124m;\n"
 		"                               mixtral: tiny 8x7b; qwen2: tiny 7b; qwen3: tiny 8b;\n"
-		"                               phi3: tiny mini medium; gemma2: tiny 2b 9b\n"
-		"                               (default tiny)\n"
+		"                               qwen3-moe: tiny 30b-a3b 235b-a22b; phi3: tiny mini\n"
+		"                               medium; gemma2: tiny 2b 9b; deepseek-v3: tiny 671b\n"
+		"                               (671b: BF16 + FP8 128x128 blocks) (default tiny)\n"
 		"  --dtype F32|BF16|F16         element type (default F32)\n"
 		"  --shards N                   N files + model.safetensors.index.json\n"
 		"  --sparse                     headers only; data left as file holes\n"
 		"  --layers N --hidden N --intermediate N --heads N --kv-heads N\n"
 		"  --vocab N --experts N --head-dim N --tie --untie --prefix STR\n"
+		"  --moe-intermediate N --shared-experts N --first-dense N --mtp-layers N\n"
+		"  --q-lora N                   MoE and MLA sizes (q-lora 0: a plain q_proj)\n"
 		"  --fp8-block B                layer weights as F8_E4M3 + F32 weight_scale_inv\n"
 		"                               per BxB block (DeepSeek-V3 style)\n"
 		"Element i of tensor KEY is ((splitmix64(fnv1a64(KEY) + i) %% 255) - 127) / 64.\n");
@@ -43,7 +49,8 @@ static int64_t num(const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_LAYERS = 256, O_HIDDEN, O_INTER, O_HEADS, O_KV, O_VOCAB, O_EXPERTS, O_HD,
-	       O_TIE, O_UNTIE, O_PREFIX, O_SPARSE, O_FP8 };
+	       O_TIE, O_UNTIE, O_PREFIX, O_SPARSE, O_FP8, O_MOEI, O_SHARED, O_DENSE, O_MTP,
+	       O_QLORA };
 	static const struct option opts[] = {
 		{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
 		{"dtype", required_argument, 0, 'd'}, {"shards", required_argument, 0, 's'},
@@ -55,6 +62,10 @@ int main(int argc, char **argv)
 		{"experts", required_argument, 0, O_EXPERTS},
 		{"head-dim", required_argument, 0, O_HD}, {"tie", no_argument, 0, O_TIE},
 		{"untie", no_argument, 0, O_UNTIE}, {"prefix", required_argument, 0, O_PREFIX},
+		{"moe-intermediate", required_argument, 0, O_MOEI},
+		{"shared-experts", required_argument, 0, O_SHARED},
+		{"first-dense", required_argument, 0, O_DENSE},
+		{"mtp-layers", required_argument, 0, O_MTP}, {"q-lora", required_argument, 0, O_QLORA},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *model = "llama", *preset = "tiny";
 	/* first pass: model and preset, so overrides apply on top of the preset */
@@ -101,6 +112,11 @@ int main(int argc, char **argv)
 		case O_HD: s.head_dim = num(optarg); break;
 		case O_TIE: s.tie = 1; break;
 		case O_UNTIE: s.tie = 0; break;
+		case O_MOEI: s.moe_intermediate = num(optarg); break;
+		case O_SHARED: s.shared_experts = num(optarg); break;
+		case O_DENSE: s.first_dense = num(optarg); break;
+		case O_MTP: s.mtp_layers = num(optarg); break;
+		case O_QLORA: s.q_lora = num(optarg); break;
 		case O_PREFIX: snprintf(s.prefix, sizeof s.prefix, "%s", optarg); break;
 		default: break;
 		}

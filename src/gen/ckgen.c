@@ -1,4 +1,5 @@
 #include "ckgen.h"
+#include "ckgen_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,7 +63,39 @@ static const struct preset presets[] = {
 	{"gemma2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
 	{"gemma2", "2b", 2304, 9216, 26, 8, 4, 256000, 0, 0, 1},
 	{"gemma2", "9b", 3584, 14336, 42, 16, 8, 256000, 0, 0, 1},
+	{"qwen3-moe", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+	{"qwen3-moe", "30b-a3b", 2048, 6144, 48, 32, 4, 151936, 128, 0, 0},
+	{"qwen3-moe", "235b-a22b", 4096, 12288, 94, 64, 4, 151936, 128, 0, 0},
+	{"deepseek-v3", "tiny", 64, 96, 3, 4, 4, 256, 4, 0, 0},
+	{"deepseek-v3", "671b", 7168, 18432, 61, 128, 128, 129280, 256, 0, 0},
 };
+
+/* The sizes a preset's table row does not carry: explicit head_dims, MoE
+ * and MLA sizes, as the real models' config.json have them. */
+static void preset_extras(struct ckgen_spec *s, int tiny)
+{
+	if (!strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3-moe"))
+		s->head_dim = tiny ? 32 : 128; /* not hidden/heads on the tiny one */
+	if (!strcmp(s->arch, "gemma2")) /* 256 on the real ones: not hidden/heads */
+		s->head_dim = tiny ? 32 : 256;
+	if (!strcmp(s->arch, "qwen3-moe"))
+		s->moe_intermediate = tiny ? 32 : s->hidden == 2048 ? 768 : 1536;
+	if (!strcmp(s->arch, "deepseek-v3")) {
+		s->moe_intermediate = tiny ? 32 : 2048;
+		s->shared_experts = 1;
+		s->first_dense = tiny ? 1 : 3;
+		s->mtp_layers = 1;
+		s->q_lora = tiny ? 32 : 1536;
+		s->kv_lora = tiny ? 16 : 512;
+		s->qk_nope = tiny ? 16 : 128;
+		s->qk_rope = tiny ? 8 : 64;
+		s->v_head = tiny ? 16 : 128;
+		if (!tiny) { /* the released checkpoint: BF16 with FP8 128x128 blocks */
+			s->dtype = CK_DT_BF16;
+			s->fp8_block = 128;
+		}
+	}
+}
 
 int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
 		 struct ck_err *err)
@@ -82,36 +115,16 @@ int ckgen_preset(struct ckgen_spec *spec, const char *arch, const char *preset,
 		spec->experts = p->experts;
 		spec->positions = p->positions;
 		spec->tie = p->tie;
-		/* Qwen3's head_dim is explicit, and not hidden/heads on the tiny one */
-		spec->head_dim = !strcmp(arch, "qwen3") ? (p->hidden == 64 ? 32 : 128) : 0;
-		if (!strcmp(arch, "gemma2")) /* 256 on the real ones: not hidden/heads */
-			spec->head_dim = p->hidden == 64 ? 32 : 256;
 		spec->dtype = CK_DT_F32;
 		spec->shards = 1;
+		preset_extras(spec, p->hidden == 64);
 		return 0;
 	}
 	return ck_fail(err, CK_E_USAGE, "no preset \"%s\" for model \"%s\"", preset, arch);
 }
 
-enum gkind { G_PLAIN, G_FP8, G_SCALE };
-
-struct gtensor {
-	char name[192];
-	int ndim;
-	int64_t shape[3];
-	enum gkind kind;
-};
-
-struct glist {
-	struct gtensor *t;
-	size_t n, cap;
-};
-
-static int add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t d1,
-	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static int add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t d1,
-	       const char *fmt, ...)
+int ckgen_add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t d1,
+	      const char *fmt, ...)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? l->cap * 2 : 64;
@@ -134,25 +147,32 @@ static int add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_
 	return 0;
 }
 
-/* The last tensor added becomes FP8 with its block scales beside it. */
-static int make_fp8(struct glist *l, int64_t block)
+int ckgen_make_fp8(struct glist *l, int64_t block)
 {
 	if (block <= 0)
 		return 0;
 	struct gtensor w = l->t[l->n - 1];
-	char base[192];
-	snprintf(base, sizeof base, "%s", w.name);
 	l->t[l->n - 1].kind = G_FP8;
-	if (add(l, "", 2, (w.shape[0] + block - 1) / block, (w.shape[1] + block - 1) / block,
-		"%s_scale_inv", base) < 0)
+	if (ckgen_add(l, "", 2, (w.shape[0] + block - 1) / block, (w.shape[1] + block - 1) / block,
+		      "%s_scale_inv", w.name) < 0)
 		return -1;
 	l->t[l->n - 1].kind = G_SCALE;
 	return 0;
 }
 
+void ckgen_quant_config(const struct ckgen_spec *s, FILE *f)
+{
+	if (s->fp8_block > 0)
+		fprintf(f,
+			",\n  \"quantization_config\": {\"activation_scheme\": \"dynamic\", "
+			"\"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": "
+			"[%" PRId64 ", %" PRId64 "]}",
+			s->fp8_block, s->fp8_block);
+}
+
 static enum ck_dtype gdtype(const struct ckgen_spec *s, const struct gtensor *t)
 {
-	return t->kind == G_FP8 ? CK_DT_F8_E4M3 : t->kind == G_SCALE ? CK_DT_F32 : s->dtype;
+	return t->kind == G_FP8 ? CK_DT_F8_E4M3 : t->kind == G_PLAIN ? s->dtype : CK_DT_F32;
 }
 
 static int64_t head_dim(const struct ckgen_spec *s)
@@ -164,62 +184,72 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 {
 	const char *p = s->prefix;
 	int64_t H = s->hidden, I = s->intermediate, hd = head_dim(s);
-	int r = add(l, p, 2, s->vocab, H, "model.embed_tokens.weight");
+	int r = ckgen_add(l, p, 2, s->vocab, H, "model.embed_tokens.weight");
 	for (int64_t L = 0; L < s->layers && !r; L++) {
 		const char *a = "model.layers.%" PRId64 ".self_attn.%s.weight";
-		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".input_layernorm.weight", L);
+		r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".input_layernorm.weight", L);
 		int64_t B = s->fp8_block;
 		int phi3 = !strcmp(s->arch, "phi3"); /* HF's own fused [q; k; v], [gate; up] */
 		if (phi3) {
-			r |= add(l, p, 2, (s->heads + 2 * s->kv_heads) * hd, H, a, L, "qkv_proj") ||
-			     make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, (s->heads + 2 * s->kv_heads) * hd, H, a, L, "qkv_proj") ||
+			     ckgen_make_fp8(l, B);
 		} else {
-			r |= add(l, p, 2, s->heads * hd, H, a, L, "q_proj") || make_fp8(l, B);
-			r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || make_fp8(l, B);
-			r |= add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, s->heads * hd, H, a, L, "q_proj") || ckgen_make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || ckgen_make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || ckgen_make_fp8(l, B);
 		}
 		if (!strcmp(s->arch, "qwen2")) { /* Q, K and V biases */
 			const char *bias = "model.layers.%" PRId64 ".self_attn.%s.bias";
-			r |= add(l, p, 1, s->heads * hd, 0, bias, L, "q_proj");
-			r |= add(l, p, 1, s->kv_heads * hd, 0, bias, L, "k_proj");
-			r |= add(l, p, 1, s->kv_heads * hd, 0, bias, L, "v_proj");
+			r |= ckgen_add(l, p, 1, s->heads * hd, 0, bias, L, "q_proj");
+			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "k_proj");
+			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "v_proj");
 		}
-		if (!strcmp(s->arch, "qwen3")) { /* per-head RMSNorm of Q and K */
-			r |= add(l, p, 1, hd, 0, a, L, "q_norm");
-			r |= add(l, p, 1, hd, 0, a, L, "k_norm");
+		if (!strncmp(s->arch, "qwen3", 5)) { /* per-head RMSNorm of Q and K */
+			r |= ckgen_add(l, p, 1, hd, 0, a, L, "q_norm");
+			r |= ckgen_add(l, p, 1, hd, 0, a, L, "k_norm");
 		}
-		r |= add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || make_fp8(l, B);
-		r |= add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
+		r |= ckgen_add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || ckgen_make_fp8(l, B);
+		r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
 			 L);
 		if (!strcmp(s->arch, "gemma2")) { /* norms around the MLP too */
 			const char *n = "model.layers.%" PRId64 ".%s_feedforward_layernorm.weight";
-			r |= add(l, p, 1, H, 0, n, L, "pre");
-			r |= add(l, p, 1, H, 0, n, L, "post");
+			r |= ckgen_add(l, p, 1, H, 0, n, L, "pre");
+			r |= ckgen_add(l, p, 1, H, 0, n, L, "post");
 		}
 		if (!strcmp(s->arch, "mixtral")) {
 			const char *e = "model.layers.%" PRId64
 					".block_sparse_moe.experts.%" PRId64 ".%s.weight";
-			r |= add(l, p, 2, s->experts, H,
+			r |= ckgen_add(l, p, 2, s->experts, H,
 				 "model.layers.%" PRId64 ".block_sparse_moe.gate.weight", L);
 			for (int64_t x = 0; x < s->experts; x++) {
-				r |= add(l, p, 2, I, H, e, L, x, "w1") || make_fp8(l, B);
-				r |= add(l, p, 2, H, I, e, L, x, "w2") || make_fp8(l, B);
-				r |= add(l, p, 2, I, H, e, L, x, "w3") || make_fp8(l, B);
+				r |= ckgen_add(l, p, 2, I, H, e, L, x, "w1") || ckgen_make_fp8(l, B);
+				r |= ckgen_add(l, p, 2, H, I, e, L, x, "w2") || ckgen_make_fp8(l, B);
+				r |= ckgen_add(l, p, 2, I, H, e, L, x, "w3") || ckgen_make_fp8(l, B);
+			}
+		} else if (!strcmp(s->arch, "qwen3-moe")) { /* router and per-expert MLPs */
+			const char *e = "model.layers.%" PRId64 ".mlp.experts.%" PRId64 ".%s.weight";
+			int64_t mI = s->moe_intermediate;
+			r |= ckgen_add(l, p, 2, s->experts, H, "model.layers.%" PRId64 ".mlp.gate.weight",
+				       L);
+			for (int64_t x = 0; x < s->experts; x++) {
+				r |= ckgen_add(l, p, 2, mI, H, e, L, x, "gate_proj") || ckgen_make_fp8(l, B);
+				r |= ckgen_add(l, p, 2, mI, H, e, L, x, "up_proj") || ckgen_make_fp8(l, B);
+				r |= ckgen_add(l, p, 2, H, mI, e, L, x, "down_proj") || ckgen_make_fp8(l, B);
 			}
 		} else if (phi3) {
 			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
-			r |= add(l, p, 2, 2 * I, H, m, L, "gate_up_proj") || make_fp8(l, B);
-			r |= add(l, p, 2, H, I, m, L, "down_proj") || make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, 2 * I, H, m, L, "gate_up_proj") || ckgen_make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, H, I, m, L, "down_proj") || ckgen_make_fp8(l, B);
 		} else {
 			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
-			r |= add(l, p, 2, I, H, m, L, "gate_proj") || make_fp8(l, B);
-			r |= add(l, p, 2, I, H, m, L, "up_proj") || make_fp8(l, B);
-			r |= add(l, p, 2, H, I, m, L, "down_proj") || make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, I, H, m, L, "gate_proj") || ckgen_make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, I, H, m, L, "up_proj") || ckgen_make_fp8(l, B);
+			r |= ckgen_add(l, p, 2, H, I, m, L, "down_proj") || ckgen_make_fp8(l, B);
 		}
 	}
-	r |= add(l, p, 1, H, 0, "model.norm.weight");
+	r |= ckgen_add(l, p, 1, H, 0, "model.norm.weight");
 	if (!s->tie)
-		r |= add(l, p, 2, s->vocab, H, "lm_head.weight");
+		r |= ckgen_add(l, p, 2, s->vocab, H, "lm_head.weight");
 	return r;
 }
 
@@ -227,25 +257,25 @@ static int build_gpt2(const struct ckgen_spec *s, struct glist *l)
 {
 	const char *p = s->prefix;
 	int64_t E = s->hidden, F = s->intermediate;
-	int r = add(l, p, 2, s->vocab, E, "wte.weight");
-	r |= add(l, p, 2, s->positions, E, "wpe.weight");
+	int r = ckgen_add(l, p, 2, s->vocab, E, "wte.weight");
+	r |= ckgen_add(l, p, 2, s->positions, E, "wpe.weight");
 	for (int64_t L = 0; L < s->layers && !r; L++) {
 		const char *w = "h.%" PRId64 ".%s.weight", *b = "h.%" PRId64 ".%s.bias";
-		r |= add(l, p, 1, E, 0, w, L, "ln_1");
-		r |= add(l, p, 1, E, 0, b, L, "ln_1");
-		r |= add(l, p, 2, E, 3 * E, w, L, "attn.c_attn");
-		r |= add(l, p, 1, 3 * E, 0, b, L, "attn.c_attn");
-		r |= add(l, p, 2, E, E, w, L, "attn.c_proj");
-		r |= add(l, p, 1, E, 0, b, L, "attn.c_proj");
-		r |= add(l, p, 1, E, 0, w, L, "ln_2");
-		r |= add(l, p, 1, E, 0, b, L, "ln_2");
-		r |= add(l, p, 2, E, F, w, L, "mlp.c_fc");
-		r |= add(l, p, 1, F, 0, b, L, "mlp.c_fc");
-		r |= add(l, p, 2, F, E, w, L, "mlp.c_proj");
-		r |= add(l, p, 1, E, 0, b, L, "mlp.c_proj");
+		r |= ckgen_add(l, p, 1, E, 0, w, L, "ln_1");
+		r |= ckgen_add(l, p, 1, E, 0, b, L, "ln_1");
+		r |= ckgen_add(l, p, 2, E, 3 * E, w, L, "attn.c_attn");
+		r |= ckgen_add(l, p, 1, 3 * E, 0, b, L, "attn.c_attn");
+		r |= ckgen_add(l, p, 2, E, E, w, L, "attn.c_proj");
+		r |= ckgen_add(l, p, 1, E, 0, b, L, "attn.c_proj");
+		r |= ckgen_add(l, p, 1, E, 0, w, L, "ln_2");
+		r |= ckgen_add(l, p, 1, E, 0, b, L, "ln_2");
+		r |= ckgen_add(l, p, 2, E, F, w, L, "mlp.c_fc");
+		r |= ckgen_add(l, p, 1, F, 0, b, L, "mlp.c_fc");
+		r |= ckgen_add(l, p, 2, F, E, w, L, "mlp.c_proj");
+		r |= ckgen_add(l, p, 1, E, 0, b, L, "mlp.c_proj");
 	}
-	r |= add(l, p, 1, E, 0, "ln_f.weight");
-	r |= add(l, p, 1, E, 0, "ln_f.bias");
+	r |= ckgen_add(l, p, 1, E, 0, "ln_f.weight");
+	r |= ckgen_add(l, p, 1, E, 0, "ln_f.bias");
 	return r;
 }
 
@@ -339,7 +369,9 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 	const char *tdt = s->dtype == CK_DT_BF16  ? "bfloat16"
 			  : s->dtype == CK_DT_F16 ? "float16"
 						  : "float32";
-	if (!strcmp(s->arch, "gpt2")) {
+	if (!strcmp(s->arch, "deepseek-v3")) {
+		ckgen_deepseek_config(s, f);
+	} else if (!strcmp(s->arch, "gpt2")) {
 		fprintf(f,
 			"{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": "
 			"\"gpt2\",\n  \"n_embd\": %" PRId64 ",\n  \"n_inner\": %" PRId64
@@ -354,6 +386,7 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 		const char *cls = moe				   ? "MixtralForCausalLM"
 				  : !strcmp(s->arch, "qwen2") ? "Qwen2ForCausalLM"
 				  : !strcmp(s->arch, "qwen3") ? "Qwen3ForCausalLM"
+				  : !strcmp(s->arch, "qwen3-moe") ? "Qwen3MoeForCausalLM"
 				  : !strcmp(s->arch, "phi3")  ? "Phi3ForCausalLM"
 				  : !strcmp(s->arch, "gemma2") ? "Gemma2ForCausalLM"
 							      : "LlamaForCausalLM";
@@ -366,7 +399,7 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			",\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n"
 			"  \"max_position_embeddings\": %" PRId64 ",\n"
 			"  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
-			cls, s->arch, s->hidden,
+			cls, !strcmp(s->arch, "qwen3-moe") ? "qwen3_moe" : s->arch, s->hidden,
 			s->intermediate, s->layers, s->heads, s->kv_heads, s->vocab,
 			gemma2 ? "1e-06" : "1e-05", gemma2 ? "10000.0" : "500000.0",
 			s->positions ? s->positions : 2048, s->tie ? "true" : "false", tdt);
@@ -379,12 +412,14 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 				"  \"final_logit_softcapping\": 30.0,\n  \"sliding_window\": 4096,\n"
 				"  \"hidden_activation\": \"gelu_pytorch_tanh\"",
 				s->head_dim);
-		if (s->fp8_block > 0)
+		ckgen_quant_config(s, f);
+		if (!strcmp(s->arch, "qwen3-moe"))
 			fprintf(f,
-				",\n  \"quantization_config\": {\"activation_scheme\": \"dynamic\", "
-				"\"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": "
-				"[%" PRId64 ", %" PRId64 "]}",
-				s->fp8_block, s->fp8_block);
+				",\n  \"num_experts\": %" PRId64 ",\n  \"num_experts_per_tok\": %d"
+				",\n  \"moe_intermediate_size\": %" PRId64
+				",\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
+				"  \"norm_topk_prob\": true",
+				s->experts, s->experts >= 8 ? 8 : 2, s->moe_intermediate);
 		if (moe)
 			fprintf(f, ",\n  \"num_local_experts\": %" PRId64
 				   ",\n  \"num_experts_per_tok\": 2",
@@ -493,12 +528,19 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 {
 	if (s->hidden <= 0 || s->layers < 0 || s->heads <= 0 || s->vocab <= 0 ||
 	    s->kv_heads <= 0 || s->heads % s->kv_heads || s->shards < 1 ||
-	    (!s->head_dim && s->hidden % s->heads))
+	    (!s->head_dim && s->hidden % s->heads) || s->intermediate < 0 || s->experts < 0 ||
+	    s->moe_intermediate < 0 || s->shared_experts < 0 || s->first_dense < 0 ||
+	    s->mtp_layers < 0 || s->q_lora < 0)
 		return ck_fail(err, CK_E_USAGE, "inconsistent model sizes");
+	if ((!strcmp(s->arch, "qwen3-moe") || !strcmp(s->arch, "deepseek-v3")) &&
+	    (s->experts <= 0 || s->moe_intermediate <= 0))
+		return ck_fail(err, CK_E_USAGE, "a MoE model needs --experts and --moe-intermediate");
 	if (mkdir(outdir, 0755) < 0 && errno != EEXIST)
 		return ck_fail_sys(err, errno, "%s", outdir);
 	struct glist l = {0};
-	int r = !strcmp(s->arch, "gpt2") ? build_gpt2(s, &l) : build_llama(s, &l);
+	int r = !strcmp(s->arch, "gpt2")	       ? build_gpt2(s, &l)
+		: !strcmp(s->arch, "deepseek-v3") ? ckgen_build_deepseek(s, &l)
+						  : build_llama(s, &l);
 	if (r) {
 		free(l.t);
 		return ck_fail_sys(err, ENOMEM, "tensor list");

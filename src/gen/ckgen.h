@@ -14,7 +14,7 @@
 #include "../util/error.h"
 
 struct ckgen_spec {
-	char arch[16]; /* llama | gpt2 | mixtral */
+	char arch[16]; /* llama | gpt2 | mixtral | qwen2 | qwen3 | qwen3-moe | ... */
 	int64_t hidden, intermediate, layers, heads, kv_heads, vocab, experts, positions;
 	int64_t head_dim; /* 0: hidden / heads, and not written to config.json */
 	int tie;	  /* tie_word_embeddings: no lm_head.weight */
@@ -28,6 +28,11 @@ struct ckgen_spec {
 	 * = ((splitmix64(fnv1a64(scale key) + j) mod 255) + 1) / 64; config.json
 	 * gets quantization_config.weight_block_size [B, B]. */
 	int64_t fp8_block;
+	/* MoE: per-expert intermediate size (qwen3-moe, deepseek-v3), shared
+	 * experts, dense first layers, multi-token-prediction layers */
+	int64_t moe_intermediate, shared_experts, first_dense, mtp_layers;
+	/* DeepSeek's MLA: q_lora 0 means a plain q_proj (V2-Lite) */
+	int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head;
 };
 
 uint64_t ckgen_splitmix64(uint64_t x);

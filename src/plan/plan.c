@@ -70,7 +70,7 @@ void ck_plan_keys_free(struct skey *k, size_t n)
 
 /* ---- names in expressions: params, config, rule environment ---- */
 
-static int config_value(const cJSON *cfg, const char *name, struct ck_xval *out, struct ck_err *err)
+int ck_config_value(const cJSON *cfg, const char *name, struct ck_xval *out, struct ck_err *err)
 {
 	const cJSON *j = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, name) : NULL;
 	/* multimodal configs nest the language model; quantised checkpoints keep
@@ -136,7 +136,7 @@ static int param_lookup(void *vctx, const char *name, struct ck_xval *out, struc
 	if (c->upto > 0 && ck_strmap_get(&c->st->m->param_index, name, &i) == 0 &&
 	    (int)i < c->upto)
 		return ck_xval_copy(out, &c->st->params[i], err);
-	return config_value(c->st->cat->config, name, out, err);
+	return ck_config_value(c->st->cat->config, name, out, err);
 }
 
 struct env {

@@ -59,6 +59,10 @@ struct ck_plan {
 /* Build the plan for maps applied in order (none: the identity view).
  * Fails with CK_E_MAPPING and a message naming the mapping file, the rule
  * and the key; nothing is read. */
+/* A config.json value as expressions see it: top level, else under
+ * text_config or quantization_config; booleans and integers as XV_INT,
+ * strings, lists of integers. 1 when absent (or null), -1 with err. */
+int ck_config_value(const cJSON *cfg, const char *name, struct ck_xval *out, struct ck_err *err);
 int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		  struct ck_plan **out, struct ck_err *err);
 void ck_plan_free(struct ck_plan *p);

@@ -54,8 +54,6 @@ int ck_mesh_axis(const struct ck_mesh *m, const char *name)
 	return -1;
 }
 
-
-
 int ck_shard_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck_err *err)
 {
 	struct req_ctx *c = vctx;
@@ -67,24 +65,9 @@ int ck_shard_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck
 		out->i = a >= 0 ? c->m->size[a] : 1;
 		return 0;
 	}
-	const cJSON *j = c->config ? cJSON_GetObjectItemCaseSensitive(c->config, name) : NULL;
-	if (!j && c->config) {
-		const cJSON *tc = cJSON_GetObjectItemCaseSensitive(c->config, "text_config");
-		j = cJSON_IsObject(tc) ? cJSON_GetObjectItemCaseSensitive(tc, name) : NULL;
-	}
-	int64_t v;
-	if (j && cJSON_IsBool(j)) {
-		out->kind = XV_INT;
-		out->i = cJSON_IsTrue(j);
-		return 0;
-	}
-	if (j && ck_json_int(j, INT64_MIN / 2, INT64_MAX / 2, &v) == 0) {
-		out->kind = XV_INT;
-		out->i = v;
-		return 0;
-	}
-	(void)err;
-	return 1;
+	/* config.json as the mapping's expressions see it (text_config and
+	 * quantization_config nested, lists of integers) */
+	return ck_config_value(c->config, name, out, err);
 }
 
 /* The partition rule deciding a target's split: the first whose pattern
@@ -285,23 +268,40 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 				       rules ? rules->path : "");
 	}
 	struct req_ctx rc = {m, p->cat->config, coord};
+	/* a requirement binds only when its rule splits some target (the FP8
+	 * scales' block alignment means nothing once they are dequantised) */
+	int any_req = 0;
+	for (int i = 0; rules && i < rules->n_parts; i++)
+		any_req |= rules->parts[i].require != NULL;
+	unsigned char *used = any_req ? calloc((size_t)rules->n_parts, 1) : NULL;
+	if (any_req && !used)
+		return ck_fail_sys(err, ENOMEM, "sharding");
+	for (size_t i = 0; any_req && i < p->n; i++) {
+		const struct ck_partition *pr = partition_of(rules, &p->t[i]);
+		if (pr)
+			used[pr - rules->parts] = 1;
+	}
 	for (int i = 0; rules && i < rules->n_parts; i++) {
 		const struct ck_partition *pr = &rules->parts[i];
-		if (!pr->require)
+		if (!pr->require || !used[i])
 			continue;
 		struct ck_xval v;
 		if (ck_expr_eval(pr->require, ck_shard_lookup, &rc, &v, err) < 0) {
 			char msg[sizeof err->msg];
 			memcpy(msg, err->msg, sizeof msg);
+			free(used);
 			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: require: %s", path,
 				       pr->index, msg);
 		}
 		int ok = v.kind == XV_INT && v.i;
 		ck_xval_free(&v);
-		if (!ok)
+		if (!ok) {
+			free(used);
 			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: %s", path, pr->index,
 				       pr->message ? pr->message : "requirement does not hold");
+		}
 	}
+	free(used);
 	unsigned *sel_axes = NULL;
 	char **global = NULL;
 	int rc_ = ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, err);

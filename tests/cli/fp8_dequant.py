@@ -126,7 +126,7 @@ def test_errors(tmp):
         ('dequant(w, s, [16, 16, 16])', "dequant: 3 block sizes for 2 dims"),
         ('dequant(w.to(F32), s, 16)', "the weight must be read as stored"),
         ('dequant(w, s.to(BF16), 16)', "the scale must be one stored tensor"),
-        ('dequant(w, s, 16).view(-1)', "block-scaled value would be split or merged"),
+        ('dequant(w, s, 16).view(-1)', "its blocks must stay whole"),
         ('dequant(w, w, 16)', "the scale is F8_E4M3"),
     ]
     for expr, msg in cases:

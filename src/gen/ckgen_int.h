@@ -1,0 +1,42 @@
+/* The generator's tensor list, shared by the per-family builders. */
+#ifndef CK_CKGEN_INT_H
+#define CK_CKGEN_INT_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "ckgen.h"
+
+/* G_FP8: F8_E4M3 with a G_SCALE (F32 weight_scale_inv) beside it; G_F32:
+ * F32 whatever the model's dtype (DeepSeek's e_score_correction_bias). */
+enum gkind { G_PLAIN, G_FP8, G_SCALE, G_F32 };
+
+struct gtensor {
+	char name[192];
+	int ndim;
+	int64_t shape[3];
+	enum gkind kind;
+};
+
+struct glist {
+	struct gtensor *t;
+	size_t n, cap;
+};
+
+/* Append tensor prefix + fmt(...) of shape [d0] or [d0, d1]; -1 on ENOMEM. */
+int ckgen_add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t d1,
+	      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The last tensor added becomes FP8 with its block scales beside it
+ * (nothing when block <= 0). */
+int ckgen_make_fp8(struct glist *l, int64_t block);
+
+/* ",\n  quantization_config: {...}" of an FP8 checkpoint (nothing otherwise) */
+void ckgen_quant_config(const struct ckgen_spec *s, FILE *f);
+
+/* DeepSeek-V3: MLA attention, dense first layers, routed + shared experts,
+ * the multi-token-prediction layer after the last. */
+int ckgen_build_deepseek(const struct ckgen_spec *s, struct glist *l);
+void ckgen_deepseek_config(const struct ckgen_spec *s, FILE *f);
+
+#endif

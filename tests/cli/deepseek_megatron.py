@@ -1,0 +1,391 @@
+"""DeepSeek-V3 <-> Megatron-core (issue #18): deepseek-v3-hf-to-megatron and its
+inverse on `mkckpt --model deepseek-v3` (multi-latent attention, a dense first
+layer, routed + shared experts with the router's e_score_correction_bias, the
+multi-token-prediction layer after the last).
+
+- every Megatron tensor equals a numpy reference written from Megatron-Bridge's
+  DeepSeek layout (MLA renames, fc1 = [gate; up] for the dense MLP, every
+  expert and the shared experts, pre_mlp_layernorm on MoE layers, the router,
+  the vocabulary padded), the MTP layer dropped; FP8 weights stay F8_E4M3 and
+  their scales follow them (fc1's scales = [gate scales; up scales]);
+- tp=2 x ep=2 ranks equal numpy's Megatron shards (experts split over ep and
+  renumbered, MLA heads over tp), and every FP8 rank's (weight, scale) pair
+  dequantises to its slice of the dequantised global weight: the scales are
+  split with their weights;
+- fc1 scales over gate rows that are not whole blocks are refused;
+- tp=4 with FP8 kept is refused (rows would cut 16-blocks), while the same
+  view with fp8-block-dequant.json chained first works and equals numpy's
+  dequantised shards (block-scaled values reshaped and split);
+- HF -> Megatron -> HF gives every byte back (check-mapping), FP8 included;
+- a plain torch forward pass of the HF model (MLA, sigmoid routing with the
+  correction bias, shared experts) and one written from Megatron's layer
+  semantics over the tensors read from a mount give the same logits; negative
+  controls: linear_kv_up_proj read as [all k; all v] instead of per head, and
+  fc1 read as [up; gate], both differ;
+- the sparse 671B preset (91,991 keys, 163 files): ranks of an ep=8 x tp=8
+  mesh request exactly their local bytes (inspect --io-plan), plus the gaps
+  the engine reads on purpose between column slices less than 4 KiB apart."""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckref  # noqa: E402
+import fp8_dequant as f8  # noqa: E402  (E4M3 decoded from its bit fields)
+from mountlib import Mount, have_fuse  # noqa: E402
+
+CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
+MAP, INV = "deepseek-v3-hf-to-megatron", "megatron-to-deepseek-v3-hf"
+DEQ = os.path.join(os.environ["TESTS_DIR"], "..", "mappings", "fp8-block-dequant.json")
+TOKS = [1, 5, 9, 200, 31, 77, 128, 3]
+ATTN = {  # HF name in self_attn -> Megatron name in self_attention
+    "q_a_proj": "linear_q_down_proj", "q_b_proj": "linear_q_up_proj",
+    "kv_a_proj_with_mqa": "linear_kv_down_proj", "kv_b_proj": "linear_kv_up_proj",
+    "o_proj": "linear_proj"}
+SUFFIXES = (".weight", ".weight_scale_inv")
+COLUMN_SPLIT = tuple(n + s for n in ("linear_proj", "linear_fc2") for s in SUFFIXES)
+
+
+def arrays(d):
+    return {k: (v[0], v[2]) for k, v in ckref.read_checkpoint_dir(d).items()}
+
+
+def reference(hf, cfg, vocab_multiple=128):
+    """Megatron's tensors from HF's (name -> (dtype, array)), written from the
+    layout description."""
+    out = {}
+    emb, head = hf["model.embed_tokens.weight"], hf["lm_head.weight"]
+    out["embedding.word_embeddings.weight"] = (emb[0], ckref.pad_vocab(emb[1], vocab_multiple))
+    out["output_layer.weight"] = (head[0], ckref.pad_vocab(head[1], vocab_multiple))
+    out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
+    for L in range(cfg["num_hidden_layers"]):  # the MTP layer (L = num_hidden_layers) is dropped
+        p, d = f"model.layers.{L}.", f"decoder.layers.{L}."
+        out[d + "input_layernorm.weight"] = hf[p + "input_layernorm.weight"]
+        for h, m in ATTN.items():
+            for s in SUFFIXES:
+                if p + f"self_attn.{h}{s}" in hf:
+                    out[d + f"self_attention.{m}{s}"] = hf[p + f"self_attn.{h}{s}"]
+        out[d + "self_attention.linear_q_up_proj.layer_norm_weight"] = hf[p + "self_attn.q_a_layernorm.weight"]
+        out[d + "self_attention.linear_kv_up_proj.layer_norm_weight"] = hf[p + "self_attn.kv_a_layernorm.weight"]
+
+        def mlp(hp, mp):
+            for s in SUFFIXES:
+                if hp + "gate_proj" + s in hf:
+                    g, u = hf[hp + "gate_proj" + s], hf[hp + "up_proj" + s]
+                    out[mp + "linear_fc1" + s] = (g[0], np.concatenate([g[1], u[1]], 0))
+                    out[mp + "linear_fc2" + s] = hf[hp + "down_proj" + s]
+        if L < cfg["first_k_dense_replace"]:
+            out[d + "mlp.linear_fc1.layer_norm_weight"] = hf[p + "post_attention_layernorm.weight"]
+            mlp(p + "mlp.", d + "mlp.")
+        else:
+            out[d + "pre_mlp_layernorm.weight"] = hf[p + "post_attention_layernorm.weight"]
+            out[d + "mlp.router.weight"] = hf[p + "mlp.gate.weight"]
+            out[d + "mlp.router.expert_bias"] = hf[p + "mlp.gate.e_score_correction_bias"]
+            for e in range(cfg["n_routed_experts"]):
+                mlp(p + f"mlp.experts.{e}.", d + f"mlp.experts.local_experts.{e}.")
+            mlp(p + "mlp.shared_experts.", d + "mlp.shared_experts.")
+    return out
+
+
+def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
+    """Megatron's tensors on tp rank t, ep rank e (expert tensor parallelism 1):
+    MLA's up projections split by rows (heads), linear_proj and fc2 by columns,
+    fc1 per [gate; up] block, experts n/ep per rank renumbered from 0; a
+    scale tensor is split exactly as its weight."""
+    out, per = {}, n_experts // ep
+    for k, w in glob.items():
+        if ".local_experts." in k:
+            pre, rest = k.split(".local_experts.")
+            x, tail = rest.split(".", 1)
+            if e * per <= int(x) < (e + 1) * per:
+                out[f"{pre}.local_experts.{int(x) - e * per}.{tail}"] = w
+            continue
+        base = k[:-len("_scale_inv")] if k.endswith("_scale_inv") else k
+        if k in ckref.VOCAB_KEYS:
+            out[k] = np.split(ckref.pad_vocab(w, vocab_multiple * tp), tp, 0)[t]
+        elif base.endswith(("linear_q_up_proj.weight", "linear_kv_up_proj.weight")):
+            out[k] = np.split(w, tp, 0)[t]
+        elif base.endswith("linear_fc1.weight"):
+            gate, up = np.split(w, 2, 0)
+            out[k] = np.concatenate([np.split(gate, tp, 0)[t], np.split(up, tp, 0)[t]], 0)
+        elif base.endswith(("linear_proj.weight", "linear_fc2.weight")):
+            out[k] = np.split(w, tp, 1)[t]
+        else:
+            out[k] = w
+    return out
+
+
+def dequant(w, s, block):
+    full = np.repeat(np.repeat(s, block, 0), block, 1)[:w.shape[0], :w.shape[1]]
+    return f8.e4m3_to_f32(w) * full
+
+
+def same(got, want, what):
+    assert set(got) == set(want), (what, sorted(set(got) ^ set(want))[:6])
+    for k, (dt, a) in want.items():
+        assert got[k][0] == dt and got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), \
+            (what, k, got[k][0], dt)
+
+
+def test_layouts(d):
+    for tag, extra, block in (("f32", [], 0), ("fp8", ["--fp8-block", "16", "--dtype", "BF16"], 16)):
+        src = os.path.join(d, "ds-" + tag)
+        ckref.run(MKCKPT, "--model", "deepseek-v3", *extra, src)
+        cfg = json.load(open(os.path.join(src, "config.json")))
+        hf = arrays(src)
+        n = cfg["num_hidden_layers"]
+        assert any(k.startswith(f"model.layers.{n}.eh_proj") for k in hf), "no MTP layer to drop"
+        assert hf["model.layers.1.mlp.gate.e_score_correction_bias"][0] == "F32"
+        ref = reference(hf, cfg)
+        meg = os.path.join(d, "meg-" + tag)
+        ckref.convert(CKPTFS, src, meg, [MAP])
+        same(arrays(meg), ref, tag)
+        if block:
+            assert ref["decoder.layers.1.mlp.shared_experts.linear_fc1.weight"][0] == "F8_E4M3"
+        glob = {k: a for k, (_, a) in ref.items()}
+        for t in range(2):
+            for e in range(2):
+                out = os.path.join(d, f"r-{tag}-{t}-{e}")
+                ckref.convert(CKPTFS, src, out, [MAP], "--mesh", "tp=2,ep=2", "--rank", str(2 * t + e))
+                got = arrays(out)
+                want = rank_of(glob, 2, t, 2, e, cfg["n_routed_experts"])
+                assert set(got) == set(want), (tag, t, e, sorted(set(got) ^ set(want))[:6])
+                for k, a in want.items():
+                    assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (tag, t, e, k)
+                if block:  # each rank's scales dequantise its own rows
+                    deq = {k: dequant(glob[k], glob[k + "_scale_inv"], block) for k in glob
+                           if k + "_scale_inv" in glob}
+                    mine = rank_of(deq, 2, t, 2, e, cfg["n_routed_experts"])
+                    pairs = [k for k in got if k + "_scale_inv" in got]
+                    assert len(pairs) >= 20, pairs
+                    for k in pairs:
+                        x = dequant(got[k][1], got[k + "_scale_inv"][1], block)
+                        assert np.array_equal(x, mine[k]), (t, e, k)
+        print(f"deepseek-v3 {tag}: {len(ref)} Megatron tensors equal the reference (MTP layer dropped); "
+              f"tp=2 x ep=2 ranks equal numpy's shards" + (", each rank's FP8 scales dequantise its rows"
+                                                         if block else ""))
+    # FP8 kept at tp=4: 96 q_up rows / 4 = 24 cut a 16-block: refused, naming the rule
+    src = os.path.join(d, "ds-fp8")
+    p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "tp=4", "--rank", "1", check=False)
+    assert p.returncode != 0 and "partition rule 2" in p.stderr and "whole blocks" in p.stderr \
+        and p.stderr.count("\n") == 1, p.stderr
+    # dequantised first, tp=4 works: numpy's dequantised shards, as BF16
+    hf = arrays(src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    deq_hf = {}
+    for k, (dt, a) in hf.items():
+        if k.endswith("_scale_inv"):
+            continue
+        deq_hf[k] = ("BF16", f8.f32_to_bf16(dequant(a, hf[k + "_scale_inv"][1], 16))) \
+            if k + "_scale_inv" in hf else (dt, a)
+    glob = {k: a for k, (_, a) in reference(deq_hf, cfg).items()}
+    for r in (0, 3):
+        out = os.path.join(d, f"deq-tp4-{r}")
+        ckref.run(CKPTFS, "convert", src, out, "--quiet", "--mapping", DEQ, "--mapping", MAP,
+                  "--mesh", "tp=4", "--rank", str(r))
+        got, want = arrays(out), rank_of(glob, 4, r, 1, 0, cfg["n_routed_experts"])
+        assert set(got) == set(want), sorted(set(got) ^ set(want))[:6]
+        for k, a in want.items():
+            assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (r, k)
+    print("FP8 kept at tp=4 refused (blocks would be cut); dequantised first, tp=4 ranks equal numpy's")
+    # 64-blocks over 96 gate rows: fc1's concatenated scales would be misaligned
+    src = os.path.join(d, "ds-fp8-64")
+    ckref.run(MKCKPT, "--model", "deepseek-v3", "--fp8-block", "64", src)
+    p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, check=False)
+    assert p.returncode == 4 and "gate_rows_are_whole_blocks" in p.stderr and "96 / 64" in p.stderr \
+        and p.stderr.count("\n") == 1, p.stderr
+    p = ckref.run(CKPTFS, "inspect", src, "--mapping", DEQ, "--mapping", MAP)  # dequantised: fine
+    print("fc1 scales of gate rows that are not whole blocks refused, naming the rule")
+    for extra in ([], ["--fp8-block", "16", "--dtype", "BF16"]):
+        src = os.path.join(d, "ds-nomtp" + "".join(extra))
+        ckref.run(MKCKPT, "--model", "deepseek-v3", "--mtp-layers", "0", *extra, src)
+        p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", src)
+        assert "byte for byte" in p.stdout, p.stdout
+    print("HF -> Megatron -> HF: every byte back (F32, and FP8 with its scales)")
+
+
+def forward(w, cfg, toks, names, kv_per_head=True, gate_first=True):
+    """DeepSeek-V3 in plain torch over tensors named by `names` (HF's or
+    Megatron's): MLA (q through its latent and norm, one shared rotary key,
+    per-head [k_nope; v] from kv_b), a dense first layer, sigmoid routing where
+    the correction bias picks the experts and the raw scores weigh them
+    (renormalised, times routed_scaling_factor), shared experts."""
+    import torch
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nope, rope, vd, kvl = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"],
+                           cfg["kv_lora_rank"])
+    T, eps = len(toks), cfg["rms_norm_eps"]
+
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rope, 2).double() / rope))
+    ang = torch.arange(T).double()[:, None] * inv[None]
+    cos, sin = torch.cat([ang, ang], -1).cos().float(), torch.cat([ang, ang], -1).sin().float()
+
+    def rot(x):
+        return x * cos + torch.cat([-x[..., rope // 2:], x[..., :rope // 2]], -1) * sin
+    mask = torch.full((T, T), float("-inf")).triu(1)
+
+    def mlp(x, fc1, fc2):
+        gate, up = fc1(x).chunk(2, -1)
+        if not gate_first:
+            gate, up = up, gate
+        return (torch.nn.functional.silu(gate) * up) @ fc2.T
+    x = w[names["embed"]][toks]
+    for L in range(cfg["num_hidden_layers"]):
+        n = {k: v.format(L=L) for k, v in names.items() if isinstance(v, str)}
+        h = rms(x, w[n["in_ln"]])
+        q = (rms(h @ w[n["q_a"]].T, w[n["q_a_ln"]]) @ w[n["q_b"]].T).view(T, nh, nope + rope).transpose(0, 1)
+        ckv = h @ w[n["kv_a"]].T
+        c, k_pe = ckv[:, :kvl], ckv[:, kvl:]
+        kv = rms(c, w[n["kv_a_ln"]]) @ w[n["kv_b"]].T
+        kv = kv.view(T, nh, nope + vd) if kv_per_head else \
+            torch.cat([kv[:, :nh * nope].view(T, nh, nope), kv[:, nh * nope:].view(T, nh, vd)], -1)
+        kv = kv.transpose(0, 1)
+        k = torch.cat([kv[..., :nope], rot(k_pe)[None].expand(nh, T, rope)], -1)
+        q = torch.cat([q[..., :nope], rot(q[..., nope:])], -1)
+        a = torch.softmax(q @ k.transpose(1, 2) * (nope + rope) ** -0.5 + mask, -1) @ kv[..., nope:]
+        x = x + a.transpose(0, 1).reshape(T, nh * vd) @ w[n["o"]].T
+        h = rms(x, w[n["post_ln"]])
+        fc = names["fc"]
+        if L < cfg["first_k_dense_replace"]:
+            x = x + mlp(h, *fc(w, n["dense"]))
+            continue
+        s = torch.sigmoid(h @ w[n["router"]].T)
+        top = torch.topk(s + w[n["bias"]], cfg["num_experts_per_tok"], -1).indices
+        wt = torch.gather(s, -1, top)
+        wt = wt / wt.sum(-1, keepdim=True) * cfg["routed_scaling_factor"]
+        y = mlp(h, *fc(w, n["shared"]))
+        for t in range(T):
+            for j in range(top.shape[1]):
+                y[t] = y[t] + wt[t, j] * mlp(h[t:t + 1], *fc(w, n["expert"].format(E=int(top[t, j]))))[0]
+        x = x + y
+    x = rms(x, w[names["norm"]])
+    return (x @ w[names["head"]].T)[:, :cfg["vocab_size"]]
+
+
+def hf_fc(w, p):
+    return (lambda x: torch_cat(x @ w[p + "gate_proj.weight"].T, x @ w[p + "up_proj.weight"].T)), \
+        w[p + "down_proj.weight"]
+
+
+def meg_fc(w, p):
+    return (lambda x: x @ w[p + "linear_fc1.weight"].T), w[p + "linear_fc2.weight"]
+
+
+def torch_cat(a, b):
+    import torch
+    return torch.cat([a, b], -1)
+
+
+HF_NAMES = {
+    "embed": "model.embed_tokens.weight", "norm": "model.norm.weight", "head": "lm_head.weight",
+    "in_ln": "model.layers.{L}.input_layernorm.weight", "post_ln": "model.layers.{L}.post_attention_layernorm.weight",
+    "q_a": "model.layers.{L}.self_attn.q_a_proj.weight", "q_a_ln": "model.layers.{L}.self_attn.q_a_layernorm.weight",
+    "q_b": "model.layers.{L}.self_attn.q_b_proj.weight",
+    "kv_a": "model.layers.{L}.self_attn.kv_a_proj_with_mqa.weight",
+    "kv_a_ln": "model.layers.{L}.self_attn.kv_a_layernorm.weight",
+    "kv_b": "model.layers.{L}.self_attn.kv_b_proj.weight", "o": "model.layers.{L}.self_attn.o_proj.weight",
+    "dense": "model.layers.{L}.mlp.", "shared": "model.layers.{L}.mlp.shared_experts.",
+    "expert": "model.layers.{L}.mlp.experts.{{E}}.", "router": "model.layers.{L}.mlp.gate.weight",
+    "bias": "model.layers.{L}.mlp.gate.e_score_correction_bias", "fc": hf_fc}
+MEG_NAMES = {
+    "embed": "embedding.word_embeddings.weight", "norm": "decoder.final_layernorm.weight",
+    "head": "output_layer.weight", "in_ln": "decoder.layers.{L}.input_layernorm.weight",
+    "q_a": "decoder.layers.{L}.self_attention.linear_q_down_proj.weight",
+    "q_a_ln": "decoder.layers.{L}.self_attention.linear_q_up_proj.layer_norm_weight",
+    "q_b": "decoder.layers.{L}.self_attention.linear_q_up_proj.weight",
+    "kv_a": "decoder.layers.{L}.self_attention.linear_kv_down_proj.weight",
+    "kv_a_ln": "decoder.layers.{L}.self_attention.linear_kv_up_proj.layer_norm_weight",
+    "kv_b": "decoder.layers.{L}.self_attention.linear_kv_up_proj.weight",
+    "o": "decoder.layers.{L}.self_attention.linear_proj.weight",
+    "dense": "decoder.layers.{L}.mlp.", "shared": "decoder.layers.{L}.mlp.shared_experts.",
+    "expert": "decoder.layers.{L}.mlp.experts.local_experts.{{E}}.",
+    "router": "decoder.layers.{L}.mlp.router.weight", "bias": "decoder.layers.{L}.mlp.router.expert_bias",
+    "fc": meg_fc}
+
+
+def test_forward(d):
+    import torch
+    src = os.path.join(d, "ds-f32")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+
+    def tw(arrs):
+        return {k: torch.tensor(ckref.as_f32(dt, a)) * (0.25 if a.ndim == 2 and "router" not in k
+                                                         and "gate.weight" not in k else 1.0)
+                for k, (dt, a) in arrs.items()}
+    # post-attention norms are read by name per layer kind
+    names = dict(MEG_NAMES)
+    want = forward(tw(arrays(src)), cfg, TOKS, HF_NAMES)
+    if have_fuse():
+        with Mount(src, [MAP]) as m:
+            meg = {k: (v[0], v[2]) for k, v in ckref.read_safetensors(m.path("model.safetensors")).items()}
+    else:
+        meg = arrays(os.path.join(d, "meg-f32"))
+    mw = tw(meg)
+    for L in range(cfg["num_hidden_layers"]):  # Megatron: the dense layer's norm is fused into fc1
+        key = (f"decoder.layers.{L}.mlp.linear_fc1.layer_norm_weight" if L < cfg["first_k_dense_replace"]
+               else f"decoder.layers.{L}.pre_mlp_layernorm.weight")
+        mw[f"decoder.layers.{L}.post_ln"] = mw[key]
+    names["post_ln"] = "decoder.layers.{L}.post_ln"
+    got = forward(mw, cfg, TOKS, names)
+    rel = float((got - want).abs().max() / want.abs().max())
+    assert rel < 1e-5 and got.argmax(-1).tolist() == want.argmax(-1).tolist(), rel
+    for kw in ({"kv_per_head": False}, {"gate_first": False}):
+        bad = float((forward(mw, cfg, TOKS, names, **kw) - want).abs().max() / want.abs().max())
+        assert bad > 1e-2, (kw, bad)
+    print(f"deepseek-v3 forward: Megatron-layout logits from the {'mount' if have_fuse() else 'conversion'} "
+          f"= HF logits ({rel:.1e}); kv_b read unpaired and fc1 read [up; gate] both differ")
+
+
+def test_sparse(d):
+    big = os.path.join(d, "ds-671b")
+    ckref.run(MKCKPT, "--model", "deepseek-v3", "--preset", "671b", "--sparse", "--shards", "163", big)
+    p = json.loads(ckref.run(CKPTFS, "inspect", big, "--json").stdout)
+    # per MoE layer: 5 FP8 attention weights + scales, 2 latent norms, 2 norms,
+    # router weight + bias, 256 experts and the shared one x 3 weights + scales;
+    # dense layers: 3 MLP weights + scales; the MTP layer adds 6 of its own
+    moe = 5 * 2 + 2 + 2 + 2 + 257 * 3 * 2
+    keys = 58 * moe + 3 * (5 * 2 + 2 + 2 + 3 * 2) + (moe + 6) + 3
+    assert len(p["tensors"]) == keys == 91991, (len(p["tensors"]), keys)
+    V, H, rows = 129280, 7168, 130048  # padded to a multiple of 128 x 8
+    per = rows // 8
+    for r in (0, 63):
+        args = ["--mapping", MAP, "--mesh", "ep=8,tp=8", "--rank", str(r)]
+        io = json.loads(ckref.run(CKPTFS, "inspect", big, *args, "--io-plan").stdout)
+        view = json.loads(ckref.run(CKPTFS, "inspect", big, *args, "--json").stdout)
+        t = r % 8
+        pad_rows = min(per, max(0, (t + 1) * per - V))
+        n_vocab = sum(x["name"] in ckref.VOCAB_KEYS for x in view["tensors"])
+        experts = {x["name"] for x in view["tensors"] if ".local_experts." in x["name"]}
+        assert n_vocab == 2 and len(experts) == 58 * 32 * 4, (n_vocab, len(experts))
+        # column slices whose rows lie closer than 4 KiB apart are read as one
+        # span, gaps included (the engine's CK_COALESCE_GAP): the shared
+        # experts' fc2 (256 of 2048 FP8 columns) and the column-split scales
+        gaps = 0
+        for x in view["tensors"]:
+            if ".local_experts." in x["name"] or not x["name"].endswith(COLUMN_SPLIT):
+                continue
+            (R, c), C = x["shape"], x["global_shape"][1]
+            es = {"F8_E4M3": 1, "BF16": 2, "F32": 4}[x["dtype"]]
+            if (C - c) * es < 4096:
+                gaps += (R - 1) * C * es + c * es - R * c * es
+        want = view["total_bytes"] - n_vocab * pad_rows * H * 2 + gaps
+        assert io["view_bytes"] == view["total_bytes"] and io["source_bytes_requested"] == want, (r, io, want)
+        print(f"sparse DeepSeek-V3 671B (91,991 keys), rank {r} of ep=8 x tp=8: requests its "
+              f"{view['total_bytes'] / 2**30:.1f} GiB of local bytes (FP8 weights with their scales, 32 experts "
+              f"per layer) + {gaps / 2**20:.0f} MiB of sub-4-KiB gaps")
+
+
+def main():
+    with tempfile.TemporaryDirectory() as d:
+        test_layouts(d)
+        test_forward(d)
+        test_sparse(d)
+
+
+if __name__ == "__main__":
+    main()
