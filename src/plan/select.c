@@ -107,8 +107,16 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 	for (int k = 0; k < ns; k++) {
 		const struct ck_select *s = &rules->sels[k];
 		ax[k] = ck_mesh_axis(m, s->axis);
-		if (ax[k] >= 0 && s->split &&
-		    select_range(s, p, m, ax[k], path, rc, &lo[k], &hi[k], &cnt[k], err) < 0)
+		/* a split that matches no key asks nothing (the MoE rules of a
+		 * mapping, on a dense model): its count is not even evaluated */
+		int hit = 0;
+		for (size_t i = 0; ax[k] >= 0 && s->split && i < p->n && !hit; i++) {
+			const struct ck_target *t = &p->t[i];
+			struct ck_binding b = {0};
+			hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
+			ck_binding_clear(&b);
+		}
+		if (hit && select_range(s, p, m, ax[k], path, rc, &lo[k], &hi[k], &cnt[k], err) < 0)
 			return -1;
 	}
 	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);

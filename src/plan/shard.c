@@ -339,6 +339,24 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		if (rc_ == 0)
 			rc_ = shard_target(t, pr, m, coord, sel_axes[i], mult, path, info, err);
 	}
+	/* and must split something here: a mapping whose rules name ep (its
+	 * MoE rules) says nothing to a dense model's view */
+	unsigned used_axes = 0;
+	for (size_t i = 0; rc_ == 0 && i < p->n; i++) {
+		used_axes |= sel_axes[i];
+		const struct ck_partition *pr = partition_of(rules, &p->t[i]);
+		for (int d = 0; pr && d < pr->ndim; d++) {
+			int a = pr->spec[d] ? ck_mesh_axis(m, pr->spec[d]) : -1;
+			if (a >= 0)
+				used_axes |= 1u << a;
+		}
+	}
+	for (int a = 0; rc_ == 0 && a < m->n; a++)
+		if (strcmp(m->name[a], "dp") && !(used_axes >> a & 1))
+			rc_ = ck_fail(err, CK_E_USAGE,
+				      "--mesh: axis %s is used by no partition or select rule of %s on any "
+				      "tensor of this view",
+				      m->name[a], path);
 	for (size_t i = 0; global && i < p->n; i++)
 		free(global[i]);
 	free(global);

@@ -126,7 +126,9 @@ def llama_to_megatron_ref(src, cfg, vocab_multiple=128):
     dict (name -> (dtype, array)): Q, K, V interleaved per query group into
     linear_qkv (Qwen2's biases in the same order into linear_qkv.bias), gate and
     up stacked into linear_fc1, Qwen3's q_norm / k_norm as q_layernorm /
-    k_layernorm, the vocabulary padded with zero rows to a multiple of 128 (tp=1);
+    k_layernorm, Qwen3-MoE's router and experts.local_experts.{e} (fc1 = [gate; up])
+    with pre_mlp_layernorm, the vocabulary padded with zero rows to a multiple of
+    128 (tp=1);
     written from Megatron's layout, not ckptfs's mapping."""
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     ng = cfg.get("num_key_value_heads", nh)
@@ -150,6 +152,15 @@ def llama_to_megatron_ref(src, cfg, vocab_multiple=128):
                 out[d + f"self_attention.{n}_layernorm.weight"] = src[p + f"self_attn.{n}_norm.weight"]
         out[d + "self_attention.linear_qkv.layer_norm_weight"] = src[p + "input_layernorm.weight"]
         out[d + "self_attention.linear_proj.weight"] = src[p + "self_attn.o_proj.weight"]
+        if p + "mlp.gate.weight" in src:  # Qwen3-MoE: router, experts, pre_mlp_layernorm
+            out[d + "pre_mlp_layernorm.weight"] = src[p + "post_attention_layernorm.weight"]
+            out[d + "mlp.router.weight"] = src[p + "mlp.gate.weight"]
+            for e in range(cfg["num_experts"]):
+                x, y = p + f"mlp.experts.{e}.", d + f"mlp.experts.local_experts.{e}."
+                g, u = src[x + "gate_proj.weight"], src[x + "up_proj.weight"]
+                out[y + "linear_fc1.weight"] = (g[0], np.concatenate([g[1], u[1]], axis=0))
+                out[y + "linear_fc2.weight"] = src[x + "down_proj.weight"]
+            continue
         g, u = src[p + "mlp.gate_proj.weight"], src[p + "mlp.up_proj.weight"]
         out[d + "mlp.linear_fc1.weight"] = (g[0], np.concatenate([g[1], u[1]], axis=0))
         out[d + "mlp.linear_fc1.layer_norm_weight"] = src[p + "post_attention_layernorm.weight"]

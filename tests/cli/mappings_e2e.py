@@ -59,7 +59,8 @@ with tempfile.TemporaryDirectory() as d:
                                ["--head-dim", "8", "--tie"],
                                ["--model", "qwen2", "--dtype", "BF16"],
                                ["--model", "qwen2", "--kv-heads", "1", "--untie"],
-                               ["--model", "qwen3", "--shards", "2"]]):
+                               ["--model", "qwen3", "--shards", "2"],
+                               ["--model", "qwen3-moe", "--dtype", "BF16"]]):
         src_dir = os.path.join(d, f"llama{k}")
         ckref.run(MKCKPT, "--model", "llama", *extra, src_dir)
         with open(os.path.join(src_dir, "config.json")) as f:
@@ -79,6 +80,31 @@ with tempfile.TemporaryDirectory() as d:
         ref = ckref.llama_to_megatron_ref(src, cfg)
         assert {t["name"]: (t["dtype"], tuple(t["shape"])) for t in view["tensors"]} == \
             {n: (v[0], v[1].shape) for n, v in ref.items()}
+
+    # Qwen3-MoE over ep=2 x tp=2: each ep rank holds 2 of the 4 experts,
+    # renumbered from 0, whole (expert tensor parallelism 1); a dense model's
+    # view has nothing for ep to split
+    moe_dir = os.path.join(d, f"llama{k}")
+    ref = ckref.llama_to_megatron_ref(src, cfg)
+    for r in range(4):
+        e, t = divmod(r, 2)
+        got = convert(moe_dir, os.path.join(d, f"ep{r}"), mp("llama-hf-to-megatron.json"),
+                      extra=["--mesh", "ep=2,tp=2", "--rank", str(r)])
+        shard = ckref.megatron_rank({n: a for n, (_, a) in ref.items() if ".local_experts." not in n}, 2, t)
+        for n, (_, a) in ref.items():
+            if ".local_experts." in n:
+                pre, rest = n.split(".local_experts.")
+                x, tail = rest.split(".", 1)
+                if 2 * e <= int(x) < 2 * e + 2:
+                    shard[f"{pre}.local_experts.{int(x) - 2 * e}.{tail}"] = a
+        assert set(got) == set(shard), sorted(set(got) ^ set(shard))[:5]
+        for n, a in shard.items():
+            assert got[n][1].tobytes() == a.tobytes(), (r, n)
+    p = ckref.run(CKPTFS, "inspect", os.path.join(d, "llama0"), "--mapping", mp("llama-hf-to-megatron.json"),
+                  "--mesh", "ep=2", "--rank", "0", check=False)
+    assert p.returncode == 2 and "axis ep is used by no partition or select rule" in p.stderr, p.stderr
+    print("qwen3-moe: ep=2 x tp=2 ranks hold their experts renumbered, attention split over tp; "
+          "ep on a dense llama refused")
 
     # --expect: a strict load_state_dict style comparison
     expect = os.path.join(d, "expect.json")
