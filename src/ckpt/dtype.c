@@ -27,6 +27,7 @@ static const struct {
 	[CK_DT_F64] = {"F64", 8},
 	[CK_DT_I64] = {"I64", 8},
 	[CK_DT_U64] = {"U64", 8},
+	[CK_DT_F4_E2M1] = {"F4_E2M1", 0},
 };
 
 /* Known to safetensors but packed below one byte per element: a byte range
@@ -48,7 +49,7 @@ enum ck_dtype ck_dtype_parse(const char *s, int *subbyte)
 	if (subbyte)
 		*subbyte = 0;
 	for (int i = 1; i < CK_DT_COUNT; i++)
-		if (strcmp(s, dtypes[i].name) == 0)
+		if (dtypes[i].size && strcmp(s, dtypes[i].name) == 0) /* never an internal one */
 			return (enum ck_dtype)i;
 	for (size_t i = 0; i < sizeof subbyte_names / sizeof *subbyte_names; i++)
 		if (subbyte && strcmp(s, subbyte_names[i]) == 0)
@@ -114,7 +115,7 @@ enum ck_dtype ck_dtype_from_torch(const char *s)
 enum ck_dtype ck_dtype_parse_user(const char *s)
 {
 	for (int i = 1; i < CK_DT_COUNT; i++)
-		if (strcasecmp(s, dtypes[i].name) == 0)
+		if (dtypes[i].size && strcasecmp(s, dtypes[i].name) == 0)
 			return (enum ck_dtype)i;
 	return ck_dtype_from_torch(s);
 }

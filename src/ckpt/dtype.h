@@ -25,12 +25,16 @@ enum ck_dtype {
 	CK_DT_F64,
 	CK_DT_I64,
 	CK_DT_U64,
+	/* Internal: two E2M1 values per byte (MXFP4 blocks, low nibble first).
+	 * No file declares it: mxfp4() reads U8 blocks as it, and ck_dtype_size
+	 * is 0 (an element is half a byte). */
+	CK_DT_F4_E2M1,
 	CK_DT_COUNT
 };
 
 /* Safetensors spelling ("BF16"), or "?" for an invalid value. */
 const char *ck_dtype_name(enum ck_dtype dt);
-/* Bytes per element; 0 for CK_DT_INVALID. */
+/* Bytes per element; 0 for CK_DT_INVALID and the sub-byte CK_DT_F4_E2M1. */
 size_t ck_dtype_size(enum ck_dtype dt);
 /* Parse a safetensors dtype string. Returns CK_DT_INVALID for unknown names.
  * *subbyte is set when the name is a known sub-byte type (F4, F6_*) that

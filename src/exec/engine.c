@@ -29,8 +29,10 @@ void ck_eval_ctx_free(struct ck_eval_ctx *c)
 {
 	ck_io_close(&c->io);
 	ck_gpu_lane_give(c->lane);
-	free(c->win);
-	free(c->scwin);
+	free(c->win.buf);
+	free(c->win.spare);
+	free(c->scw.buf);
+	free(c->scw.spare);
 	free(c->qwin);
 	free(c->fwin);
 	free(c->reqs);
@@ -69,9 +71,12 @@ static int push_req(struct ck_eval_ctx *c, struct reqlist *l, int fd, uint64_t o
 	if (l->n && l->r[l->n - 1].fd == fd) {
 		struct ck_io_req *last = &l->r[l->n - 1];
 		uint64_t end = last->off + last->len;
-		if (off >= end && off - end < CK_COALESCE_GAP &&
+		/* the next run, at most a small gap on (MXFP4 runs of odd nibbles
+		 * share their boundary byte): coalesce, gap included */
+		if (off >= last->off && off < end + CK_COALESCE_GAP &&
 		    buf == (unsigned char *)last->buf + (off - last->off)) {
-			last->len = off + len - last->off; /* coalesce, gap included */
+			if (off + len > end)
+				last->len = off + len - last->off;
 			return 0;
 		}
 	}
@@ -132,10 +137,55 @@ static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, 
 	return 0;
 }
 
+/* How a step's source elements lie: dims with more than one index, sorted
+ * by source stride; the innermost contiguous run (dims[0..k)) and how many
+ * runs; whether the window is read whole, in one request. */
+struct wshape {
+	int dims[CK_MAX_DIMS], nd, k, whole;
+	int64_t run, nruns;
+};
+
+static void window_shape(const struct step *s, int64_t wlo, int64_t whi, struct wshape *w)
+{
+	size_t ses = ck_dtype_size(s->src->t.dtype);
+	w->nd = 0;
+	for (int d = 0; d < s->ndim; d++)
+		if (s->hi[d] - s->lo[d] > 1)
+			w->dims[w->nd++] = d;
+	qsort_r(w->dims, (size_t)w->nd, sizeof *w->dims, cmp_dim_stride, (void *)s->p->stride);
+	w->run = 1;
+	w->k = 0;
+	while (w->k < w->nd && s->p->stride[w->dims[w->k]] == w->run) {
+		w->run *= s->hi[w->dims[w->k]] - s->lo[w->dims[w->k]];
+		w->k++;
+	}
+	w->nruns = 1;
+	for (int j = w->k; j < w->nd; j++)
+		w->nruns *= s->hi[w->dims[j]] - s->lo[w->dims[j]];
+	/* Many runs, or small runs that fill most of the window anyway: one
+	 * read of the whole window beats thousands of requests. */
+	int dense = (uint64_t)(whi - wlo) <= (uint64_t)w->nruns * (uint64_t)w->run * 2;
+	w->whole = w->nruns == 1 || w->nruns > 65536 ||
+		   (dense && ((uint64_t)w->run * ses >> s->p->fp4) < CK_COALESCE_GAP);
+}
+
+/* The file bytes [*b0, *b0 + *n) of source elements [wlo, whi). */
+static void window_bytes(const struct step *s, int64_t wlo, int64_t whi, uint64_t *b0, uint64_t *n)
+{
+	size_t ses = ck_dtype_size(s->src->t.dtype);
+	if (s->p->fp4) { /* nibbles of a U8 entry */
+		*b0 = s->src->t.offset + (uint64_t)(wlo >> 1);
+		*n = (uint64_t)(((whi + 1) >> 1) - (wlo >> 1));
+	} else {
+		*b0 = s->src->t.offset + (uint64_t)wlo * ses;
+		*n = (uint64_t)(whi - wlo) * ses;
+	}
+}
+
 /* Read the source elements of the step into the window (window[0] is source
  * element wlo), as runs in source order, coalescing small gaps. */
 static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
-		       unsigned char *win, struct ck_err *err)
+		       const struct wshape *w, unsigned char *win, struct ck_err *err)
 {
 	if (s->src->t.quant)
 		return read_quant(c, s, wlo, whi, win, err);
@@ -143,29 +193,18 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 	size_t ses = ck_dtype_size(s->src->t.dtype);
 	int fd = cat->files[s->src->file].fd;
 	uint64_t fbase = s->src->t.offset;
-	int dims[CK_MAX_DIMS], nd = 0;
-	for (int d = 0; d < s->ndim; d++)
-		if (s->hi[d] - s->lo[d] > 1)
-			dims[nd++] = d;
-	qsort_r(dims, (size_t)nd, sizeof *dims, cmp_dim_stride, (void *)s->p->stride);
-	/* innermost contiguous run */
-	int64_t run = 1;
-	int k = 0;
-	while (k < nd && s->p->stride[dims[k]] == run) {
-		run *= s->hi[dims[k]] - s->lo[dims[k]];
-		k++;
-	}
-	int64_t nruns = 1;
-	for (int j = k; j < nd; j++)
-		nruns *= s->hi[dims[j]] - s->lo[dims[j]];
+	/* MXFP4 pieces count nibbles (the entry is U8): element e is in byte
+	 * e >> nib, and the window starts at the byte of wlo */
+	int nib = s->p->fp4;
+	int64_t wb = wlo >> nib;
+	const int *dims = w->dims;
+	int nd = w->nd, k = w->k;
+	int64_t run = w->run;
 	struct reqlist l = {c->reqs, 0, c->reqs_cap};
-	uint64_t wbytes = (uint64_t)(whi - wlo) * ses;
-	/* Many runs, or small runs that fill most of the window anyway: one
-	 * read of the whole window beats thousands of requests. */
-	int dense = (uint64_t)(whi - wlo) <= (uint64_t)nruns * (uint64_t)run * 2;
-	if (nruns > 65536 || (nruns > 1 && dense && (uint64_t)run * ses < CK_COALESCE_GAP)) {
-		/* many tiny or dense runs: one read of the whole window */
-		if (push_req(c, &l, fd, fbase + (uint64_t)wlo * ses, wbytes, win, err) < 0)
+	if (w->whole && w->nruns > 1) {
+		uint64_t b0, wbytes;
+		window_bytes(s, wlo, whi, &b0, &wbytes);
+		if (push_req(c, &l, fd, b0, wbytes, win, err) < 0)
 			return -1;
 	} else {
 		int64_t idx[CK_MAX_DIMS];
@@ -174,8 +213,9 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 		/* enumerate outer dims, outermost (largest stride) varying slowest */
 		for (;;) {
 			int64_t so = src_at(s, idx);
-			if (push_req(c, &l, fd, fbase + (uint64_t)so * ses, (uint64_t)run * ses,
-				     win + (uint64_t)(so - wlo) * ses, err) < 0)
+			int64_t b0 = so >> nib, b1 = nib ? (so + run + 1) >> 1 : so + run;
+			if (push_req(c, &l, fd, fbase + (uint64_t)b0 * ses, (uint64_t)(b1 - b0) * ses,
+				     win + (uint64_t)(b0 - wb) * ses, err) < 0)
 				return -1;
 			int j = k;
 			while (j < nd && ++idx[dims[j]] == s->hi[dims[j]]) {
@@ -241,7 +281,7 @@ static void step_box(const struct ck_catalog *cat, const struct step *s, struct 
 	const struct ck_piece *p = s->p;
 	memset(b, 0, sizeof *b);
 	b->ndim = s->ndim;
-	b->sdt = s->src->t.dtype;
+	b->sdt = p->fp4 ? CK_DT_F4_E2M1 : s->src->t.dtype;
 	b->ddt = s->tdt;
 	b->nc = p->n_casts;
 	memcpy(b->casts, p->casts, sizeof b->casts);
@@ -260,7 +300,8 @@ static void step_box(const struct ck_catalog *cat, const struct step *s, struct 
 		return;
 	b->scaled = 1;
 	b->divide = p->sc.divide;
-	b->scdt = cat->entries[p->sc.src].t.dtype;
+	/* MXFP4 scales are U8 entries read as E8M0 exponents */
+	b->scdt = p->fp4 ? CK_DT_F8_E8M0 : cat->entries[p->sc.src].t.dtype;
 	int64_t lo = p->sc.base, span = 0;
 	for (int k = 0; k < p->sc.n; k++) {
 		int d = p->sc.dim[k];
@@ -273,23 +314,6 @@ static void step_box(const struct ck_catalog *cat, const struct step *s, struct 
 	}
 	*sc_lo = lo;
 	*sc_n = span + 1;
-}
-
-static int read_scales(struct ck_eval_ctx *c, const struct step *s, int64_t lo, int64_t n,
-		       unsigned char *buf, struct ck_err *err)
-{
-	const struct ck_catalog *cat = c->eng->plan->cat;
-	const struct ck_catalog_entry *e = &cat->entries[s->p->sc.src];
-	size_t es = ck_dtype_size(e->t.dtype);
-	struct ck_io_req r = {cat->files[e->file].fd, e->t.offset + (uint64_t)lo * es,
-			      (uint64_t)n * es, buf};
-	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
-	atomic_fetch_add(&c->eng->read_requests, 1);
-	int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);
-	if (rc < 0)
-		return ck_fail_sys(err, -rc, "%s: reading scales \"%s\"", cat->files[e->file].path,
-				   e->t.name);
-	return 0;
 }
 
 static int grow(unsigned char **buf, size_t *cap, size_t need, const char *what,
@@ -305,12 +329,66 @@ static int grow(unsigned char **buf, size_t *cap, size_t need, const char *what,
 	return 0;
 }
 
+/* Bytes [b0, b0 + n) of catalog file `file` into the window w (*at: where
+ * they start). What w already holds is not read again: contained, *at points
+ * into it; overlapping by half or more (a window read whole), the overlap is
+ * copied into the spare and only the rest read. Otherwise all n bytes are
+ * read here when whole is set; when not, nothing is read (returns 0: the
+ * caller reads its runs into *at) and w forgets what it held. */
+static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file, uint64_t b0,
+		      size_t n, int whole, unsigned char **at, const char *what,
+		      const char *tname, struct ck_err *err)
+{
+	const struct ck_catalog *cat = c->eng->plan->cat;
+	uint64_t b1 = b0 + n;
+	int same = w->valid && w->cat == cat && w->file == file;
+	uint64_t o0 = same && w->off > b0 ? w->off : b0;
+	uint64_t o1 = same && w->off + w->len < b1 ? w->off + w->len : b1;
+	if (same && whole && o0 == b0 && o1 == b1) {
+		*at = w->buf + (b0 - w->off);
+		return 1;
+	}
+	int reuse = same && whole && o1 > o0 && (o1 - o0) * 2 >= n;
+	if (!reuse)
+		o0 = o1 = b0; /* nothing kept */
+	unsigned char **dst = reuse ? &w->spare : &w->buf;
+	size_t *cap = reuse ? &w->spare_cap : &w->cap;
+	if (grow(dst, cap, n, what, err) < 0)
+		return -1;
+	if (reuse && !c->eng->dry_run)
+		memcpy(w->spare + (o0 - b0), w->buf + (o0 - w->off), (size_t)(o1 - o0));
+	if (reuse) {
+		unsigned char *t = w->buf;
+		size_t tc = w->cap;
+		w->buf = w->spare, w->cap = w->spare_cap;
+		w->spare = t, w->spare_cap = tc;
+	}
+	w->valid = whole;
+	w->cat = cat, w->file = file, w->off = b0, w->len = n;
+	*at = w->buf;
+	if (!whole)
+		return 0;
+	struct reqlist l = {c->reqs, 0, c->reqs_cap};
+	int fd = cat->files[file].fd;
+	if ((o0 > b0 && push_req(c, &l, fd, b0, o0 - b0, w->buf, err) < 0) ||
+	    (b1 > o1 && push_req(c, &l, fd, o1, b1 - o1, w->buf + (o1 - b0), err) < 0))
+		return -1;
+	atomic_fetch_add(&c->eng->source_bytes_read, (o0 - b0) + (b1 - o1));
+	atomic_fetch_add(&c->eng->read_requests, l.n);
+	int r = c->eng->dry_run ? 0 : ck_io_read(&c->io, l.r, l.n);
+	if (r < 0)
+		return ck_fail_sys(err, -r, "%s: reading %s \"%s\"", cat->files[file].path,
+				   what, tname);
+	return 1;
+}
+
 static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 {
 	int direct = try_direct(c, s, err);
 	if (direct != 0)
 		return direct < 0 ? -1 : 0;
 	size_t ses = ck_dtype_size(s->src->t.dtype);
+	int nib = s->p->fp4; /* MXFP4: elements are nibbles of U8 bytes */
 	/* source span of the sub-box (strides are never negative) */
 	int64_t wlo = src_at(s, s->lo), whi = wlo + 1;
 	int split = -1;
@@ -324,7 +402,7 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 	uint64_t wmax = c->eng->window_max;
 	if (c->on_gpu && ck_gpu_lane_window(c->lane) < wmax)
 		wmax = ck_gpu_lane_window(c->lane);
-	if ((uint64_t)(whi - wlo) * ses > wmax && split >= 0) {
+	if (((uint64_t)(whi - wlo) * ses >> nib) > wmax && split >= 0) {
 		/* too wide for the window: halve along the widest dim */
 		int64_t lo = s->lo[split], hi = s->hi[split], mid = lo + (hi - lo) / 2;
 		s->hi[split] = mid;
@@ -340,28 +418,50 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 	struct ck_box b;
 	int64_t sc_lo, sc_n;
 	step_box(c->eng->plan->cat, s, &b, &sc_lo, &sc_n);
-	size_t need = (size_t)(whi - wlo) * ses;
-	size_t scneed = b.scaled ? (size_t)sc_n * ck_dtype_size(b.scdt) : 0;
-	unsigned char *win, *scales;
+	uint64_t fb0, need64;
+	window_bytes(s, wlo, whi, &fb0, &need64);
+	size_t need = (size_t)need64;
+	const struct ck_catalog_entry *sce = b.scaled ? &c->eng->plan->cat->entries[s->p->sc.src] : NULL;
+	size_t scs = sce ? ck_dtype_size(sce->t.dtype) : 0, scneed = (size_t)sc_n * scs;
+	struct wshape w;
+	window_shape(s, wlo, whi, &w);
+	unsigned char *win, *scales = NULL;
 	if (c->on_gpu) {
-		if (ck_gpu_stage(c->lane, need, scneed, &win, &scales, err) < 0)
+		if (ck_gpu_stage(c->lane, need, scneed, &win, &scales, err) < 0 ||
+		    read_window(c, s, wlo, whi, &w, win, err) < 0)
 			return -1;
+		if (sce) { /* into the lane's pinned staging, read as it is */
+			struct ck_io_req r = {c->eng->plan->cat->files[sce->file].fd,
+					      sce->t.offset + (uint64_t)sc_lo * scs, scneed, scales};
+			atomic_fetch_add(&c->eng->source_bytes_read, r.len);
+			atomic_fetch_add(&c->eng->read_requests, 1);
+			int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);
+			if (rc < 0)
+				return ck_fail_sys(err, -rc, "%s: reading scales \"%s\"",
+						   c->eng->plan->cat->files[sce->file].path, sce->t.name);
+		}
 	} else {
-		if (grow(&c->win, &c->win_cap, need, "evaluation window", err) < 0 ||
-		    grow(&c->scwin, &c->scwin_cap, scneed, "scale window", err) < 0)
+		/* a GGUF-quantized source is decoded into the window: never kept */
+		int got = window_get(c, &c->win, s->src->file, fb0, need, w.whole && !s->src->t.quant,
+				     &win, "tensor", s->src->t.name, err);
+		if (got < 0 || (!got && read_window(c, s, wlo, whi, &w, win, err) < 0))
 			return -1;
-		win = c->win;
-		scales = c->scwin;
+		if (s->src->t.quant)
+			c->win.valid = 0;
+		if (sce && window_get(c, &c->scw, sce->file, sce->t.offset + (uint64_t)sc_lo * scs, scneed,
+				      1, &scales, "scales", sce->t.name, err) < 0)
+			return -1;
 	}
-	if (read_window(c, s, wlo, whi, win, err) < 0 ||
-	    (b.scaled && read_scales(c, s, sc_lo, sc_n, scales, err) < 0))
-		return -1;
 	if (c->eng->dry_run)
 		return 0;
 	int64_t lin = 0;
 	for (int d = 0; d < s->ndim; d++)
 		lin += s->lo[d] * s->cstride[d];
 	size_t src_off = (size_t)(src_at(s, s->lo) - wlo) * ses;
+	if (nib) { /* the box counts nibbles from the window's first byte */
+		b.snib = src_at(s, s->lo) - ((wlo >> 1) << 1);
+		src_off = 0;
+	}
 	size_t dst_off = (size_t)(lin - s->e0) * ck_dtype_size(s->tdt);
 	if (c->on_gpu)
 		return ck_gpu_submit(c->lane, &b, src_off, 0, dst_off, err);

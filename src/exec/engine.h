@@ -34,14 +34,28 @@ struct ck_engine {
 };
 
 
+/* A staging buffer that remembers which file bytes it holds when it was
+ * read whole ([off, off + len) of catalog file `file`): a later step whose
+ * bytes overlap it by half or more (the two halves of an interleave, GPT-OSS
+ * gate/up rows; [q; k; v] of one tensor) reads only what is missing. The
+ * mount refuses reads of targets whose source files changed, so bytes kept
+ * across reads stay the files' bytes. `spare`: where the next window is
+ * assembled before the two swap. */
+struct ck_window {
+	unsigned char *buf, *spare;
+	size_t cap, spare_cap;
+	int valid;
+	const void *cat;
+	uint32_t file;
+	uint64_t off, len;
+};
+
 /* Per-thread scratch: the I/O ring and the staging window. */
 struct ck_eval_ctx {
 	struct ck_engine *eng;
 	struct ck_io io;
-	unsigned char *win;
-	size_t win_cap;
-	unsigned char *scwin; /* block scales of the current step */
-	size_t scwin_cap;
+	struct ck_window win; /* source bytes of the current step */
+	struct ck_window scw; /* its block scales */
 	unsigned char *qwin; /* quantized GGUF blocks before decoding */
 	size_t qwin_cap;
 	unsigned char *fwin; /* GGUF view: F32 values, then their blocks, before quantizing */

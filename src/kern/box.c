@@ -8,6 +8,26 @@ uint64_t ck_box_numel(const struct ck_box *b)
 	return n;
 }
 
+uint64_t ck_box_src_bytes(const struct ck_box *b)
+{
+	uint64_t last = 0; /* element offset of the last element */
+	for (int d = 0; d < b->ndim; d++)
+		last += (uint64_t)(b->sstride[d] * (b->ext[d] - 1));
+	if (b->sdt == CK_DT_F4_E2M1)
+		return (((uint64_t)b->snib + last) >> 1) + 1;
+	return (last + 1) * ck_dtype_size(b->sdt);
+}
+
+uint64_t ck_box_scale_bytes(const struct ck_box *b)
+{
+	if (!b->scaled)
+		return 0;
+	uint64_t last = 0;
+	for (int d = 0; d < b->ndim; d++)
+		last += (uint64_t)(b->scstride[d] * ((b->ext[d] - 1 + b->sphase[d]) / b->sblock[d]));
+	return (last + 1) * ck_dtype_size(b->scdt);
+}
+
 /* Whether dim d's scale index is a plain affine function (or constant), so
  * that it can merge with a neighbour. */
 static int scale_affine(const struct ck_box *b, int d)

@@ -7,7 +7,10 @@
  *     scale[sum_d scstride[d] * ((i[d] + sphase[d]) / sblock[d])]
  * (integer division: the block that holds the element); with a shift, a
  * constant is added after it. Strides are never
- * negative. The engine builds one box per piece of a target it evaluates. */
+ * negative. The engine builds one box per piece of a target it evaluates.
+ * An F4_E2M1 source (MXFP4) counts nibbles: element i is nibble
+ * snib + sum_d sstride[d] * i[d] of src, low nibble of a byte first; it is
+ * always scaled (E8M0). */
 #ifndef CK_BOX_H
 #define CK_BOX_H
 
@@ -31,6 +34,7 @@ struct ck_box {
 	float shift;
 	enum ck_dtype scdt;
 	int64_t sblock[CK_MAX_DIMS], sphase[CK_MAX_DIMS], scstride[CK_MAX_DIMS];
+	int64_t snib; /* F4_E2M1 only: the nibble of element 0 */
 };
 
 /* Canonical form: dims of extent 1 dropped, neighbours that chain in the
@@ -38,6 +42,9 @@ struct ck_box {
  * the same element mapping; the kernels then see few, long dims. */
 void ck_box_normalise(struct ck_box *b);
 uint64_t ck_box_numel(const struct ck_box *b);
+/* Bytes of src the box reaches (through its last element), and of the scales. */
+uint64_t ck_box_src_bytes(const struct ck_box *b);
+uint64_t ck_box_scale_bytes(const struct ck_box *b);
 /* Whether elements go through the float pipeline (casts, a scale or a shift). */
 static inline int ck_box_is_float(const struct ck_box *b)
 {

@@ -153,14 +153,44 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 	}
 }
 
+/* MXFP4: element i of the row is nibble n0 + i * ss of src. */
+static void box_row_fp4(const struct ck_box *b, const unsigned char *src, int64_t n0, int64_t ss,
+			const unsigned char *scale, unsigned char *dst, int64_t ds, int64_t n)
+{
+	size_t des = ck_dtype_size(b->ddt), scs = ck_dtype_size(b->scdt);
+	int last = b->ndim - 1;
+	int64_t blk = last >= 0 ? b->sblock[last] : 1, ph = last >= 0 ? b->sphase[last] : 0;
+	int64_t scst = last >= 0 ? b->scstride[last] : 0;
+	if (scst == 0)
+		blk = n + ph;
+	for (int64_t i = 0; i < n;) {
+		int64_t q = (i + ph) / blk, end = (q + 1) * blk - ph;
+		if (end > n)
+			end = n;
+		float sv = ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt);
+		for (; i < end; i++) {
+			int64_t k = n0 + i * ss;
+			float v = ck_e2m1_to_f32((unsigned)(src[k >> 1] >> ((k & 1) * 4)) & 15);
+			v = ck_elem_scaled(v, sv, b->divide);
+			if (b->shifted)
+				v = ck_elem_shift(v, b->shift);
+			ck_elem_finish(v, b->casts, b->nc, b->saturate, dst + i * ds * (int64_t)des);
+		}
+	}
+}
+
 void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 			const unsigned char *scale, unsigned char *dst)
 {
+	int fp4 = b->sdt == CK_DT_F4_E2M1;
 	size_t ses = ck_dtype_size(b->sdt), des = ck_dtype_size(b->ddt);
 	size_t scs = b->scaled ? ck_dtype_size(b->scdt) : 0;
 	int last = b->ndim - 1;
 	if (last < 0) {
-		box_row(b, src, 1, scale, dst, 1, 1);
+		if (fp4)
+			box_row_fp4(b, src, b->snib, 1, scale, dst, 1, 1);
+		else
+			box_row(b, src, 1, scale, dst, 1, 1);
 		return;
 	}
 	int64_t idx[CK_MAX_DIMS] = {0};
@@ -172,9 +202,13 @@ void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 			if (b->scaled)
 				sco += b->scstride[d] * ((idx[d] + b->sphase[d]) / b->sblock[d]);
 		}
-		box_row(b, src + so * (int64_t)ses, b->sstride[last],
-			scale ? scale + sco * (int64_t)scs : NULL, dst + dof * (int64_t)des,
-			b->dstride[last], b->ext[last]);
+		if (fp4)
+			box_row_fp4(b, src, b->snib + so, b->sstride[last], scale + sco * (int64_t)scs,
+				    dst + dof * (int64_t)des, b->dstride[last], b->ext[last]);
+		else
+			box_row(b, src + so * (int64_t)ses, b->sstride[last],
+				scale ? scale + sco * (int64_t)scs : NULL, dst + dof * (int64_t)des,
+				b->dstride[last], b->ext[last]);
 		int d = last - 1;
 		while (d >= 0 && ++idx[d] == b->ext[d]) {
 			idx[d] = 0;

@@ -2,7 +2,7 @@
  * CPU kernels include it; the CUDA kernels compile it __host__ __device__):
  *   load from the source dtype, widening to F32 exactly;
  *   optionally multiply or divide by a block scale, in F32 (DeepSeek-V3's
- *   `weight.float() * scale_inv`);
+ *   `weight.float() * scale_inv`; MXFP4's E2M1 values times 2^(e - 127));
  *   optionally add a constant, in F32 (Gemma's norm offsets: `w + 1`);
  *   round through each cast of the chain; the last one is the output dtype.
  * A cast-free, unscaled element is copied byte for byte (any dtype). */
@@ -26,6 +26,8 @@ CK_HD float ck_elem_load(const unsigned char *p, enum ck_dtype dt)
 		return ck_e4m3_to_f32(p[0]);
 	case CK_DT_F8_E5M2:
 		return ck_e5m2_to_f32(p[0]);
+	case CK_DT_F8_E8M0: /* MXFP4's scales */
+		return ck_e8m0_to_f32(p[0]);
 	default: {
 		float f;
 		memcpy(&f, p, 4);
@@ -74,7 +76,7 @@ CK_HD void ck_elem_finish(float v, const enum ck_dtype *casts, int nc, unsigned 
 	ck_elem_store(dst, casts[nc - 1], v, (saturate >> (nc - 1)) & 1);
 }
 
-/* Scale values are F32, BF16 or F16 (checked when the plan is made). A NaN
+/* Scale values are F32, BF16, F16 or E8M0 (checked when the plan is made). A NaN
  * result is made canonical (0x7FC00000): x86 passes an operand's payload
  * through, a GPU does not, and an F32 output must not depend on which ran. */
 CK_HD float ck_elem_scaled(float v, float s, int divide)

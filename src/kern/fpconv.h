@@ -156,4 +156,26 @@ CK_HD uint8_t ck_f32_to_e5m2(float f, int saturate)
 	return sign | (uint8_t)(a >> 21);
 }
 
+/* ---- MXFP4 (OCP Microscaling formats v1.0) ---- */
+
+/* E2M1, one nibble: 1 sign, 2 exponent (bias 1), 1 mantissa bit; no inf or
+ * NaN. The 16 codes are +-{0, 0.5, 1, 1.5, 2, 3, 4, 6}. */
+CK_HD float ck_e2m1_to_f32(unsigned nib)
+{
+	uint32_t sign = (uint32_t)(nib & 8) << 28;
+	uint32_t e = (nib >> 1) & 3, m = nib & 1;
+	if (e == 0) /* subnormal: m * 0.5 */
+		return ck_bits_f32(sign | (m ? 0x3F000000u : 0));
+	return ck_bits_f32(sign | ((e - 1 + 127) << 23) | (m << 22));
+}
+
+/* E8M0, a scale: 2^(code - 127), exactly; 0xFF is NaN (there is no zero).
+ * Code 0 is 2^-127, an F32 subnormal. */
+CK_HD float ck_e8m0_to_f32(uint8_t code)
+{
+	if (code == 0xFF)
+		return ck_bits_f32(0x7FC00000u);
+	return ck_bits_f32(code ? (uint32_t)code << 23 : 0x00400000u);
+}
+
 #endif

@@ -56,6 +56,8 @@ __device__ __forceinline__ float ld(const unsigned char *p, enum ck_dtype dt)
 		return ck_e4m3_to_f32(*p);
 	case CK_DT_F8_E5M2:
 		return ck_e5m2_to_f32(*p);
+	case CK_DT_F8_E8M0:
+		return ck_e8m0_to_f32(*p);
 	default:
 		return *(const float *)p;
 	}
@@ -99,16 +101,24 @@ __device__ __forceinline__ void copy_elem(unsigned char *d, const unsigned char 
 	}
 }
 
-/* One element: source at s, scale element k (when scaled), output at d. */
-__device__ __forceinline__ void elem(const struct kargs &a, const unsigned char *s,
-				     int64_t k, unsigned char *d)
+/* Source element `off` (nibbles past snib for MXFP4's packed E2M1), scale
+ * element k (when scaled), output at d. */
+__device__ __forceinline__ void elem(const struct kargs &a, int64_t off, int64_t k,
+				     unsigned char *d)
 {
 	const struct ck_box &b = a.b;
-	if (!(b.nc > 0 || b.scaled || b.shifted)) {
-		copy_elem(d, s, a.ses);
-		return;
+	float v;
+	if (b.sdt == CK_DT_F4_E2M1) {
+		int64_t n = b.snib + off;
+		v = ck_e2m1_to_f32((unsigned)(a.src[n >> 1] >> ((n & 1) * 4)) & 15);
+	} else {
+		const unsigned char *s = a.src + off * a.ses;
+		if (!(b.nc > 0 || b.scaled || b.shifted)) {
+			copy_elem(d, s, a.ses);
+			return;
+		}
+		v = ld(s, b.sdt);
 	}
-	float v = ld(s, b.sdt);
 	if (b.scaled)
 		v = ck_elem_scaled(v, ld(a.scale + k * a.scs, b.scdt), b.divide);
 	if (b.shifted)
@@ -146,14 +156,14 @@ __device__ __forceinline__ void outer_offsets(const struct ck_box &b, int64_t r,
  * of elem.h fold away: one cast (or none after a scale, F32 out). SDT < 0:
  * the generic path, everything read from the box. */
 template <int SDT, int DDT, int SCALED>
-__device__ __forceinline__ void elem_t(const struct kargs &a, const unsigned char *s, int64_t k,
+__device__ __forceinline__ void elem_t(const struct kargs &a, int64_t off, int64_t k,
 				       unsigned char *d)
 {
 	if (SDT < 0) {
-		elem(a, s, k, d);
+		elem(a, off, k, d);
 		return;
 	}
-	float v = ld(s, (enum ck_dtype)SDT);
+	float v = ld(a.src + off * a.ses, (enum ck_dtype)SDT);
 	if (SCALED)
 		v = ck_elem_scaled(v, ld(a.scale + k * a.scs, a.b.scdt), a.b.divide);
 	st(d, (enum ck_dtype)DDT, v, (int)(a.b.saturate & 1));
@@ -178,7 +188,6 @@ __global__ void k_rows(struct kargs a, int64_t nrows, int tpr, int sshift)
 	for (int64_t r = first; r < nrows; r += rstep) {
 		int64_t so, dof, sco;
 		outer_offsets(b, r, -1, &so, &dof, &sco);
-		const unsigned char *src = a.src + so * a.ses;
 		unsigned char *dst = a.dst + dof * a.des;
 		/* VEC elements per thread, a warp-wide stride apart: every access
 		 * instruction of a warp is contiguous */
@@ -192,7 +201,7 @@ __global__ void k_rows(struct kargs a, int64_t nrows, int tpr, int sshift)
 				int64_t k = sco;
 				if (SCALED || (SDT < 0 && b.scaled))
 					k += scs * (sshift >= 0 ? (i + ph) >> sshift : qdiv(i + ph, blk));
-				elem_t<SDT, DDT, SCALED>(a, src + i * ss * a.ses, k, dst + i * ds * a.des);
+				elem_t<SDT, DDT, SCALED>(a, so + i * ss, k, dst + i * ds * a.des);
 			}
 		}
 	}
@@ -224,8 +233,8 @@ __global__ void k_tile(struct kargs a, int kd, int64_t nrest)
 							sc += b.scstride[kd] * qdiv(k + b.sphase[kd], b.sblock[kd]) +
 							      b.scstride[last] * qdiv(n + b.sphase[last], b.sblock[last]);
 						uint64_t out = 0;
-						elem(a, a.src + (so + k * b.sstride[kd] + n * b.sstride[last]) * a.ses,
-						     sc, (unsigned char *)&out);
+						elem(a, so + k * b.sstride[kd] + n * b.sstride[last], sc,
+						     (unsigned char *)&out);
 						tile[j][threadIdx.x] = out;
 					}
 				}
@@ -566,16 +575,7 @@ extern "C" int ck_gpu_submit(struct ck_gpu_lane *l, const struct ck_box *b, size
 {
 	struct slot *s = &l->s[l->cur];
 	/* bytes the box reaches in the source and the scales */
-	size_t ses = ck_dtype_size(b->sdt), need = ses, scneed = 0;
-	for (int d = 0; d < b->ndim; d++)
-		need += (size_t)(b->sstride[d] * (b->ext[d] - 1)) * ses;
-	if (b->scaled) {
-		scneed = ck_dtype_size(b->scdt);
-		for (int d = 0; d < b->ndim; d++)
-			scneed += (size_t)(b->scstride[d] * ((b->ext[d] - 1 + b->sphase[d]) /
-							     b->sblock[d])) *
-				  ck_dtype_size(b->scdt);
-	}
+	size_t need = (size_t)ck_box_src_bytes(b), scneed = (size_t)ck_box_scale_bytes(b);
 	CK_CUDA(cudaMemcpyAsync(s->dsrc, s->hsrc, src_off + need, cudaMemcpyHostToDevice, l->st),
 		"copying source bytes to the device");
 	if (b->scaled)
@@ -604,15 +604,10 @@ extern "C" int ck_gpu_bench_box(struct ck_gpu *g, const struct ck_box *b, int it
 				double *kernel_s, double *copy_s, struct ck_err *err)
 {
 	CK_CUDA(cudaSetDevice(g->dev), "selecting the device");
-	size_t ses = ck_dtype_size(b->sdt), des = ck_dtype_size(b->ddt);
-	size_t in = ses, out = des, sc = b->scaled ? ck_dtype_size(b->scdt) : 0;
-	for (int d = 0; d < b->ndim; d++) {
-		in += (size_t)(b->sstride[d] * (b->ext[d] - 1)) * ses;
+	size_t des = ck_dtype_size(b->ddt);
+	size_t in = (size_t)ck_box_src_bytes(b), out = des, sc = (size_t)ck_box_scale_bytes(b);
+	for (int d = 0; d < b->ndim; d++)
 		out += (size_t)(b->dstride[d] * (b->ext[d] - 1)) * des;
-		if (b->scaled)
-			sc += (size_t)(b->scstride[d] * ((b->ext[d] - 1 + b->sphase[d]) / b->sblock[d])) *
-			      ck_dtype_size(b->scdt);
-	}
 	/* the copy moves as many bytes as the kernel: (in + out) / 2 read and written */
 	size_t cb = (in + out) / 2;
 	unsigned char *din = NULL, *dout = NULL, *dsc = NULL, *ca = NULL, *cbuf = NULL;

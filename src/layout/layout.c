@@ -67,7 +67,7 @@ int ck_value_has_holes(const struct ck_value *v)
 static int piece_equal(const struct ck_piece *a, const struct ck_piece *b, int ndim)
 {
 	if (a->src != b->src || a->n_casts != b->n_casts || a->saturate != b->saturate ||
-	    a->base != b->base)
+	    a->base != b->base || a->fp4 != b->fp4)
 		return 0;
 	for (int k = 0; k < a->n_casts; k++)
 		if (a->casts[k] != b->casts[k])
@@ -719,6 +719,7 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 		q.base = in.base;
 		q.shifted = in.shifted;
 		q.shift = in.shift;
+		q.fp4 = in.fp4;
 		q.sc = in.sc;
 		q.sc.n = 0;
 		for (int e = 0; e < in.sc.n; e++) {
@@ -779,12 +780,14 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
 			 int divide, struct ck_err *err)
 {
 	const char *op = divide ? "quant" : "dequant";
-	if (!ck_dtype_is_castable_float(v->dtype))
+	int fp4 = v->dtype == CK_DT_F4_E2M1; /* from ck_value_mxfp4 only */
+	if (!fp4 && !ck_dtype_is_castable_float(v->dtype))
 		return ck_fail(err, CK_E_MAPPING, "%s: the weight is %s, not a float type", op,
 			       ck_dtype_name(v->dtype));
-	if (s->dtype != CK_DT_F32 && s->dtype != CK_DT_BF16 && s->dtype != CK_DT_F16)
-		return ck_fail(err, CK_E_MAPPING, "%s: the scale is %s (F32, BF16 or F16 expected)",
-			       op, ck_dtype_name(s->dtype));
+	if (fp4 ? s->dtype != CK_DT_F8_E8M0
+		: s->dtype != CK_DT_F32 && s->dtype != CK_DT_BF16 && s->dtype != CK_DT_F16)
+		return ck_fail(err, CK_E_MAPPING, "%s: the scale is %s (%s expected)", op,
+			       ck_dtype_name(s->dtype), fp4 ? "E8M0" : "F32, BF16 or F16");
 	if (s->ndim != v->ndim)
 		return ck_fail(err, CK_E_MAPPING, "%s: the scale has %d dims, the weight %d", op,
 			       s->ndim, v->ndim);
@@ -812,7 +815,7 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
 			       op);
 	const struct ck_piece *sp = &s->p[0];
 	for (size_t i = 0; i < v->n; i++)
-		if (!ck_piece_plain(&v->p[i]))
+		if (v->p[i].n_casts || v->p[i].sc.on || v->p[i].shifted || v->p[i].fp4 != fp4)
 			return ck_fail(err, CK_E_MAPPING,
 				       "%s: the weight must be read as stored (apply it before any "
 				       "cast, quant or dequant)",
@@ -889,5 +892,68 @@ int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_
 		q->casts[q->n_casts++] = to;
 	}
 	v->dtype = to;
+	return 0;
+}
+
+int ck_value_mxfp4(struct ck_value *blocks, const struct ck_value *scales, struct ck_err *err)
+{
+	const struct ck_value *b = blocks;
+	if (b->dtype != CK_DT_U8)
+		return ck_fail(err, CK_E_MAPPING, "mxfp4: the blocks are %s, not U8 (two E2M1 "
+						  "values per byte)",
+			       ck_dtype_name(b->dtype));
+	if (scales->dtype != CK_DT_U8 && scales->dtype != CK_DT_F8_E8M0)
+		return ck_fail(err, CK_E_MAPPING, "mxfp4: the scales are %s, not U8 or F8_E8M0",
+			       ck_dtype_name(scales->dtype));
+	if (b->ndim < 2 || b->ndim > CK_MAX_DIMS - 1 || scales->ndim != b->ndim - 1)
+		return ck_fail(err, CK_E_MAPPING,
+			       "mxfp4: blocks of %d dims and scales of %d: the scales must be the "
+			       "blocks' shape without its last dim",
+			       b->ndim, scales->ndim);
+	for (int d = 0; d < scales->ndim; d++)
+		if (scales->shape[d] != b->shape[d])
+			return ck_fail(err, CK_E_MAPPING,
+				       "mxfp4: dim %d is %lld in the blocks and %lld in the scales", d,
+				       (long long)b->shape[d], (long long)scales->shape[d]);
+	for (size_t i = 0; i < b->n; i++)
+		if (!ck_piece_plain(&b->p[i]))
+			return ck_fail(err, CK_E_MAPPING, "mxfp4: the blocks must be read as stored "
+							  "(sliced or permuted at most)");
+	int nd = b->ndim;
+	int64_t per = b->shape[nd - 1] * 2; /* values per scale */
+	struct ck_value v, s;
+	if (ck_value_copy(&v, b, err) < 0)
+		return -1;
+	/* bytes -> nibbles: a new innermost dim of 2 (low, high), every stride
+	 * and base in nibbles */
+	for (size_t i = 0; i < v.n; i++) {
+		struct ck_piece *q = &v.p[i];
+		q->base *= 2;
+		for (int d = 0; d < nd; d++)
+			q->stride[d] *= 2;
+		q->lo[nd] = 0, q->hi[nd] = 2, q->stride[nd] = 1;
+		q->fp4 = 1;
+	}
+	v.shape[nd] = 2;
+	v.ndim = nd + 1;
+	v.dtype = CK_DT_F4_E2M1;
+	int64_t shape[CK_MAX_DIMS], block[CK_MAX_DIMS];
+	for (int d = 0; d < nd - 2; d++)
+		shape[d] = b->shape[d], block[d] = 1;
+	shape[nd - 2] = b->shape[nd - 2] * per; /* [..., G, B, 2] -> [..., G * 2B] */
+	block[nd - 2] = per;
+	if (ck_value_reshape(&v, shape, nd - 1, err) < 0 || ck_value_copy(&s, scales, err) < 0) {
+		ck_value_free(&v);
+		return -1;
+	}
+	s.dtype = CK_DT_F8_E8M0; /* the same bytes, read as exponents */
+	int rc = ck_value_block_scale(&v, &s, block, 0, err);
+	ck_value_free(&s);
+	if (rc < 0) {
+		ck_value_free(&v);
+		return -1;
+	}
+	ck_value_free(blocks);
+	*blocks = v;
 	return 0;
 }

@@ -44,6 +44,10 @@ struct ck_piece {
 	struct ck_piece_scale sc;
 	uint8_t shifted; /* `shift` is added in F32 after the scale, before the casts */
 	float shift;
+	/* MXFP4: the source is U8 read as packed E2M1, two per byte, low nibble
+	 * first; base and strides count nibbles (byte = element >> 1). Always
+	 * scaled (E8M0, one per 32 values), so never plain. */
+	uint8_t fp4;
 };
 
 struct ck_value {
@@ -85,10 +89,17 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
  * widenings to F32) nor shifted already; |c| <= 2^24 keeps c exact. The
  * result is F32; padding stays zero. */
 int ck_value_shift(struct ck_value *v, float c, struct ck_err *err);
+/* MXFP4 (OCP Microscaling; GPT-OSS's `*_blocks` / `*_scales`): blocks is U8
+ * [..., G, B], each byte two E2M1 values (low nibble first); scales is U8 or
+ * F8_E8M0 [..., G], one power of two 2^(s-127) per 2B values (0xFF: NaN).
+ * *blocks becomes the F32 value [..., G * 2B] = E2M1 * scale, exact. Both
+ * must be read as stored (sliced or permuted at most); on error *blocks is
+ * unchanged. */
+int ck_value_mxfp4(struct ck_value *blocks, const struct ck_value *scales, struct ck_err *err);
 /* Whether a piece is read as stored: no cast, no scale, no shift. */
 static inline int ck_piece_plain(const struct ck_piece *p)
 {
-	return p->n_casts == 0 && !p->sc.on && !p->shifted;
+	return p->n_casts == 0 && !p->sc.on && !p->shifted && !p->fp4;
 }
 
 uint64_t ck_value_numel(const struct ck_value *v);

@@ -630,6 +630,12 @@ static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct
 			block[k] = ni == 1 ? ints[0] : ints[k];
 		if (ck_value_block_scale(t, &a[1].t, block, fn[0] == 'q', err) < 0)
 			return -1;
+	} else if (!strcmp(fn, "mxfp4")) {
+		/* mxfp4(blocks, scales): GPT-OSS's MXFP4 experts, E2M1 pairs in U8
+		 * blocks [..., G, 16] times 2^(scale - 127) per 32 values, in F32 */
+		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_TENSOR, fn, 1) < 0 ||
+		    ck_value_mxfp4(t, &a[1].t, err) < 0)
+			return -1;
 	} else if (!strcmp(fn, "view") || !strcmp(fn, "reshape")) {
 		int64_t before[CK_MAX_DIMS];
 		int nb = t->ndim;

@@ -37,13 +37,14 @@ void ck_explain_json(FILE *f, const struct ck_plan *p, const struct ck_target *t
 		const struct ck_piece *q = &t->v.p[i];
 		const struct ck_tensor_info *s = &p->cat->entries[q->src].t;
 		int64_t start[CK_MAX_DIMS];
-		unravel(s, q->base, start);
+		unravel(s, q->base >> q->fp4, start); /* MXFP4: base counts nibbles */
 		fprintf(f, "%s{\"box\": [", i ? ", " : "");
 		for (int d = 0; d < t->v.ndim; d++)
 			fprintf(f, "%s[%" PRId64 ", %" PRId64 "]", d ? ", " : "", q->lo[d], q->hi[d]);
 		fprintf(f, "], \"source\": ");
 		ck_json_fput_str(f, s->name);
-		fprintf(f, ", \"source_dtype\": \"%s\", \"start\": ", ck_dtype_name(s->dtype));
+		fprintf(f, ", \"source_dtype\": \"%s\", \"start\": ",
+			ck_dtype_name(q->fp4 ? CK_DT_F4_E2M1 : s->dtype));
 		put_ints(f, start, s->ndim);
 		fprintf(f, ", \"strides\": ");
 		put_ints(f, q->stride, t->v.ndim);
@@ -78,16 +79,17 @@ void ck_explain_text(FILE *f, const struct ck_plan *p, const struct ck_target *t
 		const struct ck_piece *q = &t->v.p[i];
 		const struct ck_tensor_info *s = &p->cat->entries[q->src].t;
 		int64_t start[CK_MAX_DIMS];
-		unravel(s, q->base, start);
+		unravel(s, q->base >> q->fp4, start);
 		fputs("  [", f);
 		for (int d = 0; d < t->v.ndim; d++)
 			fprintf(f, "%s%" PRId64 ":%" PRId64, d ? ", " : "", q->lo[d], q->hi[d]);
 		fputs("] <- ", f);
 		ck_fput_safe(f, s->name);
 		put_ints(f, start, s->ndim);
-		fprintf(f, " onwards, source elements per step ");
+		fprintf(f, " onwards%s, source elements per step ",
+			q->fp4 && (q->base & 1) ? " (its high nibble)" : "");
 		put_ints(f, q->stride, t->v.ndim);
-		fprintf(f, ", %s", ck_dtype_name(s->dtype));
+		fprintf(f, ", %s", q->fp4 ? "U8 read as E2M1 pairs" : ck_dtype_name(s->dtype));
 		if (q->n_casts) {
 			fputs(" -> ", f);
 			put_casts(f, q, 0);
@@ -126,11 +128,14 @@ int ck_explain_index(FILE *f, const struct ck_plan *p, const struct ck_target *t
 		int64_t flat = q->base, at[CK_MAX_DIMS];
 		for (int d = 0; d < n; d++)
 			flat += q->stride[d] * (idx[d] - q->lo[d]);
-		unravel(s, flat, at);
+		unravel(s, flat >> q->fp4, at);
 		fputs(" = ", f);
 		ck_fput_safe(f, s->name);
 		put_ints(f, at, s->ndim);
-		fprintf(f, " (%s", ck_dtype_name(s->dtype));
+		if (q->fp4)
+			fprintf(f, " (its %s nibble, E2M1", flat & 1 ? "high" : "low");
+		else
+			fprintf(f, " (%s", ck_dtype_name(s->dtype));
 		if (q->n_casts) {
 			fputs(" -> ", f);
 			put_casts(f, q, 0);

@@ -7,6 +7,8 @@
  *   scales, random blocks and phases); the source is random bits, so NaNs
  *   with any payload, infinities, subnormals and values far outside the fp8
  *   ranges all occur;
+ * - MXFP4: every E2M1 pair byte under every E8M0 scale code, rows and
+ *   transposes, even and odd nibble starts;
  * - exhaustive: every F16 and BF16 code and every one of the 2^32 F32 bit
  *   patterns to each narrow format, both modes (the CPU side is itself checked
  *   against a brute-force oracle by test_fpconv).
@@ -237,6 +239,57 @@ START_TEST(every_16bit_code_matches_cpu)
 }
 END_TEST
 
+/* MXFP4: every block byte (both nibbles) under every E8M0 scale code, to
+ * F32, BF16 and F16, in rows and in a transpose (the packed source read
+ * along a strided dim), from even and odd nibble starts. */
+START_TEST(every_mxfp4_code_matches_cpu)
+{
+	/* source: 256 rows of the 256 byte values = 512 values per row; scale
+	 * code r for row r, one per 32 values */
+	unsigned char *src = malloc(256 * 256), *sc = malloc(256 * 16);
+	for (int r = 0; r < 256; r++) {
+		for (int k = 0; k < 256; k++)
+			src[r * 256 + k] = (unsigned char)k;
+		for (int g = 0; g < 16; g++)
+			sc[r * 16 + g] = (unsigned char)r;
+	}
+	static const enum ck_dtype to[] = {CK_DT_F32, CK_DT_BF16, CK_DT_F16};
+	int failures = 0;
+	char first[300] = "";
+	for (int t = 0; t < 3; t++)
+		for (int tr = 0; tr < 2; tr++)
+			for (int nib = 0; nib < 2; nib++) {
+				struct ck_box b;
+				memset(&b, 0, sizeof b);
+				b.ndim = 2;
+				b.sdt = CK_DT_F4_E2M1;
+				b.snib = nib;
+				b.ext[0] = 256, b.ext[1] = 512 - nib;
+				b.sstride[0] = 512, b.sstride[1] = 1;
+				b.scaled = 1, b.scdt = CK_DT_F8_E8M0;
+				b.sblock[0] = 1, b.sblock[1] = 32, b.sphase[1] = nib;
+				b.scstride[0] = 16, b.scstride[1] = 1;
+				b.nc = t ? 1 : 0;
+				b.casts[0] = to[t];
+				b.ddt = to[t];
+				size_t es = ck_dtype_size(to[t]);
+				if (tr) /* output transposed: [col][row] */
+					b.dstride[0] = 1, b.dstride[1] = 256;
+				else
+					b.dstride[0] = b.ext[1], b.dstride[1] = 1;
+				char why[200];
+				if (compare_box(&b, src, 256 * 256, 0, sc, 256 * 16,
+						(size_t)(256 * 512) * es, 0, why, sizeof why) &&
+				    !failures++)
+					snprintf(first, sizeof first, "MXFP4 -> %s transposed %d nibble %d: %s",
+						 ck_dtype_name(to[t]), tr, nib, why);
+			}
+	free(src);
+	free(sc);
+	ck_assert_msg(failures == 0, "%d MXFP4 boxes differ; first: %s", failures, first);
+}
+END_TEST
+
 /* The CPU reference of one slice of the F32 sweep, on a worker thread. */
 struct sweep {
 	uint64_t first, n;
@@ -332,6 +385,7 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_test(tc, random_boxes_match_cpu);
 	tcase_add_test(tc, every_16bit_code_matches_cpu);
+	tcase_add_test(tc, every_mxfp4_code_matches_cpu);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
 	tcase_set_timeout(ex, 1800);

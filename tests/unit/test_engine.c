@@ -198,7 +198,7 @@ START_TEST(small_window_same_bytes)
 	ck_eval_ctx_init(&c2, &e);
 	ck_assert_int_eq(ck_engine_read(&c2, tidx(p, "tr"), 0, n, b, &err), 0);
 	ck_assert(memcmp(a, b, n) == 0);
-	ck_assert_uint_le(c2.win_cap, 1000);
+	ck_assert_uint_le(c2.win.cap, 1000);
 	ck_eval_ctx_free(&c2);
 	free(a);
 	free(b);

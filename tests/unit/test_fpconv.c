@@ -315,6 +315,30 @@ START_TEST(every_half_code_round_trips)
 }
 END_TEST
 
+/* MXFP4's element types against their definitions (OCP MX v1.0): E2M1 is
+ * (-1)^s * 2^(e-1) * (1 + m/2), or m/2 when e is 0; E8M0 is 2^(code-127)
+ * and 0xFF is NaN. */
+START_TEST(mxfp4_codes_match_definition)
+{
+	for (unsigned c = 0; c < 16; c++) {
+		unsigned sgn = c >> 3, e = (c >> 1) & 3, m = c & 1;
+		double want = e ? ldexp(1.0 + m / 2.0, (int)e - 1) : m / 2.0;
+		float got = ck_e2m1_to_f32(c);
+		ck_assert_msg(fabs((double)got) == want && !!signbit(got) == (int)sgn,
+			      "E2M1 %#x: %g, want %s%g", c, (double)got, sgn ? "-" : "", want);
+	}
+	for (unsigned c = 0; c < 256; c++) {
+		float got = ck_e8m0_to_f32((uint8_t)c);
+		if (c == 255) {
+			ck_assert_msg(ck_f32_bits(got) == 0x7FC00000u, "E8M0 0xFF: %#x",
+				      ck_f32_bits(got));
+			continue;
+		}
+		ck_assert_msg((double)got == ldexp(1.0, (int)c - 127), "E8M0 %u: %a", c, (double)got);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fpconv");
@@ -322,6 +346,7 @@ int main(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, narrow_formats_match_oracle, 0, 4);
 	tcase_add_test(tc, every_half_code_round_trips);
+	tcase_add_test(tc, mxfp4_codes_match_definition);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
 	tcase_set_timeout(ex, 1800);
