@@ -11,18 +11,21 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: mkckpt [options] OUTDIR\n"
 		"  --model NAME                 llama (default) gpt2 mixtral qwen2 qwen3 qwen3-moe\n"
-		"                               phi3 gemma2 deepseek-v3. qwen2: Q/K/V biases;\n"
+		"                               phi3 gemma2 deepseek-v3 gpt-oss. qwen2: Q/K/V biases;\n"
 		"                               qwen3: Q/K norms, explicit head_dim; qwen3-moe:\n"
 		"                               qwen3 with a router and per-expert MLPs; phi3:\n"
 		"                               fused qkv_proj and gate_up_proj; gemma2: pre/post\n"
 		"                               feed-forward norms, head_dim 256, tied;\n"
 		"                               deepseek-v3: MLA, dense first layers, routed and\n"
-		"                               shared experts, router bias, the MTP layer\n"
+		"                               shared experts, router bias, the MTP layer;\n"
+		"                               gpt-oss: attention biases and sinks, router bias,\n"
+		"                               MXFP4 experts (gate/up rows interleaved)\n"
 		"  --preset NAME                llama: tiny small 1b 8b 70b; gpt2: tiny 124m;\n"
 		"                               mixtral: tiny 8x7b; qwen2: tiny 7b; qwen3: tiny 8b;\n"
 		"                               qwen3-moe: tiny 30b-a3b 235b-a22b; phi3: tiny mini\n"
 		"                               medium; gemma2: tiny 2b 9b; deepseek-v3: tiny 671b\n"
-		"                               (671b: BF16 + FP8 128x128 blocks) (default tiny)\n"
+		"                               (671b: BF16 + FP8 128x128 blocks); gpt-oss: tiny 20b\n"
+		"                               120b (BF16 + MXFP4 experts) (default tiny)\n"
 		"  --dtype F32|BF16|F16         element type (default F32)\n"
 		"  --shards N                   N files + model.safetensors.index.json\n"
 		"  --sparse                     headers only; data left as file holes\n"
@@ -32,7 +35,11 @@ static void usage(FILE *f)
 		"  --q-lora N                   MoE and MLA sizes (q-lora 0: a plain q_proj)\n"
 		"  --fp8-block B                layer weights as F8_E4M3 + F32 weight_scale_inv\n"
 		"                               per BxB block (DeepSeek-V3 style)\n"
-		"Element i of tensor KEY is ((splitmix64(fnv1a64(KEY) + i) %% 255) - 127) / 64.\n");
+		"  --no-mxfp4                   gpt-oss experts as BF16 gate_up_proj [E, H, 2I] and\n"
+		"                               down_proj [E, I, H] (transformers' dequantised form)\n"
+		"Element i of tensor KEY is ((splitmix64(fnv1a64(KEY) + i) %% 255) - 127) / 64;\n"
+		"MXFP4 block bytes are splitmix64(fnv1a64(KEY) + i) & 255, E8M0 scale codes\n"
+		"120 + splitmix64(fnv1a64(KEY) + i) %% 9.\n");
 }
 
 static int64_t num(const char *s)
@@ -50,7 +57,7 @@ int main(int argc, char **argv)
 {
 	enum { O_LAYERS = 256, O_HIDDEN, O_INTER, O_HEADS, O_KV, O_VOCAB, O_EXPERTS, O_HD,
 	       O_TIE, O_UNTIE, O_PREFIX, O_SPARSE, O_FP8, O_MOEI, O_SHARED, O_DENSE, O_MTP,
-	       O_QLORA };
+	       O_QLORA, O_NOMX };
 	static const struct option opts[] = {
 		{"model", required_argument, 0, 'm'}, {"preset", required_argument, 0, 'p'},
 		{"dtype", required_argument, 0, 'd'}, {"shards", required_argument, 0, 's'},
@@ -66,6 +73,7 @@ int main(int argc, char **argv)
 		{"shared-experts", required_argument, 0, O_SHARED},
 		{"first-dense", required_argument, 0, O_DENSE},
 		{"mtp-layers", required_argument, 0, O_MTP}, {"q-lora", required_argument, 0, O_QLORA},
+		{"no-mxfp4", no_argument, 0, O_NOMX},
 		{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
 	const char *model = "llama", *preset = "tiny";
 	/* first pass: model and preset, so overrides apply on top of the preset */
@@ -117,6 +125,7 @@ int main(int argc, char **argv)
 		case O_DENSE: s.first_dense = num(optarg); break;
 		case O_MTP: s.mtp_layers = num(optarg); break;
 		case O_QLORA: s.q_lora = num(optarg); break;
+		case O_NOMX: s.mxfp4 = 0; break;
 		case O_PREFIX: snprintf(s.prefix, sizeof s.prefix, "%s", optarg); break;
 		default: break;
 		}

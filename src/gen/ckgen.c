@@ -68,6 +68,9 @@ static const struct preset presets[] = {
 	{"qwen3-moe", "235b-a22b", 4096, 12288, 94, 64, 4, 151936, 128, 0, 0},
 	{"deepseek-v3", "tiny", 64, 96, 3, 4, 4, 256, 4, 0, 0},
 	{"deepseek-v3", "671b", 7168, 18432, 61, 128, 128, 129280, 256, 0, 0},
+	{"gpt-oss", "tiny", 64, 64, 2, 4, 2, 256, 4, 0, 0},
+	{"gpt-oss", "20b", 2880, 2880, 24, 64, 8, 201088, 32, 0, 0},
+	{"gpt-oss", "120b", 2880, 2880, 36, 64, 8, 201088, 128, 0, 0},
 };
 
 /* The sizes a preset's table row does not carry: explicit head_dims, MoE
@@ -80,6 +83,11 @@ static void preset_extras(struct ckgen_spec *s, int tiny)
 		s->head_dim = tiny ? 32 : 256;
 	if (!strcmp(s->arch, "qwen3-moe"))
 		s->moe_intermediate = tiny ? 32 : s->hidden == 2048 ? 768 : 1536;
+	if (!strcmp(s->arch, "gpt-oss")) { /* head_dim 64 on both: 64 x 64 != 2880 */
+		s->head_dim = tiny ? 32 : 64;
+		s->dtype = CK_DT_BF16;
+		s->mxfp4 = 1;
+	}
 	if (!strcmp(s->arch, "deepseek-v3")) {
 		s->moe_intermediate = tiny ? 32 : 2048;
 		s->shared_experts = 1;
@@ -147,6 +155,23 @@ int ckgen_add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t
 	return 0;
 }
 
+int ckgen_add_nd(struct glist *l, const char *prefix, int ndim, const int64_t *shape,
+		 enum gkind kind, const char *fmt, ...)
+{
+	char name[sizeof l->t->name];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof name, fmt, ap);
+	va_end(ap);
+	if (ckgen_add(l, prefix, ndim, 0, 0, "%s", name) < 0)
+		return -1;
+	struct gtensor *g = &l->t[l->n - 1];
+	for (int d = 0; d < ndim && d < 4; d++)
+		g->shape[d] = shape[d];
+	g->kind = kind;
+	return 0;
+}
+
 int ckgen_make_fp8(struct glist *l, int64_t block)
 {
 	if (block <= 0)
@@ -172,7 +197,10 @@ void ckgen_quant_config(const struct ckgen_spec *s, FILE *f)
 
 static enum ck_dtype gdtype(const struct ckgen_spec *s, const struct gtensor *t)
 {
-	return t->kind == G_FP8 ? CK_DT_F8_E4M3 : t->kind == G_PLAIN ? s->dtype : CK_DT_F32;
+	return t->kind == G_FP8			  ? CK_DT_F8_E4M3
+	       : t->kind == G_PLAIN		  ? s->dtype
+	       : t->kind == G_MXBLOCKS || t->kind == G_MXSCALES ? CK_DT_U8
+								 : CK_DT_F32;
 }
 
 static int64_t head_dim(const struct ckgen_spec *s)
@@ -371,6 +399,8 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 						  : "float32";
 	if (!strcmp(s->arch, "deepseek-v3")) {
 		ckgen_deepseek_config(s, f);
+	} else if (!strcmp(s->arch, "gpt-oss")) {
+		ckgen_gptoss_config(s, f);
 	} else if (!strcmp(s->arch, "gpt2")) {
 		fprintf(f,
 			"{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": "
@@ -464,6 +494,11 @@ static int write_data(int fd, const struct gtensor *t, enum ck_dtype dt, uint64_
 	for (uint64_t i = 0; i < numel; i += CHUNK) {
 		uint64_t n = numel - i < CHUNK ? numel - i : CHUNK;
 		for (uint64_t j = 0; j < n; j++) {
+			if (t->kind == G_MXBLOCKS || t->kind == G_MXSCALES) { /* see ckgen.h */
+				uint64_t x = ckgen_splitmix64(h + i + j);
+				buf[j] = (unsigned char)(t->kind == G_MXBLOCKS ? x & 0xFF : 120 + x % 9);
+				continue;
+			}
 			uint64_t r = ckgen_splitmix64(h + i + j) % 255;
 			double v = t->kind == G_SCALE ? ((double)r + 1.0) / 64.0 : ((double)r - 127.0) / 64.0;
 			encode(dt, v, buf + j * es);
@@ -535,11 +570,16 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 	if ((!strcmp(s->arch, "qwen3-moe") || !strcmp(s->arch, "deepseek-v3")) &&
 	    (s->experts <= 0 || s->moe_intermediate <= 0))
 		return ck_fail(err, CK_E_USAGE, "a MoE model needs --experts and --moe-intermediate");
+	if (!strcmp(s->arch, "gpt-oss") &&
+	    (s->experts <= 0 || (s->mxfp4 && (s->hidden % 32 || s->intermediate % 32))))
+		return ck_fail(err, CK_E_USAGE, "gpt-oss needs --experts, and with MXFP4 a hidden and "
+						"intermediate size that are multiples of 32");
 	if (mkdir(outdir, 0755) < 0 && errno != EEXIST)
 		return ck_fail_sys(err, errno, "%s", outdir);
 	struct glist l = {0};
 	int r = !strcmp(s->arch, "gpt2")	       ? build_gpt2(s, &l)
 		: !strcmp(s->arch, "deepseek-v3") ? ckgen_build_deepseek(s, &l)
+		: !strcmp(s->arch, "gpt-oss")	  ? ckgen_build_gptoss(s, &l)
 						  : build_llama(s, &l);
 	if (r) {
 		free(l.t);

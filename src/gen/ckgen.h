@@ -33,6 +33,13 @@ struct ckgen_spec {
 	int64_t moe_intermediate, shared_experts, first_dense, mtp_layers;
 	/* DeepSeek's MLA: q_lora 0 means a plain q_proj (V2-Lite) */
 	int64_t q_lora, kv_lora, qk_nope, qk_rope, v_head;
+	/* GPT-OSS: experts as MXFP4 `*_blocks` (U8 [E, rows, cols/32, 16]) and
+	 * `*_scales` (U8 [E, rows, cols/32]). Block byte i = splitmix64(fnv1a64(key)
+	 * + i) & 0xFF (every E2M1 pair occurs); scale j = 120 + splitmix64(
+	 * fnv1a64(key) + j) % 9, i.e. 2^-7 .. 2^1. 0: BF16 experts as
+	 * transformers keeps them dequantised (gate_up_proj [E, H, 2I],
+	 * down_proj [E, I, H]). */
+	int mxfp4;
 };
 
 uint64_t ckgen_splitmix64(uint64_t x);

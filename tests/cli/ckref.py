@@ -62,6 +62,19 @@ def read_checkpoint_dir(d):
     return out
 
 
+def arrays(d):
+    """name -> (dtype, numpy array of raw elements) for a checkpoint dir."""
+    return {k: (v[0], v[2]) for k, v in read_checkpoint_dir(d).items()}
+
+
+def assert_same(got, want, what):
+    """Two {name: (dtype, array)} maps hold the same names, dtypes and bytes."""
+    assert set(got) == set(want), (what, sorted(set(got) ^ set(want))[:6])
+    for k, (dt, a) in want.items():
+        assert got[k][0] == dt and got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), \
+            (what, k, got[k][0], dt)
+
+
 def as_f32(dtype, arr):
     if dtype == "BF16":
         return (arr.astype(np.uint32) << np.uint32(16)).view(np.float32)
@@ -111,6 +124,17 @@ def make_sources(mkckpt, d):
 
 
 VOCAB_KEYS = ("embedding.word_embeddings.weight", "output_layer.weight")
+
+
+def ep_local_name(k, e, per):
+    """Megatron's name of expert tensor k on ep rank e holding `per` experts
+    (renumbered from 0, as SequentialMLP stores them), or None when another
+    rank holds it."""
+    pre, rest = k.split(".local_experts.")
+    x, tail = rest.split(".", 1)
+    if e * per <= int(x) < (e + 1) * per:
+        return f"{pre}.local_experts.{int(x) - e * per}.{tail}"
+    return None
 
 
 def pad_vocab(w, multiple):

@@ -49,10 +49,6 @@ SUFFIXES = (".weight", ".weight_scale_inv")
 COLUMN_SPLIT = tuple(n + s for n in ("linear_proj", "linear_fc2") for s in SUFFIXES)
 
 
-def arrays(d):
-    return {k: (v[0], v[2]) for k, v in ckref.read_checkpoint_dir(d).items()}
-
-
 def reference(hf, cfg, vocab_multiple=128):
     """Megatron's tensors from HF's (name -> (dtype, array)), written from the
     layout description."""
@@ -98,10 +94,8 @@ def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
     out, per = {}, n_experts // ep
     for k, w in glob.items():
         if ".local_experts." in k:
-            pre, rest = k.split(".local_experts.")
-            x, tail = rest.split(".", 1)
-            if e * per <= int(x) < (e + 1) * per:
-                out[f"{pre}.local_experts.{int(x) - e * per}.{tail}"] = w
+            if ckref.ep_local_name(k, e, per):
+                out[ckref.ep_local_name(k, e, per)] = w
             continue
         base = k[:-len("_scale_inv")] if k.endswith("_scale_inv") else k
         if k in ckref.VOCAB_KEYS:
@@ -123,26 +117,19 @@ def dequant(w, s, block):
     return f8.e4m3_to_f32(w) * full
 
 
-def same(got, want, what):
-    assert set(got) == set(want), (what, sorted(set(got) ^ set(want))[:6])
-    for k, (dt, a) in want.items():
-        assert got[k][0] == dt and got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), \
-            (what, k, got[k][0], dt)
-
-
 def test_layouts(d):
     for tag, extra, block in (("f32", [], 0), ("fp8", ["--fp8-block", "16", "--dtype", "BF16"], 16)):
         src = os.path.join(d, "ds-" + tag)
         ckref.run(MKCKPT, "--model", "deepseek-v3", *extra, src)
         cfg = json.load(open(os.path.join(src, "config.json")))
-        hf = arrays(src)
+        hf = ckref.arrays(src)
         n = cfg["num_hidden_layers"]
         assert any(k.startswith(f"model.layers.{n}.eh_proj") for k in hf), "no MTP layer to drop"
         assert hf["model.layers.1.mlp.gate.e_score_correction_bias"][0] == "F32"
         ref = reference(hf, cfg)
         meg = os.path.join(d, "meg-" + tag)
         ckref.convert(CKPTFS, src, meg, [MAP])
-        same(arrays(meg), ref, tag)
+        ckref.assert_same(ckref.arrays(meg), ref, tag)
         if block:
             assert ref["decoder.layers.1.mlp.shared_experts.linear_fc1.weight"][0] == "F8_E4M3"
         glob = {k: a for k, (_, a) in ref.items()}
@@ -150,7 +137,7 @@ def test_layouts(d):
             for e in range(2):
                 out = os.path.join(d, f"r-{tag}-{t}-{e}")
                 ckref.convert(CKPTFS, src, out, [MAP], "--mesh", "tp=2,ep=2", "--rank", str(2 * t + e))
-                got = arrays(out)
+                got = ckref.arrays(out)
                 want = rank_of(glob, 2, t, 2, e, cfg["n_routed_experts"])
                 assert set(got) == set(want), (tag, t, e, sorted(set(got) ^ set(want))[:6])
                 for k, a in want.items():
@@ -173,7 +160,7 @@ def test_layouts(d):
     assert p.returncode != 0 and "partition rule 2" in p.stderr and "whole blocks" in p.stderr \
         and p.stderr.count("\n") == 1, p.stderr
     # dequantised first, tp=4 works: numpy's dequantised shards, as BF16
-    hf = arrays(src)
+    hf = ckref.arrays(src)
     cfg = json.load(open(os.path.join(src, "config.json")))
     deq_hf = {}
     for k, (dt, a) in hf.items():
@@ -186,7 +173,7 @@ def test_layouts(d):
         out = os.path.join(d, f"deq-tp4-{r}")
         ckref.run(CKPTFS, "convert", src, out, "--quiet", "--mapping", DEQ, "--mapping", MAP,
                   "--mesh", "tp=4", "--rank", str(r))
-        got, want = arrays(out), rank_of(glob, 4, r, 1, 0, cfg["n_routed_experts"])
+        got, want = ckref.arrays(out), rank_of(glob, 4, r, 1, 0, cfg["n_routed_experts"])
         assert set(got) == set(want), sorted(set(got) ^ set(want))[:6]
         for k, a in want.items():
             assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (r, k)
@@ -319,12 +306,12 @@ def test_forward(d):
                 for k, (dt, a) in arrs.items()}
     # post-attention norms are read by name per layer kind
     names = dict(MEG_NAMES)
-    want = forward(tw(arrays(src)), cfg, TOKS, HF_NAMES)
+    want = forward(tw(ckref.arrays(src)), cfg, TOKS, HF_NAMES)
     if have_fuse():
         with Mount(src, [MAP]) as m:
             meg = {k: (v[0], v[2]) for k, v in ckref.read_safetensors(m.path("model.safetensors")).items()}
     else:
-        meg = arrays(os.path.join(d, "meg-f32"))
+        meg = ckref.arrays(os.path.join(d, "meg-f32"))
     mw = tw(meg)
     for L in range(cfg["num_hidden_layers"]):  # Megatron: the dense layer's norm is fused into fc1
         key = (f"decoder.layers.{L}.mlp.linear_fc1.layer_norm_weight" if L < cfg["first_k_dense_replace"]
