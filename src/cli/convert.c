@@ -299,15 +299,11 @@ static int convert_main(int argc, char **argv, int *synced)
 	if (rc == 0 && gopt.on) {
 		rc = ck_convert_vfile(g.plan, &g.file, od.stage, "model.gguf", &o, &stats, &err);
 	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
-		struct ck_convert_stats ms;
-		rc = ck_convert_vfile(v.plan, &d.data, od.stage, d.data_name, &o, &stats, &err);
-		const struct ck_vfile *more[] = {&d.metadata, &d.megatron_json, &d.common};
-		const char *names[] = {".metadata", "metadata.json", "common.pt"};
-		for (int k = 0; rc == 0 && k < (dcp == 2 ? 3 : 1); k++) {
-			rc = ck_convert_vfile(v.plan, more[k], od.stage, names[k], &o, &ms, &err);
-			stats.bytes_written += rc == 0 ? ms.bytes_written : 0;
-		}
-		stats.n_files = dcp == 2 ? 4 : 2;
+		struct ck_out_file f[] = {{d.data_name, &d.data},
+					  {".metadata", &d.metadata},
+					  {"metadata.json", &d.megatron_json},
+					  {"common.pt", &d.common}};
+		rc = ck_convert_files(v.plan, f, dcp == 2 ? 4 : 2, od.stage, &o, &stats, &err);
 	} else if (rc == 0) {
 		rc = ck_convert(v.plan, od.stage, &o, &stats, &err);
 	}

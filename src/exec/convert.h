@@ -1,13 +1,14 @@
-/* Materialise a plan as an HF-style safetensors checkpoint. Targets stream
- * through the engine in bounded chunks into temporary files, which are
- * renamed into place only when everything succeeded: a failed convert leaves
- * no partial output. */
+/* Materialise virtual files (a safetensors checkpoint, model.gguf, a DCP
+ * directory) on disk. Target bytes stream through the engine in bounded
+ * chunks into temporary files, which are renamed into place only when
+ * everything succeeded: a failed convert leaves no partial output. */
 #ifndef CK_CONVERT_H
 #define CK_CONVERT_H
 
 #include <stdint.h>
 
 #include "../kern/gpu.h"
+#include "../plan/flat.h"
 #include "../plan/plan.h"
 #include "../plan/vfile.h"
 
@@ -33,13 +34,27 @@ struct ck_convert_stats {
 int ck_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
 			 struct ck_err *err);
 
+/* The files of an output directory, each laid out over plan's targets as
+ * a vfile (target spans anywhere, literal bytes between them). */
+struct ck_out_file {
+	const char *name;
+	const struct ck_vfile *v;
+};
+
+/* Write the files into outdir: each under a temp name, target spans
+ * evaluated by o's threads (targets no file holds are not evaluated), every
+ * file synced, then all renamed into place in order and the directory
+ * synced. On failure no temp file is left. */
+int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files, size_t n,
+		     const char *outdir, const struct ck_convert_opts *o,
+		     struct ck_convert_stats *stats, struct ck_err *err);
+
+/* The plan as a Hugging Face checkpoint (ck_flat_set: model.safetensors, or
+ * shards and their index with max_shard_size; o->file_name: one file of that
+ * name) plus o->config as config.json. */
 int ck_convert(const struct ck_plan *plan, const char *outdir, const struct ck_convert_opts *o,
 	       struct ck_convert_stats *stats, struct ck_err *err);
-/* Write a virtual file laid out over plan's targets (each target in it one
- * whole span, such as the GGUF view's model.gguf; targets it does not hold
- * are not evaluated) as outdir/name, through a temp
- * file renamed into place when complete. o's threads, uring, GPU and
- * progress apply; config and max_shard_size do not. */
+/* One file (model.gguf, a DCP data file) through ck_convert_files. */
 int ck_convert_vfile(const struct ck_plan *plan, const struct ck_vfile *vf, const char *outdir,
 		     const char *name, const struct ck_convert_opts *o,
 		     struct ck_convert_stats *stats, struct ck_err *err);

@@ -8,7 +8,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "../ckpt/st_writer.h"
 #include "../exec/cache.h"
 #include "../util/jsonw.h"
 #include "names.h"
@@ -22,64 +21,6 @@ static int add_root(struct ck_tree *fs, const char *name, const struct ck_vfile 
 	if (!(nr[fs->n_roots].name = strdup(name)))
 		return -1;
 	nr[fs->n_roots++].v = v;
-	return 0;
-}
-
-/* Targets first[k] .. first[k+1]-1 as one safetensors file. */
-static int build_run(struct ck_tree *fs, const size_t *first, size_t runs, size_t k,
-		     struct ck_flat *out, struct ck_err *err)
-{
-	size_t a = first[k], b = k + 1 < runs ? first[k + 1] : fs->plan->n;
-	uint32_t *ids = malloc((b - a ? b - a : 1) * sizeof *ids);
-	if (!ids)
-		return ck_fail_sys(err, ENOMEM, "mount");
-	for (size_t i = a; i < b; i++)
-		ids[i - a] = (uint32_t)i;
-	int r = ck_flat_build(fs->plan, ids, b - a, out, err);
-	free(ids);
-	return r;
-}
-
-/* model.safetensors.index.json for the shards, as HF writes it. */
-static int build_index_json(struct ck_tree *fs, const size_t *first, size_t runs)
-{
-	size_t n = fs->plan->n, len;
-	const char **names = malloc((n ? n : 1) * sizeof *names);
-	uint64_t *of = malloc((n ? n : 1) * sizeof *of);
-	char *buf = NULL;
-	if (names && of) {
-		for (size_t k = 0, i = 0; k < runs; k++)
-			for (; i < (k + 1 < runs ? first[k + 1] : n); i++)
-				names[i] = fs->plan->t[i].name, of[i] = k + 1;
-		buf = ck_st_index_json(names, of, n, runs, fs->plan->total_bytes, &len);
-	}
-	free(names);
-	free(of);
-	int r = buf ? ck_vfile_lit(&fs->index_json, buf, len) : -1;
-	free(buf);
-	return r;
-}
-
-/* Split the plan into files of at most `size` bytes of tensors. */
-static int build_split(struct ck_tree *fs, uint64_t size, struct ck_flat **out, size_t *n_out,
-		       size_t **first_out, struct ck_err *err)
-{
-	size_t *first;
-	size_t runs = ck_flat_split(fs->plan, size, &first);
-	if (!runs || !(*out = calloc(runs, sizeof **out))) {
-		if (runs)
-			free(first);
-		return ck_fail_sys(err, ENOMEM, "mount");
-	}
-	for (size_t k = 0; k < runs; k++) {
-		if (build_run(fs, first, runs, k, &(*out)[k], err) < 0) {
-			*n_out = k;
-			free(first);
-			return -1;
-		}
-	}
-	*n_out = runs;
-	*first_out = first;
 	return 0;
 }
 
@@ -101,26 +42,20 @@ static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct 
 		    add_root(fs, "config.json", &fs->config) < 0)
 			return ck_fail_sys(err, ENOMEM, "mount");
 	}
-	char name[128];
-	size_t *first;
 	if (o->max_shard_size) {
-		if (build_split(fs, o->max_shard_size, &fs->shards, &fs->n_shards, &first, err) < 0)
+		if (ck_flat_set_build(fs->plan, o->max_shard_size, NULL, &fs->shards, err) < 0)
 			return -1;
-		int r = build_index_json(fs, first, fs->n_shards);
-		free(first);
-		if (r < 0 || add_root(fs, "model.safetensors.index.json", &fs->index_json) < 0)
+		if (add_root(fs, "model.safetensors.index.json", &fs->shards.index) < 0)
 			return ck_fail_sys(err, ENOMEM, "mount");
-		for (size_t k = 0; k < fs->n_shards; k++) {
-			ck_st_shard_name(name, sizeof name, k + 1, fs->n_shards);
-			if (add_root(fs, name, &fs->shards[k].v) < 0)
+		for (size_t k = 0; k < fs->shards.n; k++)
+			if (add_root(fs, fs->shards.names[k], &fs->shards.files[k].v) < 0)
 				return ck_fail_sys(err, ENOMEM, "mount");
-		}
 	}
 	if (fs->rank >= 0) {
-		if (build_split(fs, o->part_size, &fs->parts, &fs->n_parts, &first, err) < 0)
+		if (ck_flat_split_build(fs->plan, o->part_size, &fs->parts, &fs->n_parts, err) < 0)
 			return -1;
-		free(first);
 		for (size_t k = 0; k < fs->n_parts; k++) {
+			char name[128];
 			snprintf(name, sizeof name, "model-rank-%" PRId64 "-part-%zu.safetensors",
 				 fs->rank, k);
 			if (add_root(fs, name, &fs->parts[k].v) < 0)
@@ -258,8 +193,8 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 		return ck_fail_sys(err, ENOMEM, "plan.json");
 	remap(&v->flat.v, v->cache_idx);
 	remap(&v->zip.v, v->cache_idx);
-	for (size_t k = 0; k < v->n_shards; k++)
-		remap(&v->shards[k].v, v->cache_idx);
+	for (size_t k = 0; k < v->shards.n; k++)
+		remap(&v->shards.files[k].v, v->cache_idx);
 	for (size_t k = 0; k < v->n_parts; k++)
 		remap(&v->parts[k].v, v->cache_idx);
 	remap(&v->dcp.data, v->cache_idx);
@@ -278,13 +213,10 @@ void ck_tree_free(struct ck_tree *v)
 	ck_strmap_free(&v->npy_by_name);
 	ck_flat_free(&v->flat);
 	ck_torchzip_free(&v->zip);
-	for (size_t k = 0; k < v->n_shards; k++)
-		ck_flat_free(&v->shards[k]);
-	free(v->shards);
+	ck_flat_set_free(&v->shards);
 	for (size_t k = 0; k < v->n_parts; k++)
 		ck_flat_free(&v->parts[k]);
 	free(v->parts);
-	ck_vfile_free(&v->index_json);
 	ck_vfile_free(&v->config);
 	for (size_t k = 0; k < v->n_roots; k++)
 		free(v->roots[k].name);

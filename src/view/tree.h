@@ -41,9 +41,10 @@ struct ck_tree {
 	uint64_t base;		   /* its first inode (the FUSE front end's) */
 	struct ck_flat flat;	   /* model.safetensors */
 	struct ck_torchzip zip;	   /* pytorch_model.bin */
-	struct ck_flat *shards, *parts;
-	size_t n_shards, n_parts;
-	struct ck_vfile index_json, config;
+	struct ck_flat_set shards; /* with max_shard_size: shards + index */
+	struct ck_flat *parts;	   /* per-rank views: vLLM's part files */
+	size_t n_parts;
+	struct ck_vfile config;
 	struct ck_tree_file *roots;
 	size_t n_roots;
 	char **names, **npy_names; /* escaped file names per target */

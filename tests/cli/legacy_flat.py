@@ -267,7 +267,15 @@ with tempfile.TemporaryDirectory() as d:
             assert size <= 40000 or len(shard) == 1, (f, size)
             got.update(shard)
         assert {k: v[2].tobytes() for k, v in got.items()} == {k: v[2].tobytes() for k, v in want.items()}
-    print("max_shard_size: shards and index equal the converted model")
+        # convert --max-shard-size writes the same files: one builder serves both
+        conv3 = os.path.join(d, "conv_shards")
+        ckref.convert(CKPTFS, srcs["llama"], conv3, [mp("llama-hf-to-megatron.json")],
+                      "--max-shard-size", "40KB")
+        wrote = sorted(f for f in os.listdir(conv3) if f != "config.json")
+        assert wrote == sorted(files + ["model.safetensors.index.json"]), wrote
+        for f in wrote:
+            assert open(os.path.join(conv3, f), "rb").read() == open(m.path(f), "rb").read(), f
+    print("max_shard_size: shards and index equal the converted model, and convert's shards byte for byte")
 
     # vLLM's sharded_state layout on a per-rank view: the rank's tensors
     for rank in (0, 1):
