@@ -228,6 +228,11 @@ static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
 	j->group = whole;
 	for (size_t i = 0; whole && i < g->n_targets; i++) {
 		uint32_t u = g->targets[i];
+		/* a member read straight from its file (a rename beside a
+		 * transformed copy of the same source: the GGUF view, npy_f32) has
+		 * nothing to evaluate: reads of it never come to the cache */
+		if (u != t && ck_cache_is_direct(c, u))
+			continue;
 		uint64_t nk = (p->t[u].nbytes + c->o.chunk - 1) / c->o.chunk;
 		for (uint64_t q = 0; q < nk; q++) {
 			if (find(c, u, q))

@@ -18,7 +18,6 @@
 #include "../util/crc32.h"
 #include "../util/jsonw.h"
 #include "../plan/explain.h"
-#include "../plan/npy.h"
 #include "../plan/shard.h"
 #include "bdi.h"
 #include "bufpool.h"
@@ -98,24 +97,6 @@ int fs_is_dir(enum kind k)
 	       k == N_SUBDIR;
 }
 
-/* -o npy_f32: BF16 and FP8 targets (no NumPy dtype) served widened to F32. */
-int fs_npy_widens(const struct ckfs *fs, const struct ck_target *t)
-{
-	enum ck_dtype dt = t->v.dtype;
-	return fs->o.serve.npy_f32 && (dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2);
-}
-
-uint64_t fs_npy_data_bytes(const struct ckfs *fs, const struct ck_target *t)
-{
-	return fs_npy_widens(fs, t) ? t->nbytes / ck_dtype_size(t->v.dtype) * 4 : t->nbytes;
-}
-
-size_t fs_npy_header(const struct ckfs *fs, const struct ck_target *t, char *buf)
-{
-	return ck_npy_header(fs_npy_widens(fs, t) ? CK_DT_F32 : t->v.dtype, t->v.ndim, t->v.shape,
-			     buf, 256);
-}
-
 static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
@@ -138,9 +119,10 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 	else if (nd.k == N_TARGET)
 		st->st_size = (off_t)nd.v->plan->t[nd.i].nbytes;
 	else if (nd.k == N_NPY) {
-		char h[256];
-		const struct ck_target *t = &nd.v->plan->t[nd.i];
-		st->st_size = (off_t)(fs_npy_header(fs, t, h) + fs_npy_data_bytes(fs, t));
+		struct ck_vfile npy;
+		if (ck_tree_npy(nd.v, nd.i, &npy) == 0) /* else size 0: ENOMEM */
+			st->st_size = (off_t)npy.size;
+		ck_vfile_free(&npy);
 	}
 	st->st_blocks = (st->st_size + 511) / 512;
 }

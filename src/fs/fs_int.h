@@ -71,10 +71,6 @@ static inline const struct ck_tree_file *fs_file(const struct node *nd)
 struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino);
 fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i);
 int fs_is_dir(enum kind k);
-/* -o npy_f32 */
-int fs_npy_widens(const struct ckfs *fs, const struct ck_target *t);
-uint64_t fs_npy_data_bytes(const struct ckfs *fs, const struct ck_target *t);
-size_t fs_npy_header(const struct ckfs *fs, const struct ck_target *t, char *buf);
 char *fs_stats_json(struct ckfs *fs, size_t *len);
 void fs_reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off);
 /* The read operation (fsread.c): literal, direct and cache bytes. */

@@ -8,7 +8,6 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "../kern/cpu.h"
 #include "../util/fileio.h"
 #include "fs_int.h"
 
@@ -18,9 +17,7 @@ struct pending {
 	uint64_t len;	      /* of the read */
 	struct ck_span *spans; /* target spans and literal spans, in file order */
 	size_t n;
-	char npy_head[256];
-	enum ck_dtype widen; /* npy_f32: the target span holds these, widen to F32 */
-	uint64_t skip;	     /* bytes of the first widened element before the read */
+	struct ck_vfile npy; /* an npy/ file, built for this read (spans point into it) */
 	/* direct spans (renames, read from the source file): fd >= 0 */
 	int *dfd;
 	uint64_t *dpos;
@@ -30,6 +27,7 @@ struct pending {
 static void pending_free(struct pending *p)
 {
 	free(p->spans);
+	ck_vfile_free(&p->npy);
 	free(p->dfd);
 	free(p->dpos);
 	free(p);
@@ -72,31 +70,6 @@ static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg
 	ck_bufpool_put(&fs->pool, buf, p->len);
 }
 
-/* npy_f32: convert the gathered narrow elements and reply from a buffer. */
-static void reply_widened(struct pending *p, const struct ck_seg *segs, size_t n)
-{
-	const struct ck_span *t = &p->spans[p->n - 1];
-	size_t es = ck_dtype_size(p->widen);
-	unsigned char *narrow = malloc(t->len ? t->len : 1);
-	unsigned char *out = malloc(p->len);
-	float *wide = malloc((t->len / es) * 4 + 1);
-	if (!narrow || !out || !wide) {
-		fuse_reply_err(p->req, ENOMEM);
-	} else {
-		for (size_t i = 0; i < n; i++) /* segment dst offsets are relative to t->dst */
-			memcpy(narrow + (segs[i].dst - t->dst), segs[i].p, segs[i].len);
-		for (uint64_t i = 0; i < t->len / es; i++)
-			wide[i] = ck_cpu_load_f32(narrow + i * es, p->widen);
-		if (p->n == 2)
-			memcpy(out, p->spans[0].lit, p->spans[0].len);
-		memcpy(out + t->dst, (unsigned char *)wide + p->skip, p->len - t->dst);
-		fuse_reply_buf(p->req, (const char *)out, p->len);
-	}
-	free(narrow);
-	free(out);
-	free(wide);
-}
-
 #define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
 
 /* Reply straight from cache memory and literal bytes (fuse_reply_iov: no
@@ -111,8 +84,6 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 	size_t niov = n + n_lit;
 	if (err) {
 		fuse_reply_err(p->req, -err);
-	} else if (p->widen) {
-		reply_widened(p, segs, n);
 	} else if (p->n_direct) {
 		reply_direct(p->fs, p, segs, n);
 	} else if (niov <= MAX_IOV) {
@@ -180,7 +151,7 @@ static long split_direct(struct ckfs *fs, struct pending *p, struct ck_span **re
 		const struct ck_span *s = &p->spans[i];
 		int r = 0;
 		p->dfd[i] = -1;
-		if (!s->lit && !p->widen)
+		if (!s->lit)
 			r = ck_cache_direct(fs->cache, s->target, s->off, s->len, &p->dfd[i],
 					    &p->dpos[i]);
 		if (r < 0)
@@ -228,50 +199,31 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	const struct ck_vfile *vf = nd.k == N_FILE ? fs_file(&nd)->v : NULL;
-	const struct ck_target *t = nd.k == N_FILE ? NULL : &nd.v->plan->t[nd.i];
-	uint32_t ct = nd.k == N_FILE ? 0 : ck_tree_cache_target(nd.v, nd.i);
-	uint64_t total, head = 0;
-	if (vf) {
-		total = vf->size;
-	} else if (nd.k == N_TARGET) {
-		total = t->nbytes;
-	} else {
-		head = fs_npy_header(fs, t, p->npy_head);
-		total = head + fs_npy_data_bytes(fs, t);
+	if (nd.k == N_NPY) {
+		if (ck_tree_npy(nd.v, nd.i, &p->npy) < 0) {
+			pending_free(p);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		vf = &p->npy;
 	}
+	uint32_t ct = vf ? 0 : ck_tree_cache_target(nd.v, nd.i);
+	uint64_t total = vf ? vf->size : nd.v->plan->t[nd.i].nbytes;
 	if ((uint64_t)off >= total || size == 0) {
-		free(p);
+		pending_free(p);
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
 	uint64_t len = (uint64_t)size < total - (uint64_t)off ? size : total - (uint64_t)off;
-	uint64_t end = (uint64_t)off + len;
 	p->req = req;
 	p->fs = fs;
 	p->len = len;
-	size_t n = vf ? ck_vfile_spans(vf, (uint64_t)off, len, NULL, 0) : 2;
+	size_t n = vf ? ck_vfile_spans(vf, (uint64_t)off, len, NULL, 0) : 1;
 	p->spans = calloc(n ? n : 1, sizeof *p->spans);
-	if (p->spans && vf) {
+	if (p->spans && vf)
 		p->n = ck_vfile_spans(vf, (uint64_t)off, len, p->spans, n);
-	} else if (p->spans && nd.k == N_NPY) { /* the header, then the tensor */
-		if ((uint64_t)off < head)
-			p->spans[p->n++] = (struct ck_span){0, 0, (end < head ? end : head) - (uint64_t)off,
-							    0, (unsigned char *)p->npy_head + off};
-		uint64_t a = (uint64_t)off > head ? (uint64_t)off : head;
-		if (end > head && fs_npy_widens(fs, t)) {
-			/* whole narrow elements covering the F32 bytes [a, end) */
-			uint64_t e0 = (a - head) / 4, e1 = (end - head + 3) / 4;
-			size_t es = ck_dtype_size(t->v.dtype);
-			p->widen = t->v.dtype;
-			p->skip = (a - head) - e0 * 4;
-			p->spans[p->n++] = (struct ck_span){ct, e0 * es, (e1 - e0) * es,
-							    a - (uint64_t)off, NULL};
-		} else if (end > head) {
-			p->spans[p->n++] = (struct ck_span){ct, a - head, end - a, a - (uint64_t)off, NULL};
-		}
-	} else if (p->spans) {
+	else if (p->spans)
 		p->spans[p->n++] = (struct ck_span){ct, (uint64_t)off, len, 0, NULL};
-	}
 	struct ck_span *rest = NULL;
 	long nr = p->spans ? split_direct(fs, p, &rest) : -ENOMEM;
 	if (nr < 0) {

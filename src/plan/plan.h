@@ -90,5 +90,10 @@ int ck_plan_cast_all(struct ck_plan *p, enum ck_dtype dt, struct ck_err *err);
 /* The same for the targets decoded from quantized GGUF blocks only
  * (mount -o gguf_dequant=BF16), or all (only_quantized 0). */
 int ck_plan_cast(struct ck_plan *p, enum ck_dtype dt, int only_quantized, struct ck_err *err);
+/* A new plan over p's catalog holding a copy of each target whose dtype
+ * widens() accepts, cast to `to` (npy_f32: BF16 and FP8 as F32 for NumPy);
+ * (*of)[j] is the index in p of its target j (malloc'd). */
+int ck_plan_widen(const struct ck_plan *p, int (*widens)(enum ck_dtype), enum ck_dtype to,
+		  struct ck_plan **out, uint32_t **of, struct ck_err *err);
 
 #endif

@@ -1,5 +1,6 @@
-/* Internals of the planner shared by plan.c (the rule engine) and
- * optstate.c (optimizer state planned through the same rules). */
+/* Internals of the planner shared by plan.c (the rule engine), targets.c
+ * (the plan container) and optstate.c (optimizer state planned through the
+ * same rules). */
 #ifndef CK_PLAN_INT_H
 #define CK_PLAN_INT_H
 
@@ -38,5 +39,10 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 /* Source key i (a tensor, or a DCP tensor made of chunks) as a value. */
 int ck_plan_source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
 			 struct ck_err *err);
+
+void ck_warnings_free(struct ck_warnings *w);
+/* A built plan's last step: targets in natural name order, sizes, the name
+ * map and the dependency groups. */
+int ck_plan_finish(struct ck_plan *p, struct ck_err *err);
 
 #endif

@@ -361,6 +361,74 @@ static int open_gguf(struct ck_served *s, const struct ck_view *v, const struct 
 	return 0;
 }
 
+static int npy_widens(enum ck_dtype dt)
+{
+	return dt == CK_DT_BF16 || dt == CK_DT_F8_E4M3 || dt == CK_DT_F8_E5M2;
+}
+
+/* -o npy_f32: NumPy has no BF16 or FP8, so npy/ serves those tensors from F32
+ * copies planned beside them (a planned cast, evaluated by the engine like
+ * any target): the cache's plan becomes the union of its plan and every
+ * tree's copies, and each tree learns its numbers in it. Trees not built
+ * yet; model.gguf's spans are renumbered too. */
+static int widen_npy(struct ck_served *s, struct ck_err *err)
+{
+	size_t n = s->n_trees, any = 0;
+	const struct ck_plan **all = calloc(n + 1, sizeof *all);
+	uint32_t **of = calloc(n, sizeof *of), **idx = NULL;
+	int rc = -1;
+	if (!all || !of || !(s->wide = calloc(n, sizeof *s->wide)) ||
+	    !(s->npy_idx = calloc(n, sizeof *s->npy_idx)) ||
+	    !(s->npy_wide = calloc(n, sizeof *s->npy_wide))) {
+		ck_fail_sys(err, ENOMEM, "npy_f32");
+		goto out;
+	}
+	all[0] = s->plan;
+	for (size_t k = 0; k < n; k++) {
+		if (ck_plan_widen(s->trees[k].plan, npy_widens, CK_DT_F32, &s->wide[k], &of[k], err) < 0)
+			goto out;
+		all[k + 1] = s->wide[k];
+		any += s->wide[k]->n;
+	}
+	if (!any) { /* nothing to widen: the cache's plan stays as it is */
+		rc = 0;
+		goto out;
+	}
+	if (ck_plan_merge(all, n + 1, &s->with_npy, &idx, err) < 0)
+		goto out;
+	for (size_t k = 0; k < n; k++) {
+		struct ck_tree *t = &s->trees[k];
+		size_t nt = t->plan->n ? t->plan->n : 1;
+		if (!(s->npy_idx[k] = malloc(nt * sizeof **s->npy_idx)) ||
+		    !(s->npy_wide[k] = malloc(nt * sizeof **s->npy_wide))) {
+			ck_fail_sys(err, ENOMEM, "npy_f32");
+			goto out;
+		}
+		for (size_t i = 0; i < t->plan->n; i++) {
+			s->npy_idx[k][i] = idx[0][ck_tree_cache_target(t, (uint32_t)i)];
+			s->npy_wide[k][i] = UINT32_MAX;
+		}
+		for (size_t j = 0; j < s->wide[k]->n; j++)
+			s->npy_wide[k][of[k][j]] = idx[k + 1][j];
+		t->cache_idx = s->npy_idx[k];
+		t->npy_wide = s->npy_wide[k];
+	}
+	for (size_t k = 0; s->gguf && k < s->gguf->file.n; k++) {
+		struct ck_vpart *pt = &s->gguf->file.parts[k];
+		if (pt->target != CK_VLIT)
+			pt->target = idx[0][pt->target];
+	}
+	s->plan = s->with_npy;
+	rc = 0;
+out:
+	for (size_t k = 0; of && k < n; k++)
+		free(of[k]);
+	free(of);
+	free(all);
+	ck_plan_merge_free_idx(idx, n + 1);
+	return rc;
+}
+
 int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
 		      const char *source, const struct ck_serve_opts *o, struct ck_err *err)
 {
@@ -386,11 +454,12 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 			t->cache_idx = s->gguf ? s->gguf_idx[0] : NULL;
 			t->rank = per_rank ? v->rank : -1;
 		}
-		if (ck_tree_build(t, &to, err) < 0) {
-			s->n_trees++;
-			return -1;
-		}
 	}
+	if (o->npy_f32 && widen_npy(s, err) < 0)
+		return -1;
+	for (size_t k = 0; k < n; k++)
+		if (ck_tree_build(&s->trees[k], &to, err) < 0)
+			return -1;
 	return 0;
 }
 
@@ -434,5 +503,11 @@ void ck_served_close(struct ck_served *s)
 	free(s->gguf);
 	ck_plan_free(s->with_gguf);
 	ck_plan_merge_free_idx(s->gguf_idx, 2);
+	for (size_t k = 0; s->wide && k < s->n_trees; k++)
+		ck_plan_free(s->wide[k]);
+	free(s->wide);
+	ck_plan_free(s->with_npy);
+	ck_plan_merge_free_idx(s->npy_idx, s->n_trees);
+	ck_plan_merge_free_idx(s->npy_wide, s->n_trees);
 	memset(s, 0, sizeof *s);
 }

@@ -56,6 +56,10 @@ struct ck_served {
 	struct ck_gguf_view *gguf;
 	struct ck_plan *with_gguf;
 	uint32_t **gguf_idx; /* [0]: the view's targets in with_gguf, [1]: the GGUF view's */
+	/* -o npy_f32: each tree's F32 copies (ck_plan_widen), the union the
+	 * cache reads with them, each tree's numbering in it and its copies' */
+	struct ck_plan **wide, *with_npy;
+	uint32_t **npy_idx, **npy_wide;
 };
 
 /* Everything that can fail on the input, with no thread started (so a

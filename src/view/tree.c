@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "../exec/cache.h"
+#include "../plan/npy.h"
 #include "../util/jsonw.h"
 #include "names.h"
 
@@ -198,6 +199,23 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 	for (size_t k = 0; k < v->n_parts; k++)
 		remap(&v->parts[k].v, v->cache_idx);
 	remap(&v->dcp.data, v->cache_idx);
+	return 0;
+}
+
+int ck_tree_npy(const struct ck_tree *v, uint32_t i, struct ck_vfile *out)
+{
+	const struct ck_target *t = &v->plan->t[i];
+	int wide = v->npy_wide && v->npy_wide[i] != UINT32_MAX;
+	char head[1024]; /* 8 dims of 19 digits fit */
+	size_t hl = ck_npy_header(wide ? CK_DT_F32 : t->v.dtype, t->v.ndim, t->v.shape, head,
+				  sizeof head);
+	uint64_t bytes = wide ? t->nbytes / ck_dtype_size(t->v.dtype) * 4 : t->nbytes;
+	memset(out, 0, sizeof *out);
+	if (ck_vfile_lit(out, head, hl) < 0 ||
+	    ck_vfile_target(out, wide ? v->npy_wide[i] : ck_tree_cache_target(v, i), 0, bytes) < 0) {
+		ck_vfile_free(out);
+		return -ENOMEM;
+	}
 	return 0;
 }
 

@@ -48,6 +48,9 @@ struct ck_tree {
 	struct ck_tree_file *roots;
 	size_t n_roots;
 	char **names, **npy_names; /* escaped file names per target */
+	/* npy_f32: per target, the cache's number of its F32 copy
+	 * (UINT32_MAX: served as it is); NULL: none widened */
+	const uint32_t *npy_wide;
 	struct ck_strmap by_name, npy_by_name;
 	char *plan_json;
 	size_t plan_json_len;
@@ -59,9 +62,15 @@ struct ck_tree {
 	size_t n_sub;
 };
 
-/* v->plan, cache_idx, rank and dir are set by the caller. */
+/* v->plan, cache_idx, npy_wide, rank and dir are set by the caller. */
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err);
 void ck_tree_free(struct ck_tree *v);
+
+/* npy/NAME.npy of target i, built on demand (a few hundred bytes, so a
+ * 100k-key tree holds none): the NumPy 1.0 header, then the tensor's bytes
+ * or, with npy_wide, its F32 copy's, in the cache's numbering. 0 or -ENOMEM;
+ * free with ck_vfile_free. */
+int ck_tree_npy(const struct ck_tree *v, uint32_t i, struct ck_vfile *out);
 
 static inline uint32_t ck_tree_cache_target(const struct ck_tree *v, uint32_t i)
 {

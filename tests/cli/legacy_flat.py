@@ -324,3 +324,36 @@ with tempfile.TemporaryDirectory() as d:
                 n = int(rng.integers(1, len(full) - off + 1))
                 assert read_random(m.path("npy", k + ".npy"), off, n) == full[off:off + n], (k, off, n)
     print("npy_f32: np.load of widened BF16 and FP8 files equals an independent decode")
+
+    # the widening is a planned cast: on the identity view of a BF16 source
+    # (renames, read from the file) npy/ reads evaluate the F32 copy alone,
+    # and tensors/ stays a straight file read
+    src_w = ckref.read_checkpoint_dir(srcs["llama"])
+    key = "model.layers.0.mlp.down_proj.weight"
+    dt, shape, arr = src_w[key]
+    assert dt == "BF16"
+    with Mount(srcs["llama"], [], "npy_f32,no_prefetch,direct_io") as m:
+        a = np.load(m.path("npy", key + ".npy"))
+        assert a.dtype == np.float32 and a.tobytes() == ckref.as_f32(dt, arr).tobytes()
+        s = m.stats()
+        assert s["groups_evaluated"] == 1 and s["cache_bytes"] == a.nbytes, s
+        assert open(m.path("tensors", key), "rb").read() == arr.tobytes()
+        s2 = m.stats()
+        assert s2["direct_reads"] > s["direct_reads"] and s2["cache_bytes"] == s["cache_bytes"], s2
+        with open(m.path("npy", "lm_head.weight.npy"), "rb", buffering=0) as f:
+            assert f.read(4) == b"\x93NUM"  # the header alone evaluates nothing
+        assert m.stats()["groups_evaluated"] == 1
+    print("npy_f32: a widened file evaluates its F32 copy alone; the BF16 rename stays a file read")
+
+    # one daemon for two ranks: each rankR/npy/ widens that rank's shard
+    with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")], "npy_f32",
+               extra=["--mesh", "tp=2", "--ranks", "0-1"]) as m:
+        n = 0
+        for r in (0, 1):
+            for f in sorted(os.listdir(m.path(f"rank{r}", "tensors"))):
+                raw = np.fromfile(m.path(f"rank{r}", "tensors", f), dtype=np.uint16)
+                a = np.load(m.path(f"rank{r}", "npy", f + ".npy"))
+                assert a.dtype == np.float32 and a.tobytes() == ckref.as_f32("BF16", raw).tobytes(), (r, f)
+                n += 1
+        assert n > 10, n
+    print(f"npy_f32 with --ranks 0-1: {n} widened shards equal their tensors/ bytes decoded")
