@@ -14,7 +14,7 @@
 #include "dcp.h"
 #include "gguf.h"
 #include "index.h"
-#include "torchbin.h"
+#include "readers.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define TORCH_INDEX_NAME "pytorch_model.bin.index.json"
@@ -161,7 +161,7 @@ const char *ck_sniff_other(const unsigned char *p, size_t n)
 }
 
 static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
-		    struct ck_st_header *hdr, struct ck_err *err)
+		    struct ck_file_tensors *hdr, struct ck_err *err)
 {
 	if (ck_catalog_open_file(cat, dirfd, dir, name, err) < 0)
 		return -1;
@@ -170,35 +170,11 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 	size_t nh = f->size < sizeof head ? (size_t)f->size : sizeof head;
 	if (ck_pread_full(f->fd, head, nh, 0) < 0)
 		return ck_fail_sys(err, EIO, "%s: cannot read", f->path);
-	const char *fmt = "safetensors";
+	const struct ck_file_reader *rd = ck_file_reader_for(head, nh, f->size, f->path, err);
 	size_t before = cat->left_out.total;
-	if (nh >= 4 && ck_is_zip(head)) { /* a torch.save checkpoint */
-		if (ck_torchbin_read_fd(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
-			return -1;
-		fmt = "pytorch";
-	} else if (ck_is_gguf(head, nh)) {
-		cJSON *meta;
-		if (ck_gguf_read_fd(f->fd, f->size, f->path, hdr, &meta, err) < 0)
-			return -1;
-		if (cat->meta) {
-			cJSON_Delete(meta);
-			return ck_fail(err, CK_E_SOURCE, "%s: a second GGUF file (split GGUF files are "
-							 "not supported)",
-				       f->path);
-		}
-		cat->meta = meta;
-		fmt = "gguf";
-	} else if (ck_is_torch_legacy(head, nh)) {
-		if (ck_torchbin_read_legacy(f->fd, f->size, f->path, hdr, &cat->left_out, err) < 0)
-			return -1;
-		fmt = "pytorch-legacy";
-	} else if (!ck_looks_safetensors(head, nh, f->size) && ck_sniff_other(head, nh)) {
-		/* a format ckptfs knows but does not read: say which */
-		return ck_fail(err, CK_E_SOURCE, "%s: %s", f->path, ck_sniff_other(head, nh));
-	} else if (ck_st_read_fd(f->fd, f->size, f->path, hdr, err) < 0) {
-		/* anything else is read as safetensors, whose parser says what is wrong */
+	if (!rd || rd->read(cat, f, hdr, err) < 0)
 		return -1;
-	}
+	const char *fmt = rd->format;
 	cat->n_skipped += cat->left_out.total - before;
 	if (!cat->format)
 		cat->format = fmt;
@@ -209,7 +185,7 @@ static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const ch
 }
 
 /* Move a file's tensors into the catalog, refusing a key already present. */
-int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uint32_t file,
+int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, uint32_t file,
 			   struct ck_err *err)
 {
 	size_t need = cat->n_entries + hdr->n_tensors;
@@ -427,11 +403,11 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 		goto out;
 	}
 	for (size_t i = 0; i < n_names; i++) {
-		struct ck_st_header hdr = {0};
+		struct ck_file_tensors hdr = {0};
 		int r = add_file(cat, dirfd, dir, names[i], &hdr, err);
 		if (r == 0)
 			r = ck_catalog_add_entries(cat, &hdr, (uint32_t)i, err);
-		ck_st_header_free(&hdr);
+		ck_file_tensors_free(&hdr);
 		if (r < 0)
 			goto out;
 	}
@@ -458,11 +434,11 @@ static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *er
 	cat->files = calloc(1, sizeof *cat->files);
 	if (!cat->files)
 		return ck_fail_sys(err, ENOMEM, "%s", path);
-	struct ck_st_header hdr = {0};
+	struct ck_file_tensors hdr = {0};
 	int r = add_file(cat, AT_FDCWD, NULL, path, &hdr, err);
 	if (r == 0)
 		r = ck_catalog_add_entries(cat, &hdr, 0, err);
-	ck_st_header_free(&hdr);
+	ck_file_tensors_free(&hdr);
 	if (r == 0)
 		r = ck_catalog_index(cat, err);
 	if (r == 0) {
@@ -509,6 +485,32 @@ static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
 	return 0;
 }
 
+static int open_dcp(struct ck_catalog *cat, const char *dir, struct ck_err *err)
+{
+	return ck_dcp_open(cat, dir, err) < 0 ? -1 : load_config(cat, dir, err);
+}
+
+static int any_dir(const char *dir)
+{
+	(void)dir;
+	return 1;
+}
+
+/* The directory formats, tried in order: a DCP / torch_dist checkpoint (its
+ * .metadata), else a Hugging Face directory of files the file readers
+ * (readers.c) read, with or without an index. */
+static int open_any_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
+{
+	static const struct {
+		int (*detect)(const char *dir);
+		int (*open)(struct ck_catalog *cat, const char *dir, struct ck_err *err);
+	} dirs[] = {{ck_dcp_detect, open_dcp}, {any_dir, open_dir}};
+	size_t k = 0;
+	while (!dirs[k].detect(dir))
+		k++;
+	return dirs[k].open(cat, dir, err);
+}
+
 int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *err)
 {
 	*out = NULL;
@@ -522,10 +524,8 @@ int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *
 	if (stat(source, &st) < 0)
 		r = errno == ENOENT ? ck_fail(err, CK_E_SOURCE, "%s: no such file or directory", source)
 				    : ck_fail_sys(err, errno, "%s: cannot stat", source);
-	else if (S_ISDIR(st.st_mode) && ck_dcp_detect(source))
-		r = ck_dcp_open(cat, source, err) < 0 ? -1 : load_config(cat, source, err);
 	else if (S_ISDIR(st.st_mode))
-		r = open_dir(cat, source, err);
+		r = open_any_dir(cat, source, err);
 	else
 		r = open_file(cat, source, err);
 	if (r == 0 && cat->meta && !cat->config)

@@ -14,7 +14,7 @@
 #include "../util/error.h"
 #include "../util/strmap.h"
 #include "leftout.h"
-#include "safetensors.h"
+#include "tensors.h"
 
 struct ck_source_file {
 	char *name; /* as listed (file name inside the source directory) */
@@ -80,7 +80,7 @@ const struct ck_catalog_entry *ck_catalog_find(const struct ck_catalog *cat, con
  * header's tensors as entries of file; sort and index the entries. */
 int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
 			 struct ck_err *err);
-int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_st_header *hdr, uint32_t file,
+int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, uint32_t file,
 			   struct ck_err *err);
 int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err);
 

@@ -347,7 +347,7 @@ static int add_key(struct dctx *c, const char *fqn, const struct ck_pk *meta)
 		snprintf(cname, sizeof cname, "%s#%zu", fqn, k);
 		snprintf(what, sizeof what, "%s (item of \"%s\" at %lld)", f->path, fqn,
 			 (long long)off->i);
-		struct ck_st_header h;
+		struct ck_file_tensors h;
 		if ((rc = ck_torchbin_read_at(f->fd, (uint64_t)off->i, (uint64_t)len->i, what, cname,
 					      &h, NULL, c->err)) < 0)
 			break;
@@ -361,7 +361,7 @@ static int add_key(struct dctx *c, const char *fqn, const struct ck_pk *meta)
 				     ck_dtype_name(l->dtype));
 		else
 			rc = ck_catalog_add_entries(cat, &h, file, c->err);
-		ck_st_header_free(&h);
+		ck_file_tensors_free(&h);
 	}
 	if (rc == 0)
 		rc = ck_dcp_check_tiling(c->mpath, l, sizes, c->err);

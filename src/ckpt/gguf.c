@@ -247,7 +247,7 @@ static int cmp_off(const void *a, const void *b)
 	return (x->offset > y->offset) - (x->offset < y->offset);
 }
 
-static int read_infos(struct rd *r, uint64_t n, struct ck_st_header *out)
+static int read_infos(struct rd *r, uint64_t n, struct ck_file_tensors *out)
 {
 	if (!(out->tensors = calloc(n ? n : 1, sizeof *out->tensors)))
 		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
@@ -302,7 +302,7 @@ static int read_infos(struct rd *r, uint64_t n, struct ck_st_header *out)
 	return 0;
 }
 
-int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
 		    cJSON **meta, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
@@ -407,7 +407,7 @@ out:
 	ck_strmap_free(&keys);
 	cJSON_Delete(m);
 	if (rc < 0)
-		ck_st_header_free(out);
+		ck_file_tensors_free(out);
 	free(r);
 	return rc;
 }

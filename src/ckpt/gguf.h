@@ -12,14 +12,15 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 
-#include "safetensors.h"
+#include "../util/error.h"
+#include "tensors.h"
 
 /* Whether the first bytes are GGUF's magic. */
 int ck_is_gguf(const unsigned char *p, size_t n);
 /* Read the header of an open GGUF file: out->tensors with absolute offsets,
  * *meta a JSON object of the metadata (arrays longer than 64 elements are
  * summarised as {"type": ..., "count": N}). */
-int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
 		    cJSON **meta, struct ck_err *err);
 /* A Hugging Face config.json for the architecture the metadata names
  * (llama): hidden size, layers, heads, rope, epsilon, the vocabulary size

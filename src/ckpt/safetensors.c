@@ -11,40 +11,6 @@
 #include "../util/strmap.h"
 #include "st_header.h"
 
-int ck_shape_numel(const int64_t *shape, int ndim, uint64_t *numel)
-{
-	uint64_t n = 1;
-	for (int i = 0; i < ndim; i++) {
-		if (shape[i] < 0 || __builtin_mul_overflow(n, (uint64_t)shape[i], &n))
-			return -1;
-	}
-	*numel = n;
-	return 0;
-}
-
-int ck_shape_bytes(const int64_t *shape, int ndim, enum ck_dtype dt, uint64_t *bytes)
-{
-	uint64_t n;
-	if (ck_shape_numel(shape, ndim, &n) < 0)
-		return -1;
-	return __builtin_mul_overflow(n, (uint64_t)ck_dtype_size(dt), bytes) ? -1 : 0;
-}
-
-void ck_st_header_free(struct ck_st_header *h)
-{
-	for (size_t i = 0; i < h->n_tensors; i++) {
-		free(h->tensors[i].name);
-		free(h->tensors[i].stride);
-	}
-	for (size_t i = 0; i < h->n_meta; i++) {
-		free(h->meta[i].key);
-		free(h->meta[i].value);
-	}
-	free(h->tensors);
-	free(h->meta);
-	memset(h, 0, sizeof *h);
-}
-
 struct span {
 	uint64_t begin, end;
 	size_t idx;
@@ -63,7 +29,7 @@ static int cmp_span(const void *a, const void *b)
 /* Validate the JSON header text (N bytes) of a file whose data section is
  * data_size bytes long. */
 static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, const char *what,
-			     struct ck_st_header *h, struct ck_err *err)
+			     struct ck_file_tensors *h, struct ck_err *err)
 {
 	memset(h, 0, sizeof *h);
 	h->header_len = n;
@@ -123,7 +89,7 @@ static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, c
 	rc = 0;
 out:
 	if (rc < 0)
-		ck_st_header_free(h);
+		ck_file_tensors_free(h);
 	free(raw);
 	free(spans);
 	return rc;
@@ -153,7 +119,7 @@ static int check_prefix(const unsigned char *p8, uint64_t file_size, const char 
 }
 
 int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
-		       struct ck_st_header *out, struct ck_err *err)
+		       struct ck_file_tensors *out, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
 	uint64_t n = 0;
@@ -162,7 +128,7 @@ int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
 	return parse_header_json((const char *)buf + 8, n, len - 8 - n, what, out, err);
 }
 
-int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_st_header *out,
+int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_file_tensors *out,
 		  struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);

@@ -360,7 +360,7 @@ static int check_entry(struct p *p, const char *key, const struct fields *f,
 	return 0;
 }
 
-static int metadata(struct p *p, struct ck_st_header *h, size_t *cap)
+static int metadata(struct p *p, struct ck_file_tensors *h, size_t *cap)
 {
 	ws(p);
 	if (p->i >= p->n || p->s[p->i] != '{') {
@@ -399,7 +399,7 @@ static int metadata(struct p *p, struct ck_st_header *h, size_t *cap)
 		}
 		if (h->n_meta == *cap) {
 			size_t c = *cap ? 2 * *cap : 8;
-			struct ck_st_meta *nm = realloc(h->meta, c * sizeof *nm);
+			struct ck_file_meta *nm = realloc(h->meta, c * sizeof *nm);
 			if (!nm) {
 				free(key);
 				free(val);
@@ -414,7 +414,7 @@ static int metadata(struct p *p, struct ck_st_header *h, size_t *cap)
 	return eat(p, '}') ? 0 : syntax(p);
 }
 
-int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_st_header *h,
+int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_file_tensors *h,
 		      struct ck_st_span **spans, struct ck_err *err)
 {
 	char ctx[600];

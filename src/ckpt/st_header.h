@@ -20,7 +20,7 @@ struct ck_st_span {
 
 /* Fills h->tensors (unsorted; names owned), h->meta and *spans (malloc'd,
  * one per tensor). */
-int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_st_header *h,
+int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_file_tensors *h,
 		      struct ck_st_span **spans, struct ck_err *err);
 
 #endif

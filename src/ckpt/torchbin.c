@@ -52,7 +52,7 @@ struct ctx {
 	const char *what;
 	struct ck_zip zip;
 	char *dir; /* the archive's top-level directory */
-	struct ck_st_header *h;
+	struct ck_file_tensors *h;
 	size_t cap;
 	struct ck_leftout *lo;
 	/* dict items the walk may visit: shared dicts (one object reached
@@ -271,14 +271,14 @@ static int walk(struct ctx *c, const struct ck_pk *d, const char *prefix, int de
 	return 0;
 }
 
-int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+int ck_torchbin_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
 			struct ck_leftout *lo, struct ck_err *err)
 {
 	return ck_torchbin_read_at(fd, 0, size, what, NULL, out, lo, err);
 }
 
 int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
-			const char *single_name, struct ck_st_header *out, struct ck_leftout *lo,
+			const char *single_name, struct ck_file_tensors *out, struct ck_leftout *lo,
 			struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
@@ -348,7 +348,7 @@ int ck_torchbin_read_at(int fd, uint64_t base, uint64_t size, const char *what,
 	rc = walk(&c, pk.root, "", 0);
 out:
 	if (rc < 0)
-		ck_st_header_free(out);
+		ck_file_tensors_free(out);
 	ck_strmap_free(&c.seen);
 	ck_pickle_free(&pk);
 	free(buf);
@@ -489,7 +489,7 @@ static int legacy_pickles(const unsigned char *buf, size_t len, const char *what
 	return 0;
 }
 
-int ck_torchbin_read_legacy(int fd, uint64_t size, const char *what, struct ck_st_header *out,
+int ck_torchbin_read_legacy(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
 			    struct ck_leftout *lo, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
@@ -532,7 +532,7 @@ int ck_torchbin_read_legacy(int fd, uint64_t size, const char *what, struct ck_s
 	rc = walk(&c, pk[3].root, "", 0);
 out:
 	if (rc < 0)
-		ck_st_header_free(out);
+		ck_file_tensors_free(out);
 	ck_strmap_free(&c.seen);
 	ck_strmap_free(&c.runs);
 	free(c.run_off);

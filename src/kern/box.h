@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "../ckpt/dtype.h"
-#include "../ckpt/safetensors.h" /* CK_MAX_DIMS */
+#include "../ckpt/tensors.h" /* CK_MAX_DIMS */
 
 #define CK_BOX_CASTS 4
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "../ckpt/dtype.h"
-#include "../ckpt/safetensors.h"
+#include "../ckpt/tensors.h"
 #include "../util/error.h"
 
 #define CK_MAX_CASTS 4

@@ -15,14 +15,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0)
 		return 0;
 	if (write(fd, data, size) == (ssize_t)size) {
-		struct ck_st_header h;
+		struct ck_file_tensors h;
 		struct ck_err err;
 		cJSON *meta;
 		if (ck_gguf_read_fd(fd, size, "fuzz", &h, &meta, &err) == 0) {
 			cJSON *c = ck_gguf_hf_config(meta, 32, 1, "fuzz", &err);
 			cJSON_Delete(c);
 			cJSON_Delete(meta);
-			ck_st_header_free(&h);
+			ck_file_tensors_free(&h);
 		}
 	}
 	close(fd);

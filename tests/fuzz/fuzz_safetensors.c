@@ -8,9 +8,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct ck_st_header h;
+	struct ck_file_tensors h;
 	struct ck_err err;
 	if (ck_st_parse_buffer(data, size, "fuzz", &h, &err) == 0)
-		ck_st_header_free(&h);
+		ck_file_tensors_free(&h);
 	return 0;
 }

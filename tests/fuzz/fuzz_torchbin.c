@@ -17,14 +17,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0)
 		return 0;
 	if (write(fd, data, size) == (ssize_t)size) {
-		struct ck_st_header h;
+		struct ck_file_tensors h;
 		struct ck_err err;
 		struct ck_leftout lo = {0};
 		int r = ck_is_torch_legacy(data, size)
 				? ck_torchbin_read_legacy(fd, size, "fuzz", &h, &lo, &err)
 				: ck_torchbin_read_fd(fd, size, "fuzz", &h, &lo, &err);
 		if (r == 0)
-			ck_st_header_free(&h);
+			ck_file_tensors_free(&h);
 		ck_leftout_free(&lo);
 	}
 	close(fd);

@@ -72,7 +72,7 @@ START_TEST(keys_are_case_sensitive)
 	const char *json = "{\"t\":{\"DTYPE\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
 	size_t len;
 	unsigned char *img = st_image(json, 4, &len);
-	struct ck_st_header h;
+	struct ck_file_tensors h;
 	struct ck_err err;
 	ck_assert_int_eq(ck_st_parse_buffer(img, len, "case", &h, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err.msg, "missing field \"dtype\""));
@@ -83,7 +83,7 @@ START_TEST(keys_are_case_sensitive)
 	img = st_image(json, 2, &len);
 	ck_assert_int_eq(ck_st_parse_buffer(img, len, "case", &h, &err), 0);
 	ck_assert_uint_eq(h.n_tensors, 2);
-	ck_st_header_free(&h);
+	ck_file_tensors_free(&h);
 	free(img);
 }
 END_TEST

@@ -18,7 +18,7 @@ START_TEST(malformed_class_refused)
 	const struct malformed_class *c = &malformed_classes[_i];
 	size_t len;
 	unsigned char *img = c->make(&len);
-	struct ck_st_header h;
+	struct ck_file_tensors h;
 	struct ck_err err;
 	ck_assert_int_eq(ck_st_parse_buffer(img, len, c->name, &h, &err), -1);
 	ck_assert_int_eq(err.kind, CK_E_SOURCE);
@@ -54,7 +54,7 @@ START_TEST(valid_edge_cases_accepted)
 			   "\"a\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}   ";
 	size_t len;
 	unsigned char *img = st_image(json, 12, &len);
-	struct ck_st_header h;
+	struct ck_file_tensors h;
 	struct ck_err err;
 	ck_assert_msg(ck_st_parse_buffer(img, len, "ok", &h, &err) == 0, "%s", err.msg);
 	ck_assert_uint_eq(h.n_tensors, 3);
@@ -66,13 +66,13 @@ START_TEST(valid_edge_cases_accepted)
 	ck_assert_uint_eq(h.tensors[0].offset, 8 + strlen(json));
 	ck_assert_uint_eq(h.tensors[2].nbytes, 8);
 	ck_assert_str_eq(h.tensors[2].name, "b");
-	ck_st_header_free(&h);
+	ck_file_tensors_free(&h);
 	free(img);
 
 	img = st_image("{}", 0, &len); /* no tensors at all */
 	ck_assert_int_eq(ck_st_parse_buffer(img, len, "empty", &h, &err), 0);
 	ck_assert_uint_eq(h.n_tensors, 0);
-	ck_st_header_free(&h);
+	ck_file_tensors_free(&h);
 	free(img);
 }
 END_TEST
@@ -91,12 +91,12 @@ START_TEST(every_dtype_accepted)
 			 3 * sizes[i]);
 		size_t len;
 		unsigned char *img = st_image(json, (size_t)(3 * sizes[i]), &len);
-		struct ck_st_header h;
+		struct ck_file_tensors h;
 		struct ck_err err;
 		ck_assert_msg(ck_st_parse_buffer(img, len, names[i], &h, &err) == 0, "%s", err.msg);
 		ck_assert_str_eq(ck_dtype_name(h.tensors[0].dtype), names[i]);
 		ck_assert_uint_eq(ck_dtype_size(h.tensors[0].dtype), (unsigned)sizes[i]);
-		ck_st_header_free(&h);
+		ck_file_tensors_free(&h);
 		free(img);
 	}
 }
@@ -117,14 +117,14 @@ START_TEST(writer_round_trip)
 	ck_assert_uint_eq((hl - 8) % 8, 0);
 	unsigned char *img = calloc(1, hl + 86);
 	memcpy(img, hdr, hl);
-	struct ck_st_header h;
+	struct ck_file_tensors h;
 	ck_assert_msg(ck_st_parse_buffer(img, hl + 86, "rt", &h, &err) == 0, "%s", err.msg);
 	ck_assert_uint_eq(h.n_tensors, 2);
 	ck_assert_str_eq(h.tensors[0].name, o[0].name);
 	ck_assert_str_eq(h.tensors[1].name, o[1].name);
 	ck_assert_uint_eq(h.tensors[1].offset, hl + off[1]);
 	ck_assert_int_eq(h.tensors[0].shape[1], 5);
-	ck_st_header_free(&h);
+	ck_file_tensors_free(&h);
 	free(img);
 	free(hdr);
 }
