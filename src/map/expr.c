@@ -547,9 +547,12 @@ static int tensor_list(struct ev *ev, const char *fn, struct ck_xval *a, struct 
 
 static int nargs(struct ev *ev, const char *fn, int na, int lo, int hi)
 {
+	if ((na < lo || na > hi) && hi > lo)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: takes %d to %d arguments, got %d", fn, lo,
+			       hi, na);
 	if (na < lo || na > hi)
-		return ck_fail(ev->err, CK_E_MAPPING, "%s: takes %d%s%d arguments, got %d", fn, lo,
-			       hi > lo ? " to " : "", hi > lo ? hi : lo, na);
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: takes %d argument%s, got %d", fn, lo,
+			       lo == 1 ? "" : "s", na);
 	return 0;
 }
 
@@ -573,242 +576,364 @@ static int pieces_list(struct ev *ev, struct ck_value *t, int dim, const int64_t
 	return 0;
 }
 
-static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct ck_xval *out)
+/* The builtins. Each takes the evaluated arguments (a[0] first) and either
+ * writes *out (a list, an integer, a new tensor) or, for the table's IN_PLACE
+ * entries, transforms a[0]'s tensor, which the caller then moves to *out. */
+#define BUILTIN(name)                                                                  \
+	static int name(struct ev *ev, const char *fn, struct ck_xval *a, int na,      \
+			struct ck_xval *out)
+
+BUILTIN(fn_cat)
 {
-	struct ck_err *err = ev->err;
+	(void)out;
+	if (na == 2 && want(ev, &a[1], XV_INT, fn, 1) < 0)
+		return -1;
+	struct ck_value *vals;
+	int n = 0, d = 0;
+	if (tensor_list(ev, fn, &a[0], &vals, &n) < 0)
+		return -1;
+	int64_t dim = na == 2 ? a[1].i : 0;
+	int stack = fn[0] == 's';
+	int ndim = n ? vals[0].ndim : 0;
+	int rc = dim_arg(ev, fn, dim, ndim, stack, &d);
+	for (int k = 0; k < n && rc == 0 && stack; k++)
+		rc = ck_value_unsqueeze(&vals[k], d, ev->err);
+	if (rc < 0) {
+		for (int k = 0; k < n; k++)
+			ck_value_free(&vals[k]);
+		free(vals);
+		return -1;
+	}
+	if (!stack)
+		lint_cat(ev, vals, n, d);
+	out->kind = XV_TENSOR;
+	rc = ck_value_cat(&out->t, vals, n, d, ev->err);
+	free(vals);
+	return rc;
+}
+
+BUILTIN(fn_len)
+{
+	(void)ev, (void)fn, (void)na;
+	out->kind = XV_INT;
+	out->i = a[0].n;
+	return 0;
+}
+
+/* dequant(w, scale, block): w * scale of its block, in F32 (DeepSeek-V3
+ * weight_scale_inv); quant divides. block: one size for every dim, or one
+ * per dim. */
+BUILTIN(fn_dequant)
+{
+	(void)out;
+	struct ck_value *t = &a[0].t;
+	int64_t ints[CK_MAX_DIMS], block[CK_MAX_DIMS];
+	int ni = 0;
+	if (na < 3 || a[1].kind != XV_TENSOR)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: takes (weight, scale, block sizes)", fn);
+	if (int_list(ev, fn, a, na, 2, ints, &ni) < 0)
+		return -1;
+	if (ni != 1 && ni != t->ndim)
+		return ck_fail(ev->err, CK_E_MAPPING, "%s: %d block sizes for %d dims", fn, ni,
+			       t->ndim);
+	for (int k = 0; k < t->ndim; k++)
+		block[k] = ni == 1 ? ints[0] : ints[k];
+	return ck_value_block_scale(t, &a[1].t, block, fn[0] == 'q', ev->err);
+}
+
+/* mxfp4(blocks, scales): GPT-OSS's MXFP4 experts, E2M1 pairs in U8 blocks
+ * [..., G, 16] times 2^(scale - 127) per 32 values, in F32 */
+BUILTIN(fn_mxfp4)
+{
+	(void)na, (void)out;
+	if (want(ev, &a[1], XV_TENSOR, fn, 1) < 0)
+		return -1;
+	return ck_value_mxfp4(&a[0].t, &a[1].t, ev->err);
+}
+
+BUILTIN(fn_view)
+{
+	(void)out;
+	struct ck_value *t = &a[0].t;
+	int64_t ints[CK_MAX_DIMS], before[CK_MAX_DIMS];
+	int ni = 0, nb = t->ndim;
+	memcpy(before, t->shape, sizeof before);
+	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || ck_value_reshape(t, ints, ni, ev->err) < 0)
+		return -1;
+	lint_reshape(ev, before, nb, t);
+	return 0;
+}
+
+static int permute_linted(struct ev *ev, struct ck_value *t, const int *perm)
+{
+	lint_perm(ev, t, perm);
+	return ck_value_permute(t, perm, ev->err);
+}
+
+BUILTIN(fn_transpose)
+{
+	(void)na, (void)out;
+	struct ck_value *t = &a[0].t;
+	int d0 = 0, d1 = 0, perm[CK_MAX_DIMS];
+	if (want(ev, &a[1], XV_INT, fn, 1) < 0 || want(ev, &a[2], XV_INT, fn, 2) < 0 ||
+	    dim_arg(ev, fn, a[1].i, t->ndim, 0, &d0) < 0 ||
+	    dim_arg(ev, fn, a[2].i, t->ndim, 0, &d1) < 0)
+		return -1;
+	for (int k = 0; k < t->ndim; k++)
+		perm[k] = k;
+	perm[d0] = d1, perm[d1] = d0;
+	return permute_linted(ev, t, perm);
+}
+
+BUILTIN(fn_t)
+{
+	(void)fn, (void)na, (void)out;
+	int perm[2] = {1, 0};
+	if (a[0].t.ndim != 2)
+		return ck_fail(ev->err, CK_E_MAPPING, "t: tensor has %d dims, not 2", a[0].t.ndim);
+	return permute_linted(ev, &a[0].t, perm);
+}
+
+BUILTIN(fn_permute)
+{
+	(void)out;
+	struct ck_value *t = &a[0].t;
+	int64_t ints[CK_MAX_DIMS];
+	int ni = 0, perm[CK_MAX_DIMS];
+	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0)
+		return -1;
+	if (ni != t->ndim)
+		return ck_fail(ev->err, CK_E_MAPPING, "permute: %d dims given for %d", ni, t->ndim);
+	for (int k = 0; k < ni; k++)
+		if (dim_arg(ev, fn, ints[k], t->ndim, 0, &perm[k]) < 0)
+			return -1;
+	return permute_linted(ev, t, perm);
+}
+
+/* narrow(x, dim, start, length), and select(x, dim, index) (the dim goes) */
+BUILTIN(fn_narrow)
+{
+	(void)out;
+	struct ck_value *t = &a[0].t;
 	int64_t ints[CK_MAX_DIMS];
 	int ni = 0, d = 0;
-	if (!strcmp(fn, "cat") || !strcmp(fn, "stack")) {
-		if (nargs(ev, fn, na, 1, 2) < 0 || (na == 2 && want(ev, &a[1], XV_INT, fn, 1) < 0))
-			return -1;
-		struct ck_value *vals;
-		int n = 0;
-		if (tensor_list(ev, fn, &a[0], &vals, &n) < 0)
-			return -1;
-		int64_t dim = na == 2 ? a[1].i : 0;
-		int stack = fn[0] == 's';
-		int ndim = n ? vals[0].ndim : 0;
-		int rc = dim_arg(ev, fn, dim, ndim, stack, &d);
-		for (int k = 0; k < n && rc == 0 && stack; k++)
-			rc = ck_value_unsqueeze(&vals[k], d, err);
-		if (rc < 0) {
-			for (int k = 0; k < n; k++)
-				ck_value_free(&vals[k]);
-			free(vals);
-			return -1;
-		}
-		if (!stack)
-			lint_cat(ev, vals, n, d);
-		out->kind = XV_TENSOR;
-		rc = ck_value_cat(&out->t, vals, n, d, err);
-		free(vals);
-		return rc;
-	}
-	if (na < 1 || a[0].kind != XV_TENSOR) {
-		if (!strcmp(fn, "len") && na == 1 && a[0].kind == XV_LIST) {
-			out->kind = XV_INT;
-			out->i = a[0].n;
-			return 0;
-		}
-		return ck_fail(err, CK_E_MAPPING, "unknown function \"%s\" for a %s", fn,
-			       na ? kind_name(a[0].kind) : "call without arguments");
-	}
+	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0)
+		return -1;
+	if (fn[0] == 'n')
+		return ck_value_narrow(t, d, ints[1], ints[2], ev->err);
+	if (ck_value_narrow(t, d, ints[1] < 0 ? ints[1] + t->shape[d] : ints[1], 1, ev->err) < 0)
+		return -1;
+	return ck_value_squeeze(t, d, ev->err);
+}
+
+/* pad(x, dim, size): zeros after the end of dim up to size (Megatron's
+ * padded vocabulary); narrow takes them off again */
+BUILTIN(fn_pad)
+{
+	(void)out;
 	struct ck_value *t = &a[0].t;
-	if (!strcmp(fn, "dequant") || !strcmp(fn, "quant")) {
-		/* dequant(w, scale, block): w * scale of its block, in F32 (DeepSeek-V3
-		 * weight_scale_inv); quant divides. block: one size for every dim, or
-		 * one per dim. */
-		int64_t block[CK_MAX_DIMS];
-		if (na < 3 || a[1].kind != XV_TENSOR)
-			return ck_fail(err, CK_E_MAPPING, "%s: takes (weight, scale, block sizes)", fn);
-		if (int_list(ev, fn, a, na, 2, ints, &ni) < 0)
-			return -1;
-		if (ni != 1 && ni != t->ndim)
-			return ck_fail(err, CK_E_MAPPING, "%s: %d block sizes for %d dims", fn, ni,
-				       t->ndim);
-		for (int k = 0; k < t->ndim; k++)
-			block[k] = ni == 1 ? ints[0] : ints[k];
-		if (ck_value_block_scale(t, &a[1].t, block, fn[0] == 'q', err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "mxfp4")) {
-		/* mxfp4(blocks, scales): GPT-OSS's MXFP4 experts, E2M1 pairs in U8
-		 * blocks [..., G, 16] times 2^(scale - 127) per 32 values, in F32 */
-		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_TENSOR, fn, 1) < 0 ||
-		    ck_value_mxfp4(t, &a[1].t, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "view") || !strcmp(fn, "reshape")) {
-		int64_t before[CK_MAX_DIMS];
-		int nb = t->ndim;
-		memcpy(before, t->shape, sizeof before);
-		if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || ck_value_reshape(t, ints, ni, err) < 0)
-			return -1;
-		lint_reshape(ev, before, nb, t);
-	} else if (!strcmp(fn, "transpose")) {
-		int d0 = 0, d1 = 0, perm[CK_MAX_DIMS];
-		if (nargs(ev, fn, na, 3, 3) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
-		    want(ev, &a[2], XV_INT, fn, 2) < 0 || dim_arg(ev, fn, a[1].i, t->ndim, 0, &d0) < 0 ||
-		    dim_arg(ev, fn, a[2].i, t->ndim, 0, &d1) < 0)
-			return -1;
-		for (int k = 0; k < t->ndim; k++)
-			perm[k] = k;
-		perm[d0] = d1, perm[d1] = d0;
-		lint_perm(ev, t, perm);
-		if (ck_value_permute(t, perm, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "t")) {
-		int perm[2] = {1, 0};
-		if (nargs(ev, fn, na, 1, 1) < 0)
-			return -1;
-		if (t->ndim != 2)
-			return ck_fail(err, CK_E_MAPPING, "t: tensor has %d dims, not 2", t->ndim);
-		lint_perm(ev, t, perm);
-		if (ck_value_permute(t, perm, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "permute")) {
-		int perm[CK_MAX_DIMS];
-		if (int_list(ev, fn, a, na, 1, ints, &ni) < 0)
-			return -1;
-		if (ni != t->ndim)
-			return ck_fail(err, CK_E_MAPPING, "permute: %d dims given for %d", ni, t->ndim);
-		for (int k = 0; k < ni; k++)
-			if (dim_arg(ev, fn, ints[k], t->ndim, 0, &perm[k]) < 0)
-				return -1;
-		lint_perm(ev, t, perm);
-		if (ck_value_permute(t, perm, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "narrow")) {
-		if (nargs(ev, fn, na, 4, 4) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
-		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0 ||
-		    ck_value_narrow(t, d, ints[1], ints[2], err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "pad")) {
-		/* pad(x, dim, size): zeros after the end of dim up to size
-		 * (Megatron's padded vocabulary); narrow takes them off again */
-		if (nargs(ev, fn, na, 3, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
-		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0)
-			return -1;
-		if (ints[1] < t->shape[d])
-			return ck_fail(err, CK_E_MAPPING, "pad: size %lld is smaller than dim %d (%lld)",
-				       (long long)ints[1], d, (long long)t->shape[d]);
-		if (ck_value_pad(t, d, ints[1], err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "select")) {
-		if (nargs(ev, fn, na, 3, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0 ||
-		    dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0 ||
-		    ck_value_narrow(t, d, ints[1] < 0 ? ints[1] + t->shape[d] : ints[1], 1, err) < 0 ||
-		    ck_value_squeeze(t, d, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "unsqueeze") || !strcmp(fn, "squeeze")) {
-		int un = fn[0] == 'u';
-		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
-		    dim_arg(ev, fn, a[1].i, t->ndim, un, &d) < 0 ||
-		    (un ? ck_value_unsqueeze(t, d, err) : ck_value_squeeze(t, d, err)) < 0)
-			return -1;
-	} else if (!strcmp(fn, "flatten")) {
-		int64_t m1 = -1;
-		if (nargs(ev, fn, na, 1, 1) < 0 || ck_value_reshape(t, &m1, 1, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "to") || !strcmp(fn, "cast")) {
-		/* to(x, DTYPE[, saturate]): saturate clamps overflow to the largest
-		 * finite value instead of PyTorch's inf / NaN */
-		if (nargs(ev, fn, na, 2, 3) < 0 || want(ev, &a[1], XV_DTYPE, fn, 1) < 0 ||
-		    (na == 3 && want(ev, &a[2], XV_INT, fn, 2) < 0) ||
-		    ck_value_cast(t, (enum ck_dtype)a[1].i, na == 3 && a[2].i, err) < 0)
-			return -1;
-	} else if (!strcmp(fn, "chunk")) {
-		/* torch.chunk: pieces of ceil(size/n); the last may be smaller */
-		if (nargs(ev, fn, na, 2, 3) < 0 || int_list(ev, fn, a, na, 1, ints, &ni) < 0)
-			return -1;
-		int64_t n = ints[0];
-		if (dim_arg(ev, fn, ni > 1 ? ints[1] : 0, t->ndim, 0, &d) < 0)
-			return -1;
-		if (n < 1 || n > CK_MAX_PIECES)
-			return ck_fail(err, CK_E_MAPPING, "chunk: %lld chunks", (long long)n);
-		lint_count(ev, "chunk", t, n, d);
-		int64_t sz = t->shape[d] / n + (t->shape[d] % n != 0), *sizes = malloc((size_t)n * sizeof *sizes);
-		if (!sizes)
-			return ck_fail_sys(err, ENOMEM, "expression");
-		int cnt = 0;
-		for (int64_t off = 0; off < t->shape[d] || (cnt == 0 && off == 0); off += sz) {
-			sizes[cnt++] = t->shape[d] - off < sz ? t->shape[d] - off : sz;
-			if (sz == 0)
-				break;
-		}
-		int rc = pieces_list(ev, t, d, sizes, cnt, out);
-		free(sizes);
-		return rc;
-	} else if (!strcmp(fn, "split")) {
-		/* torch.split: a size per piece, or a list of sizes */
-		if (nargs(ev, fn, na, 2, 3) < 0 ||
-		    (na == 3 && want(ev, &a[2], XV_INT, fn, 2) < 0) ||
-		    dim_arg(ev, fn, na == 3 ? a[2].i : 0, t->ndim, 0, &d) < 0)
-			return -1;
-		if (a[1].kind == XV_LIST) {
-			int64_t sizes[MAX_ARGS], sum = 0;
-			if (int_list(ev, fn, a, 2, 1, sizes, &ni) < 0)
-				return -1;
-			for (int k = 0; k < ni; k++)
-				if (sizes[k] < 0 || __builtin_add_overflow(sum, sizes[k], &sum))
-					return ck_fail(err, CK_E_MAPPING,
-						       "split: size %lld (sizes are >= 0 and sum to the "
-						       "dim)",
-						       (long long)sizes[k]);
-			if (sum != t->shape[d])
-				return ck_fail(err, CK_E_MAPPING,
-					       "split: sizes sum to %lld, dim %d has %lld",
-					       (long long)sum, d, (long long)t->shape[d]);
-			return pieces_list(ev, t, d, sizes, ni, out);
-		}
-		if (want(ev, &a[1], XV_INT, fn, 1) < 0)
-			return -1;
-		if (a[1].i < 1)
-			return ck_fail(err, CK_E_MAPPING, "split: size %lld", (long long)a[1].i);
-		/* ceil without overflow: x.split(2**63-1) is one piece, as in torch */
-		int64_t n = t->shape[d] / a[1].i + (t->shape[d] % a[1].i != 0);
-		if (n > CK_MAX_PIECES)
-			return ck_fail(err, CK_E_MAPPING, "split: too many pieces");
-		int64_t *sizes = malloc((size_t)(n ? n : 1) * sizeof *sizes);
-		if (!sizes)
-			return ck_fail_sys(err, ENOMEM, "expression");
-		int64_t left = t->shape[d];
-		for (int64_t k = 0; k < n; k++) {
-			sizes[k] = left < a[1].i ? left : a[1].i;
-			left -= sizes[k];
-		}
-		int rc = pieces_list(ev, t, d, sizes, (int)n, out);
-		free(sizes);
-		return rc;
-	} else if (!strcmp(fn, "unbind")) {
-		if (nargs(ev, fn, na, 1, 2) < 0 || (na == 2 && want(ev, &a[1], XV_INT, fn, 1) < 0) ||
-		    dim_arg(ev, fn, na == 2 ? a[1].i : 0, t->ndim, 0, &d) < 0)
-			return -1;
-		if (t->shape[d] > CK_MAX_PIECES)
-			return ck_fail(err, CK_E_MAPPING, "unbind: too many pieces");
-		int64_t *ones = malloc((size_t)(t->shape[d] ? t->shape[d] : 1) * sizeof *ones);
-		if (!ones)
-			return ck_fail_sys(err, ENOMEM, "expression");
-		for (int64_t k = 0; k < t->shape[d]; k++)
-			ones[k] = 1;
-		int rc = pieces_list(ev, t, d, ones, (int)t->shape[d], out);
-		free(ones);
-		for (int k = 0; rc == 0 && k < out->n; k++)
-			rc = ck_value_squeeze(&out->items[k].t, d, err);
-		return rc;
-	} else if (!strcmp(fn, "size")) {
-		if (nargs(ev, fn, na, 2, 2) < 0 || want(ev, &a[1], XV_INT, fn, 1) < 0 ||
-		    dim_arg(ev, fn, a[1].i, t->ndim, 0, &d) < 0)
-			return -1;
-		out->kind = XV_INT;
-		out->i = t->shape[d];
-		return 0;
-	} else {
-		return ck_fail(err, CK_E_MAPPING, "unknown function \"%s\"", fn);
+	int64_t ints[CK_MAX_DIMS];
+	int ni = 0, d = 0;
+	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0)
+		return -1;
+	if (ints[1] < t->shape[d])
+		return ck_fail(ev->err, CK_E_MAPPING, "pad: size %lld is smaller than dim %d (%lld)",
+			       (long long)ints[1], d, (long long)t->shape[d]);
+	return ck_value_pad(t, d, ints[1], ev->err);
+}
+
+BUILTIN(fn_squeeze)
+{
+	(void)na, (void)out;
+	struct ck_value *t = &a[0].t;
+	int un = fn[0] == 'u', d = 0;
+	if (want(ev, &a[1], XV_INT, fn, 1) < 0 || dim_arg(ev, fn, a[1].i, t->ndim, un, &d) < 0)
+		return -1;
+	return un ? ck_value_unsqueeze(t, d, ev->err) : ck_value_squeeze(t, d, ev->err);
+}
+
+BUILTIN(fn_flatten)
+{
+	(void)fn, (void)na, (void)out;
+	int64_t m1 = -1;
+	return ck_value_reshape(&a[0].t, &m1, 1, ev->err);
+}
+
+/* to(x, DTYPE[, saturate]): saturate clamps overflow to the largest finite
+ * value instead of PyTorch's inf / NaN */
+BUILTIN(fn_to)
+{
+	(void)out;
+	if (want(ev, &a[1], XV_DTYPE, fn, 1) < 0 || (na == 3 && want(ev, &a[2], XV_INT, fn, 2) < 0))
+		return -1;
+	return ck_value_cast(&a[0].t, (enum ck_dtype)a[1].i, na == 3 && a[2].i, ev->err);
+}
+
+/* torch.chunk: pieces of ceil(size/n); the last may be smaller */
+BUILTIN(fn_chunk)
+{
+	struct ck_value *t = &a[0].t;
+	int64_t ints[CK_MAX_DIMS];
+	int ni = 0, d = 0;
+	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0)
+		return -1;
+	int64_t n = ints[0];
+	if (dim_arg(ev, fn, ni > 1 ? ints[1] : 0, t->ndim, 0, &d) < 0)
+		return -1;
+	if (n < 1 || n > CK_MAX_PIECES)
+		return ck_fail(ev->err, CK_E_MAPPING, "chunk: %lld chunks", (long long)n);
+	lint_count(ev, "chunk", t, n, d);
+	int64_t sz = t->shape[d] / n + (t->shape[d] % n != 0), *sizes = malloc((size_t)n * sizeof *sizes);
+	if (!sizes)
+		return ck_fail_sys(ev->err, ENOMEM, "expression");
+	int cnt = 0;
+	for (int64_t off = 0; off < t->shape[d] || (cnt == 0 && off == 0); off += sz) {
+		sizes[cnt++] = t->shape[d] - off < sz ? t->shape[d] - off : sz;
+		if (sz == 0)
+			break;
 	}
-	/* tensor result: move a[0] out */
-	out->kind = XV_TENSOR;
-	out->t = *t;
-	t->p = NULL;
-	t->n = 0;
+	int rc = pieces_list(ev, t, d, sizes, cnt, out);
+	free(sizes);
+	return rc;
+}
+
+/* split(x, sizes, dim): torch.split with a list of sizes summing to the dim */
+static int split_list(struct ev *ev, const char *fn, struct ck_xval *a, int d, struct ck_xval *out)
+{
+	struct ck_value *t = &a[0].t;
+	int64_t sizes[MAX_ARGS], sum = 0;
+	int ni = 0;
+	if (int_list(ev, fn, a, 2, 1, sizes, &ni) < 0)
+		return -1;
+	for (int k = 0; k < ni; k++)
+		if (sizes[k] < 0 || __builtin_add_overflow(sum, sizes[k], &sum))
+			return ck_fail(ev->err, CK_E_MAPPING,
+				       "split: size %lld (sizes are >= 0 and sum to the dim)",
+				       (long long)sizes[k]);
+	if (sum != t->shape[d])
+		return ck_fail(ev->err, CK_E_MAPPING, "split: sizes sum to %lld, dim %d has %lld",
+			       (long long)sum, d, (long long)t->shape[d]);
+	return pieces_list(ev, t, d, sizes, ni, out);
+}
+
+/* torch.split: a size per piece, or a list of sizes */
+BUILTIN(fn_split)
+{
+	struct ck_value *t = &a[0].t;
+	int d = 0;
+	if ((na == 3 && want(ev, &a[2], XV_INT, fn, 2) < 0) ||
+	    dim_arg(ev, fn, na == 3 ? a[2].i : 0, t->ndim, 0, &d) < 0)
+		return -1;
+	if (a[1].kind == XV_LIST)
+		return split_list(ev, fn, a, d, out);
+	if (want(ev, &a[1], XV_INT, fn, 1) < 0)
+		return -1;
+	if (a[1].i < 1)
+		return ck_fail(ev->err, CK_E_MAPPING, "split: size %lld", (long long)a[1].i);
+	/* ceil without overflow: x.split(2**63-1) is one piece, as in torch */
+	int64_t n = t->shape[d] / a[1].i + (t->shape[d] % a[1].i != 0);
+	if (n > CK_MAX_PIECES)
+		return ck_fail(ev->err, CK_E_MAPPING, "split: too many pieces");
+	int64_t *sizes = malloc((size_t)(n ? n : 1) * sizeof *sizes);
+	if (!sizes)
+		return ck_fail_sys(ev->err, ENOMEM, "expression");
+	int64_t left = t->shape[d];
+	for (int64_t k = 0; k < n; k++) {
+		sizes[k] = left < a[1].i ? left : a[1].i;
+		left -= sizes[k];
+	}
+	int rc = pieces_list(ev, t, d, sizes, (int)n, out);
+	free(sizes);
+	return rc;
+}
+
+BUILTIN(fn_unbind)
+{
+	struct ck_value *t = &a[0].t;
+	int d = 0;
+	if ((na == 2 && want(ev, &a[1], XV_INT, fn, 1) < 0) ||
+	    dim_arg(ev, fn, na == 2 ? a[1].i : 0, t->ndim, 0, &d) < 0)
+		return -1;
+	if (t->shape[d] > CK_MAX_PIECES)
+		return ck_fail(ev->err, CK_E_MAPPING, "unbind: too many pieces");
+	int64_t *ones = malloc((size_t)(t->shape[d] ? t->shape[d] : 1) * sizeof *ones);
+	if (!ones)
+		return ck_fail_sys(ev->err, ENOMEM, "expression");
+	for (int64_t k = 0; k < t->shape[d]; k++)
+		ones[k] = 1;
+	int rc = pieces_list(ev, t, d, ones, (int)t->shape[d], out);
+	free(ones);
+	for (int k = 0; rc == 0 && k < out->n; k++)
+		rc = ck_value_squeeze(&out->items[k].t, d, ev->err);
+	return rc;
+}
+
+BUILTIN(fn_size)
+{
+	(void)na;
+	int d = 0;
+	if (want(ev, &a[1], XV_INT, fn, 1) < 0 || dim_arg(ev, fn, a[1].i, a[0].t.ndim, 0, &d) < 0)
+		return -1;
+	out->kind = XV_INT;
+	out->i = a[0].t.shape[d];
+	return 0;
+}
+
+#undef BUILTIN
+
+enum { ANY_FIRST = 1, LIST_FIRST = 2, IN_PLACE = 4 }; /* else a tensor first */
+
+static const struct builtin {
+	const char *name;
+	int lo, hi; /* argument counts (lo < 0: the builtin checks) */
+	int flags;
+	int (*fn)(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct ck_xval *out);
+} builtins[] = {
+	{"cat", 1, 2, ANY_FIRST, fn_cat},
+	{"stack", 1, 2, ANY_FIRST, fn_cat},
+	{"len", 1, 1, LIST_FIRST, fn_len},
+	{"dequant", -1, 0, IN_PLACE, fn_dequant},
+	{"quant", -1, 0, IN_PLACE, fn_dequant},
+	{"mxfp4", 2, 2, IN_PLACE, fn_mxfp4},
+	{"view", -1, 0, IN_PLACE, fn_view},
+	{"reshape", -1, 0, IN_PLACE, fn_view},
+	{"transpose", 3, 3, IN_PLACE, fn_transpose},
+	{"t", 1, 1, IN_PLACE, fn_t},
+	{"permute", -1, 0, IN_PLACE, fn_permute},
+	{"narrow", 4, 4, IN_PLACE, fn_narrow},
+	{"select", 3, 3, IN_PLACE, fn_narrow},
+	{"pad", 3, 3, IN_PLACE, fn_pad},
+	{"unsqueeze", 2, 2, IN_PLACE, fn_squeeze},
+	{"squeeze", 2, 2, IN_PLACE, fn_squeeze},
+	{"flatten", 1, 1, IN_PLACE, fn_flatten},
+	{"to", 2, 3, IN_PLACE, fn_to},
+	{"cast", 2, 3, IN_PLACE, fn_to},
+	{"chunk", 2, 3, 0, fn_chunk},
+	{"split", 2, 3, 0, fn_split},
+	{"unbind", 1, 2, 0, fn_unbind},
+	{"size", 2, 2, 0, fn_size},
+};
+
+static int call(struct ev *ev, const char *fn, struct ck_xval *a, int na, struct ck_xval *out)
+{
+	const struct builtin *b = NULL;
+	for (size_t k = 0; !b && k < sizeof builtins / sizeof *builtins; k++)
+		if (!strcmp(fn, builtins[k].name))
+			b = &builtins[k];
+	enum ck_xkind first = b && (b->flags & LIST_FIRST) ? XV_LIST : XV_TENSOR;
+	if (b && !(b->flags & ANY_FIRST) && (na < 1 || a[0].kind != first))
+		return ck_fail(ev->err, CK_E_MAPPING, "unknown function \"%s\" for a %s", fn,
+			       na ? kind_name(a[0].kind) : "call without arguments");
+	if (!b)
+		return ck_fail(ev->err, CK_E_MAPPING, "unknown function \"%s\"", fn);
+	if ((b->lo >= 0 && nargs(ev, fn, na, b->lo, b->hi) < 0) || b->fn(ev, fn, a, na, out) < 0)
+		return -1;
+	if (b->flags & IN_PLACE) { /* tensor result: move a[0] out */
+		out->kind = XV_TENSOR;
+		out->t = a[0].t;
+		a[0].t.p = NULL;
+		a[0].t.n = 0;
+	}
 	return 0;
 }
 

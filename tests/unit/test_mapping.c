@@ -164,6 +164,23 @@ START_TEST(plan_errors)
 }
 END_TEST
 
+/* The builtins table: a call is checked for its name, its first argument's
+ * kind and its argument count before the builtin runs. */
+#define EMBED_EXPR(x) "{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"e\", \"expr\": \"" x "\"}]}"
+START_TEST(builtin_errors)
+{
+	expect_fail(EMBED_EXPR("frobnicate(x)"), "unknown function \"frobnicate\"");
+	expect_fail(EMBED_EXPR("transpose(x, 0)"), "transpose: takes 3 arguments, got 2");
+	expect_fail(EMBED_EXPR("x.narrow(0, 1)"), "narrow: takes 4 arguments, got 3");
+	expect_fail(EMBED_EXPR("to(x, BF16, 1, 2)"), "to: takes 2 to 3 arguments, got 4");
+	expect_fail(EMBED_EXPR("len(x)"), "unknown function \"len\" for a tensor");
+	expect_fail(EMBED_EXPR("t([x])"), "unknown function \"t\" for a list");
+	expect_fail(EMBED_EXPR("size(x, 2)"), "size");
+	expect_fail(EMBED_EXPR("dequant(x, 2, 128)"), "dequant: takes (weight, scale, block sizes)");
+	expect_fail(EMBED_EXPR("x.view(5, len(x.chunk(3)))"), "cannot view as [5,3]"); /* len: 3 */
+}
+END_TEST
+
 static const struct ck_target *find(const struct ck_plan *p, const char *name)
 {
 	const struct ck_target *t = ck_plan_find(p, name);
@@ -271,6 +288,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, parse_errors);
 	tcase_add_test(tc, plan_errors);
+	tcase_add_test(tc, builtin_errors);
 	tcase_add_test(tc, plans);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
