@@ -10,7 +10,9 @@
 #include "../view/open.h"
 
 int ck_cmd_inspect(int argc, char **argv);
+extern const struct ck_cli_verb ck_verb_inspect;
 int ck_cmd_convert(int argc, char **argv);
+extern const struct ck_cli_verb ck_verb_convert;
 int ck_cmd_mount(int argc, char **argv);
 int ck_cmd_diff(int argc, char **argv);
 int ck_cmd_check_mapping(int argc, char **argv);

@@ -16,6 +16,7 @@
 #include "../plan/dcp_out.h"
 #include "../view/gguf_view.h"
 #include "cli.h"
+#include "opts.h"
 #include "mpi_sync.h"
 
 /* Rank 0 of a group-sharded convert: model.safetensors.index.json for
@@ -103,122 +104,202 @@ static void free_names(char **names, int n)
 	free(names);
 }
 
+enum {
+	O_MAX_SHARD = 1, O_DTYPE, O_FORMAT, O_GGUF_PRE, O_GGUF_VOCAB, O_THREADS, O_NO_URING,
+	O_DEVICE, O_GPU_MEM, O_GPU_MIN, O_OVERWRITE, O_PROGRESS, O_QUIET
+};
+
+static const struct ck_cli_opt convert_opts[] = {
+	{O_FORMAT, "--format", "safetensors|gguf[:TYPE]|dcp|torch_dist",
+	 "what to write (default safetensors; gguf: F32 F16 BF16 Q8_0 Q4_0)"},
+	{O_MAX_SHARD, "--max-shard-size", "SIZE", "shards of at most SIZE and their index (5GB, 500MiB)"},
+	{O_DTYPE, "--dtype", "DTYPE", "cast floating-point targets (F32 F16 BF16 F8_E4M3 F8_E5M2)"},
+	{O_OVERWRITE, "--overwrite", NULL, "replace a checkpoint already in OUTDIR"},
+	{O_THREADS, "--threads", "N", "evaluator threads, 1..64 (default: one per core)"},
+	{O_NO_URING, "--no-uring", NULL, "read with pread, not io_uring"},
+	{O_DEVICE, "--device", "cpu|cuda|cuda:N|auto", "where transforms run (default cpu)"},
+	{O_GPU_MEM, "--gpu-mem", "SIZE", "device memory the CUDA backend may use"},
+	{O_GPU_MIN, "--gpu-min", "SIZE", "reads from this size go to the GPU"},
+	{O_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
+	{O_GGUF_VOCAB, "--gguf-vocab", "none", "--format gguf: placeholder tokens (token ids only)"},
+	{O_PROGRESS, "--progress", NULL, "draw a progress bar (default on a terminal)"},
+	{O_QUIET, "--quiet", NULL, "no progress bar"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_cli_verb ck_verb_convert = {
+	"convert", "SOURCE OUTDIR",
+	"      write the target view as files: a safetensors checkpoint (config.json\n"
+	"      beside it), model.gguf or a DCP directory; never over the source, never\n"
+	"      mixed with an old checkpoint (--overwrite replaces it only on success)\n",
+	convert_opts, 1};
+
+struct convert_args {
+	const char *source, *outdir, *dtype, *format;
+	struct ck_gguf_opts gopt;
+	struct ck_view_args va;
+	struct ck_convert_opts o;
+	int overwrite;
+	struct ck_device dev;
+};
+
+static int size_arg(const char *name, const char *val, uint64_t *to, struct ck_err *err)
+{
+	if (ck_parse_size(val, to) < 0 || !*to)
+		return ck_fail(err, CK_E_USAGE, "%s: not a size: %s", name, val);
+	return 0;
+}
+
+/* One option of convert_opts. */
+static int convert_opt(struct convert_args *c, int id, const char *val, struct ck_err *err)
+{
+	switch (id) {
+	case O_MAX_SHARD: return size_arg("--max-shard-size", val, &c->o.max_shard_size, err);
+	case O_DTYPE: c->dtype = val; return 0;
+	case O_FORMAT: c->format = val; return 0;
+	case O_GGUF_PRE: c->gopt.pre = val; return 0;
+	case O_GGUF_VOCAB:
+		if (strcmp(val, "none"))
+			return ck_fail(err, CK_E_USAGE, "--gguf-vocab: only none (placeholder tokens)");
+		c->gopt.vocab_none = 1;
+		return 0;
+	case O_THREADS:
+		c->o.threads = atoi(val);
+		return c->o.threads < 1 || c->o.threads > 64
+			       ? ck_fail(err, CK_E_USAGE, "--threads: 1..64")
+			       : 0;
+	case O_NO_URING: c->o.use_uring = 0; return 0;
+	case O_DEVICE: return ck_device_parse(val, &c->dev, err);
+	case O_GPU_MEM: return size_arg("--gpu-mem", val, &c->dev.gpu_mem, err);
+	case O_GPU_MIN:
+		return ck_parse_size(val, &c->dev.gpu_min) < 0
+			       ? ck_fail(err, CK_E_USAGE, "--gpu-min: not a size: %s", val)
+			       : 0;
+	case O_OVERWRITE: c->overwrite = 1; return 0;
+	case O_PROGRESS: c->o.progress = 1; return 0;
+	default: c->o.progress = 0; return 0; /* O_QUIET */
+	}
+}
+
+static int convert_args(struct convert_args *c, int argc, char **argv, struct ck_err *err)
+{
+	memset(c, 0, sizeof *c);
+	c->va.rank = -1;
+	c->o.use_uring = 1;
+	c->o.progress = isatty(2);
+	ck_device_init(&c->dev);
+	const char *val;
+	for (int i = 1, id; (id = ck_cli_next(&ck_verb_convert, argc, argv, &i, &c->va, &val, err));) {
+		if (id == CK_CLI_ERROR)
+			return -1;
+		if (id == CK_CLI_OPERAND && !c->source)
+			c->source = val;
+		else if (id == CK_CLI_OPERAND && !c->outdir)
+			c->outdir = val;
+		else if (id == CK_CLI_OPERAND)
+			return ck_fail(err, CK_E_USAGE, "convert: too many arguments");
+		else if (id > 0 && convert_opt(c, id, val, err) < 0)
+			return -1;
+	}
+	if (!c->source || !c->outdir)
+		return ck_cli_usage_error(&ck_verb_convert, err);
+	return 0;
+}
+
+/* Options that do not go together, and the values parsed: *dt the --dtype
+ * cast, *dcp 1 (dcp) or 2 (torch_dist), c->gopt the GGUF format. */
+static int check_args(struct convert_args *c, enum ck_dtype *dt, int *dcp, struct ck_err *err)
+{
+	const struct ck_view_args *va = &c->va;
+	if (c->dtype && !ck_dtype_is_castable_float(*dt = ck_dtype_parse_user(c->dtype)))
+		return ck_fail(err, CK_E_USAGE,
+			       "--dtype %s: must be F32, F16, BF16, F8_E4M3 or F8_E5M2 (any case, or "
+			       "torch's float32, float16, bfloat16, float8_e4m3fn, float8_e5m2)",
+			       c->dtype);
+	if (va->ranks)
+		return ck_fail(err, CK_E_USAGE, "--ranks is for mount (use --rank)");
+	const char *f = c->format;
+	*dcp = f && !strcmp(f, "dcp") ? 1 : f && !strcmp(f, "torch_dist") ? 2 : 0;
+	if (f && !*dcp && ck_gguf_parse_format(f, &c->gopt, err) < 0)
+		return -1;
+	if (*dcp && (va->shard_groups || c->o.max_shard_size))
+		return ck_fail(err, CK_E_USAGE,
+			       "--format %s: one DCP directory (no --shard-groups or --max-shard-size)",
+			       f);
+	if (c->gopt.on && (va->mesh || va->shard_groups || c->dtype || c->o.max_shard_size))
+		return ck_fail(err, CK_E_USAGE,
+			       "--format gguf: one model.gguf (no --mesh, --shard-groups, --dtype or "
+			       "--max-shard-size; the type goes after the colon: gguf:Q8_0)");
+	if (!c->gopt.on && (c->gopt.pre || c->gopt.vocab_none))
+		return ck_fail(err, CK_E_USAGE, "--gguf-pre and --gguf-vocab go with --format gguf");
+	if (va->shard_groups && c->o.max_shard_size)
+		return ck_fail(err, CK_E_USAGE,
+			       "--max-shard-size does not go with --shard-groups (one file per rank)");
+	return 0;
+}
+
+/* Write the view in its format into stage: model.gguf, a DCP directory or
+ * safetensors. The GPU opens last: every input error has been reported by
+ * then. */
+static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
+		      struct ck_convert_opts *o, const char *stage, size_t *n_written,
+		      struct ck_convert_stats *stats, struct ck_err *err)
+{
+	struct ck_gguf_view g;
+	struct ck_dcp_out d;
+	const struct ck_gguf_opts *gopt = &c->gopt;
+	if (gopt->on && ck_gguf_view_open(v->cat, v->maps, v->n_maps, gopt, &g, err) < 0)
+		return -1;
+	if (dcp && ck_dcp_out_build(v->plan, dcp == 2, c->va.mesh ? v->rank : -1, &d, err) < 0)
+		return -1;
+	int lanes = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+	char note[400];
+	int rc = ck_device_open(&c->dev, lanes < 1 ? 1 : lanes > 64 ? 64 : lanes, &o->gpu, note,
+				sizeof note, err);
+	if (rc == 0 && note[0] && o->progress >= 0)
+		fprintf(stderr, "ckptfs: %s\n", note);
+	o->gpu_min = c->dev.gpu_min;
+	if (rc == 0 && gopt->on) {
+		rc = ck_convert_vfile(g.plan, &g.file, stage, "model.gguf", o, stats, err);
+	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
+		struct ck_out_file f[] = {{d.data_name, &d.data},
+					  {".metadata", &d.metadata},
+					  {"metadata.json", &d.megatron_json},
+					  {"common.pt", &d.common}};
+		rc = ck_convert_files(v->plan, f, dcp == 2 ? 4 : 2, stage, o, stats, err);
+	} else if (rc == 0) {
+		rc = ck_convert(v->plan, stage, o, stats, err);
+	}
+	*n_written = gopt->on ? g.plan->n : dcp ? v->plan->n - d.n_omitted : v->plan->n;
+	if (dcp && d.n_omitted && rc == 0)
+		fprintf(stderr, "ckptfs: %zu tensors left out of the DCP directory (no torch storage "
+				"type for their dtype), the first: %s\n",
+			d.n_omitted, v->plan->t[d.omitted[0]].name);
+	if (gopt->on)
+		ck_gguf_view_free(&g);
+	if (dcp)
+		ck_dcp_out_free(&d);
+	ck_gpu_close(o->gpu);
+	o->gpu = NULL;
+	return rc;
+}
+
 /* *synced: whether the MPI agreement (ck_mpi_all_ok) has been made */
 static int convert_main(int argc, char **argv, int *synced)
 {
-	const char *source = NULL, *outdir = NULL, *dtype = NULL, *format = NULL;
-	struct ck_gguf_opts gopt = {0};
-	struct ck_view_args va = {.rank = -1};
+	struct convert_args ca;
 	char outbuf[4096];
-	int r;
-	struct ck_convert_opts o = {.use_uring = 1, .progress = isatty(2)};
-	int overwrite = 0;
-	struct ck_device dev;
-	ck_device_init(&dev);
 	struct ck_err err;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int has = i + 1 < argc;
-		static const char *const valued[] = {"--max-shard-size", "--dtype", "--threads",
-						     "--device", "--gpu-mem", "--gpu-min", "--format",
-						     "--gguf-pre", "--gguf-vocab"};
-		for (size_t k = 0; !has && k < sizeof valued / sizeof *valued; k++)
-			if (!strcmp(a, valued[k]))
-				return ck_cli_report(
-					(ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
-		if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
-			if (r < 0)
-				return ck_cli_report(&err);
-		} else if (!strcmp(a, "--max-shard-size") && has) {
-			if (ck_parse_size(argv[++i], &o.max_shard_size) < 0 || !o.max_shard_size)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-							      "--max-shard-size: not a size: %s",
-							      argv[i]),
-						      &err));
-		} else if (!strcmp(a, "--dtype") && has) {
-			dtype = argv[++i];
-		} else if (!strcmp(a, "--format") && has) {
-			format = argv[++i];
-		} else if (!strcmp(a, "--gguf-pre") && has) {
-			gopt.pre = argv[++i];
-		} else if (!strcmp(a, "--gguf-vocab") && has) {
-			if (strcmp(argv[++i], "none"))
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--gguf-vocab: only none "
-										"(placeholder tokens)"),
-						      &err));
-			gopt.vocab_none = 1;
-		} else if (!strcmp(a, "--threads") && has) {
-			o.threads = atoi(argv[++i]);
-			if (o.threads < 1 || o.threads > 64)
-				return ck_cli_report(
-					(ck_fail(&err, CK_E_USAGE, "--threads: 1..64"), &err));
-		} else if (!strcmp(a, "--no-uring")) {
-			o.use_uring = 0;
-		} else if (!strcmp(a, "--device") && has) {
-			if (ck_device_parse(argv[++i], &dev, &err) < 0)
-				return ck_cli_report(&err);
-		} else if ((!strcmp(a, "--gpu-mem") || !strcmp(a, "--gpu-min")) && has) {
-			uint64_t *to = a[6] == 'e' ? &dev.gpu_mem : &dev.gpu_min;
-			if (ck_parse_size(argv[++i], to) < 0 || (to == &dev.gpu_mem && !*to))
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s: not a size: %s",
-							      a, argv[i]),
-						      &err));
-		} else if (!strcmp(a, "--overwrite")) {
-			overwrite = 1;
-		} else if (!strcmp(a, "--progress")) {
-			o.progress = 1;
-		} else if (!strcmp(a, "--quiet")) {
-			o.progress = 0;
-		} else if (a[0] == '-' && a[1]) {
-			return ck_cli_report(
-				(ck_fail(&err, CK_E_USAGE, "convert: unknown option %s", a), &err));
-		} else if (!source) {
-			source = a;
-		} else if (!outdir) {
-			outdir = a;
-		} else {
-			return ck_cli_report(
-				(ck_fail(&err, CK_E_USAGE, "convert: too many arguments"), &err));
-		}
-	}
-	if (!source || !outdir)
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "usage: ckptfs convert SOURCE OUTDIR [--mapping MAP]... "
-					      "[--max-shard-size SIZE] [--dtype DTYPE] [--overwrite] [--threads N] "
-					      "[--device cpu|cuda|cuda:N|auto] [--mesh AXES --rank R | "
-					      "--shard-groups] [--state params|optimizer|all] "
-					      "[--format safetensors|gguf[:TYPE]|dcp|torch_dist]"),
-				      &err));
-	enum ck_dtype dt = CK_DT_INVALID;
-	if (dtype && !ck_dtype_is_castable_float(dt = ck_dtype_parse_user(dtype)))
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--dtype %s: must be F32, F16, BF16, F8_E4M3 or F8_E5M2 "
-					      "(any case, or torch's float32, float16, bfloat16, "
-					      "float8_e4m3fn, float8_e5m2)",
-					      dtype),
-				      &err));
-	if (va.ranks)
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
-				      &err));
-	int dcp = format && !strcmp(format, "dcp") ? 1 : format && !strcmp(format, "torch_dist") ? 2 : 0;
-	if (format && !dcp && ck_gguf_parse_format(format, &gopt, &err) < 0)
+	if (convert_args(&ca, argc, argv, &err) < 0)
 		return ck_cli_report(&err);
-	if (dcp && (va.shard_groups || o.max_shard_size))
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--format %s: one DCP directory (no --shard-groups or "
-					      "--max-shard-size)",
-					      format),
-				      &err));
-	if (gopt.on && (va.mesh || va.shard_groups || dtype || o.max_shard_size))
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--format gguf: one model.gguf (no --mesh, "
-					      "--shard-groups, --dtype or --max-shard-size; the type "
-					      "goes after the colon: gguf:Q8_0)"),
-				      &err));
-	if (!gopt.on && (gopt.pre || gopt.vocab_none))
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--gguf-pre and --gguf-vocab go with --format gguf"),
-				      &err));
+	const char *source = ca.source, *outdir = ca.outdir, *dtype = ca.dtype;
+	struct ck_view_args va = ca.va;
+	struct ck_convert_opts o = ca.o;
+	int overwrite = ca.overwrite;
+	enum ck_dtype dt = CK_DT_INVALID;
+	int dcp = 0;
+	if (check_args(&ca, &dt, &dcp, &err) < 0)
+		return ck_cli_report(&err);
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0 ||
 	    ck_subst_rank(outdir, va.mesh, v.rank, outbuf, sizeof outbuf, &err) < 0) {
@@ -229,13 +310,6 @@ static int convert_main(int argc, char **argv, int *synced)
 	outdir = outbuf;
 	char fname[64];
 	if (va.shard_groups) {
-		if (o.max_shard_size) {
-			ck_view_close(&v);
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--max-shard-size does not go "
-								       "with --shard-groups (one file "
-								       "per rank)"),
-					      &err));
-		}
 		ck_st_shard_name(fname, sizeof fname, (uint64_t)v.rank + 1, (uint64_t)v.world);
 		o.file_name = fname;
 	}
@@ -279,44 +353,9 @@ static int convert_main(int argc, char **argv, int *synced)
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
-	struct ck_gguf_view g;
-	struct ck_dcp_out d;
-	if ((gopt.on && ck_gguf_view_open(v.cat, v.maps, v.n_maps, &gopt, &g, &err) < 0) ||
-	    (dcp && ck_dcp_out_build(v.plan, dcp == 2, va.mesh ? v.rank : -1, &d, &err) < 0)) {
-		ck_outdir_abort(&od);
-		ck_view_close(&v);
-		return ck_cli_report(&err);
-	}
 	struct ck_convert_stats stats;
-	/* the GPU opens last: every input error has been reported by now */
-	int lanes = o.threads > 0 ? o.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-	char note[400];
-	int rc = ck_device_open(&dev, lanes < 1 ? 1 : lanes > 64 ? 64 : lanes, &o.gpu, note,
-				sizeof note, &err);
-	if (rc == 0 && note[0] && o.progress >= 0)
-		fprintf(stderr, "ckptfs: %s\n", note);
-	o.gpu_min = dev.gpu_min;
-	if (rc == 0 && gopt.on) {
-		rc = ck_convert_vfile(g.plan, &g.file, od.stage, "model.gguf", &o, &stats, &err);
-	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
-		struct ck_out_file f[] = {{d.data_name, &d.data},
-					  {".metadata", &d.metadata},
-					  {"metadata.json", &d.megatron_json},
-					  {"common.pt", &d.common}};
-		rc = ck_convert_files(v.plan, f, dcp == 2 ? 4 : 2, od.stage, &o, &stats, &err);
-	} else if (rc == 0) {
-		rc = ck_convert(v.plan, od.stage, &o, &stats, &err);
-	}
-	size_t n_written = gopt.on ? g.plan->n : dcp ? v.plan->n - d.n_omitted : v.plan->n;
-	if (dcp && d.n_omitted && rc == 0)
-		fprintf(stderr, "ckptfs: %zu tensors left out of the DCP directory (no torch storage "
-				"type for their dtype), the first: %s\n",
-			d.n_omitted, v.plan->t[d.omitted[0]].name);
-	if (gopt.on)
-		ck_gguf_view_free(&g);
-	if (dcp)
-		ck_dcp_out_free(&d);
-	ck_gpu_close(o.gpu);
+	size_t n_written = 0;
+	int rc = write_view(&v, &ca, dcp, &o, od.stage, &n_written, &stats, &err);
 	/* under mpirun every rank learns whether all succeeded; only then does
 	 * any rank put its output in place (rank 0 of a group-sharded convert
 	 * writes the index; without MPI it does so after its own part: check

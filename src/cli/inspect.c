@@ -15,6 +15,7 @@
 #include "../util/jsonw.h"
 #include "../view/gguf_view.h"
 #include "cli.h"
+#include "opts.h"
 
 struct row {
 	const char *name, *file;
@@ -535,65 +536,55 @@ static int do_explain(const struct ck_plan *p, const char *arg, struct ck_err *e
 	return 0;
 }
 
+enum { I_JSON = 1, I_GROUPS, I_IOPLAN, I_FORMAT, I_GGUF_PRE, I_GGUF_VOCAB, I_EXPLAIN, I_EXPECT };
+
+static const struct ck_cli_opt inspect_opts[] = {
+	{I_JSON, "--json", NULL, "one JSON document (every key, shape, dtype, group, provenance)"},
+	{I_GROUPS, "--groups", NULL, "the dependency groups: targets, sources, bytes"},
+	{I_EXPECT, "--expect", "KEYS.json", "compare the keys (and shapes) with a model's; exit 5 if not"},
+	{I_IOPLAN, "--io-plan", NULL, "the source byte ranges each target reads"},
+	{I_EXPLAIN, "--explain", "KEY[INDEX]", "where each element of a target comes from"},
+	{I_FORMAT, "--format", "gguf[:TYPE]", "the GGUF view's metadata and tensors"},
+	{I_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
+	{I_GGUF_VOCAB, "--gguf-vocab", "none", "--format gguf: placeholder tokens (token ids only)"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_cli_verb ck_verb_inspect = {
+	"inspect", "SOURCE",
+	"      list tensors of the source, or of the target view through mappings\n"
+	"      (keys, dtypes, shapes, groups: no tensor data is read)\n",
+	inspect_opts, 1};
+
 int ck_cmd_inspect(int argc, char **argv)
 {
-	const char *source = NULL, *expect = NULL, *explain = NULL;
+	const char *source = NULL, *expect = NULL, *explain = NULL, *val;
 	struct ck_view_args va = {.rank = -1};
 	struct ck_gguf_opts gopt = {0};
-	int json = 0, groups = 0, ioplan = 0, r;
+	int json = 0, groups = 0, ioplan = 0, id;
 	struct ck_err err;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			json = 1;
-		else if (!strcmp(argv[i], "--groups"))
-			groups = 1;
-		else if (!strcmp(argv[i], "--io-plan"))
-			ioplan = 1;
-		else if (!strcmp(argv[i], "--format") || !strcmp(argv[i], "--gguf-pre") ||
-			 !strcmp(argv[i], "--gguf-vocab")) {
-			const char *o = argv[i];
-			if (i + 1 >= argc)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", o), &err));
-			const char *val = argv[++i];
-			if (!strcmp(o, "--format") ? ck_gguf_parse_format(val, &gopt, &err) < 0
-			    : !strcmp(o, "--gguf-pre") ? (gopt.pre = val, 0)
-			    : strcmp(val, "none") ? ck_fail(&err, CK_E_USAGE, "--gguf-vocab: only none") < 0
-						  : (gopt.vocab_none = 1, 0))
-				return ck_cli_report(&err);
-		} else if (!strcmp(argv[i], "--explain")) {
-			if (i + 1 >= argc)
-				return ck_cli_report(
-					(ck_fail(&err, CK_E_USAGE, "--explain needs KEY or KEY[INDEX]"),
-					 &err));
-			explain = argv[++i];
-		} else if (!strcmp(argv[i], "--expect")) {
-			if (i + 1 >= argc)
-				return ck_cli_report(
-					(ck_fail(&err, CK_E_USAGE, "--expect needs a file of keys"),
-					 &err));
-			expect = argv[++i];
-		}
-		else if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
-			if (r < 0)
-				return ck_cli_report(&err);
-		}
-		else if (argv[i][0] == '-' && argv[i][1])
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "inspect: unknown option %s",
-						      argv[i]),
-					      &err));
-		else if (source)
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-						      "inspect: more than one SOURCE given"),
-					      &err));
-		else
-			source = argv[i];
+	for (int i = 1; (id = ck_cli_next(&ck_verb_inspect, argc, argv, &i, &va, &val, &err));) {
+		if (id == CK_CLI_ERROR)
+			return ck_cli_report(&err);
+		if (id == CK_CLI_OPERAND && source)
+			return ck_cli_report(
+				(ck_fail(&err, CK_E_USAGE, "inspect: more than one SOURCE given"), &err));
+		if (id == CK_CLI_OPERAND)
+			source = val;
+		json |= id == I_JSON;
+		groups |= id == I_GROUPS;
+		ioplan |= id == I_IOPLAN;
+		explain = id == I_EXPLAIN ? val : explain;
+		expect = id == I_EXPECT ? val : expect;
+		gopt.pre = id == I_GGUF_PRE ? val : gopt.pre;
+		if ((id == I_FORMAT && ck_gguf_parse_format(val, &gopt, &err) < 0) ||
+		    (id == I_GGUF_VOCAB && strcmp(val, "none") &&
+		     ck_fail(&err, CK_E_USAGE, "--gguf-vocab: only none") < 0))
+			return ck_cli_report(&err);
+		gopt.vocab_none |= id == I_GGUF_VOCAB;
 	}
 	if (!source)
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "usage: ckptfs inspect SOURCE [--mapping MAP]... [--json] "
-					      "[--groups] [--expect KEYS.json] [--io-plan] [--mesh AXES --rank R | "
-					      "--shard-groups] [--state params|optimizer|all] [--format gguf[:TYPE]]"),
-				      &err));
+		return ck_cli_report((ck_cli_usage_error(&ck_verb_inspect, &err), &err));
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
 				      &err));

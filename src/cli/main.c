@@ -4,37 +4,46 @@
 
 #include "ckptfs_config.h"
 #include "cli.h"
+#include "opts.h"
 
-/* One entry a verb: its synopsis and what it does. `ckptfs help` prints
- * them all, `ckptfs VERB --help` its own (mount has a longer one). */
+/* One entry a verb: its table (options, synopsis and what it does come
+ * from it) or, for the verbs not moved to a table yet, its text. `ckptfs
+ * help` prints them all, `ckptfs VERB --help` its own with its options
+ * (mount has a longer one). */
 static const struct verb_help {
 	const char *verb, *text;
+	const struct ck_cli_verb *table;
 } verbs[] = {
-	{"inspect", "  inspect SOURCE [--mapping MAP]... [--json] [--groups] [--expect KEYS.json]\n"
-		    "          [--io-plan] [--explain KEY[INDEX]]\n"
-		    "      list tensors of the source, or of the target view through mappings\n"},
-	{"convert", "  convert SOURCE OUTDIR [--mapping MAP]... [--max-shard-size SIZE]\n"
-		    "          [--dtype DTYPE] [--overwrite] [--threads N] [--no-uring]\n"
-		    "          [--progress|--quiet]\n"
-		    "          [--device cpu|cuda|cuda:N|auto] [--gpu-mem SIZE] [--gpu-min SIZE]\n"
-		    "      write the target view as a safetensors checkpoint (never over the\n"
-		    "      source; an OUTDIR holding a checkpoint only with --overwrite)\n"},
+	{"inspect", NULL, &ck_verb_inspect},
+	{"convert", NULL, &ck_verb_convert},
 	{"mount", "  mount SOURCE MOUNTPOINT [--mapping MAP]... [--device DEV] [-f] [-o OPT,...]\n"
-		  "      serve the target view as files (ckptfs mount --help for options)\n"},
+		  "      serve the target view as files (ckptfs mount --help for options)\n",
+	 NULL},
 	{"diff", "  diff A B [--mapping MAP]... [--atol X] [--rtol Y] [--ulp N] [--json]\n"
-		 "      compare two checkpoints tensor by tensor (B through the mappings)\n"},
+		 "      compare two checkpoints tensor by tensor (B through the mappings)\n",
+	 NULL},
 	{"check-mapping", "  check-mapping MAP --inverse MAP2 (--model llama|gpt2|mixtral | --source SRC)\n"
-			  "      prove MAP then MAP2 gives the source back byte for byte\n"},
+			  "      prove MAP then MAP2 gives the source back byte for byte\n",
+	 NULL},
 	{"mappings", "  mappings [--for SOURCE] [--json]\n"
 		     "      the shipped mappings (--mapping NAME finds them); with --for, which\n"
-		     "      ones apply to a checkpoint\n"},
+		     "      ones apply to a checkpoint\n",
+	 NULL},
 };
+
+static void print_verb(FILE *f, const struct verb_help *v, int options)
+{
+	if (v->table)
+		ck_cli_print_help(f, v->table, options);
+	else
+		fputs(v->text, f);
+}
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: ckptfs COMMAND [ARGS]\ncommands:\n");
 	for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
-		fputs(verbs[k].text, f);
+		print_verb(f, &verbs[k], 0);
 	fprintf(f, "  inspect, convert and mount also take --mesh AXIS=N[,...] --rank R (a\n"
 		   "  per-rank view) or --shard-groups [--world-size N --rank R] (whole groups\n"
 		   "  per process); --mapping takes a file or a shipped mapping's name;\n"
@@ -56,7 +65,8 @@ static int verb_help(const char *cmd, int argc, char **argv)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
 			for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
 				if (!strcmp(verbs[k].verb, cmd)) {
-					printf("usage:\n%s", verbs[k].text);
+					printf("usage:\n");
+					print_verb(stdout, &verbs[k], 1);
 					return 1;
 				}
 	return 0;

@@ -1,0 +1,117 @@
+#include "opts.h"
+
+#include <string.h>
+
+#include "cli.h"
+
+const struct ck_cli_opt ck_cli_view_opts[] = {
+	{1, "--mapping", "MAP", "a mapping file or a shipped mapping's name (repeatable, in order)"},
+	{2, "--mesh", "AXIS=N[,...]", "a tensor-parallel mesh (tp=8, dp=2,tp=4); with --rank"},
+	{3, "--rank", "R", "this process's rank in the mesh or of --shard-groups"},
+	{4, "--ranks", "LIST", "mount: one daemon for these ranks (0-3, 1,5, all, local)"},
+	{5, "--shard-groups", NULL, "whole dependency groups per process (with --world-size)"},
+	{6, "--world-size", "N", "processes of --shard-groups"},
+	{7, "--state", "params|optimizer|all", "the parameters or the optimizer state only"},
+	{8, "--set", "NAME=VALUE", "a config.json value as mappings see it (repeatable)"},
+	{0, NULL, NULL, NULL},
+};
+
+static const struct ck_cli_opt *find(const struct ck_cli_opt *t, const char *name)
+{
+	for (; t && t->id; t++)
+		if (!strcmp(t->name, name))
+			return t;
+	return NULL;
+}
+
+int ck_cli_next(const struct ck_cli_verb *v, int argc, char **argv, int *i,
+		struct ck_view_args *va, const char **val, struct ck_err *err)
+{
+	*val = NULL;
+	if (*i >= argc)
+		return CK_CLI_END;
+	const char *a = argv[*i];
+	const struct ck_cli_opt *o = find(v->opts, a);
+	if (!o && v->view && find(ck_cli_view_opts, a)) {
+		int r = ck_view_arg(va, argc, argv, i, err);
+		++*i;
+		return r < 0 ? CK_CLI_ERROR : CK_CLI_VIEW;
+	}
+	if (!o && a[0] == '-' && a[1]) {
+		ck_fail(err, CK_E_USAGE, "%s: unknown option %s (ckptfs %s --help)", v->name, a,
+			v->name);
+		return CK_CLI_ERROR;
+	}
+	++*i;
+	if (!o) {
+		*val = a;
+		return CK_CLI_OPERAND;
+	}
+	if (o->arg) {
+		if (*i >= argc) {
+			ck_fail(err, CK_E_USAGE, "%s needs a value (%s)", a, o->arg);
+			return CK_CLI_ERROR;
+		}
+		*val = argv[(*i)++];
+	}
+	return o->id;
+}
+
+/* "VERB OPERANDS [--name ARG]...", wrapped at 78 columns (indent > 0) or on
+ * one line; the view options as one "[--mapping MAP]... [VIEW OPTIONS]". */
+static size_t synopsis(char *buf, size_t cap, const struct ck_cli_verb *v, int indent)
+{
+	size_t n = (size_t)snprintf(buf, cap, "%s %s", v->name, v->operands), line = n + 2;
+	for (const struct ck_cli_opt *o = v->opts; o; o = o->id ? o + 1 : NULL) {
+		char one[128];
+		if (o->id)
+			snprintf(one, sizeof one, " [%s%s%s]", o->name, o->arg ? " " : "",
+				 o->arg ? o->arg : "");
+		else if (v->view)
+			snprintf(one, sizeof one, " [--mapping MAP]... [VIEW OPTIONS]");
+		else
+			break;
+		size_t len = strlen(one);
+		if (indent && line + len > 78) {
+			n += (size_t)snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, "\n%*s",
+					      indent, "");
+			line = (size_t)indent;
+		}
+		n += (size_t)snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, "%s", one);
+		line += len;
+	}
+	return n;
+}
+
+int ck_cli_usage_error(const struct ck_cli_verb *v, struct ck_err *err)
+{
+	return ck_fail(err, CK_E_USAGE, "usage: ckptfs %s %s [OPTIONS] (ckptfs %s --help lists them)",
+		       v->name, v->operands, v->name);
+}
+
+static void print_opts(FILE *f, const struct ck_cli_opt *o)
+{
+	for (; o && o->id; o++) {
+		char head[96];
+		snprintf(head, sizeof head, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+		if (strlen(head) > 28)
+			fprintf(f, "    %s\n    %-28s %s\n", head, "", o->help);
+		else
+			fprintf(f, "    %-28s %s\n", head, o->help);
+	}
+}
+
+void ck_cli_print_help(FILE *f, const struct ck_cli_verb *v, int options)
+{
+	char buf[2048];
+	synopsis(buf, sizeof buf, v, 9);
+	fprintf(f, "  %s\n%s", buf, v->what);
+	if (!options)
+		return;
+	fprintf(f, "options:\n");
+	print_opts(f, v->opts);
+	if (v->view) {
+		fprintf(f, "view options:\n");
+		print_opts(f, ck_cli_view_opts);
+	}
+}

@@ -1,0 +1,45 @@
+/* A verb's command line as one table: parsing, its one-line usage and
+ * `ckptfs VERB --help` (and `ckptfs help`) come from the same entries, so
+ * the help cannot drift from what is parsed. */
+#ifndef CK_CLI_OPTS_H
+#define CK_CLI_OPTS_H
+
+#include <stdio.h>
+
+#include "../util/error.h"
+#include "../view/open.h"
+
+struct ck_cli_opt {
+	int id;		  /* the verb's code for it (> 0); 0 ends a table */
+	const char *name; /* "--max-shard-size" */
+	const char *arg;  /* "SIZE"; NULL: a flag */
+	const char *help; /* one line */
+};
+
+struct ck_cli_verb {
+	const char *name;     /* "convert" */
+	const char *operands; /* "SOURCE OUTDIR" */
+	const char *what;     /* what it does, a few short lines */
+	const struct ck_cli_opt *opts;
+	int view; /* also takes the view options (--mapping, --mesh, --rank, ...) */
+};
+
+enum { CK_CLI_END = 0, CK_CLI_OPERAND = -1, CK_CLI_VIEW = -2, CK_CLI_ERROR = -3 };
+
+/* The argument at *i (advanced past it and its value): an option of the
+ * verb's table (its id; *val its value, NULL for a flag), a view option
+ * applied to va (CK_CLI_VIEW), an operand (CK_CLI_OPERAND, *val), the end
+ * (CK_CLI_END) or an unknown option, a missing or bad value (CK_CLI_ERROR,
+ * err set). */
+int ck_cli_next(const struct ck_cli_verb *v, int argc, char **argv, int *i,
+		struct ck_view_args *va, const char **val, struct ck_err *err);
+/* err: "usage: ckptfs VERB OPERANDS [OPTIONS] (ckptfs VERB --help)"; -1. */
+int ck_cli_usage_error(const struct ck_cli_verb *v, struct ck_err *err);
+/* The verb's synopsis and what it does (`ckptfs help`), or with its
+ * options one a line (`ckptfs VERB --help`). */
+void ck_cli_print_help(FILE *f, const struct ck_cli_verb *v, int options);
+
+/* The view options every view-taking verb shares. */
+extern const struct ck_cli_opt ck_cli_view_opts[];
+
+#endif
