@@ -15,47 +15,16 @@
 #include "gguf.h"
 #include "index.h"
 #include "readers.h"
+#include "../util/natsort.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define TORCH_INDEX_NAME "pytorch_model.bin.index.json"
 #define MAX_INDEX_BYTES (256u << 20)
 #define MAX_CONFIG_BYTES (16u << 20)
 
-int ck_natural_cmp(const char *a, const char *b)
+static const char *entry_name(const void *rec)
 {
-	while (*a && *b) {
-		if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
-			while (*a == '0' && a[1] >= '0' && a[1] <= '9')
-				a++;
-			while (*b == '0' && b[1] >= '0' && b[1] <= '9')
-				b++;
-			size_t la = 0, lb = 0;
-			while (a[la] >= '0' && a[la] <= '9')
-				la++;
-			while (b[lb] >= '0' && b[lb] <= '9')
-				lb++;
-			if (la != lb)
-				return la < lb ? -1 : 1;
-			int c = memcmp(a, b, la);
-			if (c)
-				return c;
-			a += la, b += lb;
-			continue;
-		}
-		if (*a != *b)
-			return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
-		a++, b++;
-	}
-	if (*a || *b)
-		return *a ? 1 : -1;
-	return 0;
-}
-
-static int cmp_entry(const void *x, const void *y)
-{
-	const struct ck_catalog_entry *a = x, *b = y;
-	int c = ck_natural_cmp(a->t.name, b->t.name);
-	return c ? c : strcmp(a->t.name, b->t.name);
+	return ((const struct ck_catalog_entry *)rec)->t.name;
 }
 
 void ck_catalog_free(struct ck_catalog *cat)
@@ -212,7 +181,7 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, 
 
 int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err)
 {
-	qsort(cat->entries, cat->n_entries, sizeof *cat->entries, cmp_entry);
+	ck_natural_sort(cat->entries, cat->n_entries, sizeof *cat->entries, entry_name);
 	if (ck_strmap_init(&cat->by_name, cat->n_entries) < 0)
 		return ck_fail_sys(err, ENOMEM, "catalog");
 	for (size_t i = 0; i < cat->n_entries; i++) {
@@ -303,40 +272,46 @@ static int list_weight_files(const char *dir, const char *suffix, char ***names,
 	return 0;
 }
 
-/* With an index, every listed key must be in the file it names and every key
- * of those files must be listed, mapped to that file. */
+/* With an index, every listed key must be in the file it names, listed once,
+ * and every key of those files must be listed, mapped to that file. */
 static int check_against_index(const struct ck_catalog *cat, const struct ck_index *idx,
 			       const char *what, struct ck_err *err)
 {
+	uint8_t *seen = calloc(cat->n_entries / 8 + 1, 1);
+	if (!seen)
+		return ck_fail_sys(err, ENOMEM, "%s", what);
+	int rc = -1;
 	for (size_t i = 0; i < idx->n_entries; i++) {
 		const struct ck_catalog_entry *e = ck_catalog_find(cat, idx->entries[i].key);
 		const char *want = idx->files[idx->entries[i].file];
-		if (!e)
-			return ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" is listed in %s but not in it",
-				       what, idx->entries[i].key, want);
-		if (strcmp(cat->files[e->file].name, want) != 0)
-			return ck_fail(err, CK_E_SOURCE,
-				       "%s: key \"%s\" is listed in %s but stored in %s", what,
-				       idx->entries[i].key, want, cat->files[e->file].name);
+		if (!e) {
+			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" is listed in %s but not in it", what,
+				idx->entries[i].key, want);
+			goto out;
+		}
+		size_t k = (size_t)(e - cat->entries);
+		if (seen[k / 8] >> (k % 8) & 1) {
+			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" listed twice in weight_map", what,
+				idx->entries[i].key);
+			goto out;
+		}
+		seen[k / 8] |= (uint8_t)(1u << (k % 8));
+		if (strcmp(cat->files[e->file].name, want) != 0) {
+			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" is listed in %s but stored in %s",
+				what, idx->entries[i].key, want, cat->files[e->file].name);
+			goto out;
+		}
 	}
-	if (cat->n_entries != idx->n_entries) {
-		/* some file key is not listed: name the first one */
-		struct ck_strmap listed;
-		if (ck_strmap_init(&listed, idx->n_entries) < 0)
-			return ck_fail_sys(err, ENOMEM, "%s", what);
-		for (size_t i = 0; i < idx->n_entries; i++)
-			ck_strmap_put(&listed, idx->entries[i].key, 0, NULL);
-		uint32_t v;
-		size_t i = 0;
-		while (i < cat->n_entries && ck_strmap_get(&listed, cat->entries[i].t.name, &v) == 0)
-			i++;
-		ck_strmap_free(&listed);
-		if (i < cat->n_entries)
-			return ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" in %s is not listed in the index",
-				       what, cat->entries[i].t.name,
-				       cat->files[cat->entries[i].file].name);
-	}
-	return 0;
+	for (size_t k = 0; k < cat->n_entries; k++)
+		if (!(seen[k / 8] >> (k % 8) & 1)) { /* name the first key not listed */
+			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" in %s is not listed in the index",
+				what, cat->entries[k].t.name, cat->files[cat->entries[k].file].name);
+			goto out;
+		}
+	rc = 0;
+out:
+	free(seen);
+	return rc;
 }
 
 static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
@@ -379,6 +354,13 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 		have_index = 1;
 		names = idx.files;
 		n_names = idx.n_files;
+		/* room for every listed key at once: no regrowth of ~200 B entries */
+		if (!(cat->entries = malloc((idx.n_entries ? idx.n_entries : 1) *
+					    sizeof *cat->entries))) {
+			ck_fail_sys(err, ENOMEM, "%s", dir);
+			goto out;
+		}
+		cat->cap_entries = idx.n_entries;
 		if (n_names == 0) {
 			ck_fail(err, CK_E_SOURCE, "%s: weight_map is empty", index_path);
 			goto out;

@@ -90,7 +90,5 @@ int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err);
 int ck_looks_safetensors(const unsigned char *p, size_t n, uint64_t size);
 const char *ck_sniff_other(const unsigned char *p, size_t n);
 
-/* Natural order: digit runs compare as numbers ("layers.2" < "layers.10"). */
-int ck_natural_cmp(const char *a, const char *b);
 
 #endif

@@ -36,7 +36,7 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 	if (!root)
 		return -1;
 	int rc = -1;
-	struct ck_strmap keys = {0}, files = {0};
+	struct ck_strmap files = {0};
 	const cJSON *wm = NULL;
 	if (!cJSON_IsObject(root)) {
 		ck_fail(err, CK_E_SOURCE, "%s: not a JSON object", what);
@@ -58,12 +58,11 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 	size_t n = (size_t)cJSON_GetArraySize(wm);
 	out->entries = calloc(n ? n : 1, sizeof *out->entries);
 	out->files = calloc(n ? n : 1, sizeof *out->files);
-	if (!out->entries || !out->files || ck_strmap_init(&keys, n) < 0 ||
-	    ck_strmap_init(&files, 16) < 0) {
+	if (!out->entries || !out->files || ck_strmap_init(&files, 16) < 0) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
 	}
-	for (const cJSON *c = wm->child; c; c = c->next) {
+	for (cJSON *c = wm->child; c; c = c->next) {
 		if (!cJSON_IsString(c)) {
 			ck_fail(err, CK_E_SOURCE, "%s: weight_map[\"%s\"] is not a string", what,
 				c->string);
@@ -77,18 +76,16 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 				what, c->string, fname);
 			goto out;
 		}
-		int r = ck_strmap_put(&keys, c->string, 0, NULL);
-		if (r == 1) {
-			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" listed twice in weight_map", what,
-				c->string);
-			goto out;
-		}
+		/* shards list their keys together: most entries name the file
+		 * the one before did */
 		uint32_t fi = (uint32_t)out->n_files, existing;
-		if (r < 0 || (r = ck_strmap_put(&files, fname, fi, &existing)) < 0) {
+		int r = 0;
+		if (out->n_entries && !strcmp(fname, out->files[out->entries[out->n_entries - 1].file])) {
+			fi = out->entries[out->n_entries - 1].file;
+		} else if ((r = ck_strmap_put(&files, fname, fi, &existing)) < 0) {
 			ck_fail_sys(err, ENOMEM, "%s", what);
 			goto out;
-		}
-		if (r == 1) {
+		} else if (r == 1) {
 			fi = existing;
 		} else {
 			if (!(out->files[out->n_files] = strdup(fname))) {
@@ -98,16 +95,13 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 			out->n_files++;
 		}
 		struct ck_index_entry *e = &out->entries[out->n_entries];
-		if (!(e->key = strdup(c->string))) {
-			ck_fail_sys(err, ENOMEM, "%s", what);
-			goto out;
-		}
+		e->key = c->string; /* taken from the tree: cJSON_Delete skips a NULL name */
+		c->string = NULL;
 		e->file = fi;
 		out->n_entries++;
 	}
 	rc = 0;
 out:
-	ck_strmap_free(&keys);
 	ck_strmap_free(&files);
 	cJSON_Delete(root);
 	if (rc < 0)

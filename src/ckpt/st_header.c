@@ -283,7 +283,9 @@ static int entry_fields(struct p *p, const char *key, struct fields *f)
 				return -1;
 			f->dt_string = 1;
 			f->dt_long = p->str_len >= sizeof f->dt;
-			snprintf(f->dt, sizeof f->dt, "%s", p->str);
+			size_t k = f->dt_long ? sizeof f->dt - 1 : p->str_len; /* truncated copy */
+			memcpy(f->dt, p->str, k);
+			f->dt[k] = '\0';
 		} else if ((which == 2 || which == 3) && c == '[') {
 			p->i++;
 			if (which == 2) {

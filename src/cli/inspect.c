@@ -36,14 +36,44 @@ static void fput_shape(FILE *f, int ndim, const int64_t *shape, const char *sep)
 	fputc(']', f);
 }
 
+/* "[a, b, c]" (called twice per row of a 100k-key listing: no printf) */
 static int shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 {
-	size_t k = (size_t)snprintf(buf, n, "[");
-	for (int d = 0; d < ndim && k < n; d++)
-		k += (size_t)snprintf(buf + k, n - k, "%s%" PRId64, d ? ", " : "", shape[d]);
-	if (k < n)
-		k += (size_t)snprintf(buf + k, n - k, "]");
+	char tmp[CK_MAX_DIMS * 22 + 4];
+	size_t k = 0;
+	tmp[k++] = '[';
+	for (int d = 0; d < ndim && d < CK_MAX_DIMS; d++) {
+		if (d)
+			tmp[k++] = ',', tmp[k++] = ' ';
+		char dig[24];
+		int nd = 0;
+		uint64_t v = shape[d] < 0 ? 0 - (uint64_t)shape[d] : (uint64_t)shape[d];
+		do
+			dig[nd++] = (char)('0' + v % 10);
+		while (v /= 10);
+		if (shape[d] < 0)
+			tmp[k++] = '-';
+		while (nd)
+			tmp[k++] = dig[--nd];
+	}
+	tmp[k++] = ']';
+	tmp[k] = '\0';
+	if (n) {
+		size_t c = k < n ? k : n - 1;
+		memcpy(buf, tmp, c);
+		buf[c] = '\0';
+	}
 	return (int)k;
+}
+
+/* s left-aligned in w columns (printf's %-*s without the format parsing: a
+ * 100k-key listing prints 300k of these) */
+static void put_padded(const char *s, int w)
+{
+	size_t n = strlen(s);
+	fwrite(s, 1, n, stdout);
+	for (int k = (int)n; k < w; k++)
+		putchar(' ');
 }
 
 static void rows_of(const struct ck_view *v, int target_view, struct row *rows, size_t *n)
@@ -279,8 +309,9 @@ static int safe_len(const char *s)
 static void put_name(const char *s, int w)
 {
 	ck_fput_safe(stdout, s);
-	for (int k = safe_len(s); k < w; k++)
-		putchar(' ');
+	int k = safe_len(s);
+	if (k < w)
+		printf("%*s", w - k, "");
 }
 
 static void print_left_out(const struct ck_catalog *cat)
@@ -339,8 +370,22 @@ static void print_table(const struct ck_view *v, const struct row *rows, size_t 
 	for (size_t i = 0; i < n; i++) {
 		shape_str(shape, sizeof shape, rows[i].ndim, rows[i].shape);
 		put_name(rows[i].name, wn);
-		printf("  %-11s  %-*s  %14" PRIu64 "  ", ck_dtype_name(rows[i].dtype), ws, shape,
-		       rows[i].bytes);
+		char num[24]; /* "%14" PRIu64, by hand */
+		int at = (int)sizeof num - 1;
+		num[at] = '\0';
+		uint64_t b = rows[i].bytes;
+		do
+			num[--at] = (char)('0' + b % 10);
+		while (b /= 10);
+		while (at > (int)sizeof num - 1 - 14)
+			num[--at] = ' ';
+		fputs("  ", stdout);
+		put_padded(ck_dtype_name(rows[i].dtype), 11);
+		fputs("  ", stdout);
+		put_padded(shape, ws);
+		fputs("  ", stdout);
+		fputs(num + at, stdout);
+		fputs("  ", stdout);
 		ck_fput_safe(stdout, rows[i].file);
 		putchar('\n');
 		total += rows[i].bytes;

@@ -1,5 +1,7 @@
 #include "pattern.h"
 
+#include "keyshape.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -23,7 +25,8 @@ static int add_tok(struct ck_pattern *p, char *lit, char *name, enum ck_cap_type
 	if (!n)
 		return -1;
 	p->tok = n;
-	p->tok[p->n++] = (struct ck_ptok){lit, name, t};
+	p->tok[p->n++] = (struct ck_ptok){lit, lit ? strlen(lit) : 0, name, t};
+	p->min_len += lit ? strlen(lit) : 1;
 	return 0;
 }
 
@@ -122,6 +125,7 @@ int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *er
 		}
 	}
 	free(lit);
+	p->shape_exact = ck_pattern_shape_exact(p);
 	return 0;
 nomem:
 	ck_fail_sys(err, ENOMEM, "pattern");
@@ -193,17 +197,15 @@ static int cap_char_ok(enum ck_cap_type t, char c)
 	return 1;
 }
 
-static void unbind_from(struct ck_binding *b, int k)
-{
-	while (b->n > k)
-		free(b->val[--b->n]);
-}
-
 struct mstate {
 	const struct ck_pattern *p;
 	const char *key;
 	size_t len;
-	struct ck_binding *b;
+	/* the captures bound so far, as spans of the key: nothing is copied
+	 * until the whole key has matched */
+	int n_cap;
+	const char *cap_name[CK_MAX_CAPTURES];
+	size_t cap_pos[CK_MAX_CAPTURES], cap_len[CK_MAX_CAPTURES];
 	size_t steps, budget;
 	uint8_t *failed; /* bit (ti, pos): tokens ti.. cannot match key+pos */
 };
@@ -223,14 +225,13 @@ static int note_failed(struct mstate *m, int ti, size_t pos)
 	return 0;
 }
 
-/* Backtracking matcher; captures go into b as they bind. 1 match, 0 none.
- * A capture appears once in a pattern, so the outcome of (ti, pos) does not
- * depend on the bindings made before it: a failed state never needs a
- * second try. */
+/* Backtracking matcher; captures are noted as spans as they bind. 1 match,
+ * 0 none. A capture appears once in a pattern, so the outcome of (ti, pos)
+ * does not depend on the bindings made before it: a failed state never needs
+ * a second try. */
 static int match_from(struct mstate *m, int ti, size_t pos)
 {
 	const struct ck_pattern *p = m->p;
-	struct ck_binding *b = m->b;
 	const char *s = m->key + pos;
 	if (ti == p->n)
 		return *s == '\0';
@@ -243,10 +244,9 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 	}
 	const struct ck_ptok *t = &p->tok[ti];
 	if (t->lit) {
-		size_t n = strlen(t->lit);
-		if (strncmp(s, t->lit, n) != 0)
+		if (m->len - pos < t->lit_len || memcmp(s, t->lit, t->lit_len) != 0)
 			return 0;
-		int r = match_from(m, ti + 1, pos + n);
+		int r = match_from(m, ti + 1, pos + t->lit_len);
 		return r ? r : note_failed(m, ti, pos);
 	}
 	size_t max = 0;
@@ -259,19 +259,16 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 			continue;
 		if (known_failed(m, ti + 1, pos + len))
 			continue;
-		if (b->n == CK_MAX_CAPTURES)
+		if (m->n_cap == CK_MAX_CAPTURES)
 			return -1;
-		char *v = strndup(s, len);
-		if (!v)
-			return -1;
-		int k = b->n;
-		b->name[k] = t->name;
-		b->val[k] = v;
-		b->n++;
+		int k = m->n_cap++;
+		m->cap_name[k] = t->name;
+		m->cap_pos[k] = pos;
+		m->cap_len[k] = len;
 		int r = match_from(m, ti + 1, pos + len);
 		if (r != 0)
 			return r;
-		unbind_from(b, k);
+		m->n_cap = k;
 	}
 	return note_failed(m, ti, pos);
 }
@@ -279,13 +276,27 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
 {
 	b->n = 0;
-	struct mstate m = {p, key, strlen(key), b, 0, 0, NULL};
+	size_t len = strlen(key);
+	/* most keys are ruled out by the literal text the pattern ends with */
+	if (len < p->min_len ||
+	    (p->n && p->tok[p->n - 1].lit &&
+	     memcmp(key + len - p->tok[p->n - 1].lit_len, p->tok[p->n - 1].lit,
+		    p->tok[p->n - 1].lit_len) != 0))
+		return 0;
+	struct mstate m; /* the capture arrays are written before they are read */
+	m.p = p, m.key = key, m.len = len, m.n_cap = 0, m.steps = 0, m.failed = NULL;
 	/* plain backtracking first: almost every key settles in a few steps */
 	m.budget = 4 * ((size_t)p->n + m.len) + 64;
 	int r = match_from(&m, 0, 0);
 	free(m.failed);
-	if (r <= 0)
-		ck_binding_clear(b);
+	for (int k = 0; r > 0 && k < m.n_cap; k++) {
+		if (!(b->val[k] = strndup(key + m.cap_pos[k], m.cap_len[k]))) {
+			ck_binding_clear(b);
+			return -1;
+		}
+		b->name[k] = m.cap_name[k];
+		b->n = k + 1;
+	}
 	return r;
 }
 

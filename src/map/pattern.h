@@ -16,6 +16,7 @@ enum ck_cap_type { CK_CAP_SEG, CK_CAP_INT, CK_CAP_PATH };
 
 struct ck_ptok {
 	char *lit;  /* literal text, or NULL for a capture */
+	size_t lit_len;
 	char *name; /* capture name */
 	enum ck_cap_type type;
 };
@@ -24,6 +25,8 @@ struct ck_pattern {
 	char *text;
 	struct ck_ptok *tok;
 	int n;
+	size_t min_len; /* the shortest key it can match: its literals, a byte per capture */
+	int shape_exact; /* matches a key iff it matches the key's shape (keyshape.h) */
 };
 
 struct ck_binding {

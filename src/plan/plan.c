@@ -4,6 +4,7 @@
 
 #include "../ckpt/ggml_types.h"
 
+#include "../map/keyshape.h"
 #include "../util/json_strict.h"
 #include "shard.h"
 
@@ -21,6 +22,16 @@ struct stage {
 	struct skey *out;
 	size_t n_out, cap_out;
 	struct ck_strmap out_map;
+	struct ck_keyshapes shapes; /* of in[0 .. n_shaped) */
+	size_t n_shaped;
+	/* config.json values looked up so far (a per-key "if" reads the same
+	 * few names once per key) */
+	struct {
+		struct ck_strmap map;
+		char **name;
+		struct ck_xval *v; /* XV_NONE: absent */
+		size_t n, cap;
+	} cfg;
 	struct ck_xval *params;
 	int n_params;
 	int lenient; /* optimizer state: a rule matching nothing is fine */
@@ -124,6 +135,46 @@ int ck_config_value(const cJSON *cfg, const char *name, struct ck_xval *out, str
 		       name);
 }
 
+/* ck_config_value through the stage's cache: 1 absent, 0 found, -1 error */
+static int cached_config_value(struct stage *st, const char *name, struct ck_xval *out,
+			       struct ck_err *err)
+{
+	uint32_t i;
+	if (st->cfg.map.cap && ck_strmap_get(&st->cfg.map, name, &i) == 0) {
+		if (st->cfg.v[i].kind == XV_NONE)
+			return 1;
+		return ck_xval_copy(out, &st->cfg.v[i], err);
+	}
+	struct ck_xval v = {0};
+	int r = ck_config_value(st->cat->config, name, &v, err);
+	if (r < 0)
+		return -1;
+	if (st->cfg.n == st->cfg.cap) { /* remember it; a failure here only costs speed */
+		size_t c = st->cfg.cap ? 2 * st->cfg.cap : 8;
+		char **nn = realloc(st->cfg.name, c * sizeof *nn);
+		if (nn)
+			st->cfg.name = nn;
+		struct ck_xval *nv = nn ? realloc(st->cfg.v, c * sizeof *nv) : NULL;
+		if (nv)
+			st->cfg.v = nv, st->cfg.cap = c;
+	}
+	char *dup = st->cfg.n < st->cfg.cap ? strdup(name) : NULL;
+	struct ck_xval keep = {0};
+	if (dup && (!st->cfg.map.cap ? ck_strmap_init(&st->cfg.map, 8) : 0) == 0 &&
+	    (r == 1 || ck_xval_copy(&keep, &v, err) == 0) &&
+	    ck_strmap_put(&st->cfg.map, dup, (uint32_t)st->cfg.n, NULL) == 0) {
+		st->cfg.name[st->cfg.n] = dup;
+		st->cfg.v[st->cfg.n++] = keep;
+	} else {
+		ck_xval_free(&keep);
+		free(dup);
+	}
+	if (r == 1)
+		return 1;
+	*out = v;
+	return 0;
+}
+
 struct pctx {
 	struct stage *st;
 	int upto; /* params visible: [0, upto) */
@@ -136,7 +187,7 @@ static int param_lookup(void *vctx, const char *name, struct ck_xval *out, struc
 	if (c->upto > 0 && ck_strmap_get(&c->st->m->param_index, name, &i) == 0 &&
 	    (int)i < c->upto)
 		return ck_xval_copy(out, &c->st->params[i], err);
-	return ck_config_value(c->st->cat->config, name, out, err);
+	return cached_config_value(c->st, name, out, err);
 }
 
 struct env {
@@ -273,6 +324,9 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 			free(name);
 			return -1;
 		}
+	} else if (r->n_out == 1 && !r->for_name) { /* a rename: its input is used once */
+		v = env->inputs[0];
+		env->inputs[0] = (struct ck_xval){0};
 	} else if (ck_xval_copy(&v, &env->inputs[0], st->err) < 0) {
 		free(name);
 		return -1;
@@ -470,9 +524,23 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 	size_t nm = 0, cap = 0;
 	int rc = -1;
 	size_t n_keys = st->n_in; /* keys produced by this rule are not its inputs */
+	struct ck_shape_memo memo = {0};
+	for (; st->n_shaped < n_keys; st->n_shaped++)
+		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name,
+				    &st->in[st->n_shaped].shape) < 0) {
+			nomem(st->err);
+			goto out;
+		}
 	for (size_t i = 0; i < n_keys; i++) {
 		struct skey *k = &st->in[i];
 		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
+			continue;
+		int maybe = ck_shape_may_match(&r->in[0].pat, &st->shapes, k->shape, &memo);
+		if (maybe < 0) {
+			nomem(st->err);
+			goto out;
+		}
+		if (!maybe)
 			continue;
 		struct match m = {0};
 		int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
@@ -508,8 +576,10 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 		ms[nm++] = m;
 	}
 	if (nm == 0) {
-		if (r->optional || st->lenient)
-			return 0;
+		if (r->optional || st->lenient) {
+			rc = 0;
+			goto out;
+		}
 		ck_fail(st->err, CK_E_MAPPING, "matches no %skey",
 			st->m == NULL ? "" : "unconsumed ");
 		rc = rule_fail(st, r, NULL);
@@ -615,6 +685,7 @@ out:
 		free(ms[i].group);
 	}
 	free(ms);
+	ck_shape_memo_free(&memo);
 	return rc;
 }
 
@@ -687,6 +758,14 @@ static void stage_free(struct stage *st)
 	ck_plan_keys_free(st->out, st->n_out);
 	ck_strmap_free(&st->in_map);
 	ck_strmap_free(&st->out_map);
+	ck_keyshapes_free(&st->shapes);
+	for (size_t i = 0; i < st->cfg.n; i++) {
+		free(st->cfg.name[i]);
+		ck_xval_free(&st->cfg.v[i]);
+	}
+	free(st->cfg.name);
+	free(st->cfg.v);
+	ck_strmap_free(&st->cfg.map);
 	for (int i = 0; i < st->n_params; i++)
 		ck_xval_free(&st->params[i]);
 	free(st->params);

@@ -9,6 +9,7 @@
 
 #include "optstate.h"
 #include "shard_int.h"
+#include "../util/natsort.h"
 
 /* The integer value of a capture, or -1 if it is not a decimal integer. */
 static int64_t capture_int(const struct ck_binding *b, const char *name)

@@ -122,26 +122,36 @@ int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err
 	struct ck_mesh none = {0};
 	int64_t coord[CK_MAX_AXES] = {0};
 	struct req_ctx rc = {&none, p->cat->config, coord};
+	/* the multiple depends on the rule and the config only: once per rule */
+	int64_t *mults = calloc((size_t)rules->n_parts, sizeof *mults);
+	if (!mults)
+		return ck_fail_sys(err, ENOMEM, "%s", rules->path);
+	int ret = -1;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		const struct ck_partition *pr = partition_of(rules, t);
-		int64_t mult;
 		if (!pr || !pr->pad_to)
 			continue;
-		if (pr->ndim != t->v.ndim)
-			return ck_fail(err, CK_E_MAPPING,
-				       "%s: partition rule %d: spec has %d dims but target \"%s\" has %d",
-				       rules->path, pr->index, pr->ndim, t->name, t->v.ndim);
-		if (pad_multiple(pr, &rc, rules->path, &mult, err) < 0)
-			return -1;
+		if (pr->ndim != t->v.ndim) {
+			ck_fail(err, CK_E_MAPPING,
+				"%s: partition rule %d: spec has %d dims but target \"%s\" has %d",
+				rules->path, pr->index, pr->ndim, t->name, t->v.ndim);
+			goto out;
+		}
+		int64_t *mult = &mults[pr - rules->parts];
+		if (!*mult && pad_multiple(pr, &rc, rules->path, mult, err) < 0)
+			goto out;
 		for (int d = 0; d < t->v.ndim; d++) {
-			int64_t S = t->v.shape[d];
-			if (pr->spec[d] && pr->blocks[d] == 1 && S % mult &&
-			    ck_value_pad(&t->v, d, (S + mult - 1) / mult * mult, err) < 0)
-				return -1;
+			int64_t S = t->v.shape[d], m = *mult;
+			if (pr->spec[d] && pr->blocks[d] == 1 && S % m &&
+			    ck_value_pad(&t->v, d, (S + m - 1) / m * m, err) < 0)
+				goto out;
 		}
 	}
-	return ck_plan_refresh(p, err);
+	ret = ck_plan_refresh(p, err);
+out:
+	free(mults);
+	return ret;
 }
 
 /* Shard one target along the rule; fills info. */

@@ -6,6 +6,7 @@
 #include "plan_int.h"
 
 #include "../ckpt/ggml_types.h"
+#include "../util/natsort.h"
 #include "shard.h"
 
 #include <errno.h>
@@ -66,11 +67,9 @@ const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name)
 	return ck_strmap_get(&p->by_name, name, &i) == 0 ? &p->t[i] : NULL;
 }
 
-static int cmp_target(const void *a, const void *b)
+static const char *target_name(const void *rec)
 {
-	const struct ck_target *x = a, *y = b;
-	int c = ck_natural_cmp(x->name, y->name);
-	return c ? c : strcmp(x->name, y->name);
+	return ((const struct ck_target *)rec)->name;
 }
 
 static uint32_t uf_find(uint32_t *par, uint32_t x)
@@ -154,7 +153,7 @@ static int build_groups(struct ck_plan *p, struct ck_err *err)
 
 int ck_plan_finish(struct ck_plan *p, struct ck_err *err)
 {
-	qsort(p->t, p->n, sizeof *p->t, cmp_target);
+	ck_natural_sort(p->t, p->n, sizeof *p->t, target_name);
 	if (ck_strmap_init(&p->by_name, p->n) < 0)
 		return nomem(err);
 	p->total_bytes = 0;

@@ -104,11 +104,13 @@ size_t ck_escape_controls(const char *s, char *out, size_t cap)
 
 void ck_fput_safe(FILE *f, const char *s)
 {
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c < 0x20 || c == 0x7f)
-			fprintf(f, "\\x%02x", c);
-		else
-			fputc(c, f);
+	while (*s) {
+		size_t n = 0; /* a run of printable bytes goes out in one write */
+		while (s[n] && (unsigned char)s[n] >= 0x20 && (unsigned char)s[n] != 0x7f)
+			n++;
+		fwrite(s, 1, n, f);
+		s += n;
+		if (*s)
+			fprintf(f, "\\x%02x", (unsigned char)*s++);
 	}
 }

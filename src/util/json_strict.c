@@ -54,6 +54,10 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 		if (c == '"') {
 			i++;
 			while (i < len && s[i] != '"') {
+				if (s[i] > 0 && s[i] < 0x80 && s[i] != '\\') { /* plain ASCII */
+					i++;
+					continue;
+				}
 				if (s[i] == 0)
 					return ck_fail(err, kind, "%s: NUL byte at offset %zu", what, i);
 				if (s[i] == '\\') {
@@ -103,7 +107,7 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 					       what, start);
 			continue;
 		}
-		size_t l = utf8_seq(s + i, len - i);
+		size_t l = c < 0x80 ? 1 : utf8_seq(s + i, len - i);
 		if (!l)
 			return ck_fail(err, kind, "%s: invalid UTF-8 at offset %zu", what, i);
 		i += l;

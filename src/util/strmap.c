@@ -11,6 +11,28 @@ uint64_t ck_hash_str(const char *s)
 	return h;
 }
 
+/* The map's own hash: eight bytes per step (keys of a large checkpoint run
+ * 40-80 bytes and are hashed several times each while planning), mixed so
+ * that the low bits, which pick the slot, depend on every byte. Not
+ * ck_hash_str: that one is part of the served names and stays FNV-1a. */
+static uint32_t map_hash(const char *s)
+{
+	size_t n = strlen(s);
+	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
+	for (; n >= 8; s += 8, n -= 8) {
+		uint64_t w;
+		memcpy(&w, s, 8);
+		h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+		h ^= h >> 31;
+	}
+	uint64_t w = 0;
+	memcpy(&w, s, n);
+	h = (h ^ w) * 0x94d049bb133111ebULL;
+	h ^= h >> 29;
+	h *= 0xbf58476d1ce4e5b9ULL;
+	return (uint32_t)(h ^ (h >> 32));
+}
+
 int ck_strmap_init(struct ck_strmap *m, size_t expected)
 {
 	size_t cap = 16;
@@ -64,7 +86,7 @@ int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *
 {
 	if ((m->len + 1) * 2 > m->cap && grow(m) < 0)
 		return -1;
-	uint32_t h = (uint32_t)ck_hash_str(key);
+	uint32_t h = map_hash(key);
 	size_t i = slot_of(m, key, h);
 	if (m->slots[i].key) {
 		if (existing)
@@ -80,7 +102,7 @@ int ck_strmap_get(const struct ck_strmap *m, const char *key, uint32_t *val)
 {
 	if (!m->cap)
 		return -1;
-	size_t i = slot_of(m, key, (uint32_t)ck_hash_str(key));
+	size_t i = slot_of(m, key, map_hash(key));
 	if (!m->slots[i].key)
 		return -1;
 	*val = m->slots[i].val;

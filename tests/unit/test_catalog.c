@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt/catalog.h"
+#include "util/natsort.h"
 #include "testutil.h"
 
 static char *dir;
@@ -233,6 +234,63 @@ START_TEST(natural_order)
 }
 END_TEST
 
+struct named {
+	char name[24];
+	int payload; /* moves with its name */
+};
+
+static const char *named_name(const void *r)
+{
+	return ((const struct named *)r)->name;
+}
+
+static int cmp_named_ref(const void *x, const void *y)
+{
+	const struct named *a = x, *b = y;
+	int c = ck_natural_cmp(a->name, b->name);
+	return c ? c : strcmp(a->name, b->name);
+}
+
+/* The encoded sort against qsort with the comparator, on names built to hit
+ * the edges: digit runs with leading zeros, runs longer than 8 digits, runs
+ * next to letters, dots and bytes above 0x7f, prefixes of each other. */
+START_TEST(natural_sort_matches_comparator)
+{
+	static const char alpha[] = {'0', '0', '1', '7', '9', 'a', 'z', '.', '_', (char)0xc3,
+				     '/', 'A', '5'};
+	unsigned seed = 12345;
+	for (int round = 0; round < 200; round++) {
+		size_t n = 1 + (size_t)(round * 7 % 300);
+		struct named *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+		ck_assert_ptr_nonnull(a);
+		ck_assert_ptr_nonnull(b);
+		for (size_t i = 0; i < n; i++) {
+			seed = seed * 1103515245u + 12345u;
+			int len = (int)(seed >> 16) % 20;
+			for (int k = 0; k < len; k++) {
+				seed = seed * 1103515245u + 12345u;
+				a[i].name[k] = alpha[(seed >> 16) % sizeof alpha];
+			}
+			if (i > 0 && seed % 5 == 0) /* a prefix of an earlier name */
+				memcpy(a[i].name, a[i - 1].name, (size_t)len), a[i].name[len / 2] = 0;
+			a[i].payload = (int)i;
+		}
+		memcpy(b, a, n * sizeof *a);
+		qsort(b, n, sizeof *b, cmp_named_ref);
+		ck_natural_sort(a, n, sizeof *a, named_name);
+		for (size_t i = 0; i < n; i++) {
+			ck_assert_str_eq(a[i].name, b[i].name);
+			if ((i && !strcmp(a[i].name, a[i - 1].name)) ||
+			    (i + 1 < n && !strcmp(a[i].name, a[i + 1].name)))
+				continue; /* equal names: either payload order */
+			ck_assert_int_eq(a[i].payload, b[i].payload);
+		}
+		free(a);
+		free(b);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -249,6 +307,7 @@ int main(void)
 	tcase_add_test(tc, non_regular_refused);
 	tcase_add_test(tc, config_loaded_and_validated);
 	tcase_add_test(tc, natural_order);
+	tcase_add_test(tc, natural_sort_matches_comparator);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }

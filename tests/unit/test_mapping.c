@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ckpt/catalog.h"
+#include "map/keyshape.h"
 #include "map/mapping.h"
 #include "plan/plan.h"
 #include "testutil.h"
@@ -188,6 +189,58 @@ static const struct ck_target *find(const struct ck_plan *p, const char *name)
 	return t;
 }
 
+/* The shape memo may only skip keys the pattern does not match, and for a
+ * shape-exact pattern its verdict is the real match's (the reference: the
+ * matcher on the key itself). */
+START_TEST(key_shapes)
+{
+	static const char *pats[] = {
+	    "model.layers.{L}.mlp.experts.{E}.{w}", "model.layers.{L:int}.{rest:path}",
+	    "layers.0.{x}",	"mlp.linear_fc1.{w}", "{a:int}.b",	 "h.{L}.attn.c_attn.{w}",
+	    "x.{p:path}",	"{a}1",		      "{a}.1b.{c}",	 "fc.{n:int}x",
+	    "e{n:int}.w",	"{a}.{b}",	      "a..{b}",		 "{x:int}",
+	    "w",		"0.{a}",	      "{p:path}.007",	 "t.{a}_{b:int}.z"};
+	static const char *keys[] = {
+	    "model.layers.3.mlp.experts.17.up_proj.weight", "model.layers.003.mlp.experts.0.w",
+	    "layers.0.q", "layers.12.q", "mlp.linear_fc1.weight", "mlp.linear_fc12.weight",
+	    "5.b", "05.b", "x.b", "h.11.attn.c_attn.bias", "x.1.2.3", "x.", "21", "2", "a1", "a.1b.c",
+	    "a.12.c", "fc.3x", "fc.x", "e7.w", "e.w", "1.2", "a..b", "a..7", "7", "0", "w", "0.q",
+	    "00.q", "9.007", "9.7", "t.q_5.z", "t.4_5.z", "t.q.z", "", ".", "..", "1..2"};
+	struct ck_keyshapes ks = {0};
+	size_t npat = sizeof pats / sizeof *pats, nkey = sizeof keys / sizeof *keys;
+	int exact = 0, skipped = 0;
+	for (size_t i = 0; i < npat; i++) {
+		struct ck_pattern p;
+		struct ck_err err = {0};
+		ck_assert_msg(ck_pattern_compile(pats[i], &p, &err) == 0, "%s: %s", pats[i], err.msg);
+		exact += p.shape_exact;
+		struct ck_shape_memo memo = {0};
+		for (size_t k = 0; k < nkey; k++) {
+			uint32_t id;
+			ck_assert_int_eq(ck_keyshapes_id(&ks, keys[k], &id), 0);
+			struct ck_binding b;
+			int real = ck_pattern_match(&p, keys[k], &b);
+			ck_binding_clear(&b);
+			int may = ck_shape_may_match(&p, &ks, id, &memo);
+			ck_assert_int_ge(may, 0);
+			if (!may)
+				skipped++;
+			ck_assert_msg(may || !real, "pattern %s, key %s: skipped a match", pats[i],
+				      keys[k]);
+			if (p.shape_exact)
+				ck_assert_msg(may == real, "pattern %s, key %s: shape says %d, key %d",
+					      pats[i], keys[k], may, real);
+		}
+		ck_shape_memo_free(&memo);
+		ck_pattern_free(&p);
+	}
+	/* digit-only literal runs ("layers.0.", "{a}1", "0.{a}", ".007") are not shape-exact */
+	ck_assert_int_eq(exact, (int)npat - 4);
+	ck_assert_int_gt(skipped, 100);
+	ck_keyshapes_free(&ks);
+}
+END_TEST
+
 START_TEST(plans)
 {
 	struct ck_err err;
@@ -290,6 +343,7 @@ int main(void)
 	tcase_add_test(tc, plan_errors);
 	tcase_add_test(tc, builtin_errors);
 	tcase_add_test(tc, plans);
+	tcase_add_test(tc, key_shapes);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
