@@ -8,65 +8,65 @@ static int is_digit(char c)
 	return c >= '0' && c <= '9';
 }
 
-/* key with each non-empty all-digit segment replaced by "0" */
-static char *shape_of(const char *key)
+/* key with each non-empty all-digit segment replaced by "0", into s (room
+ * for strlen(key) + 1) */
+static void shape_into(const char *key, char *s)
 {
-	size_t len = strlen(key), k = 0;
-	char *s = malloc(len + 1);
-	if (!s)
-		return NULL;
-	for (size_t i = 0; i <= len;) {
-		size_t j = i;
-		while (key[j] && key[j] != '.')
-			j++;
-		int digits = j > i;
-		for (size_t t = i; t < j && digits; t++)
-			digits = is_digit(key[t]);
-		if (digits) {
-			s[k++] = '0';
-		} else {
-			memcpy(s + k, key + i, j - i);
-			k += j - i;
+	size_t k = 0, seg = 0;
+	int digits = 1;
+	for (size_t i = 0;; i++) {
+		char c = key[i];
+		if (c == '.' || c == '\0') {
+			if (digits && k > seg) /* a number: one "0" */
+				k = seg, s[k++] = '0';
+			if (!c)
+				break;
+			s[k++] = '.';
+			seg = k, digits = 1;
+			continue;
 		}
-		if (!key[j])
-			break;
-		s[k++] = '.';
-		i = j + 1;
+		digits &= is_digit(c);
+		s[k++] = c;
 	}
 	s[k] = '\0';
-	return s;
 }
 
 int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
 {
 	if (!ks->map.cap && ck_strmap_init(&ks->map, 64) < 0)
 		return -1;
-	char *s = shape_of(key);
+	size_t len = strlen(key);
+	char stack[256], *s = len < sizeof stack ? stack : malloc(len + 1);
 	if (!s)
 		return -1;
+	shape_into(key, s);
 	uint32_t found;
+	int rc = 0;
 	if (ck_strmap_get(&ks->map, s, &found) == 0) {
-		free(s);
 		*id = found;
-		return 0;
+		goto out;
 	}
+	rc = -1;
 	if (ks->n == ks->cap) {
 		size_t c = ks->cap ? ks->cap * 2 : 64;
 		char **n = realloc(ks->shape, c * sizeof *n);
-		if (!n) {
-			free(s);
-			return -1;
-		}
+		if (!n)
+			goto out;
 		ks->shape = n;
 		ks->cap = c;
 	}
-	if (ck_strmap_put(&ks->map, s, (uint32_t)ks->n, NULL) < 0) {
-		free(s);
-		return -1;
+	char *keep = strdup(s);
+	if (!keep || ck_strmap_put(&ks->map, keep, (uint32_t)ks->n, NULL) < 0) {
+		free(keep);
+		goto out;
 	}
-	ks->shape[ks->n] = s;
+	ks->shape[ks->n] = keep;
 	*id = (uint32_t)ks->n++;
-	return 0;
+	rc = 0;
+out:
+	if (s != stack)
+		free(s);
+	return rc;
 }
 
 void ck_keyshapes_free(struct ck_keyshapes *ks)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../map/keyshape.h"
 #include "../util/json_strict.h"
 
 int ck_mesh_parse(const char *text, struct ck_mesh *m, struct ck_err *err)
@@ -70,19 +71,53 @@ int ck_shard_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck
 	return ck_config_value(c->config, name, out, err);
 }
 
-/* The partition rule deciding a target's split: the first whose pattern
- * matches it (optimizer state: its parameter's name; scalars: none). */
-static const struct ck_partition *partition_of(const struct ck_mapping *rules,
-					       const struct ck_target *t)
+/* The partition rule deciding each target's split: the first whose pattern
+ * matches it (optimizer state: its parameter's name; scalars: none). Each
+ * rule's pattern is tried once per key shape (map/keyshape.h), so a 90k-key
+ * MoE costs a shape lookup per target, not a match per rule. *out[i] is
+ * NULL where no rule applies; the array is the caller's to free. */
+static int partitions_of(const struct ck_plan *p, const struct ck_mapping *rules,
+			 const struct ck_partition ***out, struct ck_err *err)
 {
-	for (int k = 0; rules && k < rules->n_parts && !t->scalar; k++) {
-		struct ck_binding b = {0};
-		int hit = ck_pattern_match(&rules->parts[k].match, t->param ? t->param : t->name, &b);
-		ck_binding_clear(&b);
-		if (hit > 0)
-			return &rules->parts[k];
+	const struct ck_partition **part = calloc(p->n ? p->n : 1, sizeof *part);
+	int n_parts = rules ? rules->n_parts : 0;
+	struct ck_shape_memo *memo = calloc((size_t)(n_parts ? n_parts : 1), sizeof *memo);
+	struct ck_keyshapes ks = {0};
+	int rc = part && memo ? 0 : -1;
+	for (size_t i = 0; rc == 0 && i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		const char *name = t->param ? t->param : t->name;
+		uint32_t id;
+		if (t->scalar || !n_parts)
+			continue;
+		if (ck_keyshapes_id(&ks, name, &id) < 0) {
+			rc = -1;
+			break;
+		}
+		for (int k = 0; k < n_parts && !part[i]; k++) {
+			int may = ck_shape_may_match(&rules->parts[k].match, &ks, id, &memo[k]);
+			struct ck_binding b;
+			int hit = may > 0 ? ck_pattern_match(&rules->parts[k].match, name, &b) : may;
+			if (hit < 0) {
+				rc = -1;
+				break;
+			}
+			if (hit > 0) {
+				ck_binding_clear(&b);
+				part[i] = &rules->parts[k];
+			}
+		}
 	}
-	return NULL;
+	for (int k = 0; memo && k < n_parts; k++)
+		ck_shape_memo_free(&memo[k]);
+	free(memo);
+	ck_keyshapes_free(&ks);
+	if (rc < 0) {
+		free(part);
+		return ck_fail_sys(err, ENOMEM, "partition rules");
+	}
+	*out = part;
+	return 0;
 }
 
 /* What a "pad" rule's dims are padded to a multiple of, per axis position:
@@ -124,12 +159,15 @@ int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err
 	struct req_ctx rc = {&none, p->cat->config, coord};
 	/* the multiple depends on the rule and the config only: once per rule */
 	int64_t *mults = calloc((size_t)rules->n_parts, sizeof *mults);
+	const struct ck_partition **part = NULL;
 	if (!mults)
 		return ck_fail_sys(err, ENOMEM, "%s", rules->path);
 	int ret = -1;
+	if (partitions_of(p, rules, &part, err) < 0)
+		goto out;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
-		const struct ck_partition *pr = partition_of(rules, t);
+		const struct ck_partition *pr = part[i];
 		if (!pr || !pr->pad_to)
 			continue;
 		if (pr->ndim != t->v.ndim) {
@@ -150,6 +188,7 @@ int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err
 	}
 	ret = ck_plan_refresh(p, err);
 out:
+	free(part);
 	free(mults);
 	return ret;
 }
@@ -283,14 +322,17 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	int any_req = 0;
 	for (int i = 0; rules && i < rules->n_parts; i++)
 		any_req |= rules->parts[i].require != NULL;
+	const struct ck_partition **part;
+	if (partitions_of(p, rules, &part, err) < 0)
+		return -1;
 	unsigned char *used = any_req ? calloc((size_t)rules->n_parts, 1) : NULL;
-	if (any_req && !used)
+	if (any_req && !used) {
+		free(part);
 		return ck_fail_sys(err, ENOMEM, "sharding");
-	for (size_t i = 0; any_req && i < p->n; i++) {
-		const struct ck_partition *pr = partition_of(rules, &p->t[i]);
-		if (pr)
-			used[pr - rules->parts] = 1;
 	}
+	for (size_t i = 0; any_req && i < p->n; i++)
+		if (part[i])
+			used[part[i] - rules->parts] = 1;
 	for (int i = 0; rules && i < rules->n_parts; i++) {
 		const struct ck_partition *pr = &rules->parts[i];
 		if (!pr->require || !used[i])
@@ -300,6 +342,7 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 			char msg[sizeof err->msg];
 			memcpy(msg, err->msg, sizeof msg);
 			free(used);
+			free(part);
 			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: require: %s", path,
 				       pr->index, msg);
 		}
@@ -307,6 +350,7 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		ck_xval_free(&v);
 		if (!ok) {
 			free(used);
+			free(part);
 			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: %s", path, pr->index,
 				       pr->message ? pr->message : "requirement does not hold");
 		}
@@ -314,7 +358,13 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	free(used);
 	unsigned *sel_axes = NULL;
 	char **global = NULL;
-	int rc_ = ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, err);
+	int64_t *mults = calloc((size_t)(rules && rules->n_parts ? rules->n_parts : 1), sizeof *mults);
+	int rc_ = mults ? ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, err)
+			: ck_fail_sys(err, ENOMEM, "sharding");
+	free(part); /* select keeps some targets, in a new order */
+	part = NULL;
+	if (rc_ == 0)
+		rc_ = partitions_of(p, rules, &part, err);
 	for (size_t i = 0; rc_ == 0 && i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		struct ck_shard_info *info = calloc(1, sizeof *info);
@@ -326,7 +376,7 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		info->global_name = global[i];
 		global[i] = NULL;
 		/* optimizer state is split as its parameter; scalars never */
-		const struct ck_partition *pr = partition_of(rules, t);
+		const struct ck_partition *pr = part[i];
 		if (!pr) { /* replicated on every axis */
 			memcpy(info->global_shape, t->v.shape, sizeof info->global_shape);
 			for (int d = 0; d < t->v.ndim; d++)
@@ -344,17 +394,17 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 			continue;
 		}
 		info->partition_rule = pr->index;
-		int64_t mult;
-		rc_ = pad_multiple(pr, &rc, path, &mult, err);
+		int64_t *mult = &mults[pr - rules->parts]; /* per rule: rule and config only */
+		rc_ = *mult ? 0 : pad_multiple(pr, &rc, path, mult, err);
 		if (rc_ == 0)
-			rc_ = shard_target(t, pr, m, coord, sel_axes[i], mult, path, info, err);
+			rc_ = shard_target(t, pr, m, coord, sel_axes[i], *mult, path, info, err);
 	}
 	/* and must split something here: a mapping whose rules name ep (its
 	 * MoE rules) says nothing to a dense model's view */
 	unsigned used_axes = 0;
 	for (size_t i = 0; rc_ == 0 && i < p->n; i++) {
 		used_axes |= sel_axes[i];
-		const struct ck_partition *pr = partition_of(rules, &p->t[i]);
+		const struct ck_partition *pr = part[i];
 		for (int d = 0; pr && d < pr->ndim; d++) {
 			int a = pr->spec[d] ? ck_mesh_axis(m, pr->spec[d]) : -1;
 			if (a >= 0)
@@ -371,6 +421,8 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		free(global[i]);
 	free(global);
 	free(sel_axes);
+	free(mults);
+	free(part);
 	return rc_ < 0 ? -1 : ck_plan_refresh(p, err);
 }
 
