@@ -710,14 +710,25 @@ BUILTIN(fn_permute)
 	return permute_linted(ev, t, perm);
 }
 
+/* The integer arguments after the tensor of f(x, dim, ...): ints[0] is the
+ * dim, normalised into *d. */
+static int dim_ints(struct ev *ev, const char *fn, struct ck_xval *a, int na, int64_t *ints,
+		    int *d)
+{
+	int ni = 0;
+	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0)
+		return -1;
+	return dim_arg(ev, fn, ints[0], a[0].t.ndim, 0, d);
+}
+
 /* narrow(x, dim, start, length), and select(x, dim, index) (the dim goes) */
 BUILTIN(fn_narrow)
 {
 	(void)out;
 	struct ck_value *t = &a[0].t;
 	int64_t ints[CK_MAX_DIMS];
-	int ni = 0, d = 0;
-	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0)
+	int d = 0;
+	if (dim_ints(ev, fn, a, na, ints, &d) < 0)
 		return -1;
 	if (fn[0] == 'n')
 		return ck_value_narrow(t, d, ints[1], ints[2], ev->err);
@@ -733,8 +744,8 @@ BUILTIN(fn_pad)
 	(void)out;
 	struct ck_value *t = &a[0].t;
 	int64_t ints[CK_MAX_DIMS];
-	int ni = 0, d = 0;
-	if (int_list(ev, fn, a, na, 1, ints, &ni) < 0 || dim_arg(ev, fn, ints[0], t->ndim, 0, &d) < 0)
+	int d = 0;
+	if (dim_ints(ev, fn, a, na, ints, &d) < 0)
 		return -1;
 	if (ints[1] < t->shape[d])
 		return ck_fail(ev->err, CK_E_MAPPING, "pad: size %lld is smaller than dim %d (%lld)",
