@@ -135,44 +135,48 @@ int ck_config_value(const cJSON *cfg, const char *name, struct ck_xval *out, str
 		       name);
 }
 
+/* Keep a copy of a config lookup (v NULL: the name is absent). Best effort:
+ * without memory nothing is kept and the next lookup reads the config again. */
+static void remember_config(struct stage *st, const char *name, const struct ck_xval *v)
+{
+	if (st->cfg.n == st->cfg.cap) {
+		size_t c = st->cfg.cap ? 2 * st->cfg.cap : 8;
+		char **nn = realloc(st->cfg.name, c * sizeof *nn);
+		if (!nn)
+			return;
+		st->cfg.name = nn;
+		struct ck_xval *nv = realloc(st->cfg.v, c * sizeof *nv);
+		if (!nv)
+			return;
+		st->cfg.v = nv;
+		st->cfg.cap = c;
+	}
+	if (!st->cfg.map.cap && ck_strmap_init(&st->cfg.map, 8) < 0)
+		return;
+	struct ck_xval keep = {0};
+	struct ck_err ignored;
+	char *dup = strdup(name);
+	if (!dup || (v && ck_xval_copy(&keep, v, &ignored) < 0) ||
+	    ck_strmap_put(&st->cfg.map, dup, (uint32_t)st->cfg.n, NULL) != 0) {
+		ck_xval_free(&keep);
+		free(dup);
+		return;
+	}
+	st->cfg.name[st->cfg.n] = dup;
+	st->cfg.v[st->cfg.n++] = keep;
+}
+
 /* ck_config_value through the stage's cache: 1 absent, 0 found, -1 error */
 static int cached_config_value(struct stage *st, const char *name, struct ck_xval *out,
 			       struct ck_err *err)
 {
 	uint32_t i;
-	if (st->cfg.map.cap && ck_strmap_get(&st->cfg.map, name, &i) == 0) {
-		if (st->cfg.v[i].kind == XV_NONE)
-			return 1;
-		return ck_xval_copy(out, &st->cfg.v[i], err);
-	}
-	struct ck_xval v = {0};
-	int r = ck_config_value(st->cat->config, name, &v, err);
-	if (r < 0)
-		return -1;
-	if (st->cfg.n == st->cfg.cap) { /* remember it; a failure here only costs speed */
-		size_t c = st->cfg.cap ? 2 * st->cfg.cap : 8;
-		char **nn = realloc(st->cfg.name, c * sizeof *nn);
-		if (nn)
-			st->cfg.name = nn;
-		struct ck_xval *nv = nn ? realloc(st->cfg.v, c * sizeof *nv) : NULL;
-		if (nv)
-			st->cfg.v = nv, st->cfg.cap = c;
-	}
-	char *dup = st->cfg.n < st->cfg.cap ? strdup(name) : NULL;
-	struct ck_xval keep = {0};
-	if (dup && (!st->cfg.map.cap ? ck_strmap_init(&st->cfg.map, 8) : 0) == 0 &&
-	    (r == 1 || ck_xval_copy(&keep, &v, err) == 0) &&
-	    ck_strmap_put(&st->cfg.map, dup, (uint32_t)st->cfg.n, NULL) == 0) {
-		st->cfg.name[st->cfg.n] = dup;
-		st->cfg.v[st->cfg.n++] = keep;
-	} else {
-		ck_xval_free(&keep);
-		free(dup);
-	}
-	if (r == 1)
-		return 1;
-	*out = v;
-	return 0;
+	if (st->cfg.map.cap && ck_strmap_get(&st->cfg.map, name, &i) == 0)
+		return st->cfg.v[i].kind == XV_NONE ? 1 : ck_xval_copy(out, &st->cfg.v[i], err);
+	int r = ck_config_value(st->cat->config, name, out, err);
+	if (r >= 0)
+		remember_config(st, name, r == 0 ? out : NULL);
+	return r;
 }
 
 struct pctx {
