@@ -322,8 +322,10 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	int any_req = 0;
 	for (int i = 0; rules && i < rules->n_parts; i++)
 		any_req |= rules->parts[i].require != NULL;
-	const struct ck_partition **part;
-	if (partitions_of(p, rules, &part, err) < 0)
+	/* the rules' targets before select (which keeps some, reordered): only
+	 * a requirement needs them here */
+	const struct ck_partition **part = NULL;
+	if (any_req && partitions_of(p, rules, &part, err) < 0)
 		return -1;
 	unsigned char *used = any_req ? calloc((size_t)rules->n_parts, 1) : NULL;
 	if (any_req && !used) {
