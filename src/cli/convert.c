@@ -105,7 +105,7 @@ static void free_names(char **names, int n)
 }
 
 enum {
-	O_MAX_SHARD = 1, O_DTYPE, O_FORMAT, O_GGUF_PRE, O_GGUF_VOCAB, O_THREADS, O_NO_URING,
+	O_MAX_SHARD = 1, O_DTYPE, O_FORMAT, O_THREADS, O_NO_URING,
 	O_DEVICE, O_GPU_MEM, O_GPU_MIN, O_OVERWRITE, O_PROGRESS, O_QUIET
 };
 
@@ -120,8 +120,6 @@ static const struct ck_cli_opt convert_opts[] = {
 	{O_DEVICE, "--device", "cpu|cuda|cuda:N|auto", "where transforms run (default cpu)"},
 	{O_GPU_MEM, "--gpu-mem", "SIZE", "device memory the CUDA backend may use"},
 	{O_GPU_MIN, "--gpu-min", "SIZE", "reads from this size go to the GPU"},
-	{O_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
-	{O_GGUF_VOCAB, "--gguf-vocab", "none", "--format gguf: placeholder tokens (token ids only)"},
 	{O_PROGRESS, "--progress", NULL, "draw a progress bar (default on a terminal)"},
 	{O_QUIET, "--quiet", NULL, "no progress bar"},
 	{0, NULL, NULL, NULL},
@@ -132,7 +130,7 @@ const struct ck_cli_verb ck_verb_convert = {
 	"      write the target view as files: a safetensors checkpoint (config.json\n"
 	"      beside it), model.gguf or a DCP directory; never over the source, never\n"
 	"      mixed with an old checkpoint (--overwrite replaces it only on success)\n",
-	convert_opts, 1};
+	convert_opts, CK_CLI_VIEW_ALL, ck_cli_gguf_opts, NULL};
 
 struct convert_args {
 	const char *source, *outdir, *dtype, *format;
@@ -157,12 +155,8 @@ static int convert_opt(struct convert_args *c, int id, const char *val, struct c
 	case O_MAX_SHARD: return size_arg("--max-shard-size", val, &c->o.max_shard_size, err);
 	case O_DTYPE: c->dtype = val; return 0;
 	case O_FORMAT: c->format = val; return 0;
-	case O_GGUF_PRE: c->gopt.pre = val; return 0;
-	case O_GGUF_VOCAB:
-		if (strcmp(val, "none"))
-			return ck_fail(err, CK_E_USAGE, "--gguf-vocab: only none (placeholder tokens)");
-		c->gopt.vocab_none = 1;
-		return 0;
+	case CK_CLI_GGUF_PRE:
+	case CK_CLI_GGUF_VOCAB: return ck_cli_gguf_opt(id, val, &c->gopt, err) < 0 ? -1 : 0;
 	case O_THREADS:
 		c->o.threads = atoi(val);
 		return c->o.threads < 1 || c->o.threads > 64

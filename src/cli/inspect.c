@@ -581,7 +581,7 @@ static int do_explain(const struct ck_plan *p, const char *arg, struct ck_err *e
 	return 0;
 }
 
-enum { I_JSON = 1, I_GROUPS, I_IOPLAN, I_FORMAT, I_GGUF_PRE, I_GGUF_VOCAB, I_EXPLAIN, I_EXPECT };
+enum { I_JSON = 1, I_GROUPS, I_IOPLAN, I_FORMAT, I_EXPLAIN, I_EXPECT };
 
 static const struct ck_cli_opt inspect_opts[] = {
 	{I_JSON, "--json", NULL, "one JSON document (every key, shape, dtype, group, provenance)"},
@@ -590,8 +590,6 @@ static const struct ck_cli_opt inspect_opts[] = {
 	{I_IOPLAN, "--io-plan", NULL, "the source byte ranges each target reads"},
 	{I_EXPLAIN, "--explain", "KEY[INDEX]", "where each element of a target comes from"},
 	{I_FORMAT, "--format", "gguf[:TYPE]", "the GGUF view's metadata and tensors"},
-	{I_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
-	{I_GGUF_VOCAB, "--gguf-vocab", "none", "--format gguf: placeholder tokens (token ids only)"},
 	{0, NULL, NULL, NULL},
 };
 
@@ -599,7 +597,7 @@ const struct ck_cli_verb ck_verb_inspect = {
 	"inspect", "SOURCE",
 	"      list tensors of the source, or of the target view through mappings\n"
 	"      (keys, dtypes, shapes, groups: no tensor data is read)\n",
-	inspect_opts, 1};
+	inspect_opts, CK_CLI_VIEW_ALL, ck_cli_gguf_opts, NULL};
 
 int ck_cmd_inspect(int argc, char **argv)
 {
@@ -621,12 +619,9 @@ int ck_cmd_inspect(int argc, char **argv)
 		ioplan |= id == I_IOPLAN;
 		explain = id == I_EXPLAIN ? val : explain;
 		expect = id == I_EXPECT ? val : expect;
-		gopt.pre = id == I_GGUF_PRE ? val : gopt.pre;
 		if ((id == I_FORMAT && ck_gguf_parse_format(val, &gopt, &err) < 0) ||
-		    (id == I_GGUF_VOCAB && strcmp(val, "none") &&
-		     ck_fail(&err, CK_E_USAGE, "--gguf-vocab: only none") < 0))
+		    ck_cli_gguf_opt(id, val, &gopt, &err) < 0)
 			return ck_cli_report(&err);
-		gopt.vocab_none |= id == I_GGUF_VOCAB;
 	}
 	if (!source)
 		return ck_cli_report((ck_cli_usage_error(&ck_verb_inspect, &err), &err));

@@ -6,44 +6,19 @@
 #include "cli.h"
 #include "opts.h"
 
-/* One entry a verb: its table (options, synopsis and what it does come
- * from it) or, for the verbs not moved to a table yet, its text. `ckptfs
- * help` prints them all, `ckptfs VERB --help` its own with its options
- * (mount has a longer one). */
-static const struct verb_help {
-	const char *verb, *text;
-	const struct ck_cli_verb *table;
-} verbs[] = {
-	{"inspect", NULL, &ck_verb_inspect},
-	{"convert", NULL, &ck_verb_convert},
-	{"mount", "  mount SOURCE MOUNTPOINT [--mapping MAP]... [--device DEV] [-f] [-o OPT,...]\n"
-		  "      serve the target view as files (ckptfs mount --help for options)\n",
-	 NULL},
-	{"diff", "  diff A B [--mapping MAP]... [--atol X] [--rtol Y] [--ulp N] [--json]\n"
-		 "      compare two checkpoints tensor by tensor (B through the mappings)\n",
-	 NULL},
-	{"check-mapping", "  check-mapping MAP --inverse MAP2 (--model llama|gpt2|mixtral | --source SRC)\n"
-			  "      prove MAP then MAP2 gives the source back byte for byte\n",
-	 NULL},
-	{"mappings", "  mappings [--for SOURCE] [--json]\n"
-		     "      the shipped mappings (--mapping NAME finds them); with --for, which\n"
-		     "      ones apply to a checkpoint\n",
-	 NULL},
+/* Each verb's table: its options, synopsis and what it does. `ckptfs help`
+ * prints every verb's synopsis, `ckptfs VERB --help` its own with its
+ * options. */
+static const struct ck_cli_verb *const verbs[] = {
+	&ck_verb_inspect, &ck_verb_convert, &ck_verb_mount,
+	&ck_verb_diff,	  &ck_verb_check_mapping, &ck_verb_mappings,
 };
-
-static void print_verb(FILE *f, const struct verb_help *v, int options)
-{
-	if (v->table)
-		ck_cli_print_help(f, v->table, options);
-	else
-		fputs(v->text, f);
-}
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: ckptfs COMMAND [ARGS]\ncommands:\n");
 	for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
-		print_verb(f, &verbs[k], 0);
+		ck_cli_print_help(f, verbs[k], 0);
 	fprintf(f, "  inspect, convert and mount also take --mesh AXIS=N[,...] --rank R (a\n"
 		   "  per-rank view) or --shard-groups [--world-size N --rank R] (whole groups\n"
 		   "  per process); --mapping takes a file or a shipped mapping's name;\n"
@@ -59,14 +34,12 @@ static void usage(FILE *f)
 /* ckptfs VERB --help (or -h): the verb's own entry. */
 static int verb_help(const char *cmd, int argc, char **argv)
 {
-	if (!strcmp(cmd, "mount"))
-		return 0; /* mount --help has the option list */
 	for (int i = 2; i < argc; i++)
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
 			for (size_t k = 0; k < sizeof verbs / sizeof *verbs; k++)
-				if (!strcmp(verbs[k].verb, cmd)) {
+				if (!strcmp(verbs[k]->name, cmd)) {
 					printf("usage:\n");
-					print_verb(stdout, &verbs[k], 1);
+					ck_cli_print_help(stdout, verbs[k], 1);
 					return 1;
 				}
 	return 0;

@@ -9,6 +9,7 @@
 
 #include "../util/jsonw.h"
 #include "cli.h"
+#include "opts.h"
 
 struct entry {
 	char name[256], path[4400];
@@ -88,20 +89,31 @@ static const char *arch_mismatch(const struct ck_mapping *m, const struct ck_cat
 	return a->child->valuestring;
 }
 
+enum { L_FOR = 1, L_JSON };
+static const struct ck_cli_opt mappings_opts[] = {
+	{L_FOR, "--for", "SOURCE", "which mappings apply to this checkpoint, and why not"},
+	{L_JSON, "--json", NULL, "one JSON array"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_cli_verb ck_verb_mappings = {
+	"mappings", "",
+	"      the shipped mappings (--mapping NAME finds them); with --for, which\n"
+	"      ones apply to a checkpoint\n",
+	mappings_opts, CK_CLI_VIEW_NONE, NULL, NULL};
+
 int ck_cmd_mappings(int argc, char **argv)
 {
-	const char *src = NULL;
+	const char *src = NULL, *val;
 	int json = 0;
 	struct ck_err err;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--for") && i + 1 < argc)
-			src = argv[++i];
-		else if (!strcmp(argv[i], "--json"))
-			json = 1;
-		else
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-						      "usage: ckptfs mappings [--for SOURCE] [--json]"),
-					      &err));
+	for (int i = 1, id; (id = ck_cli_next(&ck_verb_mappings, argc, argv, &i, NULL, &val, &err));) {
+		if (id == CK_CLI_ERROR)
+			return ck_cli_report(&err);
+		if (id == CK_CLI_OPERAND)
+			return ck_cli_report((ck_cli_usage_error(&ck_verb_mappings, &err), &err));
+		src = id == L_FOR ? val : src;
+		json |= id == L_JSON;
 	}
 	struct ck_catalog *cat = NULL;
 	if (src && ck_catalog_open(src, &cat, &err) < 0)

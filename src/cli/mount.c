@@ -16,83 +16,81 @@
 #include "../fs/fs.h"
 #include "cli.h"
 #include "mpi_sync.h"
+#include "opts.h"
 
 #define MAX_FUSE_ARGS 64
 
-static void mount_help(FILE *f)
+/* -o options of the mount alone (the serving options are the library's
+ * too: ck_serve_optdefs). */
+enum { MO_FUSE_THREADS = 1, MO_LOG, MO_DIRECT_IO, MO_NONEMPTY };
+static const struct ck_serve_optdef mount_o_opts[] = {
+	{MO_FUSE_THREADS, "fuse_threads", "N", "most FUSE worker threads (default 10; 1 to 64)"},
+	{MO_LOG, "log", "FILE", "append daemon messages to FILE"},
+	{MO_DIRECT_IO, "direct_io", NULL,
+	 "bypass the kernel page cache for data files (one copy less; no mmap)"},
+	{MO_NONEMPTY, "nonempty", NULL, "mount over a directory that is not empty"},
+	{0, NULL, NULL, NULL},
+};
+
+/* The FUSE and mount(8) options passed on to libfuse; anything else is
+ * refused here with one line instead of two from libfuse after the fork. */
+static const char *const fuse_flags[] = {
+	"allow_other", "allow_root", "auto_unmount", "default_permissions", "debug",
+	"ro", "noatime", "nodiratime", "relatime", "nodev", "nosuid", "noexec", "dev",
+	"suid", "exec", "async_read", "sync_read", "clone_fd"};
+static const char *const fuse_valued[] = {"fsname", "subtype", "max_read", "max_background",
+					  "congestion_threshold", "max_idle_threads", "max_threads"};
+
+static void print_o_opts(FILE *f, const struct ck_serve_optdef *d)
 {
-	fprintf(f,
-		"usage: ckptfs mount SOURCE MOUNTPOINT [--mapping MAP]...\n"
-		"                    [--mesh AXES (--rank R | --ranks LIST) | --shard-groups]\n"
-		"                    [--device cpu|cuda|cuda:N|auto] [--state params|optimizer|all]\n"
-		"                    [--set NAME=VALUE]...\n"
-		"                    [-f] [-o OPT[,OPT...]]\n"
-		"  --ranks 0-7        with --mesh: one daemon serving rank0/ ... rank7/ (also 0,2,5\n"
-		"                     or all), one cache and one evaluation of every replicated or\n"
-		"                     shared byte; --ranks local: this node's ranks (mpirun or\n"
-		"                     torchrun numbering), mounted by its local rank 0 only\n"
-		"  --mesh tp=8 --rank R  serve rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
-		"                     replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK;\n"
-		"                     under mpirun, returns once every rank's mount is live)\n"
-		"  --state params     serve the parameters only (optimizer: only the optimizer\n"
-		"                     state that follows them; default all)\n"
-		"  --set NAME=VALUE   a config.json value as the mappings see it (an integer or\n"
-		"                     true/false; repeatable)\n"
-		"  -f                 stay in the foreground (messages on stderr)\n"
-		"  -o cache_size=SIZE evaluated bytes kept (default: 1/4 of the cgroup's\n"
-		"                     memory.max, else of RAM, at least 64MiB; never less than\n"
-		"                     4 chunks)\n"
-		"  -o threads=N       evaluator threads, each with its own io_uring ring\n"
-		"                     (default: one per core)\n"
-		"  -o fuse_threads=N  most FUSE worker threads (default 10)\n"
-		"  -o chunk=SIZE      bytes of a tensor per cache entry (default 4MiB; 4KiB to\n"
-		"                     256MiB)\n"
-		"  -o group_max=SIZE  dependency groups up to this size are evaluated whole on\n"
-		"                     first read (default: cache_size/8, at most 256MiB)\n"
-		"  -o log=FILE        append daemon messages to FILE\n"
-		"  -o no_uring        read sources with pread instead of io_uring\n"
-		"  -o direct_io       bypass the kernel page cache for data files (one copy less;\n"
-		"                     no mmap)\n"
-		"  -o max_shard_size=SIZE  also serve model-0000k-of-0000n.safetensors shards\n"
-		"                     of at most SIZE and model.safetensors.index.json\n"
-		"  -o part_size=SIZE  per-rank views: size of model-rank-R-part-P.safetensors\n"
-		"                     (vLLM's sharded_state layout; default 5GiB)\n"
-		"  -o zip_crc         fill in pytorch_model.bin's CRC-32 fields (evaluates every\n"
-		"                     tensor before the mount is live; default: CRCs are 0)\n"
-		"  -o no_direct       evaluate renamed tensors through the cache too (default:\n"
-		"                     they are read straight from their source file)\n"
-		"  -o no_prefetch     do not evaluate the next group ahead of a reader that\n"
-		"                     starts a tensor (default: one group ahead, within half\n"
-		"                     the cache)\n"
-		"  -o npy_f32         npy/ serves BF16 and FP8 tensors widened to float32\n"
-		"                     (default: raw '<V2' / '|V1' elements)\n"
-		"  --device cpu|cuda|cuda:N|auto  where casts, transposes and block scales run\n"
-		"                     (default cpu; cuda: the local rank's GPU; the GPU is opened\n"
-		"                     by the daemon and a failure leaves nothing mounted; also\n"
-		"                     -o device=DEV)\n"
-		"  -o gpu_mem=SIZE    device memory for the CUDA lanes (default 1GiB)\n"
-		"  -o gpu_min=SIZE    smaller reads stay on the CPU (default 256KiB)\n"
-		"  -o nonempty        mount over a directory that is not empty\n"
-		"  -o gguf_dequant=F32|BF16  quantized GGUF tensors decoded to (default F32)\n"
-		"  -o gguf[=TYPE]     also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral,\n"
-		"                     Qwen2, Qwen3; TYPE F32, F16, BF16, Q8_0 or Q4_0 (default:\n"
-		"                     the source's float type; quantized on read)\n"
-		"  -o gguf_pre=NAME   the BPE pre-tokenizer llama.cpp should use (default: from\n"
-		"                     tokenizer.json's split pattern)\n"
-		"  -o gguf_vocab=none placeholder tokens when there is no tokenizer file (token\n"
-		"                     ids only)\n"
-		"  -o dcp             also serve dcp/: the view as a PyTorch Distributed\n"
-		"                     Checkpoint (.metadata, __0_0.distcp; whole tensors)\n"
-		"  -o torch_dist      also serve torch_dist/: the same for Megatron-core (with\n"
-		"                     metadata.json and common.pt; stacked layers come from\n"
-		"                     --mapping llama-hf-to-megatron-torch-dist)\n"
-		"  -o eval_delay_ms=N testing: delay every evaluation\n"
-		"  FUSE and mount options passed on: allow_other, allow_root, auto_unmount,\n"
-		"                     default_permissions, debug, fsname=, subtype=, max_read=,\n"
-		"                     max_background=, max_threads=, noatime, nodev, nosuid, ...\n"
-		"  any other -o option is refused\n"
-		"Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
+	for (; d->id; d++) {
+		char head[96];
+		int opt = d->arg && d->arg[0] == '[';
+		snprintf(head, sizeof head, "-o %s%s%s%s", d->name, d->arg && !opt ? "=" : "",
+			 opt ? "[=" : "", d->arg ? d->arg + opt : "");
+		ck_cli_print_wrapped(f, head, d->help);
+	}
 }
+
+static void mount_more_help(FILE *f)
+{
+	fprintf(f, "serving options (-o OPT[,OPT...]; libckptfs takes the same as open options):\n");
+	print_o_opts(f, ck_serve_optdefs);
+	fprintf(f, "mount options:\n");
+	print_o_opts(f, mount_o_opts);
+	fprintf(f, "FUSE and mount(8) options passed on (-o):\n   ");
+	size_t nf = sizeof fuse_flags / sizeof *fuse_flags, col = 3;
+	for (size_t k = 0; k < nf + sizeof fuse_valued / sizeof *fuse_valued; k++) {
+		const char *name = k < nf ? fuse_flags[k] : fuse_valued[k - nf];
+		size_t len = strlen(name) + (k >= nf ? 2 : 0);
+		if (col + 1 + len > 78) {
+			fprintf(f, "\n   ");
+			col = 3;
+		}
+		col += (size_t)fprintf(f, " %s%s", name, k >= nf ? "=V" : "");
+	}
+	fprintf(f, "\n  any other -o option is refused\n"
+		   "Unmount with `fusermount3 -u MOUNTPOINT`, or SIGINT/SIGTERM to the daemon.\n");
+}
+
+enum { M_DEVICE = 1, M_FOREGROUND, M_OPTIONS };
+static const struct ck_cli_opt mount_opts[] = {
+	{M_DEVICE, "--device", "cpu|cuda|cuda:N|auto",
+	 "where transforms run (default cpu; also -o device=DEV)"},
+	{M_FOREGROUND, "-f", NULL, "stay in the foreground (messages on stderr)"},
+	{M_OPTIONS, "-o", "OPT[,OPT...]", "serving, mount and FUSE options (below; repeatable)"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_cli_verb ck_verb_mount = {
+	"mount", "SOURCE MOUNTPOINT",
+	"      serve the target view as files; returns once the mount is live. --mesh\n"
+	"      tp=8 --rank R serves rank R's shard ({rank}, {tp}, ... in MOUNTPOINT are\n"
+	"      replaced; the rank may come from OMPI_COMM_WORLD_RANK or RANK; under\n"
+	"      mpirun it returns once every rank's mount is live); --ranks 0-7 serves\n"
+	"      rank0/ ... rank7/ from one daemon and one cache (--ranks local: this\n"
+	"      node's ranks, mounted by its local rank 0 only)\n",
+	mount_opts, CK_CLI_VIEW_ALL, NULL, mount_more_help};
 
 static int bad(struct ck_err *err, const char *opt, const char *want)
 {
@@ -100,23 +98,14 @@ static int bad(struct ck_err *err, const char *opt, const char *want)
 		       opt, want);
 }
 
-/* The FUSE and mount(8) options passed on to libfuse; anything else is
- * refused here with one line instead of two from libfuse after the fork. */
 static int fuse_option(const char *opt, size_t klen)
 {
-	static const char *const flags[] = {
-		"allow_other", "allow_root", "auto_unmount", "default_permissions", "debug",
-		"ro", "noatime", "nodiratime", "relatime", "nodev", "nosuid", "noexec", "dev",
-		"suid", "exec", "async_read", "sync_read", "clone_fd"};
-	static const char *const valued[] = {"fsname", "subtype", "max_read", "max_background",
-					     "congestion_threshold", "max_idle_threads",
-					     "max_threads"};
 	int has_val = opt[klen] == '=';
-	for (size_t k = 0; !has_val && k < sizeof flags / sizeof *flags; k++)
-		if (klen == strlen(flags[k]) && !strncmp(opt, flags[k], klen))
+	for (size_t k = 0; !has_val && k < sizeof fuse_flags / sizeof *fuse_flags; k++)
+		if (klen == strlen(fuse_flags[k]) && !strncmp(opt, fuse_flags[k], klen))
 			return 1;
-	for (size_t k = 0; has_val && k < sizeof valued / sizeof *valued; k++)
-		if (klen == strlen(valued[k]) && !strncmp(opt, valued[k], klen))
+	for (size_t k = 0; has_val && k < sizeof fuse_valued / sizeof *fuse_valued; k++)
+		if (klen == strlen(fuse_valued[k]) && !strncmp(opt, fuse_valued[k], klen))
 			return 1;
 	return 0;
 }
@@ -176,15 +165,36 @@ static int check_mountpoint(const char *path, int nonempty, struct ck_err *err)
 	return 0;
 }
 
+/* One mount option of mount_o_opts, its value checked. */
+static int mount_o_opt(int id, const char *opt, const char *val, struct ck_fs_opts *o,
+		       struct ck_err *err)
+{
+	switch (id) {
+	case MO_FUSE_THREADS: {
+		char *end;
+		long v = val ? strtol(val, &end, 10) : -1;
+		if (!val || !*val || *end || v < 1 || v > 64)
+			return bad(err, opt, "1 to 64");
+		o->fuse_threads = (int)v;
+		return 0;
+	}
+	case MO_LOG:
+		if (!val || !*val)
+			return bad(err, opt, "a file name");
+		o->log_path = val;
+		return 0;
+	case MO_DIRECT_IO: o->direct_io = 1; return 0;
+	default: o->nonempty = 1; return 0; /* MO_NONEMPTY */
+	}
+}
+
 /* Split one -o list into ckptfs options and FUSE options. */
 static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *fuse_argc,
 		      struct ck_err *err)
 {
 	for (char *save, *opt = strtok_r(list, ",", &save); opt; opt = strtok_r(NULL, ",", &save)) {
 		char *eq = strchr(opt, '=');
-		const char *val = eq ? eq + 1 : NULL;
 		size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
-#define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
 		int r = ck_serve_option(&o->serve, "-o ", opt, err);
 		if (r < 0) {
 			ck_err_prefix(err, "mount");
@@ -192,22 +202,12 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 		}
 		if (r == 1)
 			continue;
-		if (val && (KEY("direct_io") || KEY("nonempty"))) {
+		const struct ck_serve_optdef *d = ck_serve_optdef_find(mount_o_opts, opt, klen);
+		if (d && !d->arg && eq)
 			return bad(err, opt, "a flag takes no value");
-		} else if (KEY("fuse_threads")) {
-			char *end;
-			long v = val ? strtol(val, &end, 10) : -1;
-			if (!val || !*val || *end || v < 1 || v > 64)
-				return bad(err, opt, "1 to 64");
-			o->fuse_threads = (int)v;
-		} else if (KEY("log")) {
-			if (!val || !*val)
-				return bad(err, opt, "a file name");
-			o->log_path = val;
-		} else if (KEY("direct_io")) {
-			o->direct_io = 1;
-		} else if (KEY("nonempty")) {
-			o->nonempty = 1;
+		if (d) {
+			if (mount_o_opt(d->id, opt, eq ? eq + 1 : NULL, o, err) < 0)
+				return -1;
 		} else if (fuse_option(opt, klen)) {
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
@@ -217,7 +217,6 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 			return ck_fail(err, CK_E_USAGE,
 				       "mount: unknown option -o %s (see ckptfs mount --help)", opt);
 		}
-#undef KEY
 	}
 	return 0;
 }
@@ -234,44 +233,29 @@ static int mount_main(int argc, char **argv, int *synced)
 {
 	const char *source = NULL, *mnt_arg = NULL;
 	struct ck_view_args va = {.rank = -1};
-	int r;
 	struct ck_fs_opts o;
 	memset(&o, 0, sizeof o);
 	ck_serve_opts_init(&o.serve);
 	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
 	int fuse_argc = 3;
 	struct ck_err err;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			mount_help(stdout);
-			return 0;
-		} else if ((r = ck_view_arg(&va, argc, argv, &i, &err)) != 0) {
-			if (r < 0)
-				return ck_cli_report(&err);		} else if (!strcmp(a, "-f")) {
-			o.foreground = 1;
-		} else if ((!strcmp(a, "--device") || !strcmp(a, "-o")) && i + 1 >= argc) {
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
-		} else if (!strcmp(a, "--device")) {
-			if (ck_device_parse(argv[++i], &o.serve.device, &err) < 0)
-				return ck_cli_report(&err);
-		} else if (!strcmp(a, "-o")) {
-			if (parse_opts(argv[++i], &o, fuse_argv, &fuse_argc, &err) < 0)
-				return ck_cli_report(&err);
-		} else if (a[0] == '-' && a[1]) {
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "mount: unknown option %s", a), &err));
-		} else if (!source) {
-			source = a;
-		} else if (!mnt_arg) {
-			mnt_arg = a;
-		} else {
+	const char *val;
+	for (int i = 1, id; (id = ck_cli_next(&ck_verb_mount, argc, argv, &i, &va, &val, &err));) {
+		if (id == CK_CLI_ERROR)
+			return ck_cli_report(&err);
+		if (id == CK_CLI_OPERAND && !source)
+			source = val;
+		else if (id == CK_CLI_OPERAND && !mnt_arg)
+			mnt_arg = val;
+		else if (id == CK_CLI_OPERAND)
 			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "mount: too many arguments"), &err));
-		}
+		else if ((id == M_DEVICE && ck_device_parse(val, &o.serve.device, &err) < 0) ||
+			 (id == M_OPTIONS && parse_opts((char *)val, &o, fuse_argv, &fuse_argc, &err) < 0))
+			return ck_cli_report(&err);
+		o.foreground |= id == M_FOREGROUND;
 	}
-	if (!source || !mnt_arg) {
-		mount_help(stderr);
-		return 2;
-	}
+	if (!source || !mnt_arg)
+		return ck_cli_report((ck_cli_usage_error(&ck_verb_mount, &err), &err));
 	if (ck_serve_opts_finish(&o.serve, &err) < 0) {
 		ck_err_prefix(&err, "mount");
 		return ck_cli_report(&err);

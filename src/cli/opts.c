@@ -2,6 +2,7 @@
 
 #include <string.h>
 
+#include "../view/gguf_view.h"
 #include "cli.h"
 
 const struct ck_cli_opt ck_cli_view_opts[] = {
@@ -16,12 +17,40 @@ const struct ck_cli_opt ck_cli_view_opts[] = {
 	{0, NULL, NULL, NULL},
 };
 
+const struct ck_cli_opt ck_cli_gguf_opts[] = {
+	{CK_CLI_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
+	{CK_CLI_GGUF_VOCAB, "--gguf-vocab", "none", "--format gguf: placeholder tokens (token ids only)"},
+	{0, NULL, NULL, NULL},
+};
+
+int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_err *err)
+{
+	if (id == CK_CLI_GGUF_PRE) {
+		g->pre = val;
+		return 1;
+	}
+	if (id != CK_CLI_GGUF_VOCAB)
+		return 0;
+	if (strcmp(val, "none"))
+		return ck_fail(err, CK_E_USAGE, "--gguf-vocab: only none (placeholder tokens)");
+	g->vocab_none = 1;
+	return 1;
+}
+
 static const struct ck_cli_opt *find(const struct ck_cli_opt *t, const char *name)
 {
 	for (; t && t->id; t++)
 		if (!strcmp(t->name, name))
 			return t;
 	return NULL;
+}
+
+/* A view option the verb takes: all of them, or --mapping and --set. */
+static int takes_view_opt(const struct ck_cli_verb *v, const char *name)
+{
+	const struct ck_cli_opt *o = v->view ? find(ck_cli_view_opts, name) : NULL;
+	return o && (v->view == CK_CLI_VIEW_ALL || !strcmp(o->name, "--mapping") ||
+		     !strcmp(o->name, "--set"));
 }
 
 int ck_cli_next(const struct ck_cli_verb *v, int argc, char **argv, int *i,
@@ -32,7 +61,9 @@ int ck_cli_next(const struct ck_cli_verb *v, int argc, char **argv, int *i,
 		return CK_CLI_END;
 	const char *a = argv[*i];
 	const struct ck_cli_opt *o = find(v->opts, a);
-	if (!o && v->view && find(ck_cli_view_opts, a)) {
+	if (!o)
+		o = find(v->gguf, a);
+	if (!o && takes_view_opt(v, a)) {
 		int r = ck_view_arg(va, argc, argv, i, err);
 		++*i;
 		return r < 0 ? CK_CLI_ERROR : CK_CLI_VIEW;
@@ -61,14 +92,18 @@ int ck_cli_next(const struct ck_cli_verb *v, int argc, char **argv, int *i,
  * one line; the view options as one "[--mapping MAP]... [VIEW OPTIONS]". */
 static size_t synopsis(char *buf, size_t cap, const struct ck_cli_verb *v, int indent)
 {
-	size_t n = (size_t)snprintf(buf, cap, "%s %s", v->name, v->operands), line = n + 2;
+	size_t n = (size_t)snprintf(buf, cap, "%s%s%s", v->name, *v->operands ? " " : "",
+				    v->operands),
+	       line = n + 2;
 	for (const struct ck_cli_opt *o = v->opts; o; o = o->id ? o + 1 : NULL) {
 		char one[128];
 		if (o->id)
 			snprintf(one, sizeof one, " [%s%s%s]", o->name, o->arg ? " " : "",
 				 o->arg ? o->arg : "");
-		else if (v->view)
+		else if (v->view == CK_CLI_VIEW_ALL)
 			snprintf(one, sizeof one, " [--mapping MAP]... [VIEW OPTIONS]");
+		else if (v->view)
+			snprintf(one, sizeof one, " [--mapping MAP]... [--set NAME=VALUE]...");
 		else
 			break;
 		size_t len = strlen(one);
@@ -83,15 +118,53 @@ static size_t synopsis(char *buf, size_t cap, const struct ck_cli_verb *v, int i
 	return n;
 }
 
-int ck_cli_usage_error(const struct ck_cli_verb *v, struct ck_err *err)
+const char *ck_cli_opt_name(const struct ck_cli_opt *t, int id)
 {
-	return ck_fail(err, CK_E_USAGE, "usage: ckptfs %s %s [OPTIONS] (ckptfs %s --help lists them)",
-		       v->name, v->operands, v->name);
+	for (; t->id; t++)
+		if (t->id == id)
+			return t->name;
+	return "?";
 }
 
-static void print_opts(FILE *f, const struct ck_cli_opt *o)
+int ck_cli_usage_error(const struct ck_cli_verb *v, struct ck_err *err)
+{
+	return ck_fail(err, CK_E_USAGE, "usage: ckptfs %s%s%s [OPTIONS] (ckptfs %s --help lists them)",
+		       v->name, *v->operands ? " " : "", v->operands, v->name);
+}
+
+#define HELP_COL 30
+
+void ck_cli_print_wrapped(FILE *f, const char *head, const char *help)
+{
+	int col = fprintf(f, "    %s", head);
+	if (col >= HELP_COL - 1) {
+		fputc('\n', f);
+		col = 0;
+	}
+	fprintf(f, "%*s", HELP_COL - col, "");
+	col = HELP_COL;
+	for (const char *w = help; *w;) {
+		int len = (int)strcspn(w, " ");
+		if (col > HELP_COL && col + 1 + len > 78) {
+			fprintf(f, "\n%*s", HELP_COL, "");
+			col = HELP_COL;
+		} else if (col > HELP_COL) {
+			fputc(' ', f);
+			col++;
+		}
+		fwrite(w, 1, (size_t)len, f);
+		col += len;
+		w += len;
+		w += strspn(w, " ");
+	}
+	fputc('\n', f);
+}
+
+static void print_opts(FILE *f, const struct ck_cli_opt *o, int view)
 {
 	for (; o && o->id; o++) {
+		if (view == CK_CLI_VIEW_MAPS && strcmp(o->name, "--mapping") && strcmp(o->name, "--set"))
+			continue;
 		char head[96];
 		snprintf(head, sizeof head, "%s%s%s", o->name, o->arg ? " " : "", o->arg ? o->arg : "");
 		if (strlen(head) > 28)
@@ -109,9 +182,12 @@ void ck_cli_print_help(FILE *f, const struct ck_cli_verb *v, int options)
 	if (!options)
 		return;
 	fprintf(f, "options:\n");
-	print_opts(f, v->opts);
+	print_opts(f, v->opts, 0);
+	print_opts(f, v->gguf, 0);
 	if (v->view) {
 		fprintf(f, "view options:\n");
-		print_opts(f, ck_cli_view_opts);
+		print_opts(f, ck_cli_view_opts, v->view);
 	}
+	if (v->more_help)
+		v->more_help(f);
 }

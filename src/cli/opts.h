@@ -21,10 +21,15 @@ struct ck_cli_verb {
 	const char *operands; /* "SOURCE OUTDIR" */
 	const char *what;     /* what it does, a few short lines */
 	const struct ck_cli_opt *opts;
-	int view; /* also takes the view options (--mapping, --mesh, --rank, ...) */
+	int view; /* the view options it takes: CK_CLI_VIEW_ALL or _MAPS */
+	const struct ck_cli_opt *gguf; /* ck_cli_gguf_opts, or NULL */
+	void (*more_help)(FILE *f);    /* what --help prints after the options */
 };
 
 enum { CK_CLI_END = 0, CK_CLI_OPERAND = -1, CK_CLI_VIEW = -2, CK_CLI_ERROR = -3 };
+/* CK_CLI_VIEW_ALL: --mapping, --mesh, --rank, ... (a process's part of the
+ * view); CK_CLI_VIEW_MAPS: --mapping and --set only (the whole view). */
+enum { CK_CLI_VIEW_NONE = 0, CK_CLI_VIEW_ALL = 1, CK_CLI_VIEW_MAPS = 2 };
 
 /* The argument at *i (advanced past it and its value): an option of the
  * verb's table (its id; *val its value, NULL for a flag), a view option
@@ -33,6 +38,8 @@ enum { CK_CLI_END = 0, CK_CLI_OPERAND = -1, CK_CLI_VIEW = -2, CK_CLI_ERROR = -3 
  * err set). */
 int ck_cli_next(const struct ck_cli_verb *v, int argc, char **argv, int *i,
 		struct ck_view_args *va, const char **val, struct ck_err *err);
+/* The name of option id in table t ("--atol"). */
+const char *ck_cli_opt_name(const struct ck_cli_opt *t, int id);
 /* err: "usage: ckptfs VERB OPERANDS [OPTIONS] (ckptfs VERB --help)"; -1. */
 int ck_cli_usage_error(const struct ck_cli_verb *v, struct ck_err *err);
 /* The verb's synopsis and what it does (`ckptfs help`), or with its
@@ -41,5 +48,16 @@ void ck_cli_print_help(FILE *f, const struct ck_cli_verb *v, int options);
 
 /* The view options every view-taking verb shares. */
 extern const struct ck_cli_opt ck_cli_view_opts[];
+
+/* --gguf-pre and --gguf-vocab, shared by the verbs that show or write the
+ * GGUF view (ids CK_CLI_GGUF_PRE, CK_CLI_GGUF_VOCAB). */
+enum { CK_CLI_GGUF_PRE = 100, CK_CLI_GGUF_VOCAB };
+extern const struct ck_cli_opt ck_cli_gguf_opts[];
+struct ck_gguf_opts;
+/* Apply one of them to g: 1, 0 (id is not one of them) or -1 (err). */
+int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_err *err);
+
+/* "    HEAD  HELP" with HELP wrapped at 78 columns under column 26. */
+void ck_cli_print_wrapped(FILE *f, const char *head, const char *help);
 
 #endif

@@ -13,6 +13,7 @@
 #include "../gen/ckgen.h"
 #include "../util/jsonw.h"
 #include "cli.h"
+#include "opts.h"
 
 static void put_index(FILE *f, const struct ck_target *t, uint64_t flat)
 {
@@ -209,58 +210,68 @@ static int parse_double(const char *s, double *out)
 	return 0;
 }
 
+enum { D_ATOL = 1, D_RTOL, D_ULP, D_THREADS, D_JSON, D_NO_URING };
+static const struct ck_cli_opt diff_opts[] = {
+	{D_ATOL, "--atol", "X", "values differ when |a-b| > X + Y*|a| (default 0: exact)"},
+	{D_RTOL, "--rtol", "Y", "the relative part of that tolerance (default 0)"},
+	{D_ULP, "--ulp", "N", "or when they are more than N units in the last place apart"},
+	{D_THREADS, "--threads", "N", "comparison threads, 1..64 (default: one per core)"},
+	{D_JSON, "--json", NULL, "one JSON document: every difference and the totals"},
+	{D_NO_URING, "--no-uring", NULL, "read with pread, not io_uring"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_cli_verb ck_verb_diff = {
+	"diff", "A B",
+	"      compare two checkpoints tensor by tensor (B through the mappings); exit 5\n"
+	"      if they differ\n",
+	diff_opts, CK_CLI_VIEW_MAPS, NULL, NULL};
+
+/* One option of diff_opts. */
+static int diff_opt(int id, const char *name, const char *val, struct ck_cmp_opts *o,
+		    struct ck_err *err)
+{
+	if (id == D_ATOL || id == D_RTOL) {
+		if (parse_double(val, id == D_ATOL ? &o->atol : &o->rtol) < 0)
+			return ck_fail(err, CK_E_USAGE, "%s: not a non-negative number: %s", name, val);
+		return 0;
+	}
+	if (id == D_ULP || id == D_THREADS) {
+		char *end;
+		long long v = strtoll(val, &end, 10);
+		if (*end || !val[0] || v < 0 || (id == D_THREADS && (v < 1 || v > 64)))
+			return ck_fail(err, CK_E_USAGE, "%s: bad value %s", name, val);
+		if (id == D_ULP)
+			o->ulp = (uint64_t)v;
+		else
+			o->threads = (int)v;
+	}
+	o->use_uring &= id != D_NO_URING;
+	return 0;
+}
+
 int ck_cmd_diff(int argc, char **argv)
 {
-	const char *pa = NULL, *pb = NULL;
+	const char *pa = NULL, *pb = NULL, *val;
 	struct ck_view_args va = {.rank = -1};
 	struct ck_cmp_opts o = {.use_uring = 1};
-	int json = 0, r;
+	int json = 0;
 	struct ck_err err;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int has = i + 1 < argc;
-		if ((!strcmp(a, "--atol") || !strcmp(a, "--rtol") || !strcmp(a, "--ulp") ||
-		     !strcmp(a, "--threads")) && !has)
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
-		if (!strcmp(a, "--mapping")) {
-			if ((r = ck_view_arg(&va, argc, argv, &i, &err)) < 0)
-				return ck_cli_report(&err);
-		} else if (!strcmp(a, "--atol") || !strcmp(a, "--rtol")) {
-			if (parse_double(argv[++i], a[2] == 'a' ? &o.atol : &o.rtol) < 0)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-							      "%s: not a non-negative number: %s", a,
-							      argv[i]),
-						      &err));
-		} else if (!strcmp(a, "--ulp") || !strcmp(a, "--threads")) {
-			char *end;
-			long long v = strtoll(argv[++i], &end, 10);
-			if (*end || !argv[i][0] || v < 0 || (a[2] == 't' && (v < 1 || v > 64)))
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s: bad value %s", a,
-							      argv[i]),
-						      &err));
-			if (a[2] == 'u')
-				o.ulp = (uint64_t)v;
-			else
-				o.threads = (int)v;
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (!strcmp(a, "--no-uring")) {
-			o.use_uring = 0;
-		} else if (a[0] == '-' && a[1]) {
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "diff: unknown option %s", a), &err));
-		} else if (!pa) {
-			pa = a;
-		} else if (!pb) {
-			pb = a;
-		} else {
+	for (int i = 1, id; (id = ck_cli_next(&ck_verb_diff, argc, argv, &i, &va, &val, &err));) {
+		if (id == CK_CLI_ERROR)
+			return ck_cli_report(&err);
+		if (id == CK_CLI_OPERAND && !pa)
+			pa = val;
+		else if (id == CK_CLI_OPERAND && !pb)
+			pb = val;
+		else if (id == CK_CLI_OPERAND)
 			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "diff: too many arguments"), &err));
-		}
+		else if (id > 0 && diff_opt(id, ck_cli_opt_name(diff_opts, id), val, &o, &err) < 0)
+			return ck_cli_report(&err);
+		json |= id == D_JSON;
 	}
 	if (!pa || !pb)
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "usage: ckptfs diff A B [--mapping MAP]... [--atol X] "
-					      "[--rtol Y] [--ulp N] [--json]"),
-				      &err));
+		return ck_cli_report((ck_cli_usage_error(&ck_verb_diff, &err), &err));
 	struct ck_view_args none = {.rank = -1};
 	struct ck_view A, B;
 	if (ck_view_open(&A, pa, &none, &err) < 0)
@@ -331,44 +342,50 @@ static void remove_generated(const char *dir)
 	rmdir(dir);
 }
 
+enum { C_INVERSE = 1, C_MODEL, C_SOURCE, C_FP8_BLOCK };
+static const struct ck_cli_opt check_opts[] = {
+	{C_INVERSE, "--inverse", "MAP2", "the mapping that should undo MAP (required)"},
+	{C_MODEL, "--model", "llama|gpt2|mixtral|...", "a tiny generated checkpoint of this model"},
+	{C_SOURCE, "--source", "SRC", "or a checkpoint of your own"},
+	{C_FP8_BLOCK, "--fp8-block", "B", "--model: FP8 weights with B x B scale blocks (1..4096)"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_cli_verb ck_verb_check_mapping = {
+	"check-mapping", "MAP",
+	"      prove MAP then --inverse MAP2 gives the source (--model or --source)\n"
+	"      back byte for byte; exit 5 if not\n",
+	check_opts, CK_CLI_VIEW_NONE, NULL, NULL};
+
 int ck_cmd_check_mapping(int argc, char **argv)
 {
-	const char *map = NULL, *inverse = NULL, *source = NULL, *model = NULL;
+	const char *map = NULL, *inverse = NULL, *source = NULL, *model = NULL, *val;
 	int64_t fp8_block = 0;
 	struct ck_err err;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		int has = i + 1 < argc;
-		if ((!strcmp(a, "--inverse") || !strcmp(a, "--model") || !strcmp(a, "--source") ||
-		     !strcmp(a, "--fp8-block")) && !has)
-			return ck_cli_report((ck_fail(&err, CK_E_USAGE, "%s needs a value", a), &err));
-		if (!strcmp(a, "--inverse"))
-			inverse = argv[++i];
-		else if (!strcmp(a, "--model"))
-			model = argv[++i];
-		else if (!strcmp(a, "--source"))
-			source = argv[++i];
-		else if (!strcmp(a, "--fp8-block")) {
-			char *end;
-			fp8_block = strtoll(argv[++i], &end, 10);
-			if (*end || fp8_block < 1 || fp8_block > 4096)
-				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-							      "--fp8-block: 1..4096, not %s", argv[i]),
-						      &err));
-		} else if (a[0] == '-' && a[1])
-			return ck_cli_report(
-				(ck_fail(&err, CK_E_USAGE, "check-mapping: unknown option %s", a), &err));
-		else if (!map)
-			map = a;
-		else
+	for (int i = 1, id; (id = ck_cli_next(&ck_verb_check_mapping, argc, argv, &i, NULL, &val,
+					       &err));) {
+		if (id == CK_CLI_ERROR)
+			return ck_cli_report(&err);
+		if (id == CK_CLI_OPERAND && map)
 			return ck_cli_report(
 				(ck_fail(&err, CK_E_USAGE, "check-mapping: too many arguments"), &err));
+		map = id == CK_CLI_OPERAND ? val : map;
+		inverse = id == C_INVERSE ? val : inverse;
+		model = id == C_MODEL ? val : model;
+		source = id == C_SOURCE ? val : source;
+		if (id == C_FP8_BLOCK) {
+			char *end;
+			fp8_block = strtoll(val, &end, 10);
+			if (*end || !val[0] || fp8_block < 1 || fp8_block > 4096)
+				return ck_cli_report((ck_fail(&err, CK_E_USAGE,
+							      "--fp8-block: 1..4096, not %s", val),
+						      &err));
+		}
 	}
 	if (!map || !inverse || (!source == !model))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "usage: ckptfs check-mapping MAP --inverse MAP2 "
-					      "(--model llama|gpt2|mixtral [--fp8-block B] | --source "
-					      "SRC)"),
+					      "(--model NAME [--fp8-block B] | --source SRC)"),
 				      &err));
 	char gen[4096] = "";
 	if (model && generate(model, fp8_block, gen, sizeof gen, &err) < 0) {

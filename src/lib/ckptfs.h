@@ -81,8 +81,9 @@ const char *ckptfs_version(void);
  *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring no_direct
  *   no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
  *   gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto gpu_mem=SIZE gpu_min=SIZE
- *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none dcp
- *                       as `ckptfs mount -o` (see ckptfs(1))
+ *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none dcp torch_dist eval_delay_ms=N
+ *                       as `ckptfs mount -o` (its "serving options", see
+ *                       ckptfs(1))
  * Everything that can fail on the input fails here. Returns 0 and *out, or
  * -1 with err (and *out NULL). */
 int ckptfs_open(ckptfs **out, const char *source, const char *const *options,

@@ -39,94 +39,154 @@ static int size_opt(const char *how, const char *opt, const char *val, uint64_t 
 	return 1;
 }
 
+enum {
+	S_ZIP_CRC = 1, S_NPY_F32, S_NO_DIRECT, S_NO_PREFETCH, S_NO_URING, S_DCP, S_TORCH_DIST,
+	S_CACHE_SIZE, S_CHUNK, S_GROUP_MAX, S_MAX_SHARD, S_PART_SIZE, S_GPU_MEM, S_GPU_MIN,
+	S_THREADS, S_EVAL_DELAY, S_GGUF_DEQUANT, S_GGUF, S_GGUF_PRE, S_GGUF_VOCAB, S_DEVICE
+};
+
+const struct ck_serve_optdef ck_serve_optdefs[] = {
+	{S_CACHE_SIZE, "cache_size", "SIZE",
+	 "evaluated bytes kept (default: 1/4 of the cgroup's memory.max, else of RAM, at least "
+	 "64MiB; never less than 4 chunks)"},
+	{S_THREADS, "threads", "N",
+	 "evaluator threads, each with its own io_uring ring (default: one per core)"},
+	{S_CHUNK, "chunk", "SIZE", "bytes of a tensor per cache entry (default 4MiB; 4KiB to 256MiB)"},
+	{S_GROUP_MAX, "group_max", "SIZE",
+	 "dependency groups up to this size are evaluated whole on first read (default: "
+	 "cache_size/8, at most 256MiB)"},
+	{S_NO_URING, "no_uring", NULL, "read sources with pread instead of io_uring"},
+	{S_MAX_SHARD, "max_shard_size", "SIZE",
+	 "also serve model-0000k-of-0000n.safetensors shards of at most SIZE and "
+	 "model.safetensors.index.json"},
+	{S_PART_SIZE, "part_size", "SIZE",
+	 "per-rank views: size of model-rank-R-part-P.safetensors (vLLM's sharded_state layout; "
+	 "default 5GiB)"},
+	{S_ZIP_CRC, "zip_crc", NULL,
+	 "fill in pytorch_model.bin's CRC-32 fields (evaluates every tensor before the view is "
+	 "ready; default: CRCs are 0)"},
+	{S_NO_DIRECT, "no_direct", NULL,
+	 "evaluate renamed tensors through the cache too (default: they are read straight from "
+	 "their source file)"},
+	{S_NO_PREFETCH, "no_prefetch", NULL,
+	 "do not evaluate the next group ahead of a reader that starts a tensor (default: one "
+	 "group ahead, within half the cache)"},
+	{S_NPY_F32, "npy_f32", NULL,
+	 "npy/ serves BF16 and FP8 tensors widened to float32 (default: raw '<V2' / '|V1' "
+	 "elements)"},
+	{S_DEVICE, "device", "cpu|cuda|cuda:N|auto",
+	 "where casts, transposes and block scales run (default cpu; cuda: the local rank's GPU)"},
+	{S_GPU_MEM, "gpu_mem", "SIZE", "device memory for the CUDA lanes (default 1GiB)"},
+	{S_GPU_MIN, "gpu_min", "SIZE", "smaller reads stay on the CPU (default 256KiB)"},
+	{S_GGUF_DEQUANT, "gguf_dequant", "F32|BF16", "quantized GGUF tensors decoded to (default F32)"},
+	{S_GGUF, "gguf", "[TYPE]",
+	 "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3; TYPE F32, "
+	 "F16, BF16, Q8_0 or Q4_0 (default: the source's float type; quantized on read)"},
+	{S_GGUF_PRE, "gguf_pre", "NAME",
+	 "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
+	 "pattern)"},
+	{S_GGUF_VOCAB, "gguf_vocab", "none",
+	 "placeholder tokens when there is no tokenizer file (token ids only)"},
+	{S_DCP, "dcp", NULL,
+	 "also serve dcp/: the view as a PyTorch Distributed Checkpoint (.metadata, "
+	 "__0_0.distcp; whole tensors)"},
+	{S_TORCH_DIST, "torch_dist", NULL,
+	 "also serve torch_dist/: the same for Megatron-core (with metadata.json and common.pt)"},
+	{S_EVAL_DELAY, "eval_delay_ms", "N", "testing: delay every evaluation"},
+	{0, NULL, NULL, NULL},
+};
+
+const struct ck_serve_optdef *ck_serve_optdef_find(const struct ck_serve_optdef *t, const char *opt,
+						   size_t klen)
+{
+	for (; t->id; t++)
+		if (strlen(t->name) == klen && !strncmp(opt, t->name, klen))
+			return t;
+	return NULL;
+}
+
+/* An option of the table with its value checked against its kind: a flag
+ * has none, a valued option has one unless its value is optional ("[TYPE]"). */
+static int serve_value(struct ck_serve_opts *o, int id, const char *how, const char *opt,
+		       const char *val, struct ck_err *err);
+
 int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, struct ck_err *err)
 {
 	const char *eq = strchr(opt, '=');
-	const char *val = eq ? eq + 1 : NULL;
-	size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
-#define KEY(k) (klen == strlen(k) && !strncmp(opt, k, klen))
-	const struct {
-		const char *name;
-		int *field, value;
-	} flags[] = {{"zip_crc", &o->zip_crc, 1},
-		     {"npy_f32", &o->npy_f32, 1},
-		     {"no_direct", &o->cache.no_direct, 1},
-		     {"no_prefetch", &o->cache.no_prefetch, 1},
-		     {"no_uring", &o->cache.use_uring, 0},
-		     {"dcp", &o->dcp, 1},
-		     {"torch_dist", &o->dcp, 2}};
-	for (size_t k = 0; k < sizeof flags / sizeof *flags; k++) {
-		if (!KEY(flags[k].name))
-			continue;
-		if (val)
-			return bad(err, how, opt, "a flag takes no value");
-		if (flags[k].field == &o->dcp && o->dcp && o->dcp != flags[k].value)
+	const struct ck_serve_optdef *d =
+		ck_serve_optdef_find(ck_serve_optdefs, opt, eq ? (size_t)(eq - opt) : strlen(opt));
+	if (!d)
+		return 0;
+	if (!d->arg && eq)
+		return bad(err, how, opt, "a flag takes no value");
+	return serve_value(o, d->id, how, opt, eq ? eq + 1 : NULL, err);
+}
+
+static int serve_value(struct ck_serve_opts *o, int id, const char *how, const char *opt,
+		       const char *val, struct ck_err *err)
+{
+	switch (id) {
+	case S_ZIP_CRC: o->zip_crc = 1; return 1;
+	case S_NPY_F32: o->npy_f32 = 1; return 1;
+	case S_NO_DIRECT: o->cache.no_direct = 1; return 1;
+	case S_NO_PREFETCH: o->cache.no_prefetch = 1; return 1;
+	case S_NO_URING: o->cache.use_uring = 0; return 1;
+	case S_DCP:
+	case S_TORCH_DIST:
+		if (o->dcp && o->dcp != (id == S_DCP ? 1 : 2))
 			return bad(err, how, opt, "one of dcp and torch_dist");
-		*flags[k].field = flags[k].value;
+		o->dcp = id == S_DCP ? 1 : 2;
 		return 1;
-	}
-	if (KEY("cache_size"))
-		return size_opt(how, opt, val, &o->cache.cache_size, 0, err);
-	if (KEY("chunk")) {
+	case S_CACHE_SIZE: return size_opt(how, opt, val, &o->cache.cache_size, 0, err);
+	case S_CHUNK:
 		if (!val || ck_parse_size(val, &o->cache.chunk) < 0 || o->cache.chunk < 4096 ||
 		    o->cache.chunk > MAX_CHUNK)
 			return bad(err, how, opt, "4KiB to 256MiB");
 		return 1;
-	}
-	if (KEY("group_max"))
-		return size_opt(how, opt, val, &o->cache.group_max, 1, err);
-	if (KEY("max_shard_size"))
-		return size_opt(how, opt, val, &o->max_shard_size, 0, err);
-	if (KEY("part_size"))
-		return size_opt(how, opt, val, &o->part_size, 0, err);
-	if (KEY("gpu_mem"))
-		return size_opt(how, opt, val, &o->device.gpu_mem, 0, err);
-	if (KEY("gpu_min"))
-		return size_opt(how, opt, val, &o->device.gpu_min, 1, err);
-	if (KEY("threads") || KEY("eval_delay_ms")) {
+	case S_GROUP_MAX: return size_opt(how, opt, val, &o->cache.group_max, 1, err);
+	case S_MAX_SHARD: return size_opt(how, opt, val, &o->max_shard_size, 0, err);
+	case S_PART_SIZE: return size_opt(how, opt, val, &o->part_size, 0, err);
+	case S_GPU_MEM: return size_opt(how, opt, val, &o->device.gpu_mem, 0, err);
+	case S_GPU_MIN: return size_opt(how, opt, val, &o->device.gpu_min, 1, err);
+	case S_THREADS:
+	case S_EVAL_DELAY: {
 		char *end;
 		long v = val ? strtol(val, &end, 10) : -1;
-		long max = KEY("threads") ? 64 : 600000;
+		long max = id == S_THREADS ? 64 : 600000;
 		if (!val || !*val || *end || v < 1 || v > max)
-			return bad(err, how, opt, KEY("threads") ? "1 to 64" : "1 to 600000");
-		if (KEY("threads"))
+			return bad(err, how, opt, id == S_THREADS ? "1 to 64" : "1 to 600000");
+		if (id == S_THREADS)
 			o->cache.threads = (int)v;
 		else
 			o->cache.delay_ms = (unsigned)v;
 		return 1;
 	}
-	if (KEY("gguf_dequant")) {
+	case S_GGUF_DEQUANT:
 		if (!val || (strcasecmp(val, "F32") && strcasecmp(val, "BF16")))
 			return bad(err, how, opt, "F32 or BF16");
 		o->gguf_bf16 = !strcasecmp(val, "BF16");
 		return 1;
-	}
-	if (KEY("gguf")) {
+	case S_GGUF:
 		if (val && ck_gguf_check_type(val, err) < 0)
 			return bad(err, how, opt, "F32, F16, BF16, Q8_0 or Q4_0");
 		o->gguf.on = 1;
 		o->gguf.type = val;
 		return 1;
-	}
-	if (KEY("gguf_pre")) {
+	case S_GGUF_PRE:
 		if (!val || !*val || strlen(val) > 64)
 			return bad(err, how, opt, "a pre-tokenizer name, such as llama-bpe or qwen2");
 		o->gguf.pre = val;
 		return 1;
-	}
-	if (KEY("gguf_vocab")) {
+	case S_GGUF_VOCAB:
 		if (!val || strcmp(val, "none"))
 			return bad(err, how, opt, "none: placeholder tokens");
 		o->gguf.vocab_none = 1;
 		return 1;
-	}
-	if (KEY("device")) {
+	default: /* S_DEVICE */
 		if (!val)
 			return bad(err, how, opt, "cpu, cuda, cuda:N or auto");
 		return ck_device_parse(val, &o->device, err) < 0 ? -1 : 1;
 	}
-#undef KEY
-	return 0;
 }
 
 /* A quarter of the memory this process may use. */

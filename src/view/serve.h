@@ -30,12 +30,22 @@ struct ck_serve_opts {
 
 /* Defaults: io_uring, one evaluator per core, 5 GiB parts, the CPU. */
 void ck_serve_opts_init(struct ck_serve_opts *o);
-/* One option, "key" or "key=value" (cache_size, chunk, group_max, threads,
- * no_uring, no_direct, no_prefetch, eval_delay_ms, max_shard_size,
- * part_size, zip_crc, npy_f32, gguf_dequant, device, gpu_mem, gpu_min,
- * gguf[=TYPE], gguf_pre=NAME, gguf_vocab=none, dcp, torch_dist).
- * Returns 1 (taken), 0 (not one of these: err untouched) or -1 (bad value;
- * err says "bad option HOW OPT (what it takes)", how: "-o " for mount). */
+/* The serving options as one table: ck_serve_option parses them, `ckptfs
+ * mount --help` and the README list them, libckptfs takes them as open
+ * options (a test checks that README and ckptfs.h name each). */
+struct ck_serve_optdef {
+	int id;		  /* > 0; 0 ends a table */
+	const char *name; /* "cache_size" */
+	const char *arg;  /* "SIZE"; "[TYPE]": optional; NULL: a flag */
+	const char *help; /* one sentence, wrapped when printed */
+};
+extern const struct ck_serve_optdef ck_serve_optdefs[];
+/* The entry of table t named by opt's first klen bytes, or NULL. */
+const struct ck_serve_optdef *ck_serve_optdef_find(const struct ck_serve_optdef *t, const char *opt,
+						   size_t klen);
+/* One option of ck_serve_optdefs, "key" or "key=value". Returns 1 (taken),
+ * 0 (not one of these: err untouched) or -1 (bad value; err says "bad
+ * option HOW OPT (what it takes)", how: "-o " for mount). */
 int ck_serve_option(struct ck_serve_opts *o, const char *how, const char *opt, struct ck_err *err);
 /* Fill in what depends on the rest: the cache size (a quarter of the
  * cgroup's or the machine's memory, at least 64 MiB) and group_max
