@@ -19,31 +19,43 @@ struct ckptfs {
 	struct ck_tree *tree; /* srv's one tree */
 	uint64_t batch;	      /* most cache bytes one read holds at once */
 	char *source;
-	char **names; /* the flat files: the root's, then dcp/'s (or torch_dist/'s) as "dcp/NAME" */
-	size_t n_files;
+	/* the files: the root's, dcp/'s (or torch_dist/'s) as "dcp/NAME", then
+	 * "npy/NAME.npy" per target (n_laid_out: the first two kinds) */
+	char **names;
+	size_t n_files, n_laid_out;
 };
-
-static const struct ck_tree_file *file_of(const ckptfs *h, size_t k)
-{
-	const struct ck_tree *t = h->tree;
-	return k < t->n_roots ? &t->roots[k] : &t->sub[k - t->n_roots];
-}
 
 static int list_files(ckptfs *h)
 {
 	const struct ck_tree *t = h->tree;
-	h->n_files = t->n_roots + t->n_sub;
+	h->n_laid_out = t->n_roots + t->n_sub;
+	h->n_files = h->n_laid_out + t->plan->n;
 	if (!(h->names = calloc(h->n_files ? h->n_files : 1, sizeof *h->names)))
 		return -1;
 	for (size_t k = 0; k < h->n_files; k++) {
-		const char *n = file_of(h, k)->name;
-		const char *dir = k < t->n_roots ? "" : t->sub_dir;
+		const char *n = k < t->n_roots		? t->roots[k].name
+				: k < h->n_laid_out ? t->sub[k - t->n_roots].name
+						    : t->npy_names[k - h->n_laid_out];
+		const char *dir = k < t->n_roots ? "" : k < h->n_laid_out ? t->sub_dir : "npy";
 		size_t len = strlen(dir) + strlen(n) + 2;
 		if (!(h->names[k] = malloc(len)))
 			return -1;
 		snprintf(h->names[k], len, "%s%s%s", dir, *dir ? "/" : "", n);
 	}
 	return 0;
+}
+
+/* File k's layout: a laid-out file's, or npy/'s built into *tmp (free it
+ * with ck_vfile_free when *built). NULL: no memory. */
+static const struct ck_vfile *layout_of(const ckptfs *h, size_t k, struct ck_vfile *tmp, int *built)
+{
+	const struct ck_tree *t = h->tree;
+	*built = k >= h->n_laid_out;
+	if (k < t->n_roots)
+		return t->roots[k].v;
+	if (k < h->n_laid_out)
+		return t->sub[k - t->n_roots].v;
+	return ck_tree_npy(t, (uint32_t)(k - h->n_laid_out), tmp) < 0 ? NULL : tmp;
 }
 
 /* Enum values are the CLI's exit statuses; keep them in step. */
@@ -281,7 +293,12 @@ size_t ckptfs_file_count(const ckptfs *h)
 
 long ckptfs_file_find(const ckptfs *h, const char *name)
 {
-	for (size_t k = 0; h && name && k < h->n_files; k++)
+	uint32_t i;
+	if (h && name && !strncmp(name, "npy/", 4))
+		return ck_strmap_get(&h->tree->npy_by_name, name + 4, &i) == 0
+			       ? (long)(h->n_laid_out + i)
+			       : -1;
+	for (size_t k = 0; h && name && k < h->n_laid_out; k++)
 		if (!strcmp(h->names[k], name))
 			return (long)k;
 	return -1;
@@ -294,7 +311,15 @@ const char *ckptfs_file_name(const ckptfs *h, size_t k)
 
 uint64_t ckptfs_file_size(const ckptfs *h, size_t k)
 {
-	return h && k < h->n_files ? file_of(h, k)->v->size : 0;
+	if (!h || k >= h->n_files)
+		return 0;
+	struct ck_vfile tmp;
+	int built;
+	const struct ck_vfile *vf = layout_of(h, k, &tmp, &built);
+	uint64_t size = vf ? vf->size : 0;
+	if (vf && built)
+		ck_vfile_free(&tmp);
+	return size;
 }
 
 int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t len,
@@ -302,21 +327,28 @@ int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t le
 {
 	if (!h || k >= h->n_files)
 		return usage(err, "ckptfs_file_read: %s", h ? "no such file" : "handle is NULL");
-	const struct ck_vfile *vf = file_of(h, k)->v;
-	size_t n = clip(vf->size, off, len);
-	if (n && !buf)
-		return usage(err, "ckptfs_file_read: %s is NULL", "buf");
 	struct ck_err e;
-	size_t ns = ck_vfile_spans(vf, off, n, NULL, 0);
-	struct ck_span *sp = malloc((ns ? ns : 1) * sizeof *sp);
-	if (!sp) {
-		ck_fail_sys(&e, ENOMEM, "ckptfs_file_read");
-		put_err(err, &e);
-		return -1;
+	struct ck_vfile tmp;
+	int built;
+	const struct ck_vfile *vf = layout_of(h, k, &tmp, &built);
+	size_t n = vf ? clip(vf->size, off, len) : 0, ns = 0;
+	struct ck_span *sp = NULL;
+	if (vf && n && !buf) {
+		if (built)
+			ck_vfile_free(&tmp);
+		return usage(err, "ckptfs_file_read: %s is NULL", "buf");
 	}
-	ck_vfile_spans(vf, off, n, sp, ns);
-	int r = ck_served_read(&h->srv, sp, ns, buf, h->batch, &e);
+	if (vf) {
+		ns = ck_vfile_spans(vf, off, n, NULL, 0);
+		if ((sp = malloc((ns ? ns : 1) * sizeof *sp)))
+			ck_vfile_spans(vf, off, n, sp, ns);
+	}
+	/* literal spans point into the layout: free it after the read */
+	int r = sp ? ck_served_read(&h->srv, sp, ns, buf, h->batch, &e)
+		   : ck_fail_sys(&e, ENOMEM, "ckptfs_file_read");
 	free(sp);
+	if (vf && built)
+		ck_vfile_free(&tmp);
 	if (r < 0) {
 		ck_err_prefix(&e, "%s", h->names[k]);
 		put_err(err, &e);

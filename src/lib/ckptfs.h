@@ -112,11 +112,14 @@ long ckptfs_tensor_group(const ckptfs *h, size_t i);
 int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 		    struct ckptfs_error *err);
 
-/* The flat files a mount of the same view shows at its root:
- * model.safetensors, pytorch_model.bin, config.json (the source's), and with
- * max_shard_size the shards and their index, on a per-rank view vLLM's
+/* The files a mount of the same view shows: at its root model.safetensors,
+ * pytorch_model.bin, config.json (the source's), and with max_shard_size
+ * the shards and their index, on a per-rank view vLLM's
  * model-rank-R-part-P.safetensors; with gguf, model.gguf; with dcp,
- * "dcp/.metadata" and "dcp/__0_0.distcp". */
+ * "dcp/.metadata" and "dcp/__0_0.distcp" (torch_dist: "torch_dist/...");
+ * then "npy/NAME.npy" for each target in ckptfs_tensor_name's order (NAME
+ * escaped as the mount escapes it), each a NumPy 1.0 file laid out when
+ * asked for. */
 size_t ckptfs_file_count(const ckptfs *h);
 long ckptfs_file_find(const ckptfs *h, const char *name);
 const char *ckptfs_file_name(const ckptfs *h, size_t k);

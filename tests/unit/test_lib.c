@@ -303,6 +303,61 @@ START_TEST(t_flat_file)
 }
 END_TEST
 
+/* npy/NAME.npy per target, checked against the NumPy format description
+ * (magic, version 1.0, little-endian header length, the header dict padded
+ * with spaces to a multiple of 64 and ended by a newline), the tensor's
+ * metadata and the generator's bytes. */
+START_TEST(t_npy_files)
+{
+	ckptfs *h = open_ok(NULL, NULL);
+	size_t npy = 0, n = ckptfs_count(h);
+	for (size_t k = 0; k < ckptfs_file_count(h); k++)
+		npy += !strncmp(ckptfs_file_name(h, k), "npy/", 4);
+	ck_assert_uint_eq(npy, n);
+	struct ckptfs_error e;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = ckptfs_tensor_name(h, i);
+		char fname[64], want[256];
+		snprintf(fname, sizeof fname, "npy/%s.npy", name);
+		long k = ckptfs_file_find(h, fname);
+		ck_assert_msg(k >= 0 && !strcmp(ckptfs_file_name(h, (size_t)k), fname), "%s", fname);
+		uint64_t size = ckptfs_file_size(h, (size_t)k), bytes = ckptfs_tensor_bytes(h, i);
+		unsigned char *f = malloc(size);
+		for (uint64_t off = 0; off < size;) { /* in odd pieces across header and data */
+			int64_t got = ckptfs_file_read(h, (size_t)k, off, f + off, 5003, &e);
+			ck_assert_msg(got > 0, "%s", e.message);
+			off += (uint64_t)got;
+		}
+		ck_assert(!memcmp(f, "\x93NUMPY\x01\x00", 8));
+		size_t hl = (size_t)f[8] | (size_t)f[9] << 8;
+		ck_assert_uint_eq((10 + hl) % 64, 0);
+		ck_assert_uint_eq(size, 10 + hl + bytes);
+		ck_assert_int_eq(f[9 + hl], '\n');
+		const int64_t *sh = ckptfs_tensor_shape(h, i);
+		int nd = ckptfs_tensor_ndim(h, i);
+		ck_assert_str_eq(ckptfs_tensor_dtype(h, i), "F32"); /* every target here */
+		int w = snprintf(want, sizeof want, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+		for (int d = 0; d < nd; d++)
+			w += snprintf(want + w, sizeof want - (size_t)w, "%lld,%s", (long long)sh[d],
+				      d + 1 < nd ? " " : "");
+		if (nd > 1)
+			want[--w] = '\0'; /* (3,) but (64, 48) */
+		snprintf(want + w, sizeof want - (size_t)w, "), }");
+		ck_assert_msg(!strncmp((char *)f + 10, want, strlen(want)), "%s: header %.*s, want %s",
+			      fname, (int)hl, (char *)f + 10, want);
+		for (size_t j = 10 + strlen(want); j < 9 + hl; j++)
+			ck_assert_int_eq(f[j], ' ');
+		for (uint64_t j = 0; j < bytes; j++)
+			if (f[10 + hl + j] != want_byte(name, j))
+				ck_abort_msg("%s: data byte %llu", fname, (unsigned long long)j);
+		free(f);
+	}
+	ck_assert_int_eq(ckptfs_file_find(h, "npy/no-such.npy"), -1);
+	ck_assert_int_eq(ckptfs_file_find(h, "npy/"), -1);
+	ckptfs_close(h);
+}
+END_TEST
+
 struct reader_arg {
 	ckptfs *h;
 	unsigned seed;
@@ -359,6 +414,7 @@ int main(void)
 	tcase_add_test(tc, t_metadata);
 	tcase_add_test(tc, t_values);
 	tcase_add_test(tc, t_flat_file);
+	tcase_add_test(tc, t_npy_files);
 	tcase_add_test(tc, t_threads);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
