@@ -1,0 +1,311 @@
+/* The evaluation cache without FUSE: values through a cache far smaller
+ * than the data, whole-group evaluation, one evaluation for concurrent
+ * readers of a chunk, renames answered from the source file, a changed
+ * source refused, and reads evaluated into the caller's memory. Expected
+ * bytes are computed here from the source file (transpose and column
+ * halves by index arithmetic), never through the engine. */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/catalog.h"
+#include "exec/cache.h"
+#include "map/mapping.h"
+#include "plan/plan.h"
+#include "testutil.h"
+
+enum { R = 64, C = 4096 }; /* big and other: F32 [R, C], 1 MiB each */
+
+static char *dir, *path;
+static struct ck_catalog *cat;
+static struct ck_plan *plan;
+static unsigned char *file;
+
+/*   tr        = big.t()                 (evaluated, chunk by chunk)
+ *   gate, up  = other.chunk(2, 1)       (column halves: one group of two)
+ *   keep      = keep                    (a rename: read from the source) */
+static const char *MAP =
+	"{\"unused\": \"drop\", \"rules\": ["
+	"{\"from\": \"big\", \"to\": \"tr\", \"expr\": \"x.t()\"},"
+	"{\"from\": \"other\", \"to\": {\"gate\": \"gate\", \"up\": \"up\"},"
+	" \"expr\": {\"gate\": \"x.chunk(2, 1)[0]\", \"up\": \"x.chunk(2, 1)[1]\"}},"
+	"{\"from\": \"keep\", \"to\": \"keep\"}]}";
+
+static void setup(void)
+{
+	dir = tu_mkdtemp();
+	static const struct tu_tensor t[] = {{"big", CK_DT_F32, 2, {R, C}},
+					     {"keep", CK_DT_F32, 2, {33, 77}},
+					     {"other", CK_DT_F32, 2, {R, C}}};
+	path = tu_path(dir, "model.safetensors");
+	tu_write_st(path, t, 3);
+	FILE *f = fopen(path, "rb");
+	fseek(f, 0, SEEK_END);
+	size_t len = (size_t)ftell(f);
+	rewind(f);
+	file = malloc(len);
+	ck_assert_uint_eq(fread(file, 1, len, f), len);
+	fclose(f);
+	struct ck_err err;
+	struct ck_mapping *m;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_mapping_parse(MAP, strlen(MAP), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &plan, &err) == 0, "%s", err.msg);
+	ck_mapping_free(m);
+}
+
+static void teardown(void)
+{
+	ck_plan_free(plan);
+	ck_catalog_free(cat);
+	tu_rmtree(dir);
+	free(dir);
+	free(path);
+	free(file);
+}
+
+static uint32_t tidx(const char *name)
+{
+	const struct ck_target *t = ck_plan_find(plan, name);
+	ck_assert_msg(t, "no target %s", name);
+	return (uint32_t)(t - plan->t);
+}
+
+static const unsigned char *src(const char *name)
+{
+	return file + ck_catalog_find(cat, name)->t.offset;
+}
+
+/* Byte j of a target, from the source file. */
+static unsigned char want(const char *name, uint64_t j)
+{
+	uint64_t e = j / 4, b = j % 4;
+	if (!strcmp(name, "tr")) /* tr[k][r] = big[r][k] */
+		return src("big")[((e % R) * C + e / R) * 4 + b];
+	if (!strcmp(name, "gate") || !strcmp(name, "up")) { /* [R, C/2] halves */
+		uint64_t r = e / (C / 2), k = e % (C / 2) + (name[0] == 'u' ? C / 2 : 0);
+		return src("other")[(r * C + k) * 4 + b];
+	}
+	return src(name)[j];
+}
+
+/* A synchronous read through the cache's callback interface. */
+struct sync_read {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, err;
+	unsigned char *buf;
+};
+
+static void done_cb(void *arg, int err, const struct ck_seg *segs, size_t n)
+{
+	struct sync_read *s = arg;
+	for (size_t k = 0; k < n; k++)
+		memcpy(s->buf + segs[k].dst, segs[k].p, segs[k].len);
+	pthread_mutex_lock(&s->mu);
+	s->err = err;
+	s->done = 1;
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static int cache_read(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len,
+		      unsigned char *buf)
+{
+	struct sync_read s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, buf};
+	struct ck_span sp = {t, off, len, 0, NULL};
+	ck_assert_int_eq(ck_cache_read(c, &sp, 1, done_cb, &s), 0);
+	pthread_mutex_lock(&s.mu);
+	while (!s.done)
+		pthread_cond_wait(&s.cv, &s.mu);
+	pthread_mutex_unlock(&s.mu);
+	return s.err;
+}
+
+static void check_range(struct ck_cache *c, const char *name, uint64_t off, uint64_t len)
+{
+	unsigned char *buf = malloc(len);
+	ck_assert_int_eq(cache_read(c, tidx(name), off, len, buf), 0);
+	for (uint64_t j = 0; j < len; j++)
+		if (buf[j] != want(name, off + j))
+			ck_abort_msg("%s: byte %llu", name, (unsigned long long)(off + j));
+	free(buf);
+}
+
+static struct ck_cache *cache_of(struct ck_cache_opts o)
+{
+	struct ck_cache *c;
+	struct ck_err err;
+	o.use_uring = 1;
+	ck_assert_msg(ck_cache_new(plan, &o, &c, &err) == 0, "%s", err.msg);
+	return c;
+}
+
+/* 1 MiB of a transposed tensor through 64 KiB of cache in random ranges:
+ * every byte right, entries evicted, the budget kept. */
+START_TEST(values_through_a_small_cache)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){
+		.cache_size = 64 << 10, .chunk = 4 << 10, .threads = 2});
+	unsigned seed = 7;
+	uint64_t size = plan->t[tidx("tr")].nbytes;
+	for (int k = 0; k < 300; k++) {
+		uint64_t off = (uint64_t)rand_r(&seed) % size;
+		uint64_t len = 1 + (uint64_t)rand_r(&seed) % 20000;
+		check_range(c, "tr", off, len < size - off ? len : size - off);
+	}
+	check_range(c, "tr", 100, 50); /* twice: the second is a hit */
+	struct ck_cache_stats s1, s2;
+	ck_cache_get_stats(c, &s1);
+	check_range(c, "tr", 100, 50);
+	ck_cache_get_stats(c, &s2);
+	ck_assert_uint_eq(s2.cache_hits, s1.cache_hits + 1);
+	ck_assert_uint_eq(s2.cache_misses, s1.cache_misses);
+	ck_assert_uint_gt(s2.cache_evictions, 0);
+	ck_assert_uint_le(s2.cache_bytes, 64 << 10);
+	ck_assert_uint_eq(s2.groups_evaluated, 0); /* group_max 0: chunk by chunk */
+	ck_cache_free(c);
+}
+END_TEST
+
+/* A miss in a group that fits group_max evaluates the group once: the
+ * sibling is then served from the cache without a miss. */
+START_TEST(group_evaluated_whole)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){
+		.cache_size = 4 << 20, .chunk = 64 << 10, .group_max = 2 << 20, .threads = 2,
+		.no_prefetch = 1});
+	check_range(c, "gate", 1000, 100);
+	struct ck_cache_stats s1, s2;
+	ck_cache_get_stats(c, &s1);
+	ck_assert_uint_eq(s1.groups_evaluated, 1);
+	ck_assert_uint_eq(s1.regions_evaluated, 0);
+	check_range(c, "up", 0, plan->t[tidx("up")].nbytes);
+	check_range(c, "gate", 0, plan->t[tidx("gate")].nbytes);
+	ck_cache_get_stats(c, &s2);
+	ck_assert_uint_eq(s2.groups_evaluated, 1);
+	ck_assert_uint_eq(s2.cache_misses, s1.cache_misses);
+	ck_cache_free(c);
+}
+END_TEST
+
+struct reader {
+	struct ck_cache *c;
+	unsigned char buf[4096];
+	int err;
+};
+
+static void *read_one_chunk(void *p)
+{
+	struct reader *r = p;
+	r->err = cache_read(r->c, tidx("tr"), 8192, sizeof r->buf, r->buf);
+	return NULL;
+}
+
+/* Readers of a chunk being evaluated wait for that one evaluation. */
+START_TEST(concurrent_readers_share_one_evaluation)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){
+		.cache_size = 1 << 20, .chunk = 4 << 10, .threads = 4, .delay_ms = 300,
+		.no_prefetch = 1});
+	struct reader rd[4];
+	pthread_t tid[4];
+	for (int k = 0; k < 4; k++) {
+		rd[k].c = c;
+		pthread_create(&tid[k], NULL, read_one_chunk, &rd[k]);
+	}
+	for (int k = 0; k < 4; k++) {
+		pthread_join(tid[k], NULL);
+		ck_assert_int_eq(rd[k].err, 0);
+		for (size_t j = 0; j < sizeof rd[k].buf; j++)
+			ck_assert_uint_eq(rd[k].buf[j], want("tr", 8192 + j));
+	}
+	struct ck_cache_stats s;
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.regions_evaluated, 1);
+	ck_assert_uint_eq(s.cache_misses, 1); /* the others waited on it (or hit, if late) */
+	ck_assert_uint_eq(s.source_bytes_read, 4096);
+	ck_cache_free(c);
+}
+END_TEST
+
+/* A rename is answered from its source file (unless no_direct). */
+START_TEST(renames_read_from_the_source)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){.cache_size = 1 << 20, .threads = 1});
+	uint32_t t = tidx("keep");
+	ck_assert_int_eq(ck_cache_is_direct(c, t), 1);
+	ck_assert_int_eq(ck_cache_is_direct(c, tidx("tr")), 0);
+	int fd;
+	uint64_t pos;
+	unsigned char buf[1000];
+	ck_assert_int_eq(ck_cache_direct(c, t, 123, sizeof buf, &fd, &pos), 1);
+	ck_assert_int_eq(pread(fd, buf, sizeof buf, (off_t)pos), (ssize_t)sizeof buf);
+	for (size_t j = 0; j < sizeof buf; j++)
+		ck_assert_uint_eq(buf[j], want("keep", 123 + j));
+	ck_cache_free(c);
+	c = cache_of((struct ck_cache_opts){.cache_size = 1 << 20, .threads = 1, .no_direct = 1});
+	ck_assert_int_eq(ck_cache_is_direct(c, t), 0);
+	check_range(c, "keep", 0, plan->t[t].nbytes); /* evaluated instead, same bytes */
+	ck_cache_free(c);
+}
+END_TEST
+
+/* A source whose mtime changed after the cache opened: evaluated and
+ * direct reads fail with EIO (nothing stale is served). */
+START_TEST(changed_source_refused)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){.cache_size = 1 << 20, .threads = 1});
+	check_range(c, "tr", 0, 100);
+	struct timespec ts[2] = {{1000000, 0}, {1000000, 0}};
+	ck_assert_int_eq(utimensat(AT_FDCWD, path, ts, 0), 0);
+	unsigned char buf[100];
+	ck_assert_int_eq(cache_read(c, tidx("gate"), 0, sizeof buf, buf), -EIO);
+	int fd;
+	uint64_t pos;
+	ck_assert_int_eq(ck_cache_direct(c, tidx("keep"), 0, 10, &fd, &pos), -EIO);
+	ck_cache_free(c);
+}
+END_TEST
+
+/* Evaluated straight into the caller's memory: no cache entry. */
+START_TEST(eval_into_the_callers_buffer)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){.cache_size = 1 << 20, .threads = 1});
+	uint64_t off = 333, len = 700000;
+	unsigned char *buf = malloc(len);
+	struct ck_err err;
+	ck_assert_msg(ck_cache_eval_into(c, tidx("tr"), off, len, buf, &err) == 0, "%s", err.msg);
+	for (uint64_t j = 0; j < len; j++)
+		if (buf[j] != want("tr", off + j))
+			ck_abort_msg("tr: byte %llu", (unsigned long long)(off + j));
+	struct ck_cache_stats s;
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.streamed_reads, 1);
+	ck_assert_uint_eq(s.cache_bytes, 0);
+	free(buf);
+	ck_cache_free(c);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("cache");
+	TCase *tc = tcase_create("cache");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_test(tc, values_through_a_small_cache);
+	tcase_add_test(tc, group_evaluated_whole);
+	tcase_add_test(tc, concurrent_readers_share_one_evaluation);
+	tcase_add_test(tc, renames_read_from_the_source);
+	tcase_add_test(tc, changed_source_refused);
+	tcase_add_test(tc, eval_into_the_callers_buffer);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s, 1);
+}
