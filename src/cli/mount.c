@@ -228,6 +228,57 @@ static void close_view(struct ck_served *srv, struct ck_view *v)
 	ck_view_close(v);
 }
 
+/* The parent after the fork: wait for the daemon's word ("OK" once
+ * FUSE_INIT arrived, or its error) and, under mpirun, for every rank's. */
+static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *synced)
+{
+	close(pipefd[1]);
+	char msg[2048];
+	size_t got = 0;
+	ssize_t r;
+	while (got < sizeof msg - 1 && (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) != 0) {
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			break;
+		got += (size_t)r;
+	}
+	msg[got] = '\0';
+	close(pipefd[0]);
+	int ok = !strncmp(msg, "OK\n", 3);
+	/* under mpirun: return once every rank's mount is live; if one failed,
+	 * the others unmount, so nothing half-mounted remains. mpirun
+	 * terminates the job when a rank exits non-zero: finish the unmount
+	 * below before taking its signal */
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGHUP);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	int all = ck_mpi_agree(ok), st;
+	*synced = 1;
+	if (ok && all == 0) { /* unmount before MPI ends (see ck_mpi_agree) */
+		kill(pid, SIGTERM);
+		waitpid(pid, &st, 0);
+	}
+	if (all >= 0)
+		ck_mpi_finish();
+	if (ok && all == 0) {
+		fprintf(stderr, "ckptfs: another rank failed to mount; %s unmounted\n", mountpoint);
+		return 1;
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+	if (ok)
+		return 0;
+	waitpid(pid, &st, 0);
+	char *nl = strchr(msg, '\n');
+	if (nl)
+		*nl = '\0';
+	fprintf(stderr, "ckptfs: %s\n", got ? msg : "the daemon exited before the mount was live");
+	return 1;
+}
+
 /* *synced: whether the MPI agreement has been made (or must not be: -f) */
 static int mount_main(int argc, char **argv, int *synced)
 {
@@ -267,7 +318,7 @@ static int mount_main(int argc, char **argv, int *synced)
 		*synced = 1;
 		return ck_mpi_all_ok(1) == 0 ? 1 : 0;
 	}
-		/* Everything that can fail on the input fails here, before mounting. */
+	/* Everything that can fail on the input fails here, before mounting. */
 	struct ck_view v;
 	if (ck_view_open(&v, source, &va, &err) < 0)
 		return ck_cli_report(&err);
@@ -297,57 +348,8 @@ static int mount_main(int argc, char **argv, int *synced)
 			return ck_cli_report((ck_fail_sys(&err, errno, "fork"), &err));
 		}
 		if (pid > 0) { /* parent: wait for the child's word */
-			close(pipefd[1]);
-			char msg[2048];
-			size_t got = 0;
-			ssize_t r;
-			while (got < sizeof msg - 1 &&
-			       (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) != 0) {
-				if (r < 0 && errno == EINTR)
-					continue;
-				if (r < 0)
-					break;
-				got += (size_t)r;
-			}
-			msg[got] = '\0';
-			close(pipefd[0]);
 			close_view(&srv, &v);
-			int ok = !strncmp(msg, "OK\n", 3);
-			/* under mpirun: return once every rank's mount is live; if one
-			 * failed, the others unmount, so nothing half-mounted remains */
-			/* mpirun terminates the job when a rank exits non-zero:
-			 * finish the unmount below before taking its signal */
-			sigset_t block, old;
-			sigemptyset(&block);
-			sigaddset(&block, SIGTERM);
-			sigaddset(&block, SIGINT);
-			sigaddset(&block, SIGHUP);
-			sigprocmask(SIG_BLOCK, &block, &old);
-			int all = ck_mpi_agree(ok);
-			*synced = 1;
-			if (ok && all == 0) { /* unmount before MPI ends (see ck_mpi_agree) */
-				kill(pid, SIGTERM);
-				int st;
-				waitpid(pid, &st, 0);
-			}
-			if (all >= 0)
-				ck_mpi_finish();
-			if (ok && all == 0) {
-				fprintf(stderr, "ckptfs: another rank failed to mount; %s unmounted\n",
-					mountpoint);
-				return 1;
-			}
-			sigprocmask(SIG_SETMASK, &old, NULL);
-			if (ok)
-				return 0;
-			int st;
-			waitpid(pid, &st, 0);
-			char *nl = strchr(msg, '\n');
-			if (nl)
-				*nl = '\0';
-			fprintf(stderr, "ckptfs: %s\n",
-				got ? msg : "the daemon exited before the mount was live");
-			return 1;
+			return parent_wait(pid, pipefd, mountpoint, synced);
 		}
 		close(pipefd[0]);
 		setsid();

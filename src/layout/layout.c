@@ -597,11 +597,12 @@ static int emit_groups(struct reshape_ctx *x, const struct ck_piece *in, struct 
 	return 0;
 }
 
-int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, struct ck_err *err)
+/* The new shape with its -1 inferred, checked to hold v's elements. */
+static int reshape_shape(const struct ck_value *v, const int64_t *shape_in, int ndim,
+			 int64_t *shape, struct ck_err *err)
 {
 	if (ndim > CK_MAX_DIMS)
 		return ck_fail(err, CK_E_MAPPING, "reshape: more than %d dims", CK_MAX_DIMS);
-	int64_t shape[CK_MAX_DIMS];
 	uint64_t numel = ck_value_numel(v), known = 1;
 	int infer = -1;
 	for (int d = 0; d < ndim; d++) {
@@ -626,33 +627,32 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 		shape[infer] = (int64_t)(numel / known);
 		known = numel;
 	}
-	if (known != numel) {
-		char a[160] = "", b[160] = "";
-		for (int d = 0; d < v->ndim; d++)
-			snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
-				 (long long)v->shape[d]);
-		for (int d = 0; d < ndim; d++)
-			snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
-				 (long long)shape[d]);
-		return ck_fail(err, CK_E_MAPPING, "reshape: [%s] (%llu elements) cannot view as [%s]",
-			       a, (unsigned long long)numel, b);
-	}
-	if (numel == 0 || v->n == 0) {
-		memcpy(v->shape, shape, sizeof shape);
-		v->ndim = ndim;
-		v->n = 0;
+	if (known == numel)
 		return 0;
-	}
-	/* Drop size-1 old dims from the pieces; group the non-1 dims. */
-	int oz = 0, nz = 0, nmap[CK_MAX_DIMS];
-	int64_t osh[CK_MAX_DIMS];
+	char a[160] = "", b[160] = "";
+	for (int d = 0; d < v->ndim; d++)
+		snprintf(a + strlen(a), sizeof a - strlen(a), "%s%lld", d ? "," : "",
+			 (long long)v->shape[d]);
+	for (int d = 0; d < ndim; d++)
+		snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", d ? "," : "",
+			 (long long)shape[d]);
+	return ck_fail(err, CK_E_MAPPING, "reshape: [%s] (%llu elements) cannot view as [%s]", a,
+		       (unsigned long long)numel, b);
+}
+
+/* The reshape's dims without their 1s (osh: old sizes, nmap: new non-1
+ * dim -> new dim) and their groups: runs of old dims whose product is that
+ * of a run of new dims. Returns the number of groups. */
+static int reshape_groups(const struct ck_value *v, const int64_t *shape, int ndim, int64_t *osh,
+			  int *nmap, struct rgroup *g)
+{
+	int oz = 0, nz = 0;
 	for (int d = 0; d < v->ndim; d++)
 		if (v->shape[d] != 1)
 			osh[oz++] = v->shape[d];
 	for (int d = 0; d < ndim; d++)
 		if (shape[d] != 1)
 			nmap[nz++] = d;
-	struct rgroup g[CK_MAX_DIMS];
 	int ng = 0, i = 0, j = 0;
 	while (i < oz && j < nz) {
 		int64_t pa = osh[i], pb = shape[nmap[j]];
@@ -666,111 +666,140 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 		g[ng].b = ++i, g[ng].d = ++j;
 		ng++;
 	}
+	return ng;
+}
+
+/* Where each old dim of v goes: dmap, the new dim when its group is that
+ * one dim on both sides (block-scaled dims must stay whole), else -1;
+ * gsplit, its group when the group is this old dim alone split into
+ * several new dims, or several old dims merged into one (a block-scaled dim
+ * may be split so), else -1; sq, its index among the non-1 old dims. */
+static void reshape_dim_maps(const struct ck_value *v, const struct rgroup *g, int ng,
+			     const int *nmap, int *dmap, int *gsplit, int *sq)
+{
+	for (int d = 0, o = 0; d < v->ndim; d++) {
+		dmap[d] = gsplit[d] = -1;
+		sq[d] = o;
+		if (v->shape[d] == 1)
+			continue;
+		for (int k = 0; k < ng; k++) {
+			if (g[k].a == o && g[k].b == o + 1 && g[k].d == g[k].c + 1)
+				dmap[d] = nmap[g[k].c];
+			if (g[k].a <= o && o < g[k].b &&
+			    ((g[k].b == g[k].a + 1 && g[k].d > g[k].c + 1) ||
+			     (g[k].b > g[k].a + 1 && g[k].d == g[k].c + 1)))
+				gsplit[d] = k;
+		}
+		o++;
+	}
+}
+
+/* A scale entry on old dim od (squeezed index sq) of a group split or
+ * merged: how emit_groups places its blocks. */
+static void split_entry(struct split_scale *ss, const struct rgroup *gr, int group,
+			const int64_t *osh, int sq, const struct ck_piece *in, int64_t old_lo, int e)
+{
+	ss->group = group;
+	ss->merge = gr->b > gr->a + 1;
+	ss->od = sq;
+	ss->omult = 1;
+	for (int m = sq + 1; m < gr->b; m++)
+		ss->omult *= osh[m];
+	/* the run's first dim, as emit_groups finds it */
+	ss->j = gr->b - 1;
+	while (ss->j > gr->a) {
+		int m = ss->j - 1;
+		if (in->lo[ss->j] != 0 || in->hi[ss->j] != osh[ss->j] ||
+		    in->stride[m] != in->stride[ss->j] * osh[ss->j])
+			break;
+		ss->j = m;
+	}
+	ss->old_lo = old_lo;
+	ss->block = in->sc.block[e];
+	ss->phase = in->sc.phase[e];
+	ss->stride = in->sc.stride[e];
+}
+
+/* Piece k of v reshaped into x->out. */
+static int reshape_piece(struct reshape_ctx *x, const struct ck_value *v, size_t k,
+			 const int *dmap, const int *gsplit, const int *sq,
+			 struct split_scale *split)
+{
+	x->n_split = 0;
+	struct ck_piece in = v->p[k], q;
+	int o = 0;
+	for (int d = 0; d < v->ndim; d++)
+		if (v->shape[d] != 1) {
+			in.lo[o] = v->p[k].lo[d];
+			in.hi[o] = v->p[k].hi[d];
+			in.stride[o] = v->p[k].stride[d];
+			o++;
+		}
+	memset(&q, 0, sizeof q);
+	q.src = in.src;
+	q.n_casts = in.n_casts;
+	q.saturate = in.saturate;
+	memcpy(q.casts, in.casts, sizeof q.casts);
+	q.base = in.base;
+	q.shifted = in.shifted;
+	q.shift = in.shift;
+	q.fp4 = in.fp4;
+	q.sc = in.sc;
+	q.sc.n = 0;
+	for (int e = 0; e < in.sc.n; e++) {
+		int od = in.sc.dim[e];
+		if (v->shape[od] == 1)
+			continue; /* a constant index: the entry adds nothing */
+		if (dmap[od] < 0 && gsplit[od] >= 0) {
+			split_entry(&split[x->n_split++], &x->g[gsplit[od]], gsplit[od], x->oshape,
+				    sq[od], &in, v->p[k].lo[od], e);
+			continue;
+		}
+		if (dmap[od] < 0)
+			return ck_fail(x->err, CK_E_MAPPING,
+				       "reshape: dim %d of a block-scaled value would be split or "
+				       "merged; its blocks must stay whole (reshape before "
+				       "quant/dequant is not possible either: slice or permute)",
+				       od);
+		int n = q.sc.n++;
+		q.sc.dim[n] = (int8_t)dmap[od];
+		q.sc.block[n] = in.sc.block[e];
+		q.sc.phase[n] = in.sc.phase[e];
+		q.sc.stride[n] = in.sc.stride[e];
+	}
+	for (int d = 0; d < x->n_new_full; d++)
+		q.lo[d] = 0, q.hi[d] = 1, q.stride[d] = 0; /* size-1 new dims */
+	return emit_groups(x, &in, &q, 0);
+}
+
+int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, struct ck_err *err)
+{
+	int64_t shape[CK_MAX_DIMS];
+	if (reshape_shape(v, shape_in, ndim, shape, err) < 0)
+		return -1;
+	if (ck_value_numel(v) == 0 || v->n == 0) {
+		memcpy(v->shape, shape, sizeof shape);
+		v->ndim = ndim;
+		v->n = 0;
+		return 0;
+	}
+	int nmap[CK_MAX_DIMS], dmap[CK_MAX_DIMS], gsplit[CK_MAX_DIMS], sq[CK_MAX_DIMS];
+	int64_t osh[CK_MAX_DIMS];
+	struct rgroup g[CK_MAX_DIMS];
+	int ng = reshape_groups(v, shape, ndim, osh, nmap, g);
+	reshape_dim_maps(v, g, ng, nmap, dmap, gsplit, sq);
 	struct ck_value out = *v;
 	out.p = NULL;
 	out.n = 0;
 	out.ndim = ndim;
 	memcpy(out.shape, shape, sizeof shape);
-	/* Block-scaled dims must stay whole: old dim -> new dim where a group is
-	 * one dim on both sides, -1 elsewhere. */
-	int dmap[CK_MAX_DIMS];
-	for (int d = 0, o = 0; d < v->ndim; d++) {
-		dmap[d] = -1;
-		if (v->shape[d] == 1)
-			continue;
-		for (int k = 0; k < ng; k++)
-			if (g[k].a == o && g[k].b == o + 1 && g[k].d == g[k].c + 1)
-				dmap[d] = nmap[g[k].c];
-		o++;
-	}
-	/* old dim -> its group when that group is this one old dim alone, split
-	 * into several new dims (a block-scaled dim may be split so) */
-	int gsplit[CK_MAX_DIMS], sq[CK_MAX_DIMS];
-	for (int d = 0, o = 0; d < v->ndim; d++) {
-		gsplit[d] = -1;
-		sq[d] = o;
-		if (v->shape[d] == 1)
-			continue;
-		for (int k = 0; k < ng; k++)
-			if (g[k].a <= o && o < g[k].b &&
-			    ((g[k].b == g[k].a + 1 && g[k].d > g[k].c + 1) ||
-			     (g[k].b > g[k].a + 1 && g[k].d == g[k].c + 1)))
-				gsplit[d] = k;
-		o++;
-	}
 	struct split_scale split[CK_SCALE_DIMS];
 	struct reshape_ctx x = {osh, shape, nmap, ndim, g, ng, &out, 0, err, split, 0};
-	for (size_t k = 0; k < v->n; k++) {
-		x.n_split = 0;
-		struct ck_piece in = v->p[k], q;
-		int o = 0;
-		for (int d = 0; d < v->ndim; d++)
-			if (v->shape[d] != 1) {
-				in.lo[o] = v->p[k].lo[d];
-				in.hi[o] = v->p[k].hi[d];
-				in.stride[o] = v->p[k].stride[d];
-				o++;
-			}
-		memset(&q, 0, sizeof q);
-		q.src = in.src;
-		q.n_casts = in.n_casts;
-		q.saturate = in.saturate;
-		memcpy(q.casts, in.casts, sizeof q.casts);
-		q.base = in.base;
-		q.shifted = in.shifted;
-		q.shift = in.shift;
-		q.fp4 = in.fp4;
-		q.sc = in.sc;
-		q.sc.n = 0;
-		for (int e = 0; e < in.sc.n; e++) {
-			int od = in.sc.dim[e];
-			if (v->shape[od] == 1)
-				continue; /* a constant index: the entry adds nothing */
-			if (dmap[od] < 0 && gsplit[od] >= 0) {
-				struct split_scale *ss = &split[x.n_split++];
-				const struct rgroup *gr = &g[gsplit[od]];
-				ss->group = gsplit[od];
-				ss->merge = gr->b > gr->a + 1;
-				ss->od = sq[od];
-				ss->omult = 1;
-				for (int m = sq[od] + 1; m < gr->b; m++)
-					ss->omult *= osh[m];
-				/* the run's first dim, as emit_groups finds it */
-				ss->j = gr->b - 1;
-				while (ss->j > gr->a) {
-					int m = ss->j - 1;
-					if (in.lo[ss->j] != 0 || in.hi[ss->j] != osh[ss->j] ||
-					    in.stride[m] != in.stride[ss->j] * osh[ss->j])
-						break;
-					ss->j = m;
-				}
-				ss->old_lo = v->p[k].lo[od];
-				ss->block = in.sc.block[e];
-				ss->phase = in.sc.phase[e];
-				ss->stride = in.sc.stride[e];
-				continue;
-			}
-			if (dmap[od] < 0) {
-				ck_value_free(&out);
-				return ck_fail(err, CK_E_MAPPING,
-					       "reshape: dim %d of a block-scaled value would be split or "
-					       "merged; its blocks must stay whole (reshape before "
-					       "quant/dequant is not possible either: slice or permute)",
-					       od);
-			}
-			int n = q.sc.n++;
-			q.sc.dim[n] = (int8_t)dmap[od];
-			q.sc.block[n] = in.sc.block[e];
-			q.sc.phase[n] = in.sc.phase[e];
-			q.sc.stride[n] = in.sc.stride[e];
-		}
-		for (int d = 0; d < ndim; d++)
-			q.lo[d] = 0, q.hi[d] = 1, q.stride[d] = 0; /* size-1 new dims */
-		if (emit_groups(&x, &in, &q, 0) < 0) {
+	for (size_t k = 0; k < v->n; k++)
+		if (reshape_piece(&x, v, k, dmap, gsplit, sq, split) < 0) {
 			ck_value_free(&out);
 			return -1;
 		}
-	}
 	free(v->p);
 	*v = out;
 	return 0;

@@ -250,21 +250,22 @@ static int check_cond(struct pctx *c, struct ck_rule *r)
 	return 0;
 }
 
-static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
+/* A rule's fields, each given at most once. */
+struct rule_fields {
+	const cJSON *from, *to, *expr, *let, *reduce, *forj, *cond, *drop;
+};
+
+static int rule_fields(struct pctx *c, const cJSON *j, struct ck_rule *r, struct rule_fields *f)
 {
-	if (!cJSON_IsObject(j))
-		return fail_at(c, r, "a rule must be an object%s%s", NULL, NULL);
-	const cJSON *from = NULL, *to = NULL, *expr = NULL, *let = NULL, *reduce = NULL,
-		    *forj = NULL, *cond = NULL, *drop = NULL;
 	for (const cJSON *e = j->child; e; e = e->next) {
-		const cJSON **slot = !strcmp(e->string, "from")	    ? &from
-				     : !strcmp(e->string, "to")	    ? &to
-				     : !strcmp(e->string, "expr")    ? &expr
-				     : !strcmp(e->string, "let")     ? &let
-				     : !strcmp(e->string, "reduce")  ? &reduce
-				     : !strcmp(e->string, "for")     ? &forj
-				     : !strcmp(e->string, "if")	    ? &cond
-				     : !strcmp(e->string, "drop")    ? &drop
+		const cJSON **slot = !strcmp(e->string, "from")	    ? &f->from
+				     : !strcmp(e->string, "to")	    ? &f->to
+				     : !strcmp(e->string, "expr")    ? &f->expr
+				     : !strcmp(e->string, "let")     ? &f->let
+				     : !strcmp(e->string, "reduce")  ? &f->reduce
+				     : !strcmp(e->string, "for")     ? &f->forj
+				     : !strcmp(e->string, "if")	    ? &f->cond
+				     : !strcmp(e->string, "drop")    ? &f->drop
 									    : NULL;
 		if (!strcmp(e->string, "share") || !strcmp(e->string, "optional")) {
 			if (!cJSON_IsBool(e))
@@ -289,25 +290,13 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 			return fail_at(c, r, "field \"%s\" given twice", e->string, NULL);
 		*slot = e;
 	}
-	if (set_desc(r, drop ? drop : from, drop ? NULL : to) < 0)
-		return ck_fail_sys(c->err, ENOMEM, "mapping");
-	if (cond && parse_expr_json(c, r, cond, "if", &r->cond) < 0)
-		return -1;
-	if (drop) {
-		if (from || to || expr || let || reduce || forj)
-			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
-				       NULL, NULL);
-		r->drop = 1;
-		if (parse_pats(c, r, drop, "drop", "x", &r->in, &r->n_in) < 0)
-			return -1;
-		return check_cond(c, r);
-	}
-	if (!from || !to)
-		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s",
-			       from ? "from" : "from", NULL);
-	if (parse_pats(c, r, from, "from", "x", &r->in, &r->n_in) < 0 ||
-	    parse_pats(c, r, to, "to", "out", &r->out, &r->n_out) < 0)
-		return -1;
+	return 0;
+}
+
+/* "expr": one expression for a single output (none: the input itself), or
+ * an object with one per named output. */
+static int parse_outputs(struct pctx *c, struct ck_rule *r, const cJSON *to, const cJSON *expr)
+{
 	r->expr = calloc((size_t)r->n_out, sizeof *r->expr);
 	if (!r->expr)
 		return ck_fail_sys(c->err, ENOMEM, "mapping");
@@ -319,78 +308,96 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 			return -1;
 		if (!expr && r->n_in != 1)
 			return fail_at(c, r, "several inputs need an \"expr\"%s%s", NULL, NULL);
-	} else {
-		if (!cJSON_IsObject(expr))
-			return fail_at(c, r, "named outputs need \"expr\" as an object with an "
-					     "expression per output%s%s",
-				       NULL, NULL);
-		for (const cJSON *e = expr->child; e; e = e->next) {
-			int k = 0;
-			while (k < r->n_out && strcmp(r->out[k].name, e->string))
-				k++;
-			if (k == r->n_out)
-				return fail_at(c, r, "\"expr\" names \"%s\", which is not an output",
-					       e->string, NULL);
-			if (r->expr[k].expr)
-				return fail_at(c, r, "\"expr\" names \"%s\" twice", e->string, NULL);
-			if (parse_expr_json(c, r, e, e->string, &r->expr[k].expr) < 0)
-				return -1;
-		}
-		for (int k = 0; k < r->n_out; k++)
-			if (!r->expr[k].expr)
-				return fail_at(c, r, "output \"%s\" has no expression", r->out[k].name,
-					       NULL);
+		return 0;
 	}
-	if (let) {
-		if (!cJSON_IsObject(let))
-			return fail_at(c, r, "\"let\" must be an object of named expressions%s%s",
-				       NULL, NULL);
-		int n = cJSON_GetArraySize(let);
-		if (!(r->let = calloc((size_t)(n ? n : 1), sizeof *r->let)))
-			return ck_fail_sys(c->err, ENOMEM, "mapping");
-		for (const cJSON *e = let->child; e; e = e->next) {
-			if (!is_ident(e->string))
-				return fail_at(c, r, "\"let\" name \"%s\" is not an identifier",
-					       e->string, NULL);
-			struct ck_named_expr *l = &r->let[r->n_let++];
-			if (!(l->name = strdup(e->string)))
-				return ck_fail_sys(c->err, ENOMEM, "mapping");
-			if (parse_expr_json(c, r, e, e->string, &l->expr) < 0)
-				return -1;
-		}
-	}
-	if (reduce) {
-		const cJSON *items = cJSON_IsArray(reduce) ? reduce->child : reduce;
-		for (const cJSON *e = items; e; e = cJSON_IsArray(reduce) ? e->next : NULL) {
-			if (!cJSON_IsString(e) || r->n_reduce == CK_MAX_CAPTURES)
-				return fail_at(c, r, "\"reduce\" must name captures%s%s", NULL, NULL);
-			int found = 0;
-			for (int k = 0; k < r->n_in; k++)
-				found |= ck_pattern_has_capture(&r->in[k].pat, e->valuestring);
-			if (!found)
-				return fail_at(c, r, "\"reduce\" names {%s}, which no input pattern has",
-					       e->valuestring, NULL);
-			if (!(r->reduce[r->n_reduce++] = strdup(e->valuestring)))
-				return ck_fail_sys(c->err, ENOMEM, "mapping");
-		}
-	}
-	if (forj) {
-		if (!cJSON_IsObject(forj) || cJSON_GetArraySize(forj) != 1)
-			return fail_at(c, r, "\"for\" must be {\"CAPTURE\": count}%s%s", NULL, NULL);
-		if (!(r->for_name = strdup(forj->child->string)))
-			return ck_fail_sys(c->err, ENOMEM, "mapping");
-		if (parse_expr_json(c, r, forj->child, "for", &r->for_count) < 0)
+	if (!cJSON_IsObject(expr))
+		return fail_at(c, r, "named outputs need \"expr\" as an object with an "
+				     "expression per output%s%s",
+			       NULL, NULL);
+	for (const cJSON *e = expr->child; e; e = e->next) {
+		int k = 0;
+		while (k < r->n_out && strcmp(r->out[k].name, e->string))
+			k++;
+		if (k == r->n_out)
+			return fail_at(c, r, "\"expr\" names \"%s\", which is not an output",
+				       e->string, NULL);
+		if (r->expr[k].expr)
+			return fail_at(c, r, "\"expr\" names \"%s\" twice", e->string, NULL);
+		if (parse_expr_json(c, r, e, e->string, &r->expr[k].expr) < 0)
 			return -1;
 	}
-	/* a name is bound once: "for" and "let" may not rebind a capture, an
-	 * input or each other (a silent rebinding maps keys to wrong targets) */
-	if (r->for_name) {
-		for (int i = 0; i < r->n_in; i++)
-			if (ck_pattern_has_capture(&r->in[i].pat, r->for_name))
-				return fail_at(c, r, "\"for\" binds {%s}, which input pattern \"%s\" "
-						     "already captures",
-					       r->for_name, r->in[i].name);
+	for (int k = 0; k < r->n_out; k++)
+		if (!r->expr[k].expr)
+			return fail_at(c, r, "output \"%s\" has no expression", r->out[k].name, NULL);
+	return 0;
+}
+
+static int parse_let(struct pctx *c, struct ck_rule *r, const cJSON *let)
+{
+	if (!cJSON_IsObject(let))
+		return fail_at(c, r, "\"let\" must be an object of named expressions%s%s", NULL,
+			       NULL);
+	int n = cJSON_GetArraySize(let);
+	if (!(r->let = calloc((size_t)(n ? n : 1), sizeof *r->let)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *e = let->child; e; e = e->next) {
+		if (!is_ident(e->string))
+			return fail_at(c, r, "\"let\" name \"%s\" is not an identifier", e->string,
+				       NULL);
+		struct ck_named_expr *l = &r->let[r->n_let++];
+		if (!(l->name = strdup(e->string)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+		if (parse_expr_json(c, r, e, e->string, &l->expr) < 0)
+			return -1;
 	}
+	return 0;
+}
+
+static int parse_reduce(struct pctx *c, struct ck_rule *r, const cJSON *reduce)
+{
+	const cJSON *items = cJSON_IsArray(reduce) ? reduce->child : reduce;
+	for (const cJSON *e = items; e; e = cJSON_IsArray(reduce) ? e->next : NULL) {
+		if (!cJSON_IsString(e) || r->n_reduce == CK_MAX_CAPTURES)
+			return fail_at(c, r, "\"reduce\" must name captures%s%s", NULL, NULL);
+		int found = 0;
+		for (int k = 0; k < r->n_in; k++)
+			found |= ck_pattern_has_capture(&r->in[k].pat, e->valuestring);
+		if (!found)
+			return fail_at(c, r, "\"reduce\" names {%s}, which no input pattern has",
+				       e->valuestring, NULL);
+		if (!(r->reduce[r->n_reduce++] = strdup(e->valuestring)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+	}
+	for (int k = 0; k < r->n_reduce; k++)
+		for (int j = 0; j < k; j++)
+			if (!strcmp(r->reduce[j], r->reduce[k]))
+				return fail_at(c, r, "\"reduce\" names {%s} twice%s", r->reduce[k], NULL);
+	return 0;
+}
+
+static int parse_for(struct pctx *c, struct ck_rule *r, const cJSON *forj)
+{
+	if (!cJSON_IsObject(forj) || cJSON_GetArraySize(forj) != 1)
+		return fail_at(c, r, "\"for\" must be {\"CAPTURE\": count}%s%s", NULL, NULL);
+	if (!(r->for_name = strdup(forj->child->string)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (parse_expr_json(c, r, forj->child, "for", &r->for_count) < 0)
+		return -1;
+	/* "for" may not rebind a capture (a silent rebinding maps keys to
+	 * wrong targets) */
+	for (int i = 0; i < r->n_in; i++)
+		if (ck_pattern_has_capture(&r->in[i].pat, r->for_name))
+			return fail_at(c, r, "\"for\" binds {%s}, which input pattern \"%s\" "
+					     "already captures",
+				       r->for_name, r->in[i].name);
+	return 0;
+}
+
+/* A name is bound once: "let" may not rebind a capture, an input, "for"'s
+ * name or itself; every output capture comes from an input pattern or
+ * "for" (and not from a reduced capture). */
+static int check_bindings(struct pctx *c, struct ck_rule *r)
+{
 	for (int k = 0; k < r->n_let; k++) {
 		const char *n = r->let[k].name;
 		for (int j = 0; j < k; j++)
@@ -404,11 +411,6 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 		if (r->for_name && !strcmp(r->for_name, n))
 			return fail_at(c, r, "\"let\" binds \"%s\", which \"for\" binds%s", n, NULL);
 	}
-	for (int k = 0; k < r->n_reduce; k++)
-		for (int j = 0; j < k; j++)
-			if (!strcmp(r->reduce[j], r->reduce[k]))
-				return fail_at(c, r, "\"reduce\" names {%s} twice%s", r->reduce[k], NULL);
-	/* every output capture must come from an input pattern or "for" */
 	for (int k = 0; k < r->n_out; k++)
 		for (int t = 0; t < r->out[k].pat.n; t++) {
 			const struct ck_ptok *tok = &r->out[k].pat.tok[t];
@@ -423,6 +425,37 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 				return fail_at(c, r, "output pattern uses {%s}, which no input binds",
 					       tok->name, NULL);
 		}
+	return 0;
+}
+
+static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
+{
+	if (!cJSON_IsObject(j))
+		return fail_at(c, r, "a rule must be an object%s%s", NULL, NULL);
+	struct rule_fields f = {0};
+	if (rule_fields(c, j, r, &f) < 0)
+		return -1;
+	if (set_desc(r, f.drop ? f.drop : f.from, f.drop ? NULL : f.to) < 0)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (f.cond && parse_expr_json(c, r, f.cond, "if", &r->cond) < 0)
+		return -1;
+	if (f.drop) {
+		if (f.from || f.to || f.expr || f.let || f.reduce || f.forj)
+			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
+				       NULL, NULL);
+		r->drop = 1;
+		if (parse_pats(c, r, f.drop, "drop", "x", &r->in, &r->n_in) < 0)
+			return -1;
+		return check_cond(c, r);
+	}
+	if (!f.from || !f.to)
+		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s", "from", NULL);
+	if (parse_pats(c, r, f.from, "from", "x", &r->in, &r->n_in) < 0 ||
+	    parse_pats(c, r, f.to, "to", "out", &r->out, &r->n_out) < 0 ||
+	    parse_outputs(c, r, f.to, f.expr) < 0 || (f.let && parse_let(c, r, f.let) < 0) ||
+	    (f.reduce && parse_reduce(c, r, f.reduce) < 0) ||
+	    (f.forj && parse_for(c, r, f.forj) < 0) || check_bindings(c, r) < 0)
+		return -1;
 	return check_cond(c, r);
 }
 
@@ -614,6 +647,139 @@ static int parse_opt_mode(struct pctx *c, const cJSON *e, struct ck_mapping *m)
 	return 0;
 }
 
+static int parse_params(struct pctx *c, const cJSON *e, struct ck_mapping *m)
+{
+	if (!cJSON_IsObject(e))
+		return fail_at(c, NULL, "\"params\" must be an object%s%s", NULL, NULL);
+	int n = cJSON_GetArraySize(e);
+	if (!(m->params = calloc((size_t)(n ? n : 1), sizeof *m->params)) ||
+	    ck_strmap_init(&m->param_index, (size_t)n) < 0)
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *p = e->child; p; p = p->next) {
+		struct ck_named_expr *ne = &m->params[m->n_params++];
+		if (!is_ident(p->string))
+			return fail_at(c, NULL, "param name \"%s\" is not an identifier", p->string,
+				       NULL);
+		if (!(ne->name = strdup(p->string)))
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+		int put = ck_strmap_put(&m->param_index, ne->name, (uint32_t)(m->n_params - 1), NULL);
+		if (put < 0)
+			return ck_fail_sys(c->err, ENOMEM, "mapping");
+		if (put > 0)
+			return fail_at(c, NULL, "param \"%s\" given twice%s", p->string, NULL);
+		if (parse_expr_json(c, NULL, p, p->string, &ne->expr) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* "rules", "partition" and "select": lists of objects, each parsed into
+ * its numbered slot (numbers from 1, as messages name them). */
+static int parse_rule_list(struct pctx *c, const cJSON *e, const char *field,
+			   struct ck_mapping *m)
+{
+	if (e && !cJSON_IsArray(e))
+		return fail_at(c, NULL, !strcmp(field, "rules") ? "\"%s\" must be a list%s"
+								: "\"%s\" must be a list of rules%s",
+			       field, NULL);
+	int n = e ? cJSON_GetArraySize(e) : 0;
+	size_t cap = (size_t)(n ? n : 1);
+	if (field[0] == 'r' && !(m->rules = calloc(cap, sizeof *m->rules)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (field[0] == 'p' && !(m->parts = calloc(cap, sizeof *m->parts)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	if (field[0] == 's' && !(m->sels = calloc(cap, sizeof *m->sels)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *r = e ? e->child : NULL; r; r = r->next) {
+		int rc;
+		if (field[0] == 'r') {
+			struct ck_rule *x = &m->rules[m->n_rules++];
+			x->index = m->n_rules;
+			rc = parse_rule(c, r, x);
+		} else if (field[0] == 'p') {
+			struct ck_partition *x = &m->parts[m->n_parts++];
+			x->index = m->n_parts;
+			rc = parse_partition(c, r, x);
+		} else {
+			struct ck_select *x = &m->sels[m->n_sels++];
+			x->index = m->n_sels;
+			rc = parse_select(c, r, x);
+		}
+		if (rc < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* A string field (description, add_prefix), copied. */
+static int str_field(struct pctx *c, const cJSON *e, const char *field, char **to)
+{
+	if (!cJSON_IsString(e))
+		return fail_at(c, NULL, "\"%s\" must be a string%s", field, NULL);
+	return (*to = strdup(e->valuestring)) ? 0 : ck_fail_sys(c->err, ENOMEM, "mapping");
+}
+
+/* One top-level field of a mapping other than "rules". */
+static int parse_field(struct pctx *c, const cJSON *e, struct ck_mapping *m)
+{
+	const char *k = e->string;
+	if (!strcmp(k, "ckptfs_mapping")) {
+		int64_t v;
+		if (ck_json_int(e, 1, 1, &v) < 0)
+			return fail_at(c, NULL, "\"ckptfs_mapping\" must be 1 (the version)%s%s", NULL,
+				       NULL);
+		return 0;
+	}
+	if (!strcmp(k, "comment"))
+		return 0;
+	if (!strcmp(k, "description"))
+		return str_field(c, e, k, &m->description);
+	if (!strcmp(k, "add_prefix"))
+		return str_field(c, e, k, &m->add_prefix);
+	if (!strcmp(k, "architectures"))
+		return str_list(c, e, k, &m->architectures, &m->n_architectures);
+	if (!strcmp(k, "strip_prefixes"))
+		return str_list(c, e, k, &m->strip_prefixes, &m->n_strip_prefixes);
+	if (!strcmp(k, "strip_segments"))
+		return str_list(c, e, k, &m->strip_segments, &m->n_strip_segments);
+	if (!strcmp(k, "params"))
+		return parse_params(c, e, m);
+	if (!strcmp(k, "optimizer_state"))
+		return parse_opt_mode(c, e, m);
+	if (!strcmp(k, "partition") || !strcmp(k, "select"))
+		return parse_rule_list(c, e, k, m);
+	if (!strcmp(k, "unused")) {
+		const char *v = cJSON_IsString(e) ? e->valuestring : "";
+		m->unused = !strcmp(v, "error")	 ? CK_UNUSED_ERROR
+			    : !strcmp(v, "drop") ? CK_UNUSED_DROP
+			    : !strcmp(v, "keep") ? CK_UNUSED_KEEP
+						 : CK_UNUSED_DEFAULT;
+		if (m->unused == CK_UNUSED_DEFAULT)
+			return fail_at(c, NULL, "\"unused\" must be \"error\", \"drop\" or \"keep\"%s%s",
+				       NULL, NULL);
+		return 0;
+	}
+	return fail_at(c, NULL, "unknown field \"%s\"", k, NULL);
+}
+
+static int parse_mapping(struct pctx *c, const cJSON *root, struct ck_mapping *m)
+{
+	if (!cJSON_IsObject(root))
+		return fail_at(c, NULL, "a mapping is a JSON object%s%s", NULL, NULL);
+	const cJSON *rules = NULL;
+	for (const cJSON *e = root->child; e; e = e->next) {
+		/* cJSON keeps duplicated keys; a field given twice is an error */
+		for (const cJSON *prev = root->child; prev != e; prev = prev->next)
+			if (!strcmp(prev->string, e->string))
+				return fail_at(c, NULL, "field \"%s\" given twice", e->string, NULL);
+		if (!strcmp(e->string, "rules"))
+			rules = e; /* last: rules may name params */
+		else if (parse_field(c, e, m) < 0)
+			return -1;
+	}
+	return parse_rule_list(c, rules, "rules", m);
+}
+
 int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_mapping **out,
 		     struct ck_err *err)
 {
@@ -624,158 +790,12 @@ int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_m
 		return -1;
 	struct ck_mapping *m = calloc(1, sizeof *m);
 	int rc = -1;
-	if (!m || !(m->path = strdup(what))) {
+	if (!m || !(m->path = strdup(what)))
 		ck_fail_sys(err, ENOMEM, "mapping");
-		goto out;
+	else {
+		m->unused = CK_UNUSED_DEFAULT;
+		rc = parse_mapping(&c, root, m);
 	}
-	m->unused = CK_UNUSED_DEFAULT;
-	if (!cJSON_IsObject(root)) {
-		fail_at(&c, NULL, "a mapping is a JSON object%s%s", NULL, NULL);
-		goto out;
-	}
-	const cJSON *rules = NULL;
-	for (const cJSON *e = root->child; e; e = e->next) {
-		const char *k = e->string;
-		/* cJSON keeps duplicated keys; a field given twice is an error */
-		for (const cJSON *prev = root->child; prev != e; prev = prev->next)
-			if (!strcmp(prev->string, k)) {
-				fail_at(&c, NULL, "field \"%s\" given twice", k, NULL);
-				goto out;
-			}
-		if (!strcmp(k, "ckptfs_mapping")) {
-			int64_t v;
-			if (ck_json_int(e, 1, 1, &v) < 0) {
-				fail_at(&c, NULL, "\"ckptfs_mapping\" must be 1 (the version)%s%s",
-					NULL, NULL);
-				goto out;
-			}
-		} else if (!strcmp(k, "description")) {
-			if (!cJSON_IsString(e) || !(m->description = strdup(e->valuestring))) {
-				fail_at(&c, NULL, "\"description\" must be a string%s%s", NULL, NULL);
-				goto out;
-			}
-		} else if (!strcmp(k, "architectures")) {
-			if (str_list(&c, e, k, &m->architectures, &m->n_architectures) < 0)
-				goto out;
-		} else if (!strcmp(k, "comment")) {
-			continue;
-		} else if (!strcmp(k, "params")) {
-			if (!cJSON_IsObject(e)) {
-				fail_at(&c, NULL, "\"params\" must be an object%s%s", NULL, NULL);
-				goto out;
-			}
-			int n = cJSON_GetArraySize(e);
-			if (!(m->params = calloc((size_t)(n ? n : 1), sizeof *m->params)) ||
-			    ck_strmap_init(&m->param_index, (size_t)n) < 0) {
-				ck_fail_sys(err, ENOMEM, "mapping");
-				goto out;
-			}
-			for (const cJSON *p = e->child; p; p = p->next) {
-				struct ck_named_expr *ne = &m->params[m->n_params++];
-				if (!is_ident(p->string)) {
-					fail_at(&c, NULL, "param name \"%s\" is not an identifier",
-						p->string, NULL);
-					goto out;
-				}
-				if (!(ne->name = strdup(p->string))) {
-					ck_fail_sys(err, ENOMEM, "mapping");
-					goto out;
-				}
-				int put = ck_strmap_put(&m->param_index, ne->name,
-							(uint32_t)(m->n_params - 1), NULL);
-				if (put != 0) {
-					if (put < 0)
-						ck_fail_sys(err, ENOMEM, "mapping");
-					else
-						fail_at(&c, NULL, "param \"%s\" given twice%s", p->string,
-							NULL);
-					goto out;
-				}
-				if (parse_expr_json(&c, NULL, p, p->string, &ne->expr) < 0)
-					goto out;
-			}
-		} else if (!strcmp(k, "unused")) {
-			const char *v = cJSON_IsString(e) ? e->valuestring : "";
-			m->unused = !strcmp(v, "error")	 ? CK_UNUSED_ERROR
-				    : !strcmp(v, "drop") ? CK_UNUSED_DROP
-				    : !strcmp(v, "keep") ? CK_UNUSED_KEEP
-							 : CK_UNUSED_DEFAULT;
-			if (m->unused == CK_UNUSED_DEFAULT) {
-				fail_at(&c, NULL, "\"unused\" must be \"error\", \"drop\" or \"keep\"%s%s",
-					NULL, NULL);
-				goto out;
-			}
-		} else if (!strcmp(k, "strip_prefixes")) {
-			if (str_list(&c, e, k, &m->strip_prefixes, &m->n_strip_prefixes) < 0)
-				goto out;
-		} else if (!strcmp(k, "strip_segments")) {
-			if (str_list(&c, e, k, &m->strip_segments, &m->n_strip_segments) < 0)
-				goto out;
-		} else if (!strcmp(k, "add_prefix")) {
-			if (!cJSON_IsString(e) || !(m->add_prefix = strdup(e->valuestring))) {
-				fail_at(&c, NULL, "\"add_prefix\" must be a string%s%s", NULL, NULL);
-				goto out;
-			}
-		} else if (!strcmp(k, "optimizer_state")) {
-			if (parse_opt_mode(&c, e, m) < 0)
-				goto out;
-		} else if (!strcmp(k, "rules")) {
-			rules = e;
-		} else if (!strcmp(k, "partition")) {
-			if (!cJSON_IsArray(e)) {
-				fail_at(&c, NULL, "\"partition\" must be a list of rules%s%s", NULL, NULL);
-				goto out;
-			}
-			int np = cJSON_GetArraySize(e);
-			if (!(m->parts = calloc((size_t)(np ? np : 1), sizeof *m->parts))) {
-				ck_fail_sys(err, ENOMEM, "mapping");
-				goto out;
-			}
-			for (const cJSON *r = e->child; r; r = r->next) {
-				struct ck_partition *pr = &m->parts[m->n_parts++];
-				pr->index = m->n_parts;
-				if (parse_partition(&c, r, pr) < 0)
-					goto out;
-			}
-		} else if (!strcmp(k, "select")) {
-			if (!cJSON_IsArray(e)) {
-				fail_at(&c, NULL, "\"select\" must be a list of rules%s%s", NULL, NULL);
-				goto out;
-			}
-			int ns = cJSON_GetArraySize(e);
-			if (!(m->sels = calloc((size_t)(ns ? ns : 1), sizeof *m->sels))) {
-				ck_fail_sys(err, ENOMEM, "mapping");
-				goto out;
-			}
-			for (const cJSON *r = e->child; r; r = r->next) {
-				struct ck_select *sr = &m->sels[m->n_sels++];
-				sr->index = m->n_sels;
-				if (parse_select(&c, r, sr) < 0)
-					goto out;
-			}
-		} else {
-			fail_at(&c, NULL, "unknown field \"%s\"", k, NULL);
-			goto out;
-		}
-	}
-	if (rules && !cJSON_IsArray(rules)) {
-		fail_at(&c, NULL, "\"rules\" must be a list%s%s", NULL, NULL);
-		goto out;
-	}
-	int n = rules ? cJSON_GetArraySize(rules) : 0;
-	m->rules = calloc((size_t)(n ? n : 1), sizeof *m->rules);
-	if (!m->rules) {
-		ck_fail_sys(err, ENOMEM, "mapping");
-		goto out;
-	}
-	for (const cJSON *r = rules ? rules->child : NULL; r; r = r->next) {
-		struct ck_rule *rule = &m->rules[m->n_rules++];
-		rule->index = m->n_rules;
-		if (parse_rule(&c, r, rule) < 0)
-			goto out;
-	}
-	rc = 0;
-out:
 	cJSON_Delete(root);
 	if (rc < 0)
 		ck_mapping_free(m);

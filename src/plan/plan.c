@@ -510,48 +510,28 @@ static int cmp_pair(const void *a, const void *b)
 	return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
-static int run_rule(struct stage *st, const struct ck_rule *r)
+/* The rule's matches among the stage's keys (its first input's pattern;
+ * keys a per-key condition rejects are left for later rules), appended to
+ * *ms. 0 or -1 (err set). */
+static int collect_matches(struct stage *st, const struct ck_rule *r, struct match **ms,
+			   size_t *nm)
 {
-	if (r->cond && !r->cond_per_key) {
-		struct env env = {st, r, NULL, NULL, NULL, 0};
-		int64_t v;
-		if (eval_int(st, r->cond, &env, &v) < 0)
-			return rule_fail(st, r, NULL);
-		if (!v)
-			return 0;
-	}
-	if (r->n_reduce > 1) {
-		ck_fail(st->err, CK_E_MAPPING, "reduce over more than one capture is not supported");
-		return rule_fail(st, r, NULL);
-	}
-	struct match *ms = NULL;
-	size_t nm = 0, cap = 0;
-	int rc = -1;
-	size_t n_keys = st->n_in; /* keys produced by this rule are not its inputs */
+	size_t cap = 0, n_keys = st->n_in; /* keys produced by this rule are not its inputs */
 	struct ck_shape_memo memo = {0};
+	int rc = -1;
 	for (; st->n_shaped < n_keys; st->n_shaped++)
 		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name,
-				    &st->in[st->n_shaped].shape) < 0) {
-			nomem(st->err);
-			goto out;
-		}
+				    &st->in[st->n_shaped].shape) < 0)
+			goto nomem;
 	for (size_t i = 0; i < n_keys; i++) {
 		struct skey *k = &st->in[i];
 		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
 			continue;
 		int maybe = ck_shape_may_match(&r->in[0].pat, &st->shapes, k->shape, &memo);
-		if (maybe < 0) {
-			nomem(st->err);
-			goto out;
-		}
-		if (!maybe)
-			continue;
 		struct match m = {0};
-		int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
-		if (hit < 0) {
-			nomem(st->err);
-			goto out;
-		}
+		int hit = maybe > 0 ? ck_pattern_match(&r->in[0].pat, k->name, &m.b) : maybe;
+		if (hit < 0)
+			goto nomem;
 		if (!hit)
 			continue;
 		if (r->cond_per_key) { /* a key the condition rejects is left for later rules */
@@ -567,51 +547,47 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 				continue;
 			}
 		}
-		if (nm == cap) {
+		if (*nm == cap) {
 			cap = cap ? cap * 2 : 64;
-			struct match *n = realloc(ms, cap * sizeof *n);
+			struct match *n = realloc(*ms, cap * sizeof *n);
 			if (!n) {
 				ck_binding_clear(&m.b);
-				nomem(st->err);
-				goto out;
+				goto nomem;
 			}
-			ms = n;
+			*ms = n;
 		}
-		ms[nm++] = m;
+		(*ms)[(*nm)++] = m;
 	}
-	if (nm == 0) {
-		if (r->optional || st->lenient) {
-			rc = 0;
-			goto out;
-		}
-		ck_fail(st->err, CK_E_MAPPING, "matches no %skey",
-			st->m == NULL ? "" : "unconsumed ");
-		rc = rule_fail(st, r, NULL);
-		goto out;
+	rc = 0;
+	goto out;
+nomem:
+	nomem(st->err);
+out:
+	ck_shape_memo_free(&memo);
+	return rc;
+}
+
+/* "drop": consume every matched key. */
+static int drop_matches(struct stage *st, const struct ck_rule *r, const struct match *ms,
+			size_t nm)
+{
+	for (size_t i = 0; i < nm; i++) {
+		char *key;
+		struct skey *k;
+		if (ck_pattern_subst(&r->in[0].pat, &ms[i].b, &key, st->err) < 0)
+			return -1;
+		int s = consume(st, r, key, 1, &k);
+		free(key);
+		if (s < 0)
+			return -1;
 	}
-	if (r->drop) {
-		for (size_t i = 0; i < nm; i++) {
-			char *key;
-			struct skey *k;
-			if (ck_pattern_subst(&r->in[0].pat, &ms[i].b, &key, st->err) < 0)
-				goto out;
-			int s = consume(st, r, key, 1, &k);
-			free(key);
-			if (s < 0)
-				goto out;
-		}
-		rc = 0;
-		goto out;
-	}
-	if (!r->n_reduce) {
-		for (size_t i = 0; i < nm; i++)
-			if (run_instance(st, r, &ms[i].b, NULL, 0) < 0)
-				goto out;
-		rc = 0;
-		goto out;
-	}
-	/* Reduction: group matches by the other captures, collect the reduced
-	 * capture's integer values, demand 0..n-1. */
+	return 0;
+}
+
+/* Each match's reduced capture as an integer (rval) and its other
+ * captures joined as its group's key. */
+static int reduction_keys(struct stage *st, const struct ck_rule *r, struct match *ms, size_t nm)
+{
 	const char *rc_name = r->reduce[0];
 	for (size_t i = 0; i < nm; i++) {
 		const char *v = ck_binding_get(&ms[i].b, rc_name);
@@ -619,77 +595,116 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 		if (!v || !*v || (ms[i].rval = strtoll(v, &end, 10), *end) || v[0] == '-') {
 			ck_fail(st->err, CK_E_MAPPING, "reduced capture {%s} = \"%s\" is not an integer",
 				rc_name, v ? v : "");
-			rule_fail(st, r, NULL);
-			goto out;
+			return rule_fail(st, r, NULL);
 		}
 		size_t len = 1;
 		for (int j = 0; j < ms[i].b.n; j++)
 			len += strlen(ms[i].b.val[j]) + 1;
-		if (!(ms[i].group = calloc(1, len))) {
-			nomem(st->err);
-			goto out;
-		}
+		if (!(ms[i].group = calloc(1, len)))
+			return nomem(st->err);
 		for (int j = 0; j < ms[i].b.n; j++)
 			if (strcmp(ms[i].b.name[j], rc_name)) {
 				strcat(ms[i].group, ms[i].b.val[j]);
 				strcat(ms[i].group, "\x1f");
 			}
 	}
-	/* matches sorted by (group, position): each group is one run, taken in
-	 * the order of its first match */
+	return 0;
+}
+
+/* One group of a reduction: its reduced values must run 0..n-1; the rule
+ * runs once with the group's other captures. */
+static int reduce_group(struct stage *st, const struct ck_rule *r, const struct match *first,
+			int64_t *vals, int n)
+{
+	qsort(vals, (size_t)n, sizeof *vals, cmp_i64);
+	for (int j = 0; j < n; j++)
+		if (vals[j] != j) {
+			ck_fail(st->err, CK_E_MAPPING,
+				"reduce over {%s}: values must run 0..%d without gaps or repeats, "
+				"found %lld at position %d",
+				r->reduce[0], n - 1, (long long)vals[j], j);
+			return rule_fail(st, r, NULL);
+		}
+	struct ck_binding b = {0};
+	int rc = 0;
+	for (int j = 0; rc == 0 && j < first->b.n; j++)
+		if (!is_reduced(r, first->b.name[j]) &&
+		    ck_binding_set(&b, first->b.name[j], first->b.val[j]) < 0)
+			rc = nomem(st->err);
+	if (rc == 0)
+		rc = run_instance(st, r, &b, vals, n);
+	ck_binding_clear(&b);
+	return rc;
+}
+
+/* Reduction: group matches by the other captures, each group one run of
+ * the rule, taken in the order of its first match. */
+static int run_reduction(struct stage *st, const struct ck_rule *r, struct match *ms, size_t nm)
+{
+	if (reduction_keys(st, r, ms, nm) < 0)
+		return -1;
 	struct ord_item *ord = malloc(nm * sizeof *ord);
 	size_t *runs = malloc(nm * 2 * sizeof *runs), nruns = 0;
 	int64_t *vals = malloc(nm * sizeof *vals);
-	if (!ord || !runs || !vals) {
-		free(ord);
-		free(runs);
-		free(vals);
-		nomem(st->err);
-		goto out;
-	}
-	for (size_t i = 0; i < nm; i++)
+	int rc = !ord || !runs || !vals ? nomem(st->err) : 0;
+	for (size_t i = 0; rc == 0 && i < nm; i++)
 		ord[i] = (struct ord_item){ms[i].group, i};
-	qsort(ord, nm, sizeof *ord, cmp_ord_item);
-	for (size_t i = 0; i < nm; i++)
+	if (rc == 0)
+		qsort(ord, nm, sizeof *ord, cmp_ord_item);
+	for (size_t i = 0; rc == 0 && i < nm; i++)
 		if (i == 0 || strcmp(ord[i].group, ord[i - 1].group)) {
 			runs[2 * nruns] = ord[i].i;
 			runs[2 * nruns++ + 1] = i;
 		}
-	qsort(runs, nruns, 2 * sizeof *runs, cmp_pair);
-	rc = 0;
+	if (rc == 0)
+		qsort(runs, nruns, 2 * sizeof *runs, cmp_pair);
 	for (size_t ri = 0; ri < nruns && rc == 0; ri++) {
-		size_t first = runs[2 * ri], a = runs[2 * ri + 1];
+		size_t a = runs[2 * ri + 1];
 		int n = 0;
 		for (size_t j = a; j < nm && (j == a || !strcmp(ord[j].group, ord[a].group)); j++)
 			vals[n++] = ms[ord[j].i].rval;
-		qsort(vals, (size_t)n, sizeof *vals, cmp_i64);
-		for (int j = 0; j < n && rc == 0; j++)
-			if (vals[j] != j) {
-				ck_fail(st->err, CK_E_MAPPING,
-					"reduce over {%s}: values must run 0..%d without gaps or "
-					"repeats, found %lld at position %d",
-					rc_name, n - 1, (long long)vals[j], j);
-				rc = rule_fail(st, r, NULL);
-			}
-		struct ck_binding b = {0};
-		for (int j = 0; rc == 0 && j < ms[first].b.n; j++)
-			if (!is_reduced(r, ms[first].b.name[j]) &&
-			    ck_binding_set(&b, ms[first].b.name[j], ms[first].b.val[j]) < 0)
-				rc = nomem(st->err);
-		if (rc == 0)
-			rc = run_instance(st, r, &b, vals, n);
-		ck_binding_clear(&b);
+		rc = reduce_group(st, r, &ms[runs[2 * ri]], vals, n);
 	}
 	free(vals);
 	free(ord);
 	free(runs);
-out:
+	return rc;
+}
+
+static int run_rule(struct stage *st, const struct ck_rule *r)
+{
+	if (r->cond && !r->cond_per_key) {
+		struct env env = {st, r, NULL, NULL, NULL, 0};
+		int64_t v;
+		if (eval_int(st, r->cond, &env, &v) < 0)
+			return rule_fail(st, r, NULL);
+		if (!v)
+			return 0;
+	}
+	if (r->n_reduce > 1) {
+		ck_fail(st->err, CK_E_MAPPING, "reduce over more than one capture is not supported");
+		return rule_fail(st, r, NULL);
+	}
+	struct match *ms = NULL;
+	size_t nm = 0;
+	int rc = collect_matches(st, r, &ms, &nm);
+	if (rc == 0 && nm == 0 && !r->optional && !st->lenient) {
+		ck_fail(st->err, CK_E_MAPPING, "matches no %skey",
+			st->m == NULL ? "" : "unconsumed ");
+		rc = rule_fail(st, r, NULL);
+	} else if (rc == 0 && r->drop) {
+		rc = drop_matches(st, r, ms, nm);
+	} else if (rc == 0 && !r->n_reduce) {
+		for (size_t i = 0; i < nm && rc == 0; i++)
+			rc = run_instance(st, r, &ms[i].b, NULL, 0);
+	} else if (rc == 0 && nm) {
+		rc = run_reduction(st, r, ms, nm);
+	}
 	for (size_t i = 0; i < nm; i++) {
 		ck_binding_clear(&ms[i].b);
 		free(ms[i].group);
 	}
 	free(ms);
-	ck_shape_memo_free(&memo);
 	return rc;
 }
 
