@@ -193,6 +193,93 @@ static const char *source_name(const struct ck_catalog *cat, uint32_t i)
 	return cat->logical ? cat->logical[i].name : cat->entries[i].t.name;
 }
 
+/* Classify every key: the optimizer state ones go to os (and is_state),
+ * in key order; *first_form is the first one's form. A refusal leaves the
+ * keys as they were. */
+static int classify_keys(const struct ck_catalog *cat, const struct skey *keys, size_t n,
+			 struct ck_opt_split *os, unsigned char *is_state,
+			 enum ck_opt_form *first_form, struct ck_err *err)
+{
+	size_t cap = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct skey *k = &keys[i];
+		struct ck_opt_key ok;
+		int c = ck_opt_classify(k->name, &ok, err);
+		if (c < 0) {
+			char m[sizeof err->msg];
+			memcpy(m, err->msg, sizeof m);
+			return ck_fail(err, CK_E_MAPPING, "%s: %s", cat->source, m);
+		}
+		if (!c)
+			continue;
+		if (os->n == cap) {
+			cap = cap ? cap * 2 : 64;
+			struct ostate *ns = realloc(os->s, cap * sizeof *ns);
+			if (!ns)
+				return nomem(err);
+			os->s = ns;
+		}
+		struct ostate *o = &os->s[os->n];
+		*o = (struct ostate){strndup(ok.param, ok.param_len), strndup(ok.state, ok.state_len),
+				     k->leaf - 1, 0, 0};
+		if (!o->param || !o->state) {
+			free(o->param);
+			free(o->state);
+			return nomem(err);
+		}
+		os->n++;
+		is_state[i] = 1;
+		if (*first_form == CK_OPTF_NONE)
+			*first_form = ok.form;
+	}
+	return 0;
+}
+
+/* Each state's parameter must be a source key (one of the n left). */
+static int find_params(const struct ck_catalog *cat, const struct skey *keys, size_t n,
+		       struct ck_opt_split *os, struct ck_err *err)
+{
+	struct ck_strmap names;
+	if (ck_strmap_init(&names, n) < 0)
+		return nomem(err);
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (ck_strmap_put(&names, keys[i].name, keys[i].leaf - 1, NULL) < 0)
+			rc = nomem(err);
+	for (size_t i = 0; rc == 0 && i < os->n; i++) {
+		struct ostate *o = &os->s[i];
+		const char *key = source_name(cat, o->src);
+		if (ck_strmap_get(&names, o->param, &o->param_src) < 0)
+			rc = ck_fail(err, CK_E_MAPPING,
+				     "%s: optimizer state \"%s\" belongs to parameter \"%s\", which is "
+				     "not in the source",
+				     cat->source, key, o->param);
+		else
+			rc = state_kind(cat, o, key, err);
+	}
+	ck_strmap_free(&names);
+	return rc < 0 ? -1 : 0;
+}
+
+/* The states sorted by parameter, each parameter's run of them indexed by
+ * its source key, and the names' template. */
+static int index_states(const struct ck_catalog *cat, struct ck_opt_split *os, const char *tmpl,
+			struct ck_err *err)
+{
+	qsort(os->s, os->n, sizeof *os->s, cmp_ostate);
+	os->n_src = cat->logical ? cat->n_logical : cat->n_entries;
+	os->run_start = calloc(os->n_src ? os->n_src : 1, sizeof *os->run_start);
+	os->run_len = calloc(os->n_src ? os->n_src : 1, sizeof *os->run_len);
+	os->tmpl = strdup(tmpl);
+	if (!os->run_start || !os->run_len || !os->tmpl)
+		return nomem(err);
+	for (size_t i = os->n; i-- > 0;) {
+		os->run_start[os->s[i].param_src] = (uint32_t)i;
+		os->run_len[os->s[i].param_src]++;
+	}
+	return 0;
+}
+
 int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		struct skey **keys, size_t *n, struct ck_opt_split **out, struct ck_err *err)
 {
@@ -210,52 +297,16 @@ int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, in
 				       "mapped",
 				       cat->source, cat->left_out.e[i].key);
 	struct ck_opt_split *os = calloc(1, sizeof *os);
-	if (!os)
-		return nomem(err);
-	size_t cap = 0, kept = 0;
-	enum ck_opt_form first_form = CK_OPTF_NONE;
-	int rc = -1;
 	unsigned char *is_state = calloc(*n ? *n : 1, 1);
-	if (!is_state) {
-		nomem(err);
-		goto fail;
-	}
-	/* classify every key first: a refusal leaves the keys as they were */
-	for (size_t i = 0; i < *n; i++) {
-		struct skey *k = &(*keys)[i];
-		struct ck_opt_key ok;
-		int c = ck_opt_classify(k->name, &ok, err);
-		if (c < 0) {
-			char m[sizeof err->msg];
-			memcpy(m, err->msg, sizeof m);
-			ck_fail(err, CK_E_MAPPING, "%s: %s", cat->source, m);
-			goto fail;
-		}
-		if (!c)
-			continue;
-		if (os->n == cap) {
-			cap = cap ? cap * 2 : 64;
-			struct ostate *ns = realloc(os->s, cap * sizeof *ns);
-			if (!ns) {
-				nomem(err);
-				goto fail;
-			}
-			os->s = ns;
-		}
-		struct ostate *o = &os->s[os->n];
-		*o = (struct ostate){strndup(ok.param, ok.param_len), strndup(ok.state, ok.state_len),
-				     k->leaf - 1, 0, 0};
-		if (!o->param || !o->state) {
-			free(o->param);
-			free(o->state);
+	enum ck_opt_form first_form = CK_OPTF_NONE;
+	if (!os || !is_state || classify_keys(cat, *keys, *n, os, is_state, &first_form, err) < 0) {
+		if (!os || !is_state)
 			nomem(err);
-			goto fail;
-		}
-		os->n++;
-		is_state[i] = 1;
-		if (first_form == CK_OPTF_NONE)
-			first_form = ok.form;
+		free(is_state);
+		ck_opt_free(os);
+		return -1;
 	}
+	size_t kept = 0;
 	for (size_t i = 0; i < *n; i++) {
 		if (is_state[i])
 			free((*keys)[i].name);
@@ -263,60 +314,19 @@ int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, in
 			(*keys)[kept++] = (*keys)[i];
 	}
 	free(is_state);
-	is_state = NULL;
 	*n = kept;
 	if (!os->n || mode == CK_OPT_DROP) {
 		ck_opt_free(os);
 		return 0;
 	}
-	/* each state's parameter must be a source key */
-	struct ck_strmap names;
-	if (ck_strmap_init(&names, kept) < 0) {
-		nomem(err);
-		goto fail;
-	}
-	for (size_t i = 0; i < kept; i++)
-		if (ck_strmap_put(&names, (*keys)[i].name, (*keys)[i].leaf - 1, NULL) < 0) {
-			ck_strmap_free(&names);
-			nomem(err);
-			goto fail;
-		}
-	for (size_t i = 0; i < os->n; i++) {
-		struct ostate *o = &os->s[i];
-		const char *key = source_name(cat, o->src);
-		if (ck_strmap_get(&names, o->param, &o->param_src) < 0) {
-			ck_fail(err, CK_E_MAPPING,
-				"%s: optimizer state \"%s\" belongs to parameter \"%s\", which is not "
-				"in the source",
-				cat->source, key, o->param);
-			ck_strmap_free(&names);
-			goto fail;
-		}
-		if (state_kind(cat, o, key, err) < 0) {
-			ck_strmap_free(&names);
-			goto fail;
-		}
-	}
-	ck_strmap_free(&names);
-	qsort(os->s, os->n, sizeof *os->s, cmp_ostate);
-	os->n_src = cat->logical ? cat->n_logical : cat->n_entries;
-	os->run_start = calloc(os->n_src ? os->n_src : 1, sizeof *os->run_start);
-	os->run_len = calloc(os->n_src ? os->n_src : 1, sizeof *os->run_len);
-	os->tmpl = strdup(mode == CK_OPT_TEMPLATE ? tmpl : ck_opt_form_template(first_form));
-	if (!os->run_start || !os->run_len || !os->tmpl) {
-		nomem(err);
-		goto fail;
-	}
-	for (size_t i = os->n; i-- > 0;) {
-		os->run_start[os->s[i].param_src] = (uint32_t)i;
-		os->run_len[os->s[i].param_src]++;
+	if (find_params(cat, *keys, kept, os, err) < 0 ||
+	    index_states(cat, os, mode == CK_OPT_TEMPLATE ? tmpl : ck_opt_form_template(first_form),
+			 err) < 0) {
+		ck_opt_free(os);
+		return -1;
 	}
 	*out = os;
 	return 0;
-fail:
-	free(is_state);
-	ck_opt_free(os);
-	return rc;
 }
 
 /* ---- planning them through the rules ---- */

@@ -93,6 +93,114 @@ static int cmp_order(const void *a, const void *b)
 	return c ? c : strcmp(x->t.name, y->t.name);
 }
 
+/* The select rules over one plan: each rule's axis, and the range of its
+ * split's values this rank holds. */
+struct sel {
+	const struct ck_mapping *rules;
+	const struct ck_mesh *m;
+	struct req_ctx *rc;
+	const char *path;
+	int ns, ax[64];
+	int64_t lo[64], hi[64], cnt[64];
+};
+
+static int select_ranges(struct sel *x, const struct ck_plan *p, struct ck_err *err)
+{
+	if (x->ns > 64)
+		return ck_fail(err, CK_E_MAPPING, "%s: more than 64 select rules", x->path);
+	for (int k = 0; k < x->ns; k++) {
+		const struct ck_select *s = &x->rules->sels[k];
+		x->ax[k] = ck_mesh_axis(x->m, s->axis);
+		/* a split that matches no key asks nothing (the MoE rules of a
+		 * mapping, on a dense model): its count is not even evaluated */
+		int hit = 0;
+		for (size_t i = 0; x->ax[k] >= 0 && s->split && i < p->n && !hit; i++) {
+			const struct ck_target *t = &p->t[i];
+			struct ck_binding b = {0};
+			hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
+			ck_binding_clear(&b);
+		}
+		if (hit && select_range(s, p, x->m, x->ax[k], x->path, x->rc, &x->lo[k], &x->hi[k],
+					&x->cnt[k], err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Where target t goes: *keep (this rank holds it), *axes (the axes it is
+ * placed on), and when renumbered *name (malloc'd) with *orig the name it
+ * had. name starts as base (t's parameter's name for optimizer state). */
+static int place_target(const struct sel *x, const struct ck_target *t, char *base, int *keep,
+			unsigned *axes, char **name, char **orig, struct ck_err *err)
+{
+	for (int k = 0; k < x->ns && *keep; k++) {
+		const struct ck_select *s = &x->rules->sels[k];
+		struct ck_binding b = {0};
+		if (x->ax[k] < 0 || ck_pattern_match(&s->match, *name, &b) <= 0) {
+			ck_binding_clear(&b);
+			continue;
+		}
+		int64_t c = x->rc->coord[x->ax[k]], size = x->m->size[x->ax[k]];
+		*axes |= 1u << x->ax[k];
+		int r = 0;
+		if (s->stage) {
+			*keep = s->stage == 1 ? c == 0 : c == size - 1;
+		} else {
+			int64_t v = capture_int(&b, s->split);
+			if (v < 0 || v >= x->cnt[k])
+				r = ck_fail(err, CK_E_MAPPING,
+					    "%s: select rule %d: {%s} of \"%s\" is not an integer below "
+					    "its count",
+					    x->path, s->index, s->split, t->name);
+			*keep = v >= x->lo[k] && v < x->hi[k];
+			if (*keep && s->renumber) {
+				/* name: t's own, or one this loop made */
+				char num[24], *nn = NULL;
+				snprintf(num, sizeof num, "%lld", (long long)(v - x->lo[k]));
+				if (ck_binding_set(&b, s->split, num) < 0 ||
+				    ck_pattern_subst(&s->match, &b, &nn, err) < 0)
+					r = -1;
+				if (!*orig)
+					*orig = *name;
+				else if (*name != base)
+					free(*name);
+				*name = nn;
+			}
+		}
+		ck_binding_clear(&b);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Renumbered names sort anew; keep the axes and global names beside them,
+ * and refuse two targets renumbered to one name. */
+static int resort(struct ck_plan *p, unsigned *sel_axes, char **global, const char *path,
+		  struct ck_err *err)
+{
+	struct order *o = calloc(p->n ? p->n : 1, sizeof *o);
+	if (!o)
+		return ck_fail_sys(err, ENOMEM, "select");
+	for (size_t i = 0; i < p->n; i++)
+		o[i] = (struct order){p->t[i], sel_axes[i], global[i]};
+	qsort(o, p->n, sizeof *o, cmp_order);
+	ck_strmap_free(&p->by_name);
+	int bad = ck_strmap_init(&p->by_name, p->n) < 0, rc = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		p->t[i] = o[i].t;
+		sel_axes[i] = o[i].axes;
+		global[i] = o[i].global;
+		uint32_t other;
+		if (!bad && ck_strmap_put(&p->by_name, p->t[i].name, (uint32_t)i, &other) == 1)
+			rc = ck_fail(err, CK_E_MAPPING,
+				     "%s: renumbering gives two targets the name \"%s\"", path,
+				     p->t[i].name);
+	}
+	free(o);
+	return bad ? ck_fail_sys(err, ENOMEM, "select") : rc;
+}
+
 /* Apply the select rules: drop the targets this rank does not hold, rename
  * renumbered ones (keeping the global name), and record per target the
  * axes it is placed on (not replicated over). */
@@ -100,26 +208,9 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 		      const char *path, struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
 		      struct ck_err *err)
 {
-	int ns = rules ? rules->n_sels : 0;
-	int64_t lo[64], hi[64], cnt[64];
-	int ax[64];
-	if (ns > 64)
-		return ck_fail(err, CK_E_MAPPING, "%s: more than 64 select rules", path);
-	for (int k = 0; k < ns; k++) {
-		const struct ck_select *s = &rules->sels[k];
-		ax[k] = ck_mesh_axis(m, s->axis);
-		/* a split that matches no key asks nothing (the MoE rules of a
-		 * mapping, on a dense model): its count is not even evaluated */
-		int hit = 0;
-		for (size_t i = 0; ax[k] >= 0 && s->split && i < p->n && !hit; i++) {
-			const struct ck_target *t = &p->t[i];
-			struct ck_binding b = {0};
-			hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
-			ck_binding_clear(&b);
-		}
-		if (hit && select_range(s, p, m, ax[k], path, rc, &lo[k], &hi[k], &cnt[k], err) < 0)
-			return -1;
-	}
+	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}};
+	if (select_ranges(&x, p, err) < 0)
+		return -1;
 	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);
 	char **global = calloc(p->n ? p->n : 1, sizeof *global);
 	if (!*sel_axes || !global) {
@@ -127,48 +218,13 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 		return ck_fail_sys(err, ENOMEM, "select");
 	}
 	size_t kept = 0;
-	int rc_ = 0;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		unsigned axes = 0;
 		int keep = 1;
 		/* optimizer state is placed by its parameter's name */
 		char *base = t->param ? t->param : t->name, *name = base, *orig = NULL;
-		for (int k = 0; k < ns && keep && rc_ == 0; k++) {
-			const struct ck_select *s = &rules->sels[k];
-			struct ck_binding b = {0};
-			if (ax[k] < 0 || ck_pattern_match(&s->match, name, &b) <= 0) {
-				ck_binding_clear(&b);
-				continue;
-			}
-			int64_t c = rc->coord[ax[k]], size = m->size[ax[k]];
-			axes |= 1u << ax[k];
-			if (s->stage) {
-				keep = s->stage == 1 ? c == 0 : c == size - 1;
-			} else {
-				int64_t x = capture_int(&b, s->split);
-				if (x < 0 || x >= cnt[k])
-					rc_ = ck_fail(err, CK_E_MAPPING,
-						      "%s: select rule %d: {%s} of \"%s\" is not an "
-						      "integer below its count",
-						      path, s->index, s->split, t->name);
-				keep = x >= lo[k] && x < hi[k];
-				if (keep && s->renumber) {
-					/* name: t's own, or one this loop made */
-					char num[24], *nn = NULL;
-					snprintf(num, sizeof num, "%lld", (long long)(x - lo[k]));
-					if (ck_binding_set(&b, s->split, num) < 0 ||
-					    ck_pattern_subst(&s->match, &b, &nn, err) < 0)
-						rc_ = -1;
-					if (!orig)
-						orig = name;
-					else if (name != base)
-						free(name);
-					name = nn;
-				}
-			}
-			ck_binding_clear(&b);
-		}
+		int rc_ = place_target(&x, t, base, &keep, &axes, &name, &orig, err);
 		char *full = NULL; /* a renumbered state's name follows its parameter's */
 		if (rc_ == 0 && keep && orig && t->param &&
 		    !(full = ck_opt_name(p->opt_template, name, t->state)))
@@ -207,31 +263,6 @@ int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const s
 		p->t[kept++] = *t;
 	}
 	p->n = kept;
-	/* renumbered names sort anew; keep the global names beside them */
-	struct order *o = calloc(p->n ? p->n : 1, sizeof *o);
-	if (!o) {
-		*global_out = global;
-		return ck_fail_sys(err, ENOMEM, "select");
-	}
-	for (size_t i = 0; i < p->n; i++)
-		o[i] = (struct order){p->t[i], (*sel_axes)[i], global[i]};
-	qsort(o, p->n, sizeof *o, cmp_order);
-	ck_strmap_free(&p->by_name);
-	int bad = ck_strmap_init(&p->by_name, p->n) < 0;
-	for (size_t i = 0; i < p->n; i++) {
-		p->t[i] = o[i].t;
-		(*sel_axes)[i] = o[i].axes;
-		global[i] = o[i].global;
-		uint32_t other;
-		if (!bad && ck_strmap_put(&p->by_name, p->t[i].name, (uint32_t)i, &other) == 1)
-			rc_ = ck_fail(err, CK_E_MAPPING, "%s: renumbering gives two targets the name "
-							  "\"%s\"",
-				      path, p->t[i].name);
-	}
-	free(o);
 	*global_out = global;
-	if (bad)
-		return ck_fail_sys(err, ENOMEM, "select");
-	return rc_;
+	return resort(p, *sel_axes, global, path, err);
 }
-

@@ -287,20 +287,9 @@ static int shard_target(struct ck_target *t, const struct ck_partition *r, const
 	return 0;
 }
 
-int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
-		  int64_t rank, struct ck_err *err)
+/* Every mesh axis but dp must be named by some partition or select rule. */
+static int axes_named(const struct ck_mapping *rules, const struct ck_mesh *m, struct ck_err *err)
 {
-	int64_t world = ck_mesh_world(m), coord[CK_MAX_AXES];
-	if (rank < 0 || rank >= world)
-		return ck_fail(err, CK_E_USAGE, "rank %lld is outside the mesh (world size %lld)",
-			       (long long)rank, (long long)world);
-	int64_t r = rank;
-	for (int a = m->n - 1; a >= 0; a--) { /* row-major: the last axis varies fastest */
-		coord[a] = r % m->size[a];
-		r /= m->size[a];
-	}
-	const char *path = rules ? rules->path : "mapping";
-	/* every mesh axis must mean something: dp replicates, others need rules */
 	for (int a = 0; a < m->n; a++) {
 		if (!strcmp(m->name[a], "dp"))
 			continue;
@@ -316,56 +305,118 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 				       m->name[a], rules ? " of " : " (no mapping has partition rules)",
 				       rules ? rules->path : "");
 	}
-	struct req_ctx rc = {m, p->cat->config, coord};
-	/* a requirement binds only when its rule splits some target (the FP8
-	 * scales' block alignment means nothing once they are dequantised) */
+	return 0;
+}
+
+/* The "require" of each partition rule that splits some target of p (a
+ * requirement binds only then: the FP8 scales' block alignment means
+ * nothing once they are dequantised). */
+static int check_requirements(const struct ck_plan *p, const struct ck_mapping *rules,
+			      struct req_ctx *rc, const char *path, struct ck_err *err)
+{
 	int any_req = 0;
 	for (int i = 0; rules && i < rules->n_parts; i++)
 		any_req |= rules->parts[i].require != NULL;
-	/* the rules' targets before select (which keeps some, reordered): only
-	 * a requirement needs them here */
+	if (!any_req)
+		return 0;
 	const struct ck_partition **part = NULL;
-	if (any_req && partitions_of(p, rules, &part, err) < 0)
+	if (partitions_of(p, rules, &part, err) < 0)
 		return -1;
-	unsigned char *used = any_req ? calloc((size_t)rules->n_parts, 1) : NULL;
-	if (any_req && !used) {
-		free(part);
-		return ck_fail_sys(err, ENOMEM, "sharding");
-	}
-	for (size_t i = 0; any_req && i < p->n; i++)
+	unsigned char *used = calloc((size_t)rules->n_parts, 1);
+	int r = used ? 0 : ck_fail_sys(err, ENOMEM, "sharding");
+	for (size_t i = 0; used && i < p->n; i++)
 		if (part[i])
 			used[part[i] - rules->parts] = 1;
-	for (int i = 0; rules && i < rules->n_parts; i++) {
+	for (int i = 0; r == 0 && i < rules->n_parts; i++) {
 		const struct ck_partition *pr = &rules->parts[i];
 		if (!pr->require || !used[i])
 			continue;
 		struct ck_xval v;
-		if (ck_expr_eval(pr->require, ck_shard_lookup, &rc, &v, err) < 0) {
+		if (ck_expr_eval(pr->require, ck_shard_lookup, rc, &v, err) < 0) {
 			char msg[sizeof err->msg];
 			memcpy(msg, err->msg, sizeof msg);
-			free(used);
-			free(part);
-			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: require: %s", path,
-				       pr->index, msg);
+			r = ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: require: %s", path,
+				    pr->index, msg);
+			break;
 		}
 		int ok = v.kind == XV_INT && v.i;
 		ck_xval_free(&v);
-		if (!ok) {
-			free(used);
-			free(part);
-			return ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: %s", path, pr->index,
-				       pr->message ? pr->message : "requirement does not hold");
-		}
+		if (!ok)
+			r = ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: %s", path, pr->index,
+				    pr->message ? pr->message : "requirement does not hold");
 	}
 	free(used);
+	free(part);
+	return r;
+}
+
+/* A target no partition rule splits: whole on every rank, a replica along
+ * every axis select does not use. */
+static int replicated(struct ck_target *t, struct ck_shard_info *info, const struct ck_mesh *m,
+		      const int64_t *coord, unsigned sel_axes, struct ck_err *err)
+{
+	memcpy(info->global_shape, t->v.shape, sizeof info->global_shape);
+	for (int d = 0; d < t->v.ndim; d++)
+		info->axis_frag[d] = 1;
+	if (!(info->frag = calloc(1, sizeof *info->frag)))
+		return ck_fail_sys(err, ENOMEM, "fragments");
+	info->n_frag = 1;
+	memcpy(info->frag[0].shape, t->v.shape, sizeof info->frag[0].shape);
+	for (int a = 0; a < m->n; a++)
+		if (!(sel_axes >> a & 1))
+			info->replica_id[info->n_replica++] = coord[a];
+	return 0;
+}
+
+/* Each mesh axis but dp must split or select something in this view: a
+ * mapping whose rules name ep (its MoE rules) says nothing to a dense
+ * model's view. */
+static int axes_used(const struct ck_plan *p, const struct ck_partition *const *part,
+		     const unsigned *sel_axes, const struct ck_mesh *m, const char *path,
+		     struct ck_err *err)
+{
+	unsigned used_axes = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		used_axes |= sel_axes[i];
+		const struct ck_partition *pr = part[i];
+		for (int d = 0; pr && d < pr->ndim; d++) {
+			int a = pr->spec[d] ? ck_mesh_axis(m, pr->spec[d]) : -1;
+			if (a >= 0)
+				used_axes |= 1u << a;
+		}
+	}
+	for (int a = 0; a < m->n; a++)
+		if (strcmp(m->name[a], "dp") && !(used_axes >> a & 1))
+			return ck_fail(err, CK_E_USAGE,
+				       "--mesh: axis %s is used by no partition or select rule of %s on "
+				       "any tensor of this view",
+				       m->name[a], path);
+	return 0;
+}
+
+int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
+		  int64_t rank, struct ck_err *err)
+{
+	int64_t world = ck_mesh_world(m), coord[CK_MAX_AXES];
+	if (rank < 0 || rank >= world)
+		return ck_fail(err, CK_E_USAGE, "rank %lld is outside the mesh (world size %lld)",
+			       (long long)rank, (long long)world);
+	int64_t r = rank;
+	for (int a = m->n - 1; a >= 0; a--) { /* row-major: the last axis varies fastest */
+		coord[a] = r % m->size[a];
+		r /= m->size[a];
+	}
+	const char *path = rules ? rules->path : "mapping";
+	struct req_ctx rc = {m, p->cat->config, coord};
+	if (axes_named(rules, m, err) < 0 || check_requirements(p, rules, &rc, path, err) < 0)
+		return -1;
 	unsigned *sel_axes = NULL;
 	char **global = NULL;
+	const struct ck_partition **part = NULL;
 	int64_t *mults = calloc((size_t)(rules && rules->n_parts ? rules->n_parts : 1), sizeof *mults);
 	int rc_ = mults ? ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, err)
 			: ck_fail_sys(err, ENOMEM, "sharding");
-	free(part); /* select keeps some targets, in a new order */
-	part = NULL;
-	if (rc_ == 0)
+	if (rc_ == 0) /* after select, which keeps some targets in a new order */
 		rc_ = partitions_of(p, rules, &part, err);
 	for (size_t i = 0; rc_ == 0 && i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
@@ -379,20 +430,8 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		global[i] = NULL;
 		/* optimizer state is split as its parameter; scalars never */
 		const struct ck_partition *pr = part[i];
-		if (!pr) { /* replicated on every axis */
-			memcpy(info->global_shape, t->v.shape, sizeof info->global_shape);
-			for (int d = 0; d < t->v.ndim; d++)
-				info->axis_frag[d] = 1;
-			info->frag = calloc(1, sizeof *info->frag);
-			if (!info->frag) {
-				rc_ = ck_fail_sys(err, ENOMEM, "fragments");
-				break;
-			}
-			info->n_frag = 1;
-			memcpy(info->frag[0].shape, t->v.shape, sizeof info->frag[0].shape);
-			for (int a = 0; a < m->n; a++)
-				if (!(sel_axes[i] >> a & 1))
-					info->replica_id[info->n_replica++] = coord[a];
+		if (!pr) {
+			rc_ = replicated(t, info, m, coord, sel_axes[i], err);
 			continue;
 		}
 		info->partition_rule = pr->index;
@@ -401,24 +440,8 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 		if (rc_ == 0)
 			rc_ = shard_target(t, pr, m, coord, sel_axes[i], *mult, path, info, err);
 	}
-	/* and must split something here: a mapping whose rules name ep (its
-	 * MoE rules) says nothing to a dense model's view */
-	unsigned used_axes = 0;
-	for (size_t i = 0; rc_ == 0 && i < p->n; i++) {
-		used_axes |= sel_axes[i];
-		const struct ck_partition *pr = part[i];
-		for (int d = 0; pr && d < pr->ndim; d++) {
-			int a = pr->spec[d] ? ck_mesh_axis(m, pr->spec[d]) : -1;
-			if (a >= 0)
-				used_axes |= 1u << a;
-		}
-	}
-	for (int a = 0; rc_ == 0 && a < m->n; a++)
-		if (strcmp(m->name[a], "dp") && !(used_axes >> a & 1))
-			rc_ = ck_fail(err, CK_E_USAGE,
-				      "--mesh: axis %s is used by no partition or select rule of %s on any "
-				      "tensor of this view",
-				      m->name[a], path);
+	if (rc_ == 0)
+		rc_ = axes_used(p, part, sel_axes, m, path, err);
 	for (size_t i = 0; global && i < p->n; i++)
 		free(global[i]);
 	free(global);
