@@ -26,6 +26,8 @@ setup() { # dir options...
 rc=0
 echo "== include direction (src/README.md)"
 bash tools/check_includes.sh || rc=1
+echo "== function length"
+bash tools/check_function_length.sh || rc=1
 
 echo "== build-test: -Wall -Wextra -Werror, CUDA $cuda"
 setup build-test -Dcuda=$cuda

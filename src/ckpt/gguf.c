@@ -302,25 +302,95 @@ static int read_infos(struct rd *r, uint64_t n, struct ck_file_tensors *out)
 	return 0;
 }
 
+/* The n_kv metadata values into m (each key once); *alignment from
+ * general.alignment, a power of two. */
+static int read_metadata(struct rd *r, uint64_t n_kv, cJSON *m, uint64_t *alignment)
+{
+	struct ck_strmap keys = {0}; /* duplicate keys in O(1) each */
+	if (ck_strmap_init(&keys, 64) < 0)
+		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	int rc = 0;
+	for (uint64_t i = 0; i < n_kv && rc == 0; i++) {
+		char *key;
+		uint32_t t;
+		cJSON *v;
+		if (rd_string(r, MAX_STRING, &key) < 0) {
+			rc = -1;
+			break;
+		}
+		if (rd_u32(r, &t) < 0 || rd_value(r, t, 0, &v) < 0) {
+			free(key);
+			rc = -1;
+			break;
+		}
+		cJSON_AddItemToObject(m, key, v);
+		int dup = ck_strmap_put(&keys, v->string, 0, NULL);
+		double a = cJSON_IsNumber(v) ? v->valuedouble : 0;
+		if (dup < 0)
+			rc = ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+		else if (dup > 0)
+			rc = ck_fail(r->err, CK_E_SOURCE, "%s: GGUF metadata key \"%s\" appears twice",
+				     r->what, key);
+		else if (!strcmp(key, "general.alignment") &&
+			 (t != T_U32 || a < 1 || a > (1 << 20) || ((uint64_t)a & ((uint64_t)a - 1))))
+			rc = ck_fail(r->err, CK_E_SOURCE,
+				     "%s: general.alignment must be a power of two (u32, at most 2^20)",
+				     r->what);
+		else if (!strcmp(key, "general.alignment"))
+			*alignment = (uint64_t)a;
+		free(key);
+	}
+	ck_strmap_free(&keys);
+	return rc < 0 ? -1 : 0;
+}
+
+/* The tensors' offsets, relative to the aligned data section, made
+ * absolute; each inside the file, aligned, and no two overlapping. */
+static int place_tensors(struct ck_file_tensors *out, uint64_t pos, uint64_t size,
+			 uint64_t alignment, const char *what, struct ck_err *err)
+{
+	uint64_t data = (pos + alignment - 1) / alignment * alignment;
+	if (data > size && !out->n_tensors)
+		data = size; /* a vocabulary-only file need not pad an empty data section */
+	if (data > size)
+		return ck_fail(err, CK_E_SOURCE, "%s: GGUF data section starts past the end of the file",
+			       what);
+	for (size_t i = 0; i < out->n_tensors; i++) {
+		struct ck_tensor_info *t = &out->tensors[i];
+		if (t->offset % alignment || t->offset > size - data ||
+		    t->qbytes > size - data - t->offset)
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: tensor \"%s\": data at %llu (%llu bytes) is misaligned or "
+				       "runs past the end of the file",
+				       what, t->name, (unsigned long long)t->offset,
+				       (unsigned long long)t->qbytes);
+		t->offset += data;
+	}
+	qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_off);
+	for (size_t i = 1; i < out->n_tensors; i++)
+		if (out->tensors[i - 1].offset + out->tensors[i - 1].qbytes > out->tensors[i].offset)
+			return ck_fail(err, CK_E_SOURCE, "%s: tensors \"%s\" and \"%s\" overlap", what,
+				       out->tensors[i - 1].name, out->tensors[i].name);
+	out->header_len = data;
+	return 0;
+}
+
 int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
 		    cJSON **meta, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
 	*meta = NULL;
 	struct rd *r = calloc(1, sizeof *r);
-	if (!r)
+	cJSON *m = r ? cJSON_CreateObject() : NULL;
+	if (!r || !m) {
+		free(r);
 		return ck_fail_sys(err, ENOMEM, "%s", what);
+	}
 	r->fd = fd, r->size = size, r->what = what, r->err = err;
 	int rc = -1;
 	unsigned char magic[4];
 	uint32_t version;
 	uint64_t n_tensors, n_kv, alignment = 32;
-	cJSON *m = cJSON_CreateObject();
-	struct ck_strmap keys = {0}; /* duplicate keys in O(1) each */
-	if (!m || ck_strmap_init(&keys, 64) < 0) {
-		ck_fail_sys(err, ENOMEM, "%s", what);
-		goto out;
-	}
 	if (rd_bytes(r, magic, 4) < 0 || rd_u32(r, &version) < 0)
 		goto out;
 	if (!ck_is_gguf(magic, 4) || version < 2 || version > 3) {
@@ -335,76 +405,13 @@ int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tens
 			what, (unsigned long long)n_tensors, (unsigned long long)n_kv, MAX_TENSORS);
 		goto out;
 	}
-	for (uint64_t i = 0; i < n_kv; i++) {
-		char *key;
-		uint32_t t;
-		cJSON *v;
-		if (rd_string(r, MAX_STRING, &key) < 0)
-			goto out;
-		if (rd_u32(r, &t) < 0 || rd_value(r, t, 0, &v) < 0) {
-			free(key);
-			goto out;
-		}
-		cJSON_AddItemToObject(m, key, v);
-		int dup = ck_strmap_put(&keys, v->string, 0, NULL);
-		if (dup != 0) {
-			if (dup < 0)
-				ck_fail_sys(err, ENOMEM, "%s", what);
-			else
-				ck_fail(err, CK_E_SOURCE, "%s: GGUF metadata key \"%s\" appears twice",
-					what, key);
-			free(key);
-			goto out;
-		}
-		if (!strcmp(key, "general.alignment")) {
-			double a = cJSON_IsNumber(v) ? v->valuedouble : 0;
-			if (t != T_U32 || a < 1 || a > (1 << 20) || ((uint64_t)a & ((uint64_t)a - 1))) {
-				ck_fail(err, CK_E_SOURCE, "%s: general.alignment must be a power of two "
-							  "(u32, at most 2^20)",
-					what);
-				free(key);
-				goto out;
-			}
-			alignment = (uint64_t)a;
-		}
-		free(key);
-	}
-	if (read_infos(r, n_tensors, out) < 0)
+	if (read_metadata(r, n_kv, m, &alignment) < 0 || read_infos(r, n_tensors, out) < 0 ||
+	    place_tensors(out, r->pos, size, alignment, what, err) < 0)
 		goto out;
-	uint64_t data = (r->pos + alignment - 1) / alignment * alignment;
-	if (data > size && !out->n_tensors)
-		data = size; /* a vocabulary-only file need not pad an empty data section */
-	if (data > size) {
-		ck_fail(err, CK_E_SOURCE, "%s: GGUF data section starts past the end of the file",
-			what);
-		goto out;
-	}
-	for (size_t i = 0; i < out->n_tensors; i++) {
-		struct ck_tensor_info *t = &out->tensors[i];
-		if (t->offset % alignment || t->offset > size - data ||
-		    t->qbytes > size - data - t->offset) {
-			ck_fail(err, CK_E_SOURCE,
-				"%s: tensor \"%s\": data at %llu (%llu bytes) is misaligned or runs past "
-				"the end of the file",
-				what, t->name, (unsigned long long)t->offset,
-				(unsigned long long)t->qbytes);
-			goto out;
-		}
-		t->offset += data;
-	}
-	qsort(out->tensors, out->n_tensors, sizeof *out->tensors, cmp_off);
-	for (size_t i = 1; i < out->n_tensors; i++)
-		if (out->tensors[i - 1].offset + out->tensors[i - 1].qbytes > out->tensors[i].offset) {
-			ck_fail(err, CK_E_SOURCE, "%s: tensors \"%s\" and \"%s\" overlap", what,
-				out->tensors[i - 1].name, out->tensors[i].name);
-			goto out;
-		}
-	out->header_len = data;
 	*meta = m;
 	m = NULL;
 	rc = 0;
 out:
-	ck_strmap_free(&keys);
 	cJSON_Delete(m);
 	if (rc < 0)
 		ck_file_tensors_free(out);

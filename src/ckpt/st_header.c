@@ -258,16 +258,22 @@ static int int_list(struct p *p, int64_t *out, int cap, int *n, int *bad)
 	return eat(p, ']') ? 0 : syntax(p);
 }
 
+/* An object member's key (into p->str) and its ':'. */
+static int member_key(struct p *p)
+{
+	if (string(p) < 0)
+		return -1;
+	return eat(p, ':') ? 0 : syntax(p);
+}
+
 static int entry_fields(struct p *p, const char *key, struct fields *f)
 {
 	memset(f, 0, sizeof *f);
 	if (eat(p, '}'))
 		return 0;
 	do {
-		if (string(p) < 0)
+		if (member_key(p) < 0)
 			return -1;
-		if (!eat(p, ':'))
-			return syntax(p);
 		int which = !strcmp(p->str, "dtype")	     ? 1
 			    : !strcmp(p->str, "shape")	     ? 2
 			    : !strcmp(p->str, "data_offsets") ? 3
@@ -416,6 +422,75 @@ static int metadata(struct p *p, struct ck_file_tensors *h, size_t *cap)
 	return eat(p, '}') ? 0 : syntax(p);
 }
 
+/* One tensor entry, its key just read (p->str): a new slot in h and
+ * *spans (capacity *cap), the key unique, the value an object of fields. */
+static int tensor_entry(struct p *p, struct ck_file_tensors *h, struct ck_st_span **spans,
+			size_t *cap, struct ck_strmap *seen)
+{
+	const char *what = p->what;
+	struct ck_err *err = p->err;
+	if (h->n_tensors == *cap) {
+		size_t c = *cap ? 2 * *cap : 64;
+		struct ck_tensor_info *nt = realloc(h->tensors, c * sizeof *nt);
+		struct ck_st_span *ns = nt ? realloc(*spans, c * sizeof *ns) : NULL;
+		if (nt)
+			h->tensors = nt;
+		if (!ns)
+			return ck_fail_sys(err, ENOMEM, "%s", what);
+		*spans = ns;
+		*cap = c;
+	}
+	struct ck_tensor_info *t = &h->tensors[h->n_tensors];
+	memset(t, 0, sizeof *t);
+	if (!(t->name = strdup(p->str)))
+		return ck_fail_sys(err, ENOMEM, "%s", what);
+	h->n_tensors++;
+	int r = ck_strmap_put(seen, t->name, 0, NULL);
+	if (r < 0)
+		return ck_fail_sys(err, ENOMEM, "%s", what);
+	if (r > 0)
+		return ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"%s\"", what, t->name);
+	ws(p);
+	if (p->i >= p->n || p->s[p->i] != '{') {
+		if (skip_value(p, 1) == 0)
+			ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": entry is not an object", what,
+				t->name);
+		return -1;
+	}
+	p->i++;
+	struct fields f;
+	if (entry_fields(p, t->name, &f) < 0 ||
+	    check_entry(p, t->name, &f, t, &(*spans)[h->n_tensors - 1]) < 0)
+		return -1;
+	return 0;
+}
+
+/* The header object's members: "__metadata__" once, tensor entries. */
+static int header_members(struct p *p, struct ck_file_tensors *h, struct ck_st_span **spans,
+			  struct ck_strmap *seen)
+{
+	size_t cap = 0, mcap = 0;
+	int have_meta = 0;
+	if (eat(p, '}'))
+		return 0;
+	do {
+		if (member_key(p) < 0)
+			return -1;
+		if (!strcmp(p->str, "__metadata__")) {
+			if (have_meta++)
+				return ck_fail(p->err, CK_E_SOURCE, "%s: duplicate key \"__metadata__\"",
+					       p->what);
+			if (metadata(p, h, &mcap) < 0)
+				return -1;
+		} else if (tensor_entry(p, h, spans, &cap, seen) < 0) {
+			return -1;
+		}
+	} while (eat(p, ','));
+	if (!eat(p, '}'))
+		return syntax(p);
+	return 0;
+}
+
 int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_file_tensors *h,
 		      struct ck_st_span **spans, struct ck_err *err)
 {
@@ -427,9 +502,8 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 		return -1;
 	struct p p = {json, n, 0, what, err, NULL, 0, 0};
 	err->msg[0] = '\0';
-	size_t cap = 0, mcap = 0;
 	struct ck_strmap seen = {0};
-	int rc = -1, have_meta = 0;
+	int rc = -1;
 	if (ck_strmap_init(&seen, 64) < 0) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
@@ -446,70 +520,8 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 		goto out;
 	}
 	p.i++;
-	if (!eat(&p, '}')) {
-		do {
-			if (string(&p) < 0)
-				goto out;
-			if (!eat(&p, ':')) {
-				syntax(&p);
-				goto out;
-			}
-			if (!strcmp(p.str, "__metadata__")) {
-				if (have_meta++) {
-					ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"__metadata__\"", what);
-					goto out;
-				}
-				if (metadata(&p, h, &mcap) < 0)
-					goto out;
-				continue;
-			}
-			if (h->n_tensors == cap) {
-				size_t c = cap ? 2 * cap : 64;
-				struct ck_tensor_info *nt = realloc(h->tensors, c * sizeof *nt);
-				struct ck_st_span *ns = nt ? realloc(*spans, c * sizeof *ns) : NULL;
-				if (nt)
-					h->tensors = nt;
-				if (!ns) {
-					ck_fail_sys(err, ENOMEM, "%s", what);
-					goto out;
-				}
-				*spans = ns;
-				cap = c;
-			}
-			struct ck_tensor_info *t = &h->tensors[h->n_tensors];
-			memset(t, 0, sizeof *t);
-			if (!(t->name = strdup(p.str))) {
-				ck_fail_sys(err, ENOMEM, "%s", what);
-				goto out;
-			}
-			h->n_tensors++;
-			int r = ck_strmap_put(&seen, t->name, 0, NULL);
-			if (r != 0) {
-				if (r < 0)
-					ck_fail_sys(err, ENOMEM, "%s", what);
-				else
-					ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"%s\"", what, t->name);
-				goto out;
-			}
-			ws(&p);
-			if (p.i >= n || json[p.i] != '{') {
-				if (skip_value(&p, 1) == 0)
-					ck_fail(err, CK_E_SOURCE,
-						"%s: tensor \"%s\": entry is not an object", what,
-						t->name);
-				goto out;
-			}
-			p.i++;
-			struct fields f;
-			if (entry_fields(&p, t->name, &f) < 0 ||
-			    check_entry(&p, t->name, &f, t, &(*spans)[h->n_tensors - 1]) < 0)
-				goto out;
-		} while (eat(&p, ','));
-		if (!eat(&p, '}')) {
-			syntax(&p);
-			goto out;
-		}
-	}
+	if (header_members(&p, h, spans, &seen) < 0)
+		goto out;
 	ws(&p);
 	if (p.i != n) {
 		ck_fail(err, CK_E_SOURCE, "%s: header: trailing data after the JSON value at offset %zu",

@@ -52,13 +52,11 @@ static int zip64_extra(const unsigned char *x, size_t xl, struct ck_zip_entry *e
 	return need_size || need_csize || need_off ? -1 : 0;
 }
 
-int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct ck_zip *z,
-		struct ck_err *err)
+/* The central directory's place and entry count, from the end record
+ * (within the last 64 KiB + 22 bytes: the comment) or its ZIP64 form. */
+static int find_directory(int fd, uint64_t base, uint64_t size, const char *what, uint64_t *n,
+			  uint64_t *cd_size, uint64_t *cd_off, struct ck_err *err)
 {
-	memset(z, 0, sizeof *z);
-	z->base = base;
-	z->size = size;
-	/* the end record: within the last 64 KiB + 22 bytes (comment) */
 	uint64_t tail = size < 65557 ? size : 65557;
 	unsigned char *t = malloc(tail ? tail : 1);
 	if (!t)
@@ -79,7 +77,7 @@ int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct c
 		return bad(err, what, "no end of central directory record");
 	}
 	uint64_t eocd = size - tail + (uint64_t)at;
-	uint64_t n = le(t + at + 10, 2), cd_size = le(t + at + 12, 4), cd_off = le(t + at + 16, 4);
+	*n = le(t + at + 10, 2), *cd_size = le(t + at + 12, 4), *cd_off = le(t + at + 16, 4);
 	if (at >= 20 && le(t + at - 20, 4) == Z64_LOC_SIG) { /* ZIP64 */
 		uint64_t z64 = le(t + at - 20 + 8, 8);
 		unsigned char rec[56];
@@ -88,15 +86,61 @@ int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct c
 			free(t);
 			return bad(err, what, "broken ZIP64 end record");
 		}
-		n = le(rec + 32, 8);
-		cd_size = le(rec + 40, 8);
-		cd_off = le(rec + 48, 8);
+		*n = le(rec + 32, 8);
+		*cd_size = le(rec + 40, 8);
+		*cd_off = le(rec + 48, 8);
 		eocd = z64;
 	}
 	free(t);
-	if (cd_off > eocd || cd_size > eocd - cd_off || cd_size > MAX_CD_BYTES ||
-	    n > cd_size / 46)
+	if (*cd_off > eocd || *cd_size > eocd - *cd_off || *cd_size > MAX_CD_BYTES ||
+	    *n > *cd_size / 46)
 		return bad(err, what, "central directory outside the file");
+	return 0;
+}
+
+/* Entry i of the directory at *p (advanced past it) into z: NULL, or what
+ * is wrong with it ("" for no memory). */
+static const char *read_entry(struct ck_zip *z, const unsigned char *cd, uint64_t cd_size,
+			      uint64_t cd_off, uint64_t *p, uint64_t i)
+{
+	if (*p + 46 > cd_size || le(cd + *p, 4) != CD_SIG)
+		return "bad central directory entry";
+	const unsigned char *h = cd + *p;
+	size_t nl = le(h + 28, 2), xl = le(h + 30, 2), cl = le(h + 32, 2);
+	if (*p + 46 + nl + xl + cl > cd_size)
+		return "central directory entry runs past its end";
+	struct ck_zip_entry *e = &z->e[z->n];
+	e->method = (uint16_t)le(h + 10, 2);
+	e->csize = le(h + 20, 4);
+	e->size = le(h + 24, 4);
+	e->header_off = le(h + 42, 4);
+	if (zip64_extra(h + 46 + nl, xl, e, e->size == 0xFFFFFFFFu, e->csize == 0xFFFFFFFFu,
+			e->header_off == 0xFFFFFFFFu) < 0)
+		return "bad ZIP64 extra field";
+	if (memchr(h + 46, 0, nl))
+		return "a name holds a NUL byte";
+	if (!(e->name = malloc(nl + 1)))
+		return "";
+	memcpy(e->name, h + 46, nl);
+	e->name[nl] = '\0';
+	z->n++;
+	if (e->header_off > cd_off || e->csize > cd_off - e->header_off)
+		return "an entry lies outside the file";
+	if (ck_strmap_put(&z->by_name, e->name, (uint32_t)i, NULL) == 1)
+		return "two entries share a name";
+	*p += 46 + nl + xl + cl;
+	return NULL;
+}
+
+int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct ck_zip *z,
+		struct ck_err *err)
+{
+	memset(z, 0, sizeof *z);
+	z->base = base;
+	z->size = size;
+	uint64_t n = 0, cd_size = 0, cd_off = 0;
+	if (find_directory(fd, base, size, what, &n, &cd_size, &cd_off, err) < 0)
+		return -1;
 	unsigned char *cd = malloc(cd_size ? cd_size : 1);
 	z->e = calloc(n ? n : 1, sizeof *z->e);
 	if (!cd || !z->e || ck_strmap_init(&z->by_name, n) < 0) {
@@ -104,60 +148,20 @@ int ck_zip_open(int fd, uint64_t base, uint64_t size, const char *what, struct c
 		ck_zip_free(z);
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	}
-	if ((r = ck_pread_full(fd, cd, cd_size, base + cd_off)) < 0) {
+	int r = ck_pread_full(fd, cd, cd_size, base + cd_off);
+	if (r < 0) {
 		free(cd);
 		ck_zip_free(z);
 		return ck_fail_sys(err, -r, "%s: cannot read the zip directory", what);
 	}
 	uint64_t p = 0;
 	const char *msg = NULL;
-	for (uint64_t i = 0; i < n && !msg; i++) {
-		if (p + 46 > cd_size || le(cd + p, 4) != CD_SIG) {
-			msg = "bad central directory entry";
-			break;
-		}
-		const unsigned char *h = cd + p;
-		size_t nl = le(h + 28, 2), xl = le(h + 30, 2), cl = le(h + 32, 2);
-		if (p + 46 + nl + xl + cl > cd_size) {
-			msg = "central directory entry runs past its end";
-			break;
-		}
-		struct ck_zip_entry *e = &z->e[z->n];
-		e->method = (uint16_t)le(h + 10, 2);
-		e->csize = le(h + 20, 4);
-		e->size = le(h + 24, 4);
-		e->header_off = le(h + 42, 4);
-		if (zip64_extra(h + 46 + nl, xl, e, e->size == 0xFFFFFFFFu, e->csize == 0xFFFFFFFFu,
-				e->header_off == 0xFFFFFFFFu) < 0) {
-			msg = "bad ZIP64 extra field";
-			break;
-		}
-		if (memchr(h + 46, 0, nl)) {
-			msg = "a name holds a NUL byte";
-			break;
-		}
-		if (!(e->name = malloc(nl + 1))) {
-			free(cd);
-			ck_zip_free(z);
-			return ck_fail_sys(err, ENOMEM, "%s", what);
-		}
-		memcpy(e->name, h + 46, nl);
-		e->name[nl] = '\0';
-		z->n++;
-		if (e->header_off > cd_off || e->csize > cd_off - e->header_off) {
-			msg = "an entry lies outside the file";
-			break;
-		}
-		if (ck_strmap_put(&z->by_name, e->name, (uint32_t)i, NULL) == 1) {
-			msg = "two entries share a name";
-			break;
-		}
-		p += 46 + nl + xl + cl;
-	}
+	for (uint64_t i = 0; i < n && !msg; i++)
+		msg = read_entry(z, cd, cd_size, cd_off, &p, i);
 	free(cd);
 	if (msg) {
 		ck_zip_free(z);
-		return bad(err, what, msg);
+		return *msg ? bad(err, what, msg) : ck_fail_sys(err, ENOMEM, "%s", what);
 	}
 	return 0;
 }

@@ -278,6 +278,58 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	return rc;
 }
 
+/* The output directory: never over the source, never mixed with an old
+ * checkpoint (with --shard-groups, the files of every group are its own). */
+struct output {
+	struct ck_outdir od;
+	char **own;
+	int n_own;
+};
+
+static int begin_output(struct output *out, const char *outdir, const char *source,
+			const struct ck_view *v, const struct ck_view_args *va, int overwrite,
+			struct ck_err *err)
+{
+	out->own = NULL;
+	out->n_own = 0;
+	if (va->shard_groups && !(out->own = group_names(v->world, &out->n_own)))
+		return ck_fail_sys(err, ENOMEM, "convert");
+	int r = 0;
+	if (va->shard_groups && overwrite && !ck_mpi_launched())
+		r = ck_fail(err, CK_E_USAGE,
+			    "--overwrite with --shard-groups needs mpirun (the ranks must all "
+			    "succeed before the old checkpoint goes)");
+	if (r == 0 && (ck_outdir_check_source(outdir, source, v->cat, err) < 0 ||
+		       ck_outdir_begin(&out->od, outdir, overwrite, va->shard_groups,
+				       (const char *const *)out->own, out->n_own, err) < 0))
+		r = -1;
+	if (r < 0)
+		free_names(out->own, out->n_own);
+	return r;
+}
+
+/* Put the output in place if every rank succeeded (all), else take it
+ * back: rank 0 of a group-sharded convert writes the index (without MPI it
+ * does so after its own part: check every rank's exit status). */
+static int end_output(struct output *out, int rc, int all, const char *source,
+		      const struct ck_view *v, const struct ck_view_args *va, int overwrite,
+		      struct ck_err *err)
+{
+	if (rc == 0 && all != 0 && va->shard_groups && v->rank == 0) {
+		if (overwrite) /* the old checkpoint's other files go before the new index */
+			rc = ck_outdir_remove_others(&out->od, (const char *const *)out->own,
+						     out->n_own, err);
+		if (rc == 0)
+			rc = write_group_index(source, va, v->world, out->od.final, err);
+	}
+	if (rc == 0 && all != 0 && !va->shard_groups)
+		rc = ck_outdir_commit(&out->od, err);
+	if (rc < 0 || all == 0)
+		ck_outdir_abort(&out->od);
+	free_names(out->own, out->n_own);
+	return rc;
+}
+
 /* *synced: whether the MPI agreement (ck_mpi_all_ok) has been made */
 static int convert_main(int argc, char **argv, int *synced)
 {
@@ -323,50 +375,19 @@ static int convert_main(int argc, char **argv, int *synced)
 		o.config = v.cat->config_raw;
 		o.config_len = v.cat->config_len;
 	}
-	/* the output: never over the source, never mixed with an old checkpoint */
-	struct ck_outdir od;
-	char **own = NULL;
-	int n_own = 0;
-	if (va.shard_groups && !(own = group_names(v.world, &n_own))) {
-		ck_view_close(&v);
-		return ck_cli_report((ck_fail_sys(&err, ENOMEM, "convert"), &err));
-	}
-	if (va.shard_groups && overwrite && !ck_mpi_launched()) {
-		free_names(own, n_own);
-		ck_view_close(&v);
-		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
-					      "--overwrite with --shard-groups needs mpirun (the "
-					      "ranks must all succeed before the old checkpoint "
-					      "goes)"),
-				      &err));
-	}
-	if (ck_outdir_check_source(outdir, source, v.cat, &err) < 0 ||
-	    ck_outdir_begin(&od, outdir, overwrite, va.shard_groups, (const char *const *)own,
-			    n_own, &err) < 0) {
-		free_names(own, n_own);
+	struct output out;
+	if (begin_output(&out, outdir, source, &v, &va, overwrite, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
 	struct ck_convert_stats stats;
 	size_t n_written = 0;
-	int rc = write_view(&v, &ca, dcp, &o, od.stage, &n_written, &stats, &err);
+	int rc = write_view(&v, &ca, dcp, &o, out.od.stage, &n_written, &stats, &err);
 	/* under mpirun every rank learns whether all succeeded; only then does
-	 * any rank put its output in place (rank 0 of a group-sharded convert
-	 * writes the index; without MPI it does so after its own part: check
-	 * every rank's exit status) */
+	 * any rank put its output in place */
 	int all = ck_mpi_all_ok(rc == 0);
 	*synced = 1;
-	if (rc == 0 && all != 0 && va.shard_groups && v.rank == 0) {
-		if (overwrite) /* the old checkpoint's other files go before the new index */
-			rc = ck_outdir_remove_others(&od, (const char *const *)own, n_own, &err);
-		if (rc == 0)
-			rc = write_group_index(source, &va, v.world, od.final, &err);
-	}
-	if (rc == 0 && all != 0 && !va.shard_groups)
-		rc = ck_outdir_commit(&od, &err);
-	if (rc < 0 || all == 0)
-		ck_outdir_abort(&od);
-	free_names(own, n_own);
+	rc = end_output(&out, rc, all, source, &v, &va, overwrite, &err);
 	if (rc < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
@@ -378,7 +399,7 @@ static int convert_main(int argc, char **argv, int *synced)
 		return 1;
 	}
 	char shown[600];
-	ck_escape_controls(od.final, shown, sizeof shown);
+	ck_escape_controls(out.od.final, shown, sizeof shown);
 	fprintf(stderr, "ckptfs: wrote %zu tensors, %llu bytes in %d file%s to %s (read %llu source "
 			"bytes)\n",
 		n_written, (unsigned long long)stats.bytes_written, stats.n_files,

@@ -408,6 +408,37 @@ static enum ck_dtype expect_dtype(const char *s)
 }
 
 /* Compare rows with KEYS.json; print a strict load_state_dict style report. */
+/* Whether a row has the dtype and shape an --expect entry asks for (each
+ * optional). */
+static int expect_matches(const struct row *row, const cJSON *dt, const cJSON *sh)
+{
+	if (dt && expect_dtype(dt->valuestring) != row->dtype)
+		return 0;
+	if (!sh)
+		return 1;
+	int d = 0;
+	for (const cJSON *x = sh->child; x; x = x->next, d++) {
+		int64_t v;
+		if (d >= row->ndim || ck_json_int(x, 0, INT64_MAX / 2, &v) < 0 || v != row->shape[d])
+			return 0;
+	}
+	return d == row->ndim;
+}
+
+static void print_mismatch(const struct row *row, const char *name, const cJSON *dt,
+			   const cJSON *sh)
+{
+	char s[256];
+	char *ws = sh ? cJSON_PrintUnformatted(sh) : NULL;
+	shape_str(s, sizeof s, row->ndim, row->shape);
+	printf("size or dtype mismatch for ");
+	ck_fput_safe(stdout, name);
+	printf(": the view has %s %s, expected ", ck_dtype_name(row->dtype), s);
+	ck_fput_safe(stdout, dt ? dt->valuestring : "(any dtype)");
+	printf(" %s\n", ws ? ws : "(any shape)");
+	free(ws);
+}
+
 static int check_expect(const char *path, const struct row *rows, size_t n, struct ck_err *err)
 {
 	char *buf;
@@ -459,31 +490,10 @@ static int check_expect(const char *path, const struct row *rows, size_t n, stru
 			putchar('"');
 			continue;
 		}
-		int bad = 0;
-		if (dt && expect_dtype(dt->valuestring) != rows[r].dtype)
-			bad = 1;
-		if (sh) {
-			int d = 0;
-			for (const cJSON *x = sh->child; x; x = x->next, d++) {
-				int64_t v;
-				if (d >= rows[r].ndim || ck_json_int(x, 0, INT64_MAX / 2, &v) < 0 ||
-				    v != rows[r].shape[d])
-					bad = 1;
-			}
-			bad |= d != rows[r].ndim;
-		}
-		if (bad) {
+		if (!expect_matches(&rows[r], dt, sh)) {
 			if (missing && !mismatched)
 				printf("\n");
-			char s[256];
-			char *ws = sh ? cJSON_PrintUnformatted(sh) : NULL;
-			shape_str(s, sizeof s, rows[r].ndim, rows[r].shape);
-			printf("size or dtype mismatch for ");
-			ck_fput_safe(stdout, nm->valuestring);
-			printf(": the view has %s %s, expected ", ck_dtype_name(rows[r].dtype), s);
-			ck_fput_safe(stdout, dt ? dt->valuestring : "(any dtype)");
-			printf(" %s\n", ws ? ws : "(any shape)");
-			free(ws);
+			print_mismatch(&rows[r], nm->valuestring, dt, sh);
 			mismatched++;
 		}
 	}

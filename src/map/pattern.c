@@ -30,6 +30,44 @@ static int add_tok(struct ck_pattern *p, char *lit, char *name, enum ck_cap_type
 	return 0;
 }
 
+/* The capture between '{' at s - 1 and '}' at e, the pattern's ncap-th:
+ * its name (malloc'd) and type. 0, -ENOMEM, or -1 with err. */
+static int capture(const char *text, const char *s, const char *e, int ncap, char **out,
+		   enum ck_cap_type *t, struct ck_err *err)
+{
+	char *name = strndup(s, (size_t)(e - s));
+	if (!name)
+		return -ENOMEM;
+	*t = CK_CAP_SEG;
+	char *colon = strchr(name, ':');
+	if (colon) {
+		*colon = '\0';
+		if (!strcmp(colon + 1, "int"))
+			*t = CK_CAP_INT;
+		else if (!strcmp(colon + 1, "path"))
+			*t = CK_CAP_PATH;
+		else {
+			ck_fail(err, CK_E_MAPPING, "pattern \"%s\": unknown capture type \"%s\"", text,
+				colon + 1);
+			free(name);
+			return -1;
+		}
+	}
+	int ok = name[0] && (isalpha((unsigned char)name[0]) || name[0] == '_');
+	for (char *c = name; *c && ok; c++)
+		ok = isalnum((unsigned char)*c) || *c == '_';
+	if (!ok || ncap > CK_MAX_CAPTURES) {
+		ck_fail(err, CK_E_MAPPING,
+			ok ? "pattern \"%s\": more than %d captures"
+			   : "pattern \"%s\": capture names are identifiers (%d max)",
+			text, CK_MAX_CAPTURES);
+		free(name);
+		return -1;
+	}
+	*out = name;
+	return 0;
+}
+
 int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *err)
 {
 	memset(p, 0, sizeof *p);
@@ -58,35 +96,13 @@ int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *er
 			ck_fail(err, CK_E_MAPPING, "pattern \"%s\": unterminated '{'", text);
 			goto fail;
 		}
-		char *name = strndup(s + 1, (size_t)(e - s - 1));
-		if (!name)
+		char *name;
+		enum ck_cap_type t;
+		int c = capture(text, s + 1, e, ++ncap, &name, &t, err);
+		if (c == -ENOMEM)
 			goto nomem;
-		enum ck_cap_type t = CK_CAP_SEG;
-		char *colon = strchr(name, ':');
-		if (colon) {
-			*colon = '\0';
-			if (!strcmp(colon + 1, "int"))
-				t = CK_CAP_INT;
-			else if (!strcmp(colon + 1, "path"))
-				t = CK_CAP_PATH;
-			else {
-				ck_fail(err, CK_E_MAPPING, "pattern \"%s\": unknown capture type \"%s\"",
-					text, colon + 1);
-				free(name);
-				goto fail;
-			}
-		}
-		int ok = name[0] && (isalpha((unsigned char)name[0]) || name[0] == '_');
-		for (char *c = name; *c && ok; c++)
-			ok = isalnum((unsigned char)*c) || *c == '_';
-		if (!ok || ++ncap > CK_MAX_CAPTURES) {
-			ck_fail(err, CK_E_MAPPING,
-				ok ? "pattern \"%s\": more than %d captures"
-				   : "pattern \"%s\": capture names are identifiers (%d max)",
-				text, CK_MAX_CAPTURES);
-			free(name);
+		if (c < 0)
 			goto fail;
-		}
 		if (ll) {
 			char *l = strndup(lit, ll);
 			if (!l || add_tok(p, l, NULL, 0) < 0) {
