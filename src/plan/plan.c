@@ -528,8 +528,12 @@ static int collect_matches(struct stage *st, const struct ck_rule *r, struct mat
 		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
 			continue;
 		int maybe = ck_shape_may_match(&r->in[0].pat, &st->shapes, k->shape, &memo);
+		if (maybe < 0)
+			goto nomem;
+		if (!maybe)
+			continue;
 		struct match m = {0};
-		int hit = maybe > 0 ? ck_pattern_match(&r->in[0].pat, k->name, &m.b) : maybe;
+		int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
 		if (hit < 0)
 			goto nomem;
 		if (!hit)
