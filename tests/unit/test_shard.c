@@ -1,0 +1,191 @@
+/* Partition and select rules without a mount: over a pp=2 x tp=2 mesh each
+ * rank holds its pipeline stage's layers, renumbered from 0 (global names
+ * kept), the first and last stage's own tensors, and its tensor-parallel
+ * slice of each split target with Megatron's ShardedTensor description;
+ * the bytes, read through the engine, equal the source's slice computed
+ * here by index arithmetic. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/catalog.h"
+#include "exec/engine.h"
+#include "map/mapping.h"
+#include "plan/plan.h"
+#include "plan/shard.h"
+#include "testutil.h"
+
+static char *dir;
+static struct ck_catalog *cat;
+static unsigned char *file;
+
+static const char *MAP =
+	"{\"unused\": \"keep\","
+	" \"partition\": ["
+	"  {\"match\": \"layers.{L}.w\", \"spec\": [\"tp\", null]},"
+	"  {\"match\": \"layers.{L}.b\", \"spec\": [\"tp\"]},"
+	"  {\"match\": \"head\", \"spec\": [null, \"tp\"]}],"
+	" \"select\": ["
+	"  {\"match\": \"layers.{L}.{rest:path}\", \"axis\": \"pp\", \"split\": \"L\", \"renumber\": true},"
+	"  {\"match\": \"emb\", \"axis\": \"pp\", \"stage\": \"first\"},"
+	"  {\"match\": \"head\", \"axis\": \"pp\", \"stage\": \"last\"}]}";
+
+static void setup(void)
+{
+	dir = tu_mkdtemp();
+	static const struct tu_tensor t[] = {
+		{"emb", CK_DT_F32, 2, {10, 6}},	     {"head", CK_DT_F32, 2, {10, 6}},
+		{"layers.0.b", CK_DT_F32, 1, {8}},   {"layers.0.w", CK_DT_F32, 2, {8, 6}},
+		{"layers.1.b", CK_DT_F32, 1, {8}},   {"layers.1.w", CK_DT_F32, 2, {8, 6}},
+		{"layers.2.b", CK_DT_F32, 1, {8}},   {"layers.2.w", CK_DT_F32, 2, {8, 6}},
+		{"layers.3.b", CK_DT_F32, 1, {8}},   {"layers.3.w", CK_DT_F32, 2, {8, 6}},
+	};
+	char *p = tu_path(dir, "model.safetensors");
+	tu_write_st(p, t, sizeof t / sizeof *t);
+	FILE *f = fopen(p, "rb");
+	fseek(f, 0, SEEK_END);
+	size_t len = (size_t)ftell(f);
+	rewind(f);
+	file = malloc(len);
+	ck_assert_uint_eq(fread(file, 1, len, f), len);
+	fclose(f);
+	free(p);
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+}
+
+static void teardown(void)
+{
+	ck_catalog_free(cat);
+	tu_rmtree(dir);
+	free(dir);
+	free(file);
+}
+
+/* The plan of rank r of mesh, or NULL with err. */
+static struct ck_plan *rank_plan(const char *mesh, int64_t r, struct ck_err *err)
+{
+	struct ck_mapping *m;
+	struct ck_plan *p;
+	struct ck_mesh me;
+	ck_assert_msg(ck_mapping_parse(MAP, strlen(MAP), "t.json", &m, err) == 0, "%s", err->msg);
+	ck_assert_msg(ck_mesh_parse(mesh, &me, err) == 0, "%s", err->msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &p, err) == 0, "%s", err->msg);
+	int rc = ck_plan_shard(p, m, &me, r, err);
+	ck_mapping_free(m);
+	if (rc < 0) {
+		ck_plan_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* Element (i, j) of source tensor name ([rows, cols] F32), as raw bits. */
+static uint32_t src_elem(const char *name, int64_t i, int64_t j, int64_t cols)
+{
+	uint32_t v;
+	memcpy(&v, file + ck_catalog_find(cat, name)->t.offset + (uint64_t)(i * cols + j) * 4, 4);
+	return v;
+}
+
+/* Target t's bytes equal rows [r0, r0+nr) x cols [c0, c0+nc) of source. */
+static void check_slice(const struct ck_plan *p, const char *target, const char *source,
+			int64_t r0, int64_t nr, int64_t c0, int64_t nc, int64_t cols)
+{
+	const struct ck_target *t = ck_plan_find(p, target);
+	ck_assert_msg(t, "no target %s", target);
+	struct ck_engine e;
+	ck_engine_init(&e, p, 0);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	struct ck_err err;
+	uint32_t *buf = malloc(t->nbytes);
+	ck_assert_msg(ck_engine_read(&c, (uint32_t)(t - p->t), 0, t->nbytes, buf, &err) == 0, "%s",
+		      err.msg);
+	ck_assert_uint_eq(t->nbytes, (uint64_t)(nr * nc * 4));
+	for (int64_t i = 0; i < nr; i++)
+		for (int64_t j = 0; j < nc; j++)
+			ck_assert_msg(buf[i * nc + j] == src_elem(source, r0 + i, c0 + j, cols),
+				      "%s (%lld, %lld)", target, (long long)i, (long long)j);
+	free(buf);
+	ck_eval_ctx_free(&c);
+}
+
+START_TEST(pp_tp_ranks)
+{
+	int64_t r = _i, pp = r / 2, tp = r % 2; /* row-major: tp varies fastest */
+	struct ck_err err;
+	struct ck_plan *p = rank_plan("pp=2,tp=2", r, &err);
+	ck_assert_msg(p, "%s", err.msg);
+	ck_assert_uint_eq(p->n, 5); /* 2 layers x (w, b), and emb or head */
+	ck_assert_int_eq(ck_plan_find(p, "emb") != NULL, pp == 0);
+	ck_assert_int_eq(ck_plan_find(p, "head") != NULL, pp == 1);
+	ck_assert_ptr_null(ck_plan_find(p, "layers.2.w")); /* renumbered from 0 on each stage */
+	for (int j = 0; j < 2; j++) {
+		char local[32], global[32], gb[32], lb[32];
+		snprintf(local, sizeof local, "layers.%d.w", j);
+		snprintf(global, sizeof global, "layers.%lld.w", (long long)(2 * pp + j));
+		snprintf(lb, sizeof lb, "layers.%d.b", j);
+		snprintf(gb, sizeof gb, "layers.%lld.b", (long long)(2 * pp + j));
+		const struct ck_target *t = ck_plan_find(p, local);
+		ck_assert_ptr_nonnull(t);
+		const struct ck_shard_info *s = t->shard;
+		ck_assert_str_eq(s->global_name, global);
+		ck_assert_int_eq(t->v.shape[0], 4);
+		ck_assert_int_eq(t->v.shape[1], 6);
+		ck_assert_int_eq(s->global_shape[0], 8);
+		ck_assert_int_eq(s->global_shape[1], 6);
+		ck_assert_int_eq(s->axis_frag[0], 2);
+		ck_assert_int_eq(s->axis_frag[1], 1);
+		ck_assert_int_eq(s->n_frag, 1);
+		ck_assert_int_eq(s->frag[0].global_off[0], 4 * tp);
+		ck_assert_int_eq(s->frag[0].global_off[1], 0);
+		ck_assert_int_eq(s->n_replica, 0); /* split on tp, placed on pp */
+		ck_assert_int_eq(s->partition_rule, 1);
+		check_slice(p, local, global, 4 * tp, 4, 0, 6, 6);
+		check_slice(p, lb, gb, 4 * tp, 4, 0, 1, 1);
+	}
+	if (pp == 0) { /* replicated over tp: its tp coordinate is its replica id */
+		const struct ck_shard_info *s = ck_plan_find(p, "emb")->shard;
+		ck_assert_int_eq(s->partition_rule, 0);
+		ck_assert_int_eq(s->n_replica, 1);
+		ck_assert_int_eq(s->replica_id[0], tp);
+		check_slice(p, "emb", "emb", 0, 10, 0, 6, 6);
+	} else { /* split on dim 1: a column block */
+		const struct ck_target *t = ck_plan_find(p, "head");
+		ck_assert_int_eq(t->v.shape[1], 3);
+		ck_assert_int_eq(t->shard->frag[0].global_off[1], 3 * tp);
+		check_slice(p, "head", "head", 0, 10, 3 * tp, 3, 6);
+	}
+	ck_plan_free(p);
+}
+END_TEST
+
+/* What a mesh cannot mean is refused, naming the cause. */
+START_TEST(bad_meshes_refused)
+{
+	struct ck_err err;
+	ck_assert_ptr_null(rank_plan("ep=2", 0, &err));
+	ck_assert_msg(strstr(err.msg, "axis ep is used by no partition or select rule"), "%s",
+		      err.msg);
+	ck_assert_ptr_null(rank_plan("tp=3", 0, &err)); /* 8 rows over 3 ranks */
+	ck_assert_msg(err.kind == CK_E_MAPPING && strstr(err.msg, "layers."), "%s", err.msg);
+	ck_assert_ptr_null(rank_plan("pp=3", 0, &err)); /* 4 layers over 3 stages */
+	ck_assert_msg(strstr(err.msg, "do not split evenly"), "%s", err.msg);
+	ck_assert_ptr_null(rank_plan("tp=2", 2, &err));
+	ck_assert_msg(strstr(err.msg, "outside the mesh"), "%s", err.msg);
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("shard");
+	TCase *tc = tcase_create("shard");
+	tcase_set_timeout(tc, 60);
+	tcase_add_checked_fixture(tc, setup, teardown);
+	tcase_add_loop_test(tc, pp_tp_ranks, 0, 4);
+	tcase_add_test(tc, bad_meshes_refused);
+	suite_add_tcase(s, tc);
+	return tu_run_suite(s, 1);
+}
