@@ -210,10 +210,17 @@ static int check_args(struct convert_args *c, enum ck_dtype *dt, int *dcp, struc
 			       "--dtype %s: must be F32, F16, BF16, F8_E4M3 or F8_E5M2 (any case, or "
 			       "torch's float32, float16, bfloat16, float8_e4m3fn, float8_e5m2)",
 			       c->dtype);
-	if (va->ranks)
-		return ck_fail(err, CK_E_USAGE, "--ranks is for mount (use --rank)");
 	const char *f = c->format;
 	*dcp = f && !strcmp(f, "dcp") ? 1 : f && !strcmp(f, "torch_dist") ? 2 : 0;
+	if (va->ranks && !*dcp)
+		return ck_fail(err, CK_E_USAGE, "--ranks: one directory for several ranks is a DCP "
+						"one (--format dcp|torch_dist); else use --rank");
+	if (va->ranks && ck_mpi_launched())
+		return ck_fail(err, CK_E_USAGE, "--ranks: one process writes every rank's files; run "
+						"it without mpirun (or each rank with --rank)");
+	if (va->ranks && strchr(c->outdir, '{'))
+		return ck_fail(err, CK_E_USAGE, "--ranks: one directory for all the ranks, so OUTDIR "
+						"takes no {rank} or {AXIS} placeholder");
 	if (f && !*dcp && ck_gguf_parse_format(f, &c->gopt, err) < 0)
 		return -1;
 	if (*dcp && (va->shard_groups || c->o.max_shard_size))
@@ -232,6 +239,46 @@ static int check_args(struct convert_args *c, enum ck_dtype *dt, int *dcp, struc
 	return 0;
 }
 
+/* The view's DCP directory: one rank's (or the whole view's), or with
+ * --ranks one for all its ranks, their data files put in the numbering of
+ * the view's plan (their union). */
+static int make_dcp(const struct ck_view *v, int torch_dist, int64_t rank, struct ck_dcp_out *d,
+		    struct ck_err *err)
+{
+	if (!v->n_ranks)
+		return ck_dcp_out_build(v->plan, torch_dist, rank, d, err);
+	if (ck_dcp_out_build_ranks((const struct ck_plan *const *)v->rank_plans, v->ranks,
+				   v->n_ranks, torch_dist, d, err) < 0)
+		return -1;
+	for (size_t k = 0; k < d->n_data; k++)
+		for (size_t j = 0; j < d->data[k].n; j++)
+			if (d->data[k].parts[j].target != CK_VLIT)
+				d->data[k].parts[j].target = v->rank_idx[k][d->data[k].parts[j].target];
+	return 0;
+}
+
+/* The data files, then .metadata (and torch_dist's two): a reader that
+ * finds .metadata finds every file it names. */
+static int write_dcp(const struct ck_plan *p, const struct ck_dcp_out *d, int torch_dist,
+		     const char *stage, struct ck_convert_opts *o, struct ck_convert_stats *stats,
+		     struct ck_err *err)
+{
+	size_t n = 0;
+	struct ck_out_file *f = calloc(d->n_data + 3, sizeof *f);
+	if (!f)
+		return ck_fail_sys(err, ENOMEM, "convert");
+	for (size_t k = 0; k < d->n_data; k++)
+		f[n++] = (struct ck_out_file){d->data_name[k], &d->data[k]};
+	f[n++] = (struct ck_out_file){".metadata", &d->metadata};
+	if (torch_dist) {
+		f[n++] = (struct ck_out_file){"metadata.json", &d->megatron_json};
+		f[n++] = (struct ck_out_file){"common.pt", &d->common};
+	}
+	int rc = ck_convert_files(p, f, n, stage, o, stats, err);
+	free(f);
+	return rc;
+}
+
 /* Write the view in its format into stage: model.gguf, a DCP directory or
  * safetensors. The GPU opens last: every input error has been reported by
  * then. */
@@ -244,7 +291,7 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	const struct ck_gguf_opts *gopt = &c->gopt;
 	if (gopt->on && ck_gguf_view_open(v->cat, v->maps, v->n_maps, gopt, &g, err) < 0)
 		return -1;
-	if (dcp && ck_dcp_out_build(v->plan, dcp == 2, c->va.mesh ? v->rank : -1, &d, err) < 0)
+	if (dcp && make_dcp(v, dcp == 2, c->va.mesh ? v->rank : -1, &d, err) < 0)
 		return -1;
 	int lanes = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	char note[400];
@@ -256,19 +303,15 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	if (rc == 0 && gopt->on) {
 		rc = ck_convert_vfile(g.plan, &g.file, stage, "model.gguf", o, stats, err);
 	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
-		struct ck_out_file f[] = {{d.data_name, &d.data},
-					  {".metadata", &d.metadata},
-					  {"metadata.json", &d.megatron_json},
-					  {"common.pt", &d.common}};
-		rc = ck_convert_files(v->plan, f, dcp == 2 ? 4 : 2, stage, o, stats, err);
+		rc = write_dcp(v->plan, &d, dcp == 2, stage, o, stats, err);
 	} else if (rc == 0) {
 		rc = ck_convert(v->plan, stage, o, stats, err);
 	}
-	*n_written = gopt->on ? g.plan->n : dcp ? v->plan->n - d.n_omitted : v->plan->n;
+	*n_written = gopt->on ? g.plan->n : dcp ? d.n_keys : v->plan->n;
 	if (dcp && d.n_omitted && rc == 0)
 		fprintf(stderr, "ckptfs: %zu tensors left out of the DCP directory (no torch storage "
 				"type for their dtype), the first: %s\n",
-			d.n_omitted, v->plan->t[d.omitted[0]].name);
+			d.n_omitted, d.first_omitted);
 	if (gopt->on)
 		ck_gguf_view_free(&g);
 	if (dcp)
@@ -330,6 +373,16 @@ static int end_output(struct output *out, int rc, int all, const char *source,
 	return rc;
 }
 
+/* --dtype: the view's plan and, with --ranks, each rank's alike (the DCP
+ * files are laid out over those). */
+static int cast_view(struct ck_view *v, enum ck_dtype dt, struct ck_err *err)
+{
+	for (size_t k = 0; k < v->n_ranks; k++)
+		if (ck_plan_cast_all(v->rank_plans[k], dt, err) < 0)
+			return -1;
+	return ck_plan_cast_all(v->plan, dt, err);
+}
+
 /* *synced: whether the MPI agreement (ck_mpi_all_ok) has been made */
 static int convert_main(int argc, char **argv, int *synced)
 {
@@ -359,14 +412,14 @@ static int convert_main(int argc, char **argv, int *synced)
 		ck_st_shard_name(fname, sizeof fname, (uint64_t)v.rank + 1, (uint64_t)v.world);
 		o.file_name = fname;
 	}
-	if (va.mesh && dp_replica(va.mesh, v.rank)) {
+	if (va.mesh && !v.n_ranks && dp_replica(va.mesh, v.rank)) {
 		fprintf(stderr, "ckptfs: rank %lld is a dp replica: only main replicas (dp=0) write\n",
 			(long long)v.rank);
 		ck_view_close(&v);
 		*synced = 1;
 		return ck_mpi_all_ok(1) == 0 ? 1 : 0;
 	}
-	if (dtype && ck_plan_cast_all(v.plan, dt, &err) < 0) {
+	if (dtype && cast_view(&v, dt, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}

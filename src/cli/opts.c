@@ -9,7 +9,7 @@ const struct ck_cli_opt ck_cli_view_opts[] = {
 	{1, "--mapping", "MAP", "a mapping file or a shipped mapping's name (repeatable, in order)"},
 	{2, "--mesh", "AXIS=N[,...]", "a tensor-parallel mesh (tp=8, dp=2,tp=4); with --rank"},
 	{3, "--rank", "R", "this process's rank in the mesh or of --shard-groups"},
-	{4, "--ranks", "LIST", "mount: one daemon for these ranks (0-3, 1,5, all, local)"},
+	{4, "--ranks", "LIST", "mount: one daemon for these ranks (0-3, 1,5, all, local); convert --format dcp: one directory for them"},
 	{5, "--shard-groups", NULL, "whole dependency groups per process (with --world-size)"},
 	{6, "--world-size", "N", "processes of --shard-groups"},
 	{7, "--state", "params|optimizer|all", "the parameters or the optimizer state only"},

@@ -48,6 +48,12 @@ struct node fs_decode(const struct ckfs *fs, fuse_ino_t ino)
 		nd.k = N_TOP;
 		return nd;
 	}
+	size_t nt = fs->srv->n_top_files;
+	if (fs->multi && nt && ino > INO_TOP && ino <= INO_TOP + 1 + nt) {
+		nd.k = ino == INO_TOP + 1 ? N_TOPDIR : N_TOPFILE;
+		nd.i = (uint32_t)(ino - INO_TOP - 2);
+		return nd;
+	}
 	size_t lo = 0, hi = fs->n_views; /* last view whose base <= ino */
 	while (hi - lo > 1) {
 		size_t m = lo + (hi - lo) / 2;
@@ -87,6 +93,8 @@ fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i)
 	case N_TARGET: return v->base + V_FIRST + i;
 	case N_NPY: return v->base + V_FIRST + v->plan->n + i;
 	case N_FILE: return v->base + V_FIRST + 2 * v->plan->n + i;
+	case N_TOPDIR: return INO_TOP + 1;
+	case N_TOPFILE: return INO_TOP + 2 + i;
 	default: return INO_TOP;
 	}
 }
@@ -94,7 +102,7 @@ fuse_ino_t fs_ino_of(const struct ck_tree *v, enum kind k, uint32_t i)
 int fs_is_dir(enum kind k)
 {
 	return k == N_TOP || k == N_ROOT || k == N_TENSORS || k == N_META || k == N_NPYDIR ||
-	       k == N_SUBDIR;
+	       k == N_SUBDIR || k == N_TOPDIR;
 }
 
 static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, struct stat *st)
@@ -114,6 +122,8 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 	st->st_nlink = 1;
 	if (nd.k == N_FILE)
 		st->st_size = (off_t)fs_file(&nd)->v->size;
+	else if (nd.k == N_TOPFILE)
+		st->st_size = (off_t)fs->srv->top_files[nd.i].v->size;
 	else if (nd.k == N_PLAN)
 		st->st_size = (off_t)nd.v->plan_json_len;
 	else if (nd.k == N_TARGET)
@@ -179,6 +189,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		for (size_t k = 0; !ino && k < fs->n_views; k++)
 			if (!strcmp(name, fs->views[k].dir))
 				ino = fs_ino_of(&fs->views[k], N_ROOT, 0);
+		if (!ino && fs->srv->top_dir && !strcmp(name, fs->srv->top_dir))
+			ino = fs_ino_of(NULL, N_TOPDIR, 0);
+	} else if (p.k == N_TOPDIR) {
+		for (size_t r = 0; !ino && r < fs->srv->n_top_files; r++)
+			if (!strcmp(name, fs->srv->top_files[r].name))
+				ino = fs_ino_of(NULL, N_TOPFILE, (uint32_t)r);
 	} else if (p.k == N_ROOT) {
 		enum kind k = !strcmp(name, "tensors")			   ? N_TENSORS
 			      : !strcmp(name, ".ckptfs")		   ? N_META
@@ -236,16 +252,29 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
 	if (i < 2) { /* . and .. */
 		*name = i ? ".." : ".";
 		/* a view's root has the top (or, alone, itself: inode 1) above it */
-		*e = i == 0 ? ino : d.k == N_TOP || d.k == N_ROOT ? INO_TOP : fs_ino_of(d.v, N_ROOT, 0);
+		*e = i == 0			? ino
+		     : d.k == N_TOP || d.k == N_ROOT || d.k == N_TOPDIR ? INO_TOP
+									 : fs_ino_of(d.v, N_ROOT, 0);
 		return 1;
 	}
 	i -= 2;
 	switch (d.k) {
 	case N_TOP:
+		if (i == fs->n_views && fs->srv->top_dir) {
+			*name = fs->srv->top_dir;
+			*e = fs_ino_of(NULL, N_TOPDIR, 0);
+			return 1;
+		}
 		if (i >= fs->n_views)
 			return 0;
 		*name = fs->views[i].dir;
 		*e = fs_ino_of(&fs->views[i], N_ROOT, 0);
+		return 1;
+	case N_TOPDIR:
+		if (i >= fs->srv->n_top_files)
+			return 0;
+		*name = fs->srv->top_files[i].name;
+		*e = fs_ino_of(NULL, N_TOPFILE, (uint32_t)i);
 		return 1;
 	case N_ROOT:
 		if (i < 3) {
@@ -543,6 +572,9 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 			bytes += v->roots[r].v->size;
 		files += fs_ino_count(v);
 	}
+	for (size_t r = 0; r < fs->srv->n_top_files; r++)
+		bytes += fs->srv->top_files[r].v->size;
+	files += fs->srv->n_top_files;
 	s.f_bsize = s.f_frsize = 4096;
 	s.f_blocks = (bytes + 4095) / 4096;
 	s.f_files = files;
@@ -698,7 +730,8 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 	fs.n_views = srv->n_trees;
 	fs.cache = srv->cache;
 	fs.multi = fs.n_views != 1 || fs.views[0].dir[0];
-	uint64_t base = fs.multi ? INO_TOP + 1 : INO_TOP;
+	uint64_t base = fs.multi ? INO_TOP + 1 + (srv->n_top_files ? 1 + srv->n_top_files : 0)
+				 : INO_TOP;
 	for (size_t k = 0; k < fs.n_views; k++) {
 		fs.views[k].base = base;
 		base += fs_ino_count(&fs.views[k]);

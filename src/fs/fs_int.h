@@ -14,8 +14,9 @@
 #include "../view/tree.h"
 
 /* Inodes. A one-view mount puts its view's root at FUSE's root inode (1);
- * a --ranks mount lists rank directories at 1 and gives each view a range
- * from 2 on. Within a view's range (from its base):
+ * a --ranks mount lists rank directories at 1 (with -o dcp also the dcp/
+ * of them all at 2, its files from 3 on) and gives each view a range after
+ * those. Within a view's range (from its base):
  *   +0 its root, +1 tensors/, +2 .ckptfs/, +3 stats.json, +4 plan.json,
  *   +5 npy/, +6 dcp/ or torch_dist/, +8+i target i, +8+n+i its npy file,
  *   +8+2n+k root file k, then that directory's files (N_FILE past the
@@ -46,13 +47,14 @@ struct ckfs {
 };
 
 enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,
-	    N_FILE, N_SUBDIR };
+	    N_FILE, N_SUBDIR, N_TOPDIR, N_TOPFILE };
 
 /* An inode, decoded. */
 struct node {
 	enum kind k;
 	const struct ck_tree *v;
-	uint32_t i; /* target index (N_TARGET, N_NPY) or root file index (N_FILE) */
+	uint32_t i; /* target index (N_TARGET, N_NPY), root file index (N_FILE) or
+		     * the top dcp/'s file (N_TOPFILE) */
 };
 
 struct snapshot {

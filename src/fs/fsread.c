@@ -189,7 +189,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fs_reply_slice(req, nd.v->plan_json, nd.v->plan_json_len, size, off);
 		return;
 	}
-	if (nd.k != N_FILE && nd.k != N_TARGET && nd.k != N_NPY) {
+	if (nd.k != N_FILE && nd.k != N_TOPFILE && nd.k != N_TARGET && nd.k != N_NPY) {
 		fuse_reply_err(req, fs_is_dir(nd.k) ? EISDIR : ENOENT);
 		return;
 	}
@@ -198,7 +198,9 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	const struct ck_vfile *vf = nd.k == N_FILE ? fs_file(&nd)->v : NULL;
+	const struct ck_vfile *vf = nd.k == N_FILE	  ? fs_file(&nd)->v
+				    : nd.k == N_TOPFILE ? fs->srv->top_files[nd.i].v
+							: NULL;
 	if (nd.k == N_NPY) {
 		if (ck_tree_npy(nd.v, nd.i, &p->npy) < 0) {
 			pending_free(p);

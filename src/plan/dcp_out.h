@@ -18,13 +18,19 @@
 
 struct ck_dcp_out {
 	struct ck_vfile metadata; /* .metadata */
-	struct ck_vfile data;	  /* __0_0.distcp */
+	/* the data files, one per rank: __R_0.distcp (each in its plan's
+	 * target numbering; the caller renumbers them for its cache) */
+	struct ck_vfile *data;
+	char (*data_name)[32];
+	size_t n_data;
 	/* Megatron-core torch_dist: metadata.json naming the backend, and
 	 * common.pt (torch.save of an empty dict: nothing common is known) */
 	struct ck_vfile megatron_json, common;
-	uint32_t *omitted; /* targets with no torch storage type (FP8, U16..U64) */
+	/* targets with no torch storage type (FP8, U16..U64): how many, and
+	 * the first one's name (the plans own it) */
 	size_t n_omitted;
-	char data_name[32]; /* __R_0.distcp */
+	const char *first_omitted;
+	size_t n_keys; /* in .metadata */
 };
 
 /* torch_dist: also metadata.json and common.pt. rank >= 0: a per-rank
@@ -33,6 +39,15 @@ struct ck_dcp_out {
  * the data file is __<rank>_0.distcp (rank -1: whole tensors, __0_0). */
 int ck_dcp_out_build(const struct ck_plan *p, int torch_dist, int64_t rank, struct ck_dcp_out *o,
 		     struct ck_err *err);
+/* One directory for n ranks' views (--ranks), as torch's writer leaves it
+ * after a save by those ranks: data file k (__<ranks[k]>_0.distcp) holds
+ * rank k's chunks, `.metadata` lists every key once with the chunks of all
+ * ranks. A piece several ranks hold (a replica) is written once, by its
+ * main replica (replica id 0) or else the first rank holding it; each
+ * key's chunks must tile its global shape (ranks that leave a gap are
+ * refused: a load would keep whatever the gap held). */
+int ck_dcp_out_build_ranks(const struct ck_plan *const *plans, const int64_t *ranks, size_t n,
+			   int torch_dist, struct ck_dcp_out *o, struct ck_err *err);
 void ck_dcp_out_free(struct ck_dcp_out *o);
 
 #endif

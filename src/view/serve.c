@@ -380,8 +380,8 @@ static void note_omitted(const struct ck_tree *v, void (*log)(void *, const char
 	}
 }
 
-/* model.gguf holds whole tensors: not on a per-rank view; dcp/ holds a
- * --mesh rank's chunks, not --ranks' or --shard-groups'. */
+/* model.gguf holds whole tensors: not on a per-rank view; dcp/ holds the
+ * chunks of a --mesh rank or of --ranks, not a --shard-groups share. */
 static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view *v, int per_rank,
 			    struct ck_err *err)
 {
@@ -391,9 +391,9 @@ static int whole_views_only(const struct ck_serve_opts *o, const struct ck_view 
 		return ck_fail(err, CK_E_USAGE, "-o gguf: the GGUF view is not per rank (llama.cpp has "
 						"no tensor-parallel files); mount it without --mesh, "
 						"--ranks or --shard-groups");
-	if (o->dcp && (v->n_ranks || v->world))
-		return ck_fail(err, CK_E_USAGE, "-o %s: one rank's chunks per mount (--mesh with "
-						"--rank); --ranks and --shard-groups are not supported",
+	if (o->dcp && v->world)
+		return ck_fail(err, CK_E_USAGE, "-o %s: the chunks of --mesh ranks (--rank R or "
+						"--ranks LIST); a --shard-groups share is not supported",
 			       o->dcp == 2 ? "torch_dist" : "dcp");
 	return 0;
 }
@@ -489,6 +489,40 @@ out:
 	return rc;
 }
 
+/* --ranks with -o dcp: one directory at the top holding every rank's
+ * chunks (the trees have no dcp/ of their own), its data files in the
+ * cache's numbering. */
+static int top_dcp(struct ck_served *s, const struct ck_view *v, int torch_dist,
+		   struct ck_err *err)
+{
+	if (!(s->dcp = calloc(1, sizeof *s->dcp)))
+		return ck_fail_sys(err, ENOMEM, "dcp/");
+	if (ck_dcp_out_build_ranks((const struct ck_plan *const *)v->rank_plans, v->ranks,
+				   v->n_ranks, torch_dist, s->dcp, err) < 0) {
+		free(s->dcp);
+		s->dcp = NULL;
+		return -1;
+	}
+	struct ck_dcp_out *d = s->dcp;
+	for (size_t k = 0; k < d->n_data; k++)
+		for (size_t j = 0; j < d->data[k].n; j++)
+			if (d->data[k].parts[j].target != CK_VLIT)
+				d->data[k].parts[j].target =
+					ck_tree_cache_target(&s->trees[k], d->data[k].parts[j].target);
+	if (!(s->top_files = calloc(d->n_data + 3, sizeof *s->top_files)))
+		return ck_fail_sys(err, ENOMEM, "dcp/");
+	s->top_dir = torch_dist ? "torch_dist" : "dcp";
+	s->top_files[s->n_top_files++] = (struct ck_tree_file){".metadata", &d->metadata};
+	for (size_t k = 0; k < d->n_data; k++)
+		s->top_files[s->n_top_files++] = (struct ck_tree_file){d->data_name[k], &d->data[k]};
+	if (torch_dist) {
+		s->top_files[s->n_top_files++] =
+			(struct ck_tree_file){"metadata.json", &d->megatron_json};
+		s->top_files[s->n_top_files++] = (struct ck_tree_file){"common.pt", &d->common};
+	}
+	return 0;
+}
+
 int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
 		      const char *source, const struct ck_serve_opts *o, struct ck_err *err)
 {
@@ -501,7 +535,7 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 		return ck_fail_sys(err, ENOMEM, "serve");
 	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
 				  o->cache.no_direct, s->gguf ? "model.gguf" : NULL,
-				  s->gguf ? &s->gguf->file : NULL, o->dcp};
+				  s->gguf ? &s->gguf->file : NULL, v->n_ranks ? 0 : o->dcp};
 	for (size_t k = 0; k < n; k++, s->n_trees++) {
 		struct ck_tree *t = &s->trees[k];
 		if (v->n_ranks) { /* one daemon, rankR/ per rank, one cache for all */
@@ -520,6 +554,8 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 	for (size_t k = 0; k < n; k++)
 		if (ck_tree_build(&s->trees[k], &to, err) < 0)
 			return -1;
+	if (v->n_ranks && o->dcp && top_dcp(s, v, o->dcp == 2, err) < 0)
+		return -1;
 	return 0;
 }
 
@@ -569,5 +605,9 @@ void ck_served_close(struct ck_served *s)
 	ck_plan_free(s->with_npy);
 	ck_plan_merge_free_idx(s->npy_idx, s->n_trees);
 	ck_plan_merge_free_idx(s->npy_wide, s->n_trees);
+	if (s->dcp)
+		ck_dcp_out_free(s->dcp);
+	free(s->dcp);
+	free(s->top_files);
 	memset(s, 0, sizeof *s);
 }

@@ -70,13 +70,19 @@ struct ck_served {
 	 * cache reads with them, each tree's numbering in it and its copies' */
 	struct ck_plan **wide, *with_npy;
 	uint32_t **npy_idx, **npy_wide;
+	/* -o dcp (torch_dist) with --ranks: one directory for all the ranks,
+	 * beside their rankR/ (each rank's data file, one .metadata) */
+	struct ck_dcp_out *dcp;
+	const char *top_dir; /* "dcp" or "torch_dist"; NULL: none */
+	struct ck_tree_file *top_files;
+	size_t n_top_files;
 };
 
 /* Everything that can fail on the input, with no thread started (so a
  * mount does it before its daemon forks): refuse what a per-rank view cannot
- * show (model.gguf; dcp/ for --ranks or --shard-groups), build the GGUF view
- * and the union plan beside v's, and lay out the files of every tree. v must
- * outlive s. */
+ * show (model.gguf; dcp/ for --shard-groups), build the GGUF view and the
+ * union plan beside v's, and lay out the files of every tree (and, for
+ * --ranks, the one dcp/ of them all). v must outlive s. */
 int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
 		      const char *source, const struct ck_serve_opts *o, struct ck_err *err);
 /* Open the device and start the cache's evaluators (after any fork), then

@@ -177,7 +177,7 @@ static int build_dcp(struct ck_tree *v, int torch_dist, struct ck_err *err)
 	const struct {
 		const char *name;
 		const struct ck_vfile *f;
-	} files[] = {{".metadata", &v->dcp.metadata}, {v->dcp.data_name, &v->dcp.data},
+	} files[] = {{".metadata", &v->dcp.metadata}, {v->dcp.data_name[0], &v->dcp.data[0]},
 		     {"metadata.json", &v->dcp.megatron_json}, {"common.pt", &v->dcp.common}};
 	for (size_t k = 0; k < (torch_dist ? 4u : 2u); k++, v->n_sub++)
 		if (!(v->sub[k] = (struct ck_tree_file){strdup(files[k].name), files[k].f}).name)
@@ -198,7 +198,8 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 		remap(&v->shards.files[k].v, v->cache_idx);
 	for (size_t k = 0; k < v->n_parts; k++)
 		remap(&v->parts[k].v, v->cache_idx);
-	remap(&v->dcp.data, v->cache_idx);
+	for (size_t k = 0; k < v->dcp.n_data; k++)
+		remap(&v->dcp.data[k], v->cache_idx);
 	return 0;
 }
 

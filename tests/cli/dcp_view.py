@@ -18,7 +18,14 @@ the same bytes. Checked without ckptfs's own DCP reader first:
 - a tp=2 per-rank view: each rank's dcp/ holds its fragments as chunks at
   their global offsets in __<rank>_0.distcp; both ranks' chunks, placed by
   those offsets, rebuild every global tensor of the reference exactly once
-  (replicated ones twice, equal); --ranks and --shard-groups are refused."""
+  (replicated ones twice, equal); --shard-groups is refused;
+- --ranks all (tp=2, pp=2 x tp=2, and torch_dist): one dcp/ beside the rank
+  directories, as torch's writer leaves a save by those ranks: each rank's
+  data file holds only pieces that rank holds, every piece of every tensor
+  is stored exactly once (a replicated one by rank 0), the chunks rebuild
+  the reference; ckptfs's own DCP source reads it back; convert --ranks all
+  --format dcp writes the mount's bytes; ranks that leave a gap (--ranks 0)
+  are refused with one line naming a tensor, nothing mounted."""
 import json
 import os
 import pickle
@@ -119,6 +126,7 @@ def per_rank(d, src, ref):
     import torch
     glob = {k: np.zeros(a.shape, a.dtype) for k, (dt, a) in ref.items()}
     hits = {k: np.zeros(a.shape, np.int32) for k, (dt, a) in ref.items()}
+    held = [set(), set()]  # (key, chunk offsets) each rank holds
     for r in range(2):
         with Mount(src, [MEG], opts="dcp", extra=["--mesh", "tp=2", "--rank", str(r)]) as m:
             dcp = m.path("dcp")
@@ -134,21 +142,99 @@ def per_rank(d, src, ref):
                     sl = tuple(slice(o, o + n) for o, n in zip(c.offsets, c.sizes))
                     glob[key][sl] = t.view(torch.int16).numpy().view(np.uint16)
                     hits[key][sl] += 1
+                    held[r].add((key, tuple(c.offsets)))
     for k, (dt, a) in ref.items():
         assert np.array_equal(glob[k], a), f"{k}: the ranks' chunks do not rebuild it"
         assert hits[k].min() >= 1 and hits[k].max() <= 2, k
     split = sum(1 for h in hits.values() if h.max() == 1)
+    args = ["convert", src, os.path.join(d, "x"), "--format", "dcp", "--mapping", MEG,
+            "--shard-groups", "--world-size", "2", "--rank", "0"]
+    p = subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "dcp" in lines[0], (args, p.stderr)
+    assert not os.path.exists(os.path.join(d, "x"))
+    print(f"tp=2 dcp/: both ranks' chunks at their global offsets rebuild all {len(ref)} tensors "
+          f"({split} split, the rest replicated); --shard-groups refused with one line")
+    return held
+
+
+def read_chunks(dcp, ref):
+    """Every chunk of every key placed at its offsets (torch.load of its byte
+    range): key -> (global array, how often each element was stored), and
+    file -> the (offset, length) ranges .metadata names in it."""
+    import io
+    import torch
+    meta = pickle.load(open(os.path.join(dcp, ".metadata"), "rb"))
+    blobs, ranges, out = {}, {}, {}
+    for key, tm in meta.state_dict_metadata.items():
+        want = ref[key][1]
+        assert tuple(tm.size) == want.shape, (key, tm.size)
+        glob, hits = np.zeros(want.shape, want.dtype), np.zeros(want.shape, np.int32)
+        for i, c in enumerate(tm.chunks):
+            info = meta.storage_data[dcpgen.MetadataIndex(key, c.offsets, i)]
+            f = info.relative_path
+            if f not in blobs:
+                blobs[f] = open(os.path.join(dcp, f), "rb").read()
+            ranges.setdefault(f, []).append((info.offset, info.length, key, tuple(c.offsets)))
+            t = torch.load(io.BytesIO(blobs[f][info.offset:info.offset + info.length]))
+            assert tuple(t.shape) == tuple(c.sizes), key
+            sl = tuple(slice(o, o + n) for o, n in zip(c.offsets, c.sizes))
+            glob[sl] = t.view(torch.int16).numpy().view(np.uint16)
+            hits[sl] += 1
+        out[key] = (glob, hits)
+    for f, rs in ranges.items():  # the chunks tile each data file
+        rs.sort()
+        assert rs[0][0] == 0 and all(a + n == b for (a, n, *_), (b, *_) in zip(rs, rs[1:])), f
+        assert rs[-1][0] + rs[-1][1] == len(blobs[f]), f
+    return out, ranges
+
+
+def ranks_view(d, src, ref, held):
+    """--ranks all: one dcp/ (or torch_dist/) for the ranks of a mesh."""
+    for mesh, world, fmt in (("tp=2", 2, "dcp"), ("pp=2,tp=2", 4, "dcp"), ("tp=2", 2, "torch_dist")):
+        with Mount(src, [MEG], opts=fmt, extra=["--mesh", mesh, "--ranks", "all"]) as m:
+            assert sorted(os.listdir(m.dir)) == sorted([fmt] + [f"rank{r}" for r in range(world)])
+            top = m.path(fmt)
+            files = [f"__{r}_0.distcp" for r in range(world)]
+            extra = ["common.pt", "metadata.json"] if fmt == "torch_dist" else []
+            assert sorted(os.listdir(top)) == sorted([".metadata"] + files + extra)
+            got, ranges = read_chunks(top, ref)
+            assert set(got) == set(ref), sorted(set(got) ^ set(ref))
+            for k, (glob, hits) in got.items():
+                assert (hits == 1).all(), f"{mesh}: a piece of {k} is missing or stored twice"
+                assert np.array_equal(glob, ref[k][1]), f"{mesh}: {k}"
+            if mesh == "tp=2":  # each rank's file: pieces that rank holds; a replica: rank 0's
+                for r in range(world):
+                    mine = {(k, o) for _, _, k, o in ranges.get(files[r], [])}
+                    assert mine <= held[r], (r, sorted(mine - held[r])[:3])
+                    assert r == 0 or not mine & held[0], "a replicated piece not by rank 0"
+            served = {f: open(os.path.join(top, f), "rb").read() for f in os.listdir(top)}
+            back = os.path.join(d, f"ranks-back-{world}-{fmt}")
+            copy = os.path.join(d, f"ranks-copy-{world}-{fmt}")
+            shutil.copytree(top, copy)
+        ckref.run(CKPTFS, "convert", copy, back, "--quiet")  # ckptfs's own DCP / torch_dist source
+        rb = ckref.read_checkpoint_dir(back)
+        assert set(rb) == set(ref)
+        for k, (dt, arr) in ref.items():
+            assert rb[k][0] == dt and np.array_equal(rb[k][2], arr), k
+        out = os.path.join(d, f"ranks-conv-{world}-{fmt}")
+        ckref.run(CKPTFS, "convert", src, out, "--mapping", MEG, "--mesh", mesh, "--ranks", "all",
+                  "--format", fmt, "--quiet")
+        assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == served
     mnt = os.path.join(d, "mnt")
     os.mkdir(mnt)
-    for args in (["mount", src, mnt, "-o", "dcp", "--mapping", MEG, "--mesh", "tp=2", "--ranks", "all"],
-                 ["convert", src, os.path.join(d, "x"), "--format", "dcp", "--mapping", MEG,
-                  "--shard-groups", "--world-size", "2", "--rank", "0"]):
+    for args in (["mount", src, mnt, "-o", "dcp", "--mapping", MEG, "--mesh", "tp=2", "--ranks", "0"],
+                 ["convert", src, os.path.join(d, "y"), "--format", "dcp", "--mapping", MEG, "--mesh",
+                  "tp=2", "--ranks", "1"]):
         p = subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=60)
         lines = p.stderr.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1 and "dcp" in lines[0], (args, p.stderr)
-    assert not os.listdir(mnt) and not os.path.exists(os.path.join(d, "x"))
-    print(f"tp=2 dcp/: both ranks' chunks at their global offsets rebuild all {len(ref)} tensors "
-          f"({split} split, the rest replicated); --ranks and --shard-groups refused with one line")
+        assert p.returncode != 0 and len(lines) == 1 and "do not cover" in lines[0], (args, p.stderr)
+        assert '"' in lines[0] and "--ranks all" in lines[0], lines[0]
+    assert not os.listdir(mnt) and not os.path.exists(os.path.join(d, "y"))
+    print("--ranks all (tp=2, pp=2 x tp=2, torch_dist): one directory beside the rank directories; every "
+          "piece stored once (replicas by rank 0), in the file of a rank that holds it; the chunks "
+          "rebuild the reference; ckptfs's source reads it back; convert --ranks all = the mount; "
+          "--ranks 0 / 1 refused with one line")
 
 
 def main():
@@ -201,7 +287,8 @@ def main():
                 assert got[k].dtype == torch.float32 and np.array_equal(got[k].numpy(), arr), k
         print(f"identity F32 Mixtral: {len(want)} tensors through dcp/ equal the source")
         torch_dist(d, src, source, ref)
-        per_rank(d, src, ref)
+        held = per_rank(d, src, ref)
+        ranks_view(d, src, ref, held)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
