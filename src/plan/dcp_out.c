@@ -56,8 +56,8 @@ static void obj_end(struct ck_buf *b)
 struct chunk {
 	uint32_t k, t; /* plan (rank) k's target t */
 	const char *fqn;
-	int main;   /* a main replica: replica id 0 on every axis it is not split on */
-	int keep;   /* written (not a second copy of a replicated piece) */
+	int main;     /* a main replica: replica id 0 on every axis it is not split on */
+	int keep;     /* written (not a second copy of a replicated piece) */
 	size_t index; /* its place in its key's chunk list */
 	int64_t goff[CK_MAX_DIMS], shape[CK_MAX_DIMS];
 	uint64_t off, bytes; /* in the target */
@@ -163,8 +163,9 @@ static int chunks_of(const struct ck_plan *p, uint32_t pk, uint32_t i, struct ch
 			ch->goff[d] = fr ? fr->global_off[d] : 0;
 			ch->shape[d] = fr ? fr->shape[d] : t->v.shape[d];
 			if (fr && d > k && (fr->shape[d] != t->v.shape[d] || fr->local_off[d]))
-				return ck_fail(err, CK_E_MAPPING, "\"%s\": a fragment of this rank is not "
-								  "contiguous: no DCP chunk for it",
+				return ck_fail(err, CK_E_MAPPING,
+					       "\"%s\": a fragment of this rank is not "
+					       "contiguous: no DCP chunk for it",
 					       t->name);
 			lin += (uint64_t)(fr ? fr->local_off[d] : 0) * stride;
 			stride *= (uint64_t)t->v.shape[d];
@@ -191,7 +192,7 @@ static int append(struct ck_vfile *dst, const struct ck_vfile *src)
 
 /* Megatron-core's CONFIG_FNAME contents for a torch_dist checkpoint */
 #define MEGATRON_JSON                                                                              \
-	"{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "                        \
+	"{\"sharded_backend\": \"torch_dist\", \"sharded_backend_version\": 1, "                   \
 	"\"common_backend\": \"torch\", \"common_backend_version\": 1}\n"
 
 static int torch_dist_files(struct ck_dcp_out *o, struct ck_err *err)
@@ -240,8 +241,9 @@ static long one_key(const struct ck_plan *const *plans, struct chunk **c, size_t
 		const int64_t *s = t->shard ? t->shard->global_shape : t->v.shape;
 		if (t->v.dtype != t0->v.dtype || t->v.ndim != t0->v.ndim ||
 		    memcmp(s, gs, (size_t)t->v.ndim * sizeof *s))
-			return ck_fail(err, CK_E_MAPPING, "DCP view: the ranks' views of \"%s\" differ "
-							  "in dtype or global shape",
+			return ck_fail(err, CK_E_MAPPING,
+				       "DCP view: the ranks' views of \"%s\" differ "
+				       "in dtype or global shape",
 				       c[0]->fqn);
 		if (kept && !memcmp(c[j]->goff, c[kept - 1]->goff, sizeof c[j]->goff)) {
 			c[j]->keep = 0; /* a replica of the piece kept */
@@ -266,8 +268,9 @@ static long one_key(const struct ck_plan *const *plans, struct chunk **c, size_t
 		struct ck_err e;
 		rc = ck_dcp_check_tiling("DCP view", &l, (const int64_t(*)[CK_MAX_DIMS])sizes, &e);
 		if (rc < 0)
-			ck_fail(err, CK_E_USAGE, "%s: the ranks served hold only part of it (add the "
-						 "others, or --ranks all)",
+			ck_fail(err, CK_E_USAGE,
+				"%s: the ranks served hold only part of it (add the "
+				"others, or --ranks all)",
 				e.msg);
 	}
 	free(l.chunks);
@@ -371,7 +374,8 @@ static int collect(const struct ck_plan *const *plans, size_t n_plans, struct ck
 			if (!ck_torch_storage(t->v.dtype) || !ck_dtype_torch_name(t->v.dtype)) {
 				if (!o->n_omitted++)
 					o->first_omitted = t->name;
-			} else if (chunks_of(plans[k], (uint32_t)k, (uint32_t)i, c, n, &cap, err) < 0) {
+			} else if (chunks_of(plans[k], (uint32_t)k, (uint32_t)i, c, n, &cap, err) <
+				   0) {
 				return -1;
 			}
 		}
