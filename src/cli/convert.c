@@ -13,9 +13,9 @@
 #include "../plan/shard.h"
 #include "../util/jsonw.h"
 #include "../util/error.h"
-#include "../plan/dcp_out.h"
 #include "../view/gguf_view.h"
 #include "cli.h"
+#include "convert_dcp.h"
 #include "opts.h"
 #include "mpi_sync.h"
 
@@ -73,22 +73,31 @@ static int dp_replica(const char *mesh, int64_t rank)
 	return 0;
 }
 
-/* The files a group-sharded run of `world` processes writes together. */
-static char **group_names(int64_t world, int *n)
+/* The files a group-sharded run of `world` processes writes together:
+ * model-0000R-of-0000N.safetensors each, the index and config.json; or
+ * with dcp __R_0.distcp each, .metadata (and torch_dist's two). */
+static char **group_names(int64_t world, int dcp, int *n)
 {
 	*n = 0;
-	char **names = calloc((size_t)world + 2, sizeof *names);
+	char **names = calloc((size_t)world + 3, sizeof *names);
 	if (!names)
 		return NULL;
 	for (int64_t r = 0; r < world; r++) {
 		char buf[64];
-		ck_st_shard_name(buf, sizeof buf, (uint64_t)r + 1, (uint64_t)world);
+		if (dcp)
+			snprintf(buf, sizeof buf, "__%lld_0.distcp", (long long)r);
+		else
+			ck_st_shard_name(buf, sizeof buf, (uint64_t)r + 1, (uint64_t)world);
 		if (!(names[(*n)++] = strdup(buf)))
 			goto fail;
 	}
-	if (!(names[(*n)++] = strdup("model.safetensors.index.json")) ||
-	    !(names[(*n)++] = strdup("config.json")))
-		goto fail;
+	static const char *const st[] = {"model.safetensors.index.json", "config.json"},
+				 *const dc[] = {".metadata", "metadata.json", "common.pt"};
+	const char *const *more = dcp ? dc : st;
+	size_t n_more = dcp == 2 ? 3 : dcp ? 1 : 2;
+	for (size_t k = 0; k < n_more; k++)
+		if (!(names[(*n)++] = strdup(more[k])))
+			goto fail;
 	return names;
 fail:
 	for (int k = 0; k < *n; k++)
@@ -223,9 +232,8 @@ static int check_args(struct convert_args *c, enum ck_dtype *dt, int *dcp, struc
 						"takes no {rank} or {AXIS} placeholder");
 	if (f && !*dcp && ck_gguf_parse_format(f, &c->gopt, err) < 0)
 		return -1;
-	if (*dcp && (va->shard_groups || c->o.max_shard_size))
-		return ck_fail(err, CK_E_USAGE,
-			       "--format %s: one DCP directory (no --shard-groups or --max-shard-size)",
+	if (*dcp && c->o.max_shard_size)
+		return ck_fail(err, CK_E_USAGE, "--format %s: one DCP directory (no --max-shard-size)",
 			       f);
 	if (c->gopt.on && (va->mesh || va->shard_groups || c->dtype || c->o.max_shard_size))
 		return ck_fail(err, CK_E_USAGE,
@@ -237,46 +245,6 @@ static int check_args(struct convert_args *c, enum ck_dtype *dt, int *dcp, struc
 		return ck_fail(err, CK_E_USAGE,
 			       "--max-shard-size does not go with --shard-groups (one file per rank)");
 	return 0;
-}
-
-/* The view's DCP directory: one rank's (or the whole view's), or with
- * --ranks one for all its ranks, their data files put in the numbering of
- * the view's plan (their union). */
-static int make_dcp(const struct ck_view *v, int torch_dist, int64_t rank, struct ck_dcp_out *d,
-		    struct ck_err *err)
-{
-	if (!v->n_ranks)
-		return ck_dcp_out_build(v->plan, torch_dist, rank, d, err);
-	if (ck_dcp_out_build_ranks((const struct ck_plan *const *)v->rank_plans, v->ranks,
-				   v->n_ranks, torch_dist, d, err) < 0)
-		return -1;
-	for (size_t k = 0; k < d->n_data; k++)
-		for (size_t j = 0; j < d->data[k].n; j++)
-			if (d->data[k].parts[j].target != CK_VLIT)
-				d->data[k].parts[j].target = v->rank_idx[k][d->data[k].parts[j].target];
-	return 0;
-}
-
-/* The data files, then .metadata (and torch_dist's two): a reader that
- * finds .metadata finds every file it names. */
-static int write_dcp(const struct ck_plan *p, const struct ck_dcp_out *d, int torch_dist,
-		     const char *stage, struct ck_convert_opts *o, struct ck_convert_stats *stats,
-		     struct ck_err *err)
-{
-	size_t n = 0;
-	struct ck_out_file *f = calloc(d->n_data + 3, sizeof *f);
-	if (!f)
-		return ck_fail_sys(err, ENOMEM, "convert");
-	for (size_t k = 0; k < d->n_data; k++)
-		f[n++] = (struct ck_out_file){d->data_name[k], &d->data[k]};
-	f[n++] = (struct ck_out_file){".metadata", &d->metadata};
-	if (torch_dist) {
-		f[n++] = (struct ck_out_file){"metadata.json", &d->megatron_json};
-		f[n++] = (struct ck_out_file){"common.pt", &d->common};
-	}
-	int rc = ck_convert_files(p, f, n, stage, o, stats, err);
-	free(f);
-	return rc;
 }
 
 /* Write the view in its format into stage: model.gguf, a DCP directory or
@@ -291,7 +259,7 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	const struct ck_gguf_opts *gopt = &c->gopt;
 	if (gopt->on && ck_gguf_view_open(v->cat, v->maps, v->n_maps, gopt, &g, err) < 0)
 		return -1;
-	if (dcp && make_dcp(v, dcp == 2, c->va.mesh ? v->rank : -1, &d, err) < 0)
+	if (dcp && ck_cli_dcp_make(v, dcp == 2, c->va.mesh || v->world ? v->rank : -1, &d, err) < 0)
 		return -1;
 	int lanes = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
 	char note[400];
@@ -303,7 +271,7 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	if (rc == 0 && gopt->on) {
 		rc = ck_convert_vfile(g.plan, &g.file, stage, "model.gguf", o, stats, err);
 	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
-		rc = write_dcp(v->plan, &d, dcp == 2, stage, o, stats, err);
+		rc = ck_cli_dcp_write(v->plan, &d, dcp == 2, v->world > 0, stage, o, stats, err);
 	} else if (rc == 0) {
 		rc = ck_convert(v->plan, stage, o, stats, err);
 	}
@@ -330,12 +298,13 @@ struct output {
 };
 
 static int begin_output(struct output *out, const char *outdir, const char *source,
-			const struct ck_view *v, const struct ck_view_args *va, int overwrite,
+			const struct ck_view *v, const struct ck_view_args *va, int overwrite, int dcp,
 			struct ck_err *err)
 {
 	out->own = NULL;
 	out->n_own = 0;
-	if (va->shard_groups && !(out->own = group_names(v->world, &out->n_own)))
+	if (va->shard_groups &&
+	    !(out->own = group_names(v->world, dcp, &out->n_own)))
 		return ck_fail_sys(err, ENOMEM, "convert");
 	int r = 0;
 	if (va->shard_groups && overwrite && !ck_mpi_launched())
@@ -352,17 +321,21 @@ static int begin_output(struct output *out, const char *outdir, const char *sour
 }
 
 /* Put the output in place if every rank succeeded (all), else take it
- * back: rank 0 of a group-sharded convert writes the index (without MPI it
- * does so after its own part: check every rank's exit status). */
+ * back: rank 0 of a group-sharded convert writes the index, or DCP's
+ * .metadata (without MPI it does so after its own part: check every rank's
+ * exit status). */
 static int end_output(struct output *out, int rc, int all, const char *source,
 		      const struct ck_view *v, const struct ck_view_args *va, int overwrite,
-		      struct ck_err *err)
+		      int dcp, enum ck_dtype cast, struct ck_err *err)
 {
 	if (rc == 0 && all != 0 && va->shard_groups && v->rank == 0) {
 		if (overwrite) /* the old checkpoint's other files go before the new index */
 			rc = ck_outdir_remove_others(&out->od, (const char *const *)out->own,
 						     out->n_own, err);
-		if (rc == 0)
+		if (rc == 0 && dcp)
+			rc = ck_cli_dcp_group_metadata(source, va, v->world, cast, dcp == 2,
+						       out->od.final, err);
+		else if (rc == 0)
 			rc = write_group_index(source, va, v->world, out->od.final, err);
 	}
 	if (rc == 0 && all != 0 && !va->shard_groups)
@@ -429,7 +402,7 @@ static int convert_main(int argc, char **argv, int *synced)
 		o.config_len = v.cat->config_len;
 	}
 	struct output out;
-	if (begin_output(&out, outdir, source, &v, &va, overwrite, &err) < 0) {
+	if (begin_output(&out, outdir, source, &v, &va, overwrite, dcp, &err) < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
@@ -440,7 +413,8 @@ static int convert_main(int argc, char **argv, int *synced)
 	 * any rank put its output in place */
 	int all = ck_mpi_all_ok(rc == 0);
 	*synced = 1;
-	rc = end_output(&out, rc, all, source, &v, &va, overwrite, &err);
+	rc = end_output(&out, rc, all, source, &v, &va, overwrite, dcp, dtype ? dt : CK_DT_INVALID,
+			&err);
 	if (rc < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);

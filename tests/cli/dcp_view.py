@@ -18,7 +18,10 @@ the same bytes. Checked without ckptfs's own DCP reader first:
 - a tp=2 per-rank view: each rank's dcp/ holds its fragments as chunks at
   their global offsets in __<rank>_0.distcp; both ranks' chunks, placed by
   those offsets, rebuild every global tensor of the reference exactly once
-  (replicated ones twice, equal); --shard-groups is refused;
+  (replicated ones twice, equal);
+- convert --shard-groups --format dcp|torch_dist, rank by rank: one
+  directory, each process's tensors once, rank 0's .metadata naming all;
+  mount -o dcp --shard-groups refused;
 - --ranks all (tp=2, pp=2 x tp=2, and torch_dist): one dcp/ beside the rank
   directories, as torch's writer leaves a save by those ranks: each rank's
   data file holds only pieces that rank holds, every piece of every tensor
@@ -147,15 +150,42 @@ def per_rank(d, src, ref):
         assert np.array_equal(glob[k], a), f"{k}: the ranks' chunks do not rebuild it"
         assert hits[k].min() >= 1 and hits[k].max() <= 2, k
     split = sum(1 for h in hits.values() if h.max() == 1)
-    args = ["convert", src, os.path.join(d, "x"), "--format", "dcp", "--mapping", MEG,
-            "--shard-groups", "--world-size", "2", "--rank", "0"]
-    p = subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=60)
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1 and "dcp" in lines[0], (args, p.stderr)
-    assert not os.path.exists(os.path.join(d, "x"))
     print(f"tp=2 dcp/: both ranks' chunks at their global offsets rebuild all {len(ref)} tensors "
-          f"({split} split, the rest replicated); --shard-groups refused with one line")
+          f"({split} split, the rest replicated)")
     return held
+
+
+def shard_groups(d, src, ref):
+    """convert --shard-groups --format dcp, rank by rank (no launcher): each
+    process writes its groups' tensors in __R_0.distcp, rank 0 the
+    .metadata naming them all; a mount's share is refused."""
+    for fmt, world in (("dcp", 3), ("torch_dist", 2)):
+        out = os.path.join(d, f"groups-{fmt}")
+        for r in reversed(range(world)):  # rank 0 last: it writes .metadata after its part
+            ckref.run(CKPTFS, "convert", src, out, "--mapping", MEG, "--format", fmt, "--shard-groups",
+                      "--world-size", str(world), "--rank", str(r), "--quiet")
+        files = [f"__{r}_0.distcp" for r in range(world)]
+        extra = ["common.pt", "metadata.json"] if fmt == "torch_dist" else []
+        assert sorted(os.listdir(out)) == sorted([".metadata"] + files + extra), os.listdir(out)
+        got, ranges = read_chunks(out, ref)
+        assert set(got) == set(ref), sorted(set(got) ^ set(ref))
+        for k, (glob, hits) in got.items():
+            assert (hits == 1).all() and np.array_equal(glob, ref[k][1]), k
+        assert all(ranges.get(f) for f in files), "a process wrote nothing"
+        back = os.path.join(d, f"groups-back-{fmt}")
+        ckref.run(CKPTFS, "convert", out, back, "--quiet")
+        rb = ckref.read_checkpoint_dir(back)
+        assert {k: rb[k][2].tobytes() for k in rb} == {k: a.tobytes() for k, (dt, a) in ref.items()}
+    mnt = os.path.join(d, "mnt-groups")
+    os.mkdir(mnt)
+    p = subprocess.run([CKPTFS, "mount", src, mnt, "-o", "dcp", "--mapping", MEG, "--shard-groups",
+                        "--world-size", "2", "--rank", "0"], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "--shard-groups" in lines[0], p.stderr
+    assert not os.listdir(mnt)
+    print("convert --shard-groups --format dcp|torch_dist (3 and 2 processes, rank by rank): one "
+          "directory, each process's tensors in its data file, rank 0's .metadata naming them all; "
+          "every tensor once and equal to the reference; a mount's share is refused")
 
 
 def read_chunks(dcp, ref):
@@ -289,6 +319,7 @@ def main():
         torch_dist(d, src, source, ref)
         held = per_rank(d, src, ref)
         ranks_view(d, src, ref, held)
+        shard_groups(d, src, ref)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -97,6 +97,13 @@ with tempfile.TemporaryDirectory() as d:
                   check=False)
     assert p.returncode == 2 and "--shard-groups needs the world size and rank" in p.stderr, p.stderr
     print("group-sharded convert (mpirun -np 3, and rank by rank) equals a single convert")
+    dcp = os.path.join(d, "grouped-dcp")  # the same as one DCP directory: rank 0 writes .metadata
+    mpirun(3, "convert", src, dcp, "--mapping", MAP, "--shard-groups", "--format", "dcp", "--quiet")
+    assert sorted(os.listdir(dcp)) == [".metadata"] + [f"__{r}_0.distcp" for r in range(3)], os.listdir(dcp)
+    back = os.path.join(d, "grouped-dcp-back")
+    ckref.convert(CKPTFS, dcp, back, [])
+    assert raw(back) == want, "the group-sharded DCP directory differs from a single convert"
+    print("group-sharded convert --format dcp (mpirun -np 3): one DCP directory, read back = a single convert")
 
     # distributed mesh convert: dp replicas (dp coordinate 1) write nothing
     mesh_out = os.path.join(d, "mesh", "rank{rank}")
