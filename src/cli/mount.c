@@ -287,6 +287,7 @@ static int mount_main(int argc, char **argv, int *synced)
 	struct ck_fs_opts o;
 	memset(&o, 0, sizeof o);
 	ck_serve_opts_init(&o.serve);
+	o.serve.dcp_lazy = 1; /* dcp/ on every mount, laid out when first used */
 	char *fuse_argv[MAX_FUSE_ARGS] = {"ckptfs", "-o", "ro,fsname=ckptfs,subtype=ckptfs"};
 	int fuse_argc = 3;
 	struct ck_err err;

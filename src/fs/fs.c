@@ -105,6 +105,20 @@ int fs_is_dir(enum kind k)
 	       k == N_SUBDIR || k == N_TOPDIR;
 }
 
+/* A file of a lazy dcp/ is laid out when first looked at: its size
+ * needs it. 0, or -EIO (logged: why the directory cannot be built). */
+static int sub_ready(const struct ckfs *fs, struct node nd)
+{
+	struct ck_err e;
+	if (nd.k != N_FILE || nd.i < nd.v->n_roots || ck_tree_sub_ready(nd.v, &e) == 0)
+		return 0;
+	char msg[1200];
+	snprintf(msg, sizeof msg, "%s%s%s/: %s", nd.v->dir, nd.v->dir[0] ? "/" : "", nd.v->sub_dir,
+		 e.msg);
+	fs_log((struct ckfs *)fs, msg);
+	return -EIO;
+}
+
 static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
@@ -142,6 +156,10 @@ static void reply_entry(fuse_req_t req, const struct ckfs *fs, fuse_ino_t ino)
 	struct fuse_entry_param e;
 	memset(&e, 0, sizeof e);
 	struct node nd = fs_decode(fs, ino);
+	if (sub_ready(fs, nd) < 0) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
 	e.ino = ino;
 	e.attr_timeout = e.entry_timeout = nd.k == N_STATS ? 0 : TIMEOUT;
 	fill_attr(fs, ino, nd, &e.attr);
@@ -234,6 +252,10 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct node nd = fs_decode(fs, ino);
 	if (nd.k == N_NONE) {
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (sub_ready(fs, nd) < 0) {
+		fuse_reply_err(req, EIO);
 		return;
 	}
 	struct stat st;

@@ -193,6 +193,10 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, fs_is_dir(nd.k) ? EISDIR : ENOENT);
 		return;
 	}
+	if (nd.k == N_FILE && nd.i >= nd.v->n_roots && ck_tree_sub_ready(nd.v, NULL) < 0) {
+		fuse_reply_err(req, EIO); /* a lazy dcp/ that could not be laid out (logged) */
+		return;
+	}
 	struct pending *p = calloc(1, sizeof *p);
 	if (!p) {
 		fuse_reply_err(req, ENOMEM);

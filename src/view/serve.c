@@ -88,8 +88,9 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
 	{S_GGUF_VOCAB, "gguf_vocab", "none",
 	 "placeholder tokens when there is no tokenizer file (token ids only)"},
 	{S_DCP, "dcp", NULL,
-	 "also serve dcp/: the view as a PyTorch Distributed Checkpoint (.metadata, "
-	 "__0_0.distcp; whole tensors)"},
+	 "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
+	 "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
+	 "first use; with --ranks, one dcp/ for all the ranks)"},
 	{S_TORCH_DIST, "torch_dist", NULL,
 	 "also serve torch_dist/: the same for Megatron-core (with metadata.json and common.pt)"},
 	{S_EVAL_DELAY, "eval_delay_ms", "N", "testing: delay every evaluation"},
@@ -366,9 +367,24 @@ static int zip_crcs(struct ck_served *s, struct ck_err *err)
 	return rc;
 }
 
+/* A few lines, not one per tensor: an FP8 model leaves out most of its
+ * tensors (DeepSeek-V3: 60,000), and plan.json lists every one. */
+#define NOTE_OMITTED_MAX 3
+
 static void note_omitted(const struct ck_tree *v, void (*log)(void *, const char *), void *ctx)
 {
-	for (size_t k = 0; log && k < v->zip.n_omitted; k++) {
+	size_t n = v->zip.n_omitted;
+	if (log && n > NOTE_OMITTED_MAX) {
+		char msg[300];
+		snprintf(msg, sizeof msg,
+			 "pytorch_model.bin leaves out %zu tensors with no torch 1.13 typed storage "
+			 "(%s%s.ckptfs/plan.json lists them; tensors/, npy/ and model.safetensors "
+			 "have them); the first %d:",
+			 n, v->dir, v->dir[0] ? "/" : "", NOTE_OMITTED_MAX);
+		log(ctx, msg);
+		n = NOTE_OMITTED_MAX;
+	}
+	for (size_t k = 0; log && k < n; k++) {
 		const struct ck_target *t = &v->plan->t[v->zip.omitted[k]];
 		char msg[600], name[300];
 		ck_escape_controls(t->name, name, sizeof name);
@@ -535,7 +551,9 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 		return ck_fail_sys(err, ENOMEM, "serve");
 	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
 				  o->cache.no_direct, s->gguf ? "model.gguf" : NULL,
-				  s->gguf ? &s->gguf->file : NULL, v->n_ranks ? 0 : o->dcp};
+				  s->gguf ? &s->gguf->file : NULL, v->n_ranks ? 0 : o->dcp, 0};
+	if (!o->dcp && o->dcp_lazy && !v->n_ranks && !v->world)
+		to.dcp = to.dcp_lazy = 1;
 	for (size_t k = 0; k < n; k++, s->n_trees++) {
 		struct ck_tree *t = &s->trees[k];
 		if (v->n_ranks) { /* one daemon, rankR/ per rank, one cache for all */

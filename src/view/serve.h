@@ -26,6 +26,9 @@ struct ck_serve_opts {
 	int gguf_bf16;		 /* quantized GGUF tensors as BF16 (default F32) */
 	struct ck_gguf_opts gguf; /* -o gguf[=TYPE]: also model.gguf */
 	int dcp;		  /* -o dcp: also dcp/ (1); -o torch_dist: torch_dist/ (2) */
+	/* without either: dcp/ anyway, laid out on its first use (the mount's
+	 * default; not for --ranks or --shard-groups) */
+	int dcp_lazy;
 };
 
 /* Defaults: io_uring, one evaluator per core, 5 GiB parts, the CPU. */

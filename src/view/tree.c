@@ -169,26 +169,56 @@ static int build_names(struct ck_tree *v, struct ck_err *err)
 	return 0;
 }
 
-static int build_dcp(struct ck_tree *v, int torch_dist, struct ck_err *err)
+/* dcp/'s layout over the tree's targets, put in the cache's numbering */
+static int layout_dcp(struct ck_tree *v, struct ck_err *err)
 {
-	if (ck_dcp_out_build(v->plan, torch_dist, v->rank, &v->dcp, err) < 0)
+	if (ck_dcp_out_build(v->plan, v->sub_torch_dist, v->rank, &v->dcp, err) < 0)
 		return -1;
-	v->sub_dir = torch_dist ? "torch_dist" : "dcp";
-	const struct {
-		const char *name;
-		const struct ck_vfile *f;
-	} files[] = {{".metadata", &v->dcp.metadata}, {v->dcp.data_name[0], &v->dcp.data[0]},
-		     {"metadata.json", &v->dcp.megatron_json}, {"common.pt", &v->dcp.common}};
-	for (size_t k = 0; k < (torch_dist ? 4u : 2u); k++, v->n_sub++)
-		if (!(v->sub[k] = (struct ck_tree_file){strdup(files[k].name), files[k].f}).name)
-			return ck_fail_sys(err, ENOMEM, "%s/", v->sub_dir);
+	const struct ck_vfile *files[] = {&v->dcp.metadata, &v->dcp.data[0], &v->dcp.megatron_json,
+					  &v->dcp.common};
+	for (size_t k = 0; k < v->n_sub; k++)
+		v->sub[k].v = files[k];
+	remap(&v->dcp.data[0], v->cache_idx);
 	return 0;
+}
+
+/* dcp/'s names (known from the rank alone), and its layout unless lazy */
+static int build_dcp(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err)
+{
+	v->sub_torch_dist = o->dcp == 2;
+	v->sub_dir = v->sub_torch_dist ? "torch_dist" : "dcp";
+	char data[32];
+	snprintf(data, sizeof data, "__%lld_0.distcp", (long long)(v->rank < 0 ? 0 : v->rank));
+	const char *names[] = {".metadata", data, "metadata.json", "common.pt"};
+	for (size_t k = 0; k < (v->sub_torch_dist ? 4u : 2u); k++, v->n_sub++)
+		if (!(v->sub[k].name = strdup(names[k])))
+			return ck_fail_sys(err, ENOMEM, "%s/", v->sub_dir);
+	if (o->dcp_lazy) {
+		v->sub_lazy = 1;
+		return pthread_mutex_init(&v->sub_mu, NULL) == 0 ? 0 : ck_fail_sys(err, EAGAIN, "dcp/");
+	}
+	return layout_dcp(v, err);
+}
+
+int ck_tree_sub_ready(const struct ck_tree *cv, struct ck_err *err)
+{
+	if (!cv->sub_lazy)
+		return 0;
+	struct ck_tree *v = (struct ck_tree *)cv; /* a tree made mutable, for dcp/ alone */
+	pthread_mutex_lock(&v->sub_mu);
+	if (v->sub_state == 0)
+		v->sub_state = layout_dcp(v, &v->sub_err) < 0 ? -1 : 1;
+	int rc = v->sub_state < 0 ? -1 : 0;
+	if (rc < 0 && err)
+		*err = v->sub_err;
+	pthread_mutex_unlock(&v->sub_mu);
+	return rc;
 }
 
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err)
 {
 	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0 ||
-	    (o->dcp && build_dcp(v, o->dcp == 2, err) < 0))
+	    (o->dcp && build_dcp(v, o, err) < 0))
 		return -1;
 	if (!(v->plan_json = build_plan_json(v, o, &v->plan_json_len)))
 		return ck_fail_sys(err, ENOMEM, "plan.json");
@@ -198,8 +228,6 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 		remap(&v->shards.files[k].v, v->cache_idx);
 	for (size_t k = 0; k < v->n_parts; k++)
 		remap(&v->parts[k].v, v->cache_idx);
-	for (size_t k = 0; k < v->dcp.n_data; k++)
-		remap(&v->dcp.data[k], v->cache_idx);
 	return 0;
 }
 
@@ -244,4 +272,6 @@ void ck_tree_free(struct ck_tree *v)
 	for (size_t k = 0; k < v->n_sub; k++)
 		free(v->sub[k].name);
 	ck_dcp_out_free(&v->dcp);
+	if (v->sub_lazy)
+		pthread_mutex_destroy(&v->sub_mu);
 }

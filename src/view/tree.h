@@ -7,6 +7,7 @@
 #ifndef CK_TREE_H
 #define CK_TREE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "../plan/dcp_out.h"
@@ -31,6 +32,9 @@ struct ck_tree_opts {
 	const char *extra_name;
 	const struct ck_vfile *extra;
 	int dcp; /* also dcp/ (1) or torch_dist/ (2): a DCP directory of the targets */
+	/* dcp/ laid out on its first use (ck_tree_sub_ready), not at build: a
+	 * mount shows it by default, and 100k keys' archives cost a second */
+	int dcp_lazy;
 };
 
 struct ck_tree {
@@ -58,13 +62,23 @@ struct ck_tree {
 	 * adds metadata.json and common.pt; n_sub 0 without either */
 	struct ck_dcp_out dcp;
 	const char *sub_dir;
-	struct ck_tree_file sub[4];
+	struct ck_tree_file sub[4]; /* names from the build; v once ready */
 	size_t n_sub;
+	/* a lazy dcp/: built under sub_mu on first use; sub_state 0 not yet,
+	 * 1 built, -1 failed (sub_err says why) */
+	int sub_lazy, sub_state, sub_torch_dist;
+	pthread_mutex_t sub_mu;
+	struct ck_err sub_err;
 };
 
 /* v->plan, cache_idx, npy_wide, rank and dir are set by the caller. */
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err);
 void ck_tree_free(struct ck_tree *v);
+
+/* dcp/'s files laid out (at once when not lazy): 0, or -1 with err. The
+ * tree is otherwise immutable; its dcp/ is built once, under its lock, by
+ * whichever reader needs it first. Thread-safe. */
+int ck_tree_sub_ready(const struct ck_tree *v, struct ck_err *err);
 
 /* npy/NAME.npy of target i, built on demand (a few hundred bytes, so a
  * 100k-key tree holds none): the NumPy 1.0 header, then the tensor's bytes

@@ -15,6 +15,8 @@ the same bytes. Checked without ckptfs's own DCP reader first:
   metadata.json naming the torch_dist backend, a common.pt torch.load reads;
   ckptfs's torch_dist source and megatron-torch-dist-to-llama-hf.json give the
   HF source back byte for byte; convert --format torch_dist = the mount;
+- dcp/ is on every mount (laid out on first use) with the same bytes; a
+  view it cannot show answers EIO there (logged), -o dcp refuses it;
 - a tp=2 per-rank view: each rank's dcp/ holds its fragments as chunks at
   their global offsets in __<rank>_0.distcp; both ranks' chunks, placed by
   those offsets, rebuild every global tensor of the reference exactly once
@@ -267,6 +269,45 @@ def ranks_view(d, src, ref, held):
           "--ranks 0 / 1 refused with one line")
 
 
+def default_on(d, src, served):
+    """dcp/ on every mount (no -o): the same bytes as -o dcp, laid out on
+    first use; a per-rank view whose fragments are not contiguous shows the
+    directory but answers EIO for its files (logged), its tensors intact,
+    while -o dcp refuses that view at mount time."""
+    import errno
+    with Mount(src, [MEG]) as m:
+        assert "dcp" in os.listdir(m.dir)
+        got = {f: open(m.path("dcp", f), "rb").read() for f in os.listdir(m.path("dcp"))}
+        assert got == served, "the default dcp/ differs from -o dcp"
+    cols = os.path.join(d, "cols.json")  # up_proj split on dim 1 in two blocks: two column fragments
+    json.dump({"ckptfs_mapping": 1, "rules": [{"from": "{k:path}", "to": "{k}"}],
+               "partition": [{"match": "model.layers.{L}.mlp.up_proj.weight", "spec": [None, "tp"],
+                              "blocks": [1, 2]}]}, open(cols, "w"))
+    m = Mount(src, [cols], extra=["--mesh", "tp=2", "--rank", "0"], expect_errors=True)
+    try:
+        assert sorted(os.listdir(m.path("dcp"))) == [".metadata", "__0_0.distcp"]
+        try:
+            open(m.path("dcp", ".metadata"), "rb").read()
+            raise AssertionError("a dcp/ of non-contiguous fragments was served")
+        except OSError as e:
+            assert e.errno == errno.EIO, e
+        up = open(m.path("tensors", "model.layers.0.mlp.up_proj.weight"), "rb").read()
+        assert len(up) == os.path.getsize(m.path("tensors", "model.layers.0.mlp.up_proj.weight")) > 0
+    finally:
+        log = m.close()
+    notes = [line for line in log.splitlines() if "dcp/:" in line]
+    assert notes and all("not contiguous" in n and "up_proj" in n for n in notes), log
+    mnt = os.path.join(d, "mnt-cols")
+    os.mkdir(mnt)
+    p = subprocess.run([CKPTFS, "mount", src, mnt, "-o", "dcp", "--mapping", cols, "--mesh", "tp=2",
+                        "--rank", "0"], capture_output=True, text=True, timeout=60)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and "not contiguous" in lines[0], p.stderr
+    assert not os.listdir(mnt)
+    print("dcp/ on every mount: the -o dcp bytes, laid out on first use; non-contiguous fragments: "
+          "EIO for dcp/'s files with a log line (tensors/ intact), refused at mount with -o dcp")
+
+
 def main():
     skip_unless_fuse()
     import torch
@@ -306,6 +347,7 @@ def main():
         ckref.run(CKPTFS, "convert", src, out, "--mapping", MEG, "--format", "dcp", "--quiet")
         assert {f: open(os.path.join(out, f), "rb").read() for f in os.listdir(out)} == served
         print("convert --format dcp writes the mount's two files byte for byte")
+        default_on(d, src, served)
         # an F32 identity view with its own dtypes
         f32 = os.path.join(d, "mixtral")
         ckref.run(MKCKPT, "--model", "mixtral", f32)
