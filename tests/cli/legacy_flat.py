@@ -305,7 +305,19 @@ with tempfile.TemporaryDirectory() as d:
     log = m.close()
     notes = [line for line in log.splitlines() if "pytorch_model.bin leaves out" in line]
     assert len(notes) == 2 and all("F8_E4M3" in n for n in notes), log
-    print("fp8 targets: left out of pytorch_model.bin, listed in plan.json and the log")
+    # every tensor FP8 (a DeepSeek-V3 mount leaves out 30,000): a count and the first three
+    fp8all = os.path.join(d, "fp8all.json")
+    json.dump({"ckptfs_mapping": 1, "rules": [{"from": "{k:path}", "to": "{k}",
+                                               "expr": "to(x, F8_E4M3, 1)"}]}, open(fp8all, "w"))
+    m = Mount(srcs["llama"], [fp8all], expect_errors=True)
+    omitted = m.plan()["pytorch_model_bin"]["omitted"]
+    log = m.close()
+    notes = [line for line in log.splitlines() if "pytorch_model.bin leaves out" in line]
+    assert len(omitted) > 4 and len(notes) == 4, (len(omitted), notes)
+    assert f"leaves out {len(omitted)} tensors" in notes[0] and "plan.json" in notes[0], notes[0]
+    assert all(o["name"] in n for o, n in zip(omitted, notes[1:])), notes
+    print("fp8 targets: left out of pytorch_model.bin, listed in plan.json and the log (a count "
+          "and the first three when there are more)")
 
     # -o npy_f32: BF16 and FP8 served widened to float32, any byte range
     conv = os.path.join(d, "conv-fp8")
