@@ -45,13 +45,8 @@ static void setup(void)
 					     {"other", CK_DT_F32, 2, {R, C}}};
 	path = tu_path(dir, "model.safetensors");
 	tu_write_st(path, t, 3);
-	FILE *f = fopen(path, "rb");
-	fseek(f, 0, SEEK_END);
-	size_t len = (size_t)ftell(f);
-	rewind(f);
-	file = malloc(len);
-	ck_assert_uint_eq(fread(file, 1, len, f), len);
-	fclose(f);
+	size_t len;
+	file = tu_read(path, &len);
 	struct ck_err err;
 	struct ck_mapping *m;
 	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);

@@ -31,13 +31,7 @@ static void setup(void)
 					     {"other", CK_DT_F32, 2, {R, C}}};
 	char *p = tu_path(dir, "model.safetensors");
 	tu_write_st(p, t, 3);
-	FILE *f = fopen(p, "rb");
-	fseek(f, 0, SEEK_END);
-	file_len = (size_t)ftell(f);
-	rewind(f);
-	file = malloc(file_len);
-	ck_assert_uint_eq(fread(file, 1, file_len, f), file_len);
-	fclose(f);
+	file = tu_read(p, &file_len);
 	free(p);
 	struct ck_err err;
 	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);

@@ -43,13 +43,8 @@ static void setup(void)
 	};
 	char *p = tu_path(dir, "model.safetensors");
 	tu_write_st(p, t, sizeof t / sizeof *t);
-	FILE *f = fopen(p, "rb");
-	fseek(f, 0, SEEK_END);
-	size_t len = (size_t)ftell(f);
-	rewind(f);
-	file = malloc(len);
-	ck_assert_uint_eq(fread(file, 1, len, f), len);
-	fclose(f);
+	size_t len;
+	file = tu_read(p, &len);
 	free(p);
 	struct ck_err err;
 	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);

@@ -59,6 +59,22 @@ void tu_write(const char *path, const void *data, size_t len)
 	ck_assert_int_eq(fclose(f), 0);
 }
 
+unsigned char *tu_read(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+	long n = ftell(f);
+	ck_assert_int_ge(n, 0);
+	rewind(f);
+	unsigned char *buf = malloc(n ? (size_t)n : 1);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
 void tu_write_str(const char *path, const char *s)
 {
 	tu_write(path, s, strlen(s));

@@ -15,6 +15,7 @@ void tu_rmtree(const char *path);
 char *tu_path(const char *dir, const char *name); /* malloc'd dir/name */
 void tu_write(const char *path, const void *data, size_t len);
 void tu_write_str(const char *path, const char *s);
+unsigned char *tu_read(const char *path, size_t *len); /* the whole file, malloc'd */
 
 struct tu_tensor {
 	const char *name;
