@@ -14,9 +14,7 @@ int ck_cli_dcp_make(const struct ck_view *v, int torch_dist, int64_t rank, struc
 				   v->n_ranks, torch_dist, d, err) < 0)
 		return -1;
 	for (size_t k = 0; k < d->n_data; k++)
-		for (size_t j = 0; j < d->data[k].n; j++)
-			if (d->data[k].parts[j].target != CK_VLIT)
-				d->data[k].parts[j].target = v->rank_idx[k][d->data[k].parts[j].target];
+		ck_vfile_renumber(&d->data[k], v->rank_idx[k]);
 	return 0;
 }
 

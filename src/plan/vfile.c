@@ -72,6 +72,13 @@ int ck_vfile_target(struct ck_vfile *v, uint32_t target, uint64_t off, uint64_t 
 	return add_part(v, (struct ck_vpart){v->size, len, target, off});
 }
 
+void ck_vfile_renumber(struct ck_vfile *v, const uint32_t *idx)
+{
+	for (size_t k = 0; idx && k < v->n; k++)
+		if (v->parts[k].target != CK_VLIT)
+			v->parts[k].target = idx[v->parts[k].target];
+}
+
 void ck_vfile_free(struct ck_vfile *v)
 {
 	free(v->blob);

@@ -40,6 +40,9 @@ int ck_vfile_lit(struct ck_vfile *v, const void *p, size_t len);
 int ck_vfile_fill(struct ck_vfile *v, unsigned char byte, size_t len);
 int ck_vfile_target(struct ck_vfile *v, uint32_t target, uint64_t off, uint64_t len);
 void ck_vfile_free(struct ck_vfile *v);
+/* Put v's target parts in another plan's numbering: target t becomes
+ * idx[t] (idx NULL: unchanged), as when v's plan is merged into a union. */
+void ck_vfile_renumber(struct ck_vfile *v, const uint32_t *idx);
 
 /* Spans of [off, off+len), in file order. Returns their number, writing at
  * most max of them to out (out NULL: count only). */

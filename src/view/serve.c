@@ -429,10 +429,7 @@ static int open_gguf(struct ck_served *s, const struct ck_view *v, const struct 
 	const struct ck_plan *both[2] = {v->plan, s->gguf->plan};
 	if (ck_plan_merge(both, 2, &s->with_gguf, &s->gguf_idx, err) < 0)
 		return -1;
-	struct ck_vfile *f = &s->gguf->file;
-	for (size_t k = 0; k < f->n; k++)
-		if (f->parts[k].target != CK_VLIT)
-			f->parts[k].target = s->gguf_idx[1][f->parts[k].target];
+	ck_vfile_renumber(&s->gguf->file, s->gguf_idx[1]);
 	s->plan = s->with_gguf;
 	return 0;
 }
@@ -489,11 +486,8 @@ static int widen_npy(struct ck_served *s, struct ck_err *err)
 		t->cache_idx = s->npy_idx[k];
 		t->npy_wide = s->npy_wide[k];
 	}
-	for (size_t k = 0; s->gguf && k < s->gguf->file.n; k++) {
-		struct ck_vpart *pt = &s->gguf->file.parts[k];
-		if (pt->target != CK_VLIT)
-			pt->target = idx[0][pt->target];
-	}
+	if (s->gguf)
+		ck_vfile_renumber(&s->gguf->file, idx[0]);
 	s->plan = s->with_npy;
 	rc = 0;
 out:
@@ -521,10 +515,7 @@ static int top_dcp(struct ck_served *s, const struct ck_view *v, int torch_dist,
 	}
 	struct ck_dcp_out *d = s->dcp;
 	for (size_t k = 0; k < d->n_data; k++)
-		for (size_t j = 0; j < d->data[k].n; j++)
-			if (d->data[k].parts[j].target != CK_VLIT)
-				d->data[k].parts[j].target =
-					ck_tree_cache_target(&s->trees[k], d->data[k].parts[j].target);
+		ck_vfile_renumber(&d->data[k], s->trees[k].cache_idx);
 	if (!(s->top_files = calloc(d->n_data + 3, sizeof *s->top_files)))
 		return ck_fail_sys(err, ENOMEM, "dcp/");
 	s->top_dir = torch_dist ? "torch_dist" : "dcp";

@@ -130,15 +130,6 @@ static char *build_plan_json(const struct ck_tree *fs, const struct ck_tree_opts
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }
 
-/* Flat files are laid out over the view's target indices; the cache knows
- * the union plan's. */
-static void remap(struct ck_vfile *f, const uint32_t *idx)
-{
-	for (size_t k = 0; idx && k < f->n; k++)
-		if (f->parts[k].target != CK_VLIT)
-			f->parts[k].target = idx[f->parts[k].target];
-}
-
 static int build_names(struct ck_tree *v, struct ck_err *err)
 {
 	const struct ck_plan *plan = v->plan;
@@ -178,7 +169,7 @@ static int layout_dcp(struct ck_tree *v, struct ck_err *err)
 					  &v->dcp.common};
 	for (size_t k = 0; k < v->n_sub; k++)
 		v->sub[k].v = files[k];
-	remap(&v->dcp.data[0], v->cache_idx);
+	ck_vfile_renumber(&v->dcp.data[0], v->cache_idx);
 	return 0;
 }
 
@@ -222,12 +213,14 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 		return -1;
 	if (!(v->plan_json = build_plan_json(v, o, &v->plan_json_len)))
 		return ck_fail_sys(err, ENOMEM, "plan.json");
-	remap(&v->flat.v, v->cache_idx);
-	remap(&v->zip.v, v->cache_idx);
+	/* the files are laid out over the tree's targets; the cache reads the
+	 * union plan's (plan.json, built above, keeps the tree's numbers) */
+	ck_vfile_renumber(&v->flat.v, v->cache_idx);
+	ck_vfile_renumber(&v->zip.v, v->cache_idx);
 	for (size_t k = 0; k < v->shards.n; k++)
-		remap(&v->shards.files[k].v, v->cache_idx);
+		ck_vfile_renumber(&v->shards.files[k].v, v->cache_idx);
 	for (size_t k = 0; k < v->n_parts; k++)
-		remap(&v->parts[k].v, v->cache_idx);
+		ck_vfile_renumber(&v->parts[k].v, v->cache_idx);
 	return 0;
 }
 
