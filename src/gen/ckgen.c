@@ -60,9 +60,15 @@ static const struct preset presets[] = {
 	{"phi3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
 	{"phi3", "mini", 3072, 8192, 32, 32, 32, 32064, 0, 0, 0},
 	{"phi3", "medium", 5120, 17920, 40, 40, 10, 32064, 0, 0, 0},
+	{"gemma", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+	{"gemma", "2b", 2048, 16384, 18, 8, 1, 256000, 0, 0, 1},
+	{"gemma", "7b", 3072, 24576, 28, 16, 16, 256000, 0, 0, 1},
 	{"gemma2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
 	{"gemma2", "2b", 2304, 9216, 26, 8, 4, 256000, 0, 0, 1},
 	{"gemma2", "9b", 3584, 14336, 42, 16, 8, 256000, 0, 0, 1},
+	{"gemma3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+	{"gemma3", "1b", 1152, 6912, 26, 4, 1, 262144, 0, 0, 1},
+	{"gemma3", "27b", 5376, 21504, 62, 32, 16, 262208, 0, 0, 1},
 	{"qwen3-moe", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
 	{"qwen3-moe", "30b-a3b", 2048, 6144, 48, 32, 4, 151936, 128, 0, 0},
 	{"qwen3-moe", "235b-a22b", 4096, 12288, 94, 64, 4, 151936, 128, 0, 0},
@@ -75,12 +81,18 @@ static const struct preset presets[] = {
 
 /* The sizes a preset's table row does not carry: explicit head_dims, MoE
  * and MLA sizes, as the real models' config.json have them. */
+/* 1, 2 or 3 for Gemma's generations, 0 for other models */
+static int gemma_generation(const char *arch)
+{
+	return !strcmp(arch, "gemma") ? 1 : !strcmp(arch, "gemma2") ? 2 : !strcmp(arch, "gemma3") ? 3 : 0;
+}
+
 static void preset_extras(struct ckgen_spec *s, int tiny)
 {
 	if (!strcmp(s->arch, "qwen3") || !strcmp(s->arch, "qwen3-moe"))
 		s->head_dim = tiny ? 32 : 128; /* not hidden/heads on the tiny one */
-	if (!strcmp(s->arch, "gemma2")) /* 256 on the real ones: not hidden/heads */
-		s->head_dim = tiny ? 32 : 256;
+	if (gemma_generation(s->arch)) /* 256 (27b: 128) on the real ones, not hidden/heads */
+		s->head_dim = tiny ? 32 : s->hidden == 5376 ? 128 : 256;
 	if (!strcmp(s->arch, "qwen3-moe"))
 		s->moe_intermediate = tiny ? 32 : s->hidden == 2048 ? 768 : 1536;
 	if (!strcmp(s->arch, "gpt-oss")) { /* head_dim 64 on both: 64 x 64 != 2880 */
@@ -232,14 +244,15 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "k_proj");
 			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "v_proj");
 		}
-		if (!strncmp(s->arch, "qwen3", 5)) { /* per-head RMSNorm of Q and K */
+		if (!strncmp(s->arch, "qwen3", 5) || !strcmp(s->arch, "gemma3")) {
+			/* per-head RMSNorm of Q and K */
 			r |= ckgen_add(l, p, 1, hd, 0, a, L, "q_norm");
 			r |= ckgen_add(l, p, 1, hd, 0, a, L, "k_norm");
 		}
 		r |= ckgen_add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || ckgen_make_fp8(l, B);
 		r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
 			 L);
-		if (!strcmp(s->arch, "gemma2")) { /* norms around the MLP too */
+		if (gemma_generation(s->arch) >= 2) { /* norms around the MLP too */
 			const char *n = "model.layers.%" PRId64 ".%s_feedforward_layernorm.weight";
 			r |= ckgen_add(l, p, 1, H, 0, n, L, "pre");
 			r |= ckgen_add(l, p, 1, H, 0, n, L, "post");
@@ -387,6 +400,47 @@ static int write_tokenizer(const struct ckgen_spec *s, const char *outdir, struc
 	return 0;
 }
 
+/* the Hugging Face class and model_type of the Llama-like models */
+static const char *hf_class(const char *arch)
+{
+	static const char *const names[][2] = {
+		{"mixtral", "MixtralForCausalLM"},   {"qwen2", "Qwen2ForCausalLM"},
+		{"qwen3", "Qwen3ForCausalLM"},	     {"qwen3-moe", "Qwen3MoeForCausalLM"},
+		{"phi3", "Phi3ForCausalLM"},	     {"gemma", "GemmaForCausalLM"},
+		{"gemma2", "Gemma2ForCausalLM"},     {"gemma3", "Gemma3ForCausalLM"},
+	};
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+		if (!strcmp(arch, names[i][0]))
+			return names[i][1];
+	return "LlamaForCausalLM";
+}
+
+static const char *hf_model_type(const char *arch)
+{
+	return !strcmp(arch, "qwen3-moe") ? "qwen3_moe" : !strcmp(arch, "gemma3") ? "gemma3_text" : arch;
+}
+
+/* GeGLU everywhere; Gemma 2's soft caps and sliding window; Gemma 3's
+ * sliding window with its own RoPE base on the local layers, no caps.
+ * query_pre_attn_scalar is head_dim but on Gemma 3 27B (hidden / heads). */
+static void gemma_config(const struct ckgen_spec *s, int generation, FILE *f)
+{
+	fprintf(f, ",\n  \"hidden_activation\": \"gelu_pytorch_tanh\"");
+	if (generation == 2)
+		fprintf(f,
+			",\n  \"query_pre_attn_scalar\": %" PRId64
+			",\n  \"attn_logit_softcapping\": 50.0,\n"
+			"  \"final_logit_softcapping\": 30.0,\n  \"sliding_window\": 4096",
+			s->head_dim);
+	if (generation == 3)
+		fprintf(f,
+			",\n  \"query_pre_attn_scalar\": %" PRId64
+			",\n  \"attn_logit_softcapping\": null,\n"
+			"  \"final_logit_softcapping\": null,\n  \"sliding_window\": 512,\n"
+			"  \"sliding_window_pattern\": 6,\n  \"rope_local_base_freq\": 10000.0",
+			s->head_dim == 128 ? s->hidden / s->heads : s->head_dim);
+}
+
 static int write_config(const struct ckgen_spec *s, const char *outdir, struct ck_err *err)
 {
 	char path[4096];
@@ -412,15 +466,7 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			s->hidden, s->intermediate, s->layers, s->heads, s->positions, s->vocab,
 			tdt);
 	} else {
-		int moe = !strcmp(s->arch, "mixtral");
-		const char *cls = moe				   ? "MixtralForCausalLM"
-				  : !strcmp(s->arch, "qwen2") ? "Qwen2ForCausalLM"
-				  : !strcmp(s->arch, "qwen3") ? "Qwen3ForCausalLM"
-				  : !strcmp(s->arch, "qwen3-moe") ? "Qwen3MoeForCausalLM"
-				  : !strcmp(s->arch, "phi3")  ? "Phi3ForCausalLM"
-				  : !strcmp(s->arch, "gemma2") ? "Gemma2ForCausalLM"
-							      : "LlamaForCausalLM";
-		int gemma2 = !strcmp(s->arch, "gemma2");
+		int moe = !strcmp(s->arch, "mixtral"), gemma = gemma_generation(s->arch);
 		fprintf(f,
 			"{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
 			"  \"hidden_size\": %" PRId64 ",\n  \"intermediate_size\": %" PRId64
@@ -429,19 +475,14 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 			",\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n"
 			"  \"max_position_embeddings\": %" PRId64 ",\n"
 			"  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"",
-			cls, !strcmp(s->arch, "qwen3-moe") ? "qwen3_moe" : s->arch, s->hidden,
-			s->intermediate, s->layers, s->heads, s->kv_heads, s->vocab,
-			gemma2 ? "1e-06" : "1e-05", gemma2 ? "10000.0" : "500000.0",
+			hf_class(s->arch), hf_model_type(s->arch), s->hidden, s->intermediate, s->layers,
+			s->heads, s->kv_heads, s->vocab, gemma ? "1e-06" : "1e-05",
+			gemma == 3 ? "1000000.0" : gemma ? "10000.0" : "500000.0",
 			s->positions ? s->positions : 2048, s->tie ? "true" : "false", tdt);
 		if (s->head_dim)
 			fprintf(f, ",\n  \"head_dim\": %" PRId64, s->head_dim);
-		if (gemma2) /* Gemma 2's soft caps, sliding window and GeGLU */
-			fprintf(f,
-				",\n  \"query_pre_attn_scalar\": %" PRId64
-				",\n  \"attn_logit_softcapping\": 50.0,\n"
-				"  \"final_logit_softcapping\": 30.0,\n  \"sliding_window\": 4096,\n"
-				"  \"hidden_activation\": \"gelu_pytorch_tanh\"",
-				s->head_dim);
+		if (gemma)
+			gemma_config(s, gemma, f);
 		ckgen_quant_config(s, f);
 		if (!strcmp(s->arch, "qwen3-moe"))
 			fprintf(f,
