@@ -25,6 +25,11 @@ enum { V_ROOT, V_TENSORS, V_META, V_STATS, V_PLAN, V_NPY, V_SUB, V_FIRST = 8 };
 #define INO_TOP 1
 #define TIMEOUT 86400.0 /* the view is immutable */
 #define BLKSIZE (1u << 20)
+/* stats.json's size: every snapshot is padded with spaces to it, so a page
+ * the kernel caches holds one whole snapshot and a reader never sees the
+ * size change under it (without opens the kernel reads it through its page
+ * cache: see op_init) */
+#define STATS_LEN 1024
 
 struct ckfs {
 	const struct ck_plan *cache_plan;
@@ -44,6 +49,10 @@ struct ckfs {
 	 * ends may never be served, so teardown frees what is left here */
 	struct snapshot *snaps;
 	pthread_mutex_t snap_mu;
+	/* the kernel opens files without asking (FUSE_NO_OPEN_SUPPORT): the
+	 * first OPEN is answered ENOSYS, and no OPEN or RELEASE follows */
+	int no_open;
+	uint64_t open_requests; /* OPENs answered (atomic) */
 };
 
 enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,

@@ -168,6 +168,17 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct ckfs *fs = fuse_req_userdata(req);
 	struct node nd = fs_decode(fs, ino);
+	if (nd.k == N_STATS && !fi->fh) { /* opened by the kernel alone: a fresh snapshot */
+		size_t len = 0;
+		char *snap = fs_stats_json(fs, &len);
+		if (!snap) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		fs_reply_slice(req, snap, len, size, off);
+		free(snap);
+		return;
+	}
 	if (nd.k == N_STATS) {
 		/* reply from a copy this thread owns: once the reply is written, the
 		 * reader may close the file and release() frees the snapshot while

@@ -87,6 +87,28 @@ with tempfile.TemporaryDirectory() as d:
         s = m.stats()
         assert s["cache_hits"] > 0 and s["groups_evaluated"] == evaluated_groups(m.plan()), s
 
+    # opens: the files are immutable, so the kernel opens them without asking
+    # the daemon (one OPEN answered ENOSYS, then none, and no RELEASE), and a
+    # re-read is served from the page cache the opens keep; stats.json stays
+    # live (a fresh snapshot per read, one size); -o direct_io keeps opens
+    with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")]) as m:
+        names = sorted(os.listdir(m.path("tensors")))
+        first = {n: open(m.path("tensors", n), "rb").read() for n in names}
+        s1 = m.stats()
+        again = {n: open(m.path("tensors", n), "rb").read() for n in names}
+        s2 = m.stats()
+        assert again == first and s1["open_requests"] <= 1 and s2["open_requests"] == s1["open_requests"], (s1, s2)
+        assert s2["read_requests"] == s1["read_requests"] > 0, (s1, s2)  # no page was dropped
+        assert os.stat(m.path(".ckptfs", "stats.json")).st_size == len(open(m.path(".ckptfs", "stats.json"),
+                                                                              "rb").read())
+    with Mount(srcs["llama"], [], "direct_io") as m:
+        n = os.listdir(m.path("tensors"))[0]
+        for _ in range(3):
+            open(m.path("tensors", n), "rb").read()
+        assert m.stats()["open_requests"] >= 3, m.stats()
+    print(f"{len(names)} tensors read twice: {s2['open_requests']} OPEN, the second pass from the page cache; "
+          "-o direct_io opens every time")
+
     # without io_uring (forced): the pread path serves identical bytes
     with Mount(srcs["mixtral"], [mp("mixtral-hf-to-fused-experts.json")], "no_uring") as m:
         check_view(m, expected(os.path.join(d, "conv5")))
