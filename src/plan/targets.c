@@ -163,6 +163,9 @@ int ck_plan_finish(struct ck_plan *p, struct ck_err *err)
 		if (ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &bytes) < 0)
 			return ck_fail(err, CK_E_MAPPING, "target \"%s\": size overflows", t->name);
 		t->nbytes = bytes;
+		/* padding (pad(), a padded vocabulary): the engine zero-fills what
+		 * no piece covers, in whatever memory it is given */
+		t->holes = ck_value_has_holes(&t->v);
 		p->total_bytes += bytes;
 		if (ck_strmap_put(&p->by_name, t->name, (uint32_t)i, NULL) < 0)
 			return nomem(err);

@@ -21,6 +21,7 @@
 #include "testutil.h"
 
 enum { R = 64, C = 4096 }; /* big and other: F32 [R, C], 1 MiB each */
+enum { W = 1024, WP = 1536 }; /* wide: F32 [W, C], 16 MiB; padded to WP rows */
 
 static char *dir, *path;
 static struct ck_catalog *cat;
@@ -29,22 +30,26 @@ static unsigned char *file;
 
 /*   tr        = big.t()                 (evaluated, chunk by chunk)
  *   gate, up  = other.chunk(2, 1)       (column halves: one group of two)
- *   keep      = keep                    (a rename: read from the source) */
+ *   keep      = keep                    (a rename: read from the source)
+ *   wt, pz    = wide.t(), pad(wide, 0, WP) (one group; pz ends in 8 MiB of zeros) */
 static const char *MAP =
 	"{\"unused\": \"drop\", \"rules\": ["
 	"{\"from\": \"big\", \"to\": \"tr\", \"expr\": \"x.t()\"},"
 	"{\"from\": \"other\", \"to\": {\"gate\": \"gate\", \"up\": \"up\"},"
 	" \"expr\": {\"gate\": \"x.chunk(2, 1)[0]\", \"up\": \"x.chunk(2, 1)[1]\"}},"
-	"{\"from\": \"keep\", \"to\": \"keep\"}]}";
+	"{\"from\": \"keep\", \"to\": \"keep\"},"
+	"{\"from\": \"wide\", \"to\": {\"wt\": \"wt\", \"pz\": \"pz\"},"
+	" \"expr\": {\"wt\": \"x.t()\", \"pz\": \"pad(x, 0, 1536)\"}}]}";
 
 static void setup(void)
 {
 	dir = tu_mkdtemp();
 	static const struct tu_tensor t[] = {{"big", CK_DT_F32, 2, {R, C}},
 					     {"keep", CK_DT_F32, 2, {33, 77}},
-					     {"other", CK_DT_F32, 2, {R, C}}};
+					     {"other", CK_DT_F32, 2, {R, C}},
+					     {"wide", CK_DT_F32, 2, {W, C}}};
 	path = tu_path(dir, "model.safetensors");
-	tu_write_st(path, t, 3);
+	tu_write_st(path, t, 4);
 	size_t len;
 	file = tu_read(path, &len);
 	struct ck_err err;
@@ -87,6 +92,10 @@ static unsigned char want(const char *name, uint64_t j)
 		uint64_t r = e / (C / 2), k = e % (C / 2) + (name[0] == 'u' ? C / 2 : 0);
 		return src("other")[(r * C + k) * 4 + b];
 	}
+	if (!strcmp(name, "wt")) /* wt[k][r] = wide[r][k] */
+		return src("wide")[((e % W) * C + e / W) * 4 + b];
+	if (!strcmp(name, "pz")) /* wide's rows, then zero rows */
+		return j < (uint64_t)W * C * 4 ? src("wide")[j] : 0;
 	return src(name)[j];
 }
 
@@ -269,7 +278,8 @@ START_TEST(changed_source_refused)
 }
 END_TEST
 
-/* Evaluated straight into the caller's memory: no cache entry. */
+/* Evaluated straight into the caller's memory: no cache entry, and
+ * padding written as zeros over whatever the memory held. */
 START_TEST(eval_into_the_callers_buffer)
 {
 	struct ck_cache *c = cache_of((struct ck_cache_opts){.cache_size = 1 << 20, .threads = 1});
@@ -280,9 +290,16 @@ START_TEST(eval_into_the_callers_buffer)
 	for (uint64_t j = 0; j < len; j++)
 		if (buf[j] != want("tr", off + j))
 			ck_abort_msg("tr: byte %llu", (unsigned long long)(off + j));
+	/* padding is written too: the caller's memory is not zeroed for us */
+	uint64_t pz = plan->t[tidx("pz")].nbytes, at = pz - len - 8;
+	memset(buf, 0xAA, len);
+	ck_assert_msg(ck_cache_eval_into(c, tidx("pz"), at, len, buf, &err) == 0, "%s", err.msg);
+	for (uint64_t j = 0; j < len; j++)
+		if (buf[j] != want("pz", at + j))
+			ck_abort_msg("pz: byte %llu", (unsigned long long)(at + j));
 	struct ck_cache_stats s;
 	ck_cache_get_stats(c, &s);
-	ck_assert_uint_eq(s.streamed_reads, 1);
+	ck_assert_uint_eq(s.streamed_reads, 2);
 	ck_assert_uint_eq(s.cache_bytes, 0);
 	free(buf);
 	ck_cache_free(c);
