@@ -11,6 +11,7 @@
 #include <time.h>
 
 #define HT_BITS 16
+#define SERVED_MAX (64u << 20)
 
 enum { LOADING, READY };
 
@@ -27,6 +28,8 @@ struct entry {
 	unsigned char *data;
 	uint64_t len;
 	int refs;
+	int served_whole; /* every byte handed to a reader (see drop_served) */
+	uint64_t served;
 	struct entry *hnext, *lprev, *lnext;
 	struct waiter *waiters;
 };
@@ -62,7 +65,8 @@ struct ck_cache {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct entry *ht[1 << HT_BITS];
-	struct entry lru; /* sentinel: lnext is the most recent */
+	struct entry lru;    /* sentinel: lnext is the most recent */
+	struct entry served; /* sentinel: chunks served whole (drop_served), lnext the newest */
 	struct job *qhead, *qtail;
 	int stop, nth, fell_back;
 	pthread_t th[64];
@@ -75,6 +79,19 @@ struct ck_cache {
 	/* contexts of callers evaluating into their own memory (ck_cache_eval_into) */
 	struct spare_ctx *spare;
 	atomic_uint_fast64_t streamed;
+	/* bytes on the served list (drop_served) */
+	uint64_t served_bytes, served_max, dropped;
+	/* evicted chunk mappings kept for reuse (lock order: mu, then pool_mu) */
+	pthread_mutex_t pool_mu;
+	struct pooled *pool;
+	uint64_t pool_bytes;
+	atomic_uint_fast64_t recycled;
+};
+
+/* A free chunk mapping, the list node written into the chunk itself. */
+struct pooled {
+	struct pooled *next;
+	size_t n; /* mapped bytes */
 };
 
 struct spare_ctx {
@@ -136,11 +153,13 @@ static uint64_t chunk_len(const struct ck_cache *c, uint32_t t, uint64_t k)
  * documented against cache_size). */
 #define HUGE_PAGE (2u << 20)
 
-static unsigned char *alloc_chunk(uint64_t len)
+static size_t mapped_len(uint64_t len)
 {
-	if (len < HUGE_PAGE)
-		return malloc(len ? len : 1);
-	size_t n = (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	return (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+}
+
+static unsigned char *map_chunk(size_t n)
+{
 	/* over-map by one huge page and trim, so the chunk is 2 MiB aligned */
 	unsigned char *m = mmap(NULL, n + HUGE_PAGE, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -159,32 +178,121 @@ static unsigned char *alloc_chunk(uint64_t len)
 	return p;
 }
 
-static void free_chunk(unsigned char *p, uint64_t len)
+/* A chunk's memory, outside the cache lock: an evicted chunk of the same
+ * size from the pool if there is one (no page faults: fresh memory is what
+ * this VM is slowest at), else a new mapping. A pooled chunk of another size
+ * is unmapped on a miss, so sizes no longer asked for do not stay. Every
+ * byte is written by the evaluation (the engine fills holes itself), so old
+ * contents never show. */
+static unsigned char *alloc_chunk(struct ck_cache *c, uint64_t len)
+{
+	if (len < HUGE_PAGE)
+		return malloc(len ? len : 1);
+	size_t n = mapped_len(len);
+	struct pooled *hit = NULL, *stale = NULL;
+	pthread_mutex_lock(&c->pool_mu);
+	for (struct pooled **q = &c->pool; *q; q = &(*q)->next)
+		if ((*q)->n == n) {
+			hit = *q;
+			*q = hit->next;
+			break;
+		}
+	if (!hit && c->pool) {
+		stale = c->pool;
+		c->pool = stale->next;
+	}
+	if (hit)
+		c->pool_bytes -= n;
+	if (stale)
+		c->pool_bytes -= stale->n;
+	pthread_mutex_unlock(&c->pool_mu);
+	if (stale)
+		munmap(stale, stale->n);
+	if (hit) {
+		atomic_fetch_add(&c->recycled, 1);
+		return (unsigned char *)hit;
+	}
+	return map_chunk(n);
+}
+
+/* Under the lock: a chunk mapping goes to the pool while the cache and the
+ * pool together stay within cache_size (the documented memory bound is
+ * unchanged), else back to the system. */
+static void free_chunk(struct ck_cache *c, unsigned char *p, uint64_t len)
 {
 	if (!p)
 		return;
-	if (len < HUGE_PAGE)
+	if (len < HUGE_PAGE) {
 		free(p);
-	else
-		munmap(p, (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE);
+		return;
+	}
+	size_t n = mapped_len(len);
+	pthread_mutex_lock(&c->pool_mu);
+	int keep = !c->stop && c->bytes + c->pool_bytes + n <= c->o.cache_size;
+	if (keep) {
+		struct pooled *f = (struct pooled *)(void *)p;
+		*f = (struct pooled){c->pool, n};
+		c->pool = f;
+		c->pool_bytes += n;
+	}
+	pthread_mutex_unlock(&c->pool_mu);
+	if (!keep)
+		munmap(p, n);
 }
 
-/* Drop least recently used unreferenced entries until under budget. */
+static void drop(struct ck_cache *c, struct entry *e, int over_budget)
+{
+	if (over_budget)
+		c->evictions++;
+	else
+		c->dropped++;
+	lru_unlink(e);
+	ht_remove(c, e);
+	c->bytes -= e->len;
+	if (e->served_whole)
+		c->served_bytes -= e->len;
+	free_chunk(c, e->data, e->len);
+	free(e);
+}
+
+/* Drop unreferenced entries until under budget: spare copies of served
+ * chunks first (oldest first; and while there are more than served_max bytes
+ * of them, even under budget), then the least recently used. */
 static void evict(struct ck_cache *c)
 {
-	struct entry *e = c->lru.lprev;
-	while (c->bytes > c->o.cache_size && e != &c->lru) {
-		struct entry *prev = e->lprev;
-		if (e->refs == 0 && e->state == READY) {
-			lru_unlink(e);
-			ht_remove(c, e);
-			c->bytes -= e->len;
-			c->evictions++;
-			free_chunk(e->data, e->len);
-			free(e);
-		}
-		e = prev;
+	for (struct entry *e = c->served.lprev, *prev; e != &c->served; e = prev) {
+		prev = e->lprev;
+		if (c->bytes <= c->o.cache_size && c->served_bytes <= c->served_max)
+			return;
+		if (e->refs == 0 && e->state == READY)
+			drop(c, e, c->bytes > c->o.cache_size);
 	}
+	for (struct entry *e = c->lru.lprev, *prev; e != &c->lru && c->bytes > c->o.cache_size;
+	     e = prev) {
+		prev = e->lprev;
+		if (e->refs == 0 && e->state == READY)
+			drop(c, e, 1);
+	}
+}
+
+/* Under the lock, with drop_served (the kernel keeps the pages it was
+ * given): once every byte of a chunk has been handed to a reader, the
+ * kernel's page cache holds them and this copy is a spare. It moves to the
+ * served list, and beyond served_max such bytes the oldest is dropped and
+ * its memory recycled, so a sequential read of a view bigger than that
+ * touches a bounded working set instead of fresh memory for every byte.
+ * Read again, it is an ordinary entry once more (see ck_cache_read). */
+static void note_served(struct ck_cache *c, struct entry *e, uint64_t len)
+{
+	if (e->served_whole || (e->served += len) < e->len)
+		return;
+	e->served_whole = 1;
+	c->served_bytes += e->len;
+	lru_unlink(e);
+	e->lnext = c->served.lnext;
+	e->lprev = &c->served;
+	c->served.lnext->lprev = e;
+	c->served.lnext = e;
 }
 
 static struct entry *new_entry(struct ck_cache *c, uint32_t t, uint64_t k)
@@ -271,8 +379,11 @@ static void op_done(struct op *op)
 	free(segs);
 	pthread_mutex_lock(&c->mu);
 	for (size_t i = 0; i < op->n; i++)
-		if (op->parts[i].held)
+		if (op->parts[i].held) {
 			op->parts[i].e->refs--;
+			if (c->o.drop_served && !err)
+				note_served(c, op->parts[i].e, op->parts[i].len);
+		}
 	evict(c);
 	pthread_mutex_unlock(&c->mu);
 	free(op->parts);
@@ -337,7 +448,7 @@ static void publish(struct ck_cache *c, struct job *j, size_t i)
 		c->errors++;
 		c->bytes -= e->len;
 		ht_remove(c, e);
-		free_chunk(e->data, e->len);
+		free_chunk(c, e->data, e->len);
 		e->data = NULL;
 	} else {
 		e->state = READY;
@@ -388,7 +499,7 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 	for (size_t i = 0; i < j->n; i++) {
 		struct entry *e = j->ents[i];
 		struct ck_err err;
-		if (!(e->data = alloc_chunk(e->len)))
+		if (!(e->data = alloc_chunk(c, e->len)))
 			e->failed = -ENOMEM;
 		else if (target_sources_changed(c, e->target))
 			e->failed = -EIO;
@@ -550,11 +661,17 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	if (c->o.threads > 64)
 		c->o.threads = 64;
 	c->lru.lnext = c->lru.lprev = &c->lru;
+	c->served.lnext = c->served.lprev = &c->served;
 	ck_engine_init(&c->eng, plan, o->use_uring);
 	c->eng.gpu = o->gpu;
 	if (o->gpu_min)
 		c->eng.gpu_min = o->gpu_min;
+	/* a spare copy of served bytes: enough for a few groups in flight */
+	c->served_max = c->o.cache_size / 8 < SERVED_MAX ? c->o.cache_size / 8 : SERVED_MAX;
+	if (c->served_max < 4 * c->o.chunk)
+		c->served_max = 4 * c->o.chunk;
 	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->pool_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	for (; c->nth < c->o.threads; c->nth++)
 		if (pthread_create(&c->th[c->nth], NULL, evaluator, c) != 0)
@@ -580,9 +697,14 @@ void ck_cache_free(struct ck_cache *c)
 	for (size_t s = 0; s < (1u << HT_BITS); s++)
 		for (struct entry *e = c->ht[s], *n; e; e = n) {
 			n = e->hnext;
-			free_chunk(e->data, e->len);
+			free_chunk(c, e->data, e->len);
 			free(e);
 		}
+	for (struct pooled *f = c->pool, *n; f; f = n) {
+		n = f->next;
+		munmap(f, f->n);
+	}
+	pthread_mutex_destroy(&c->pool_mu);
 	while (c->spare) {
 		struct spare_ctx *x = c->spare;
 		c->spare = x->next;
@@ -653,6 +775,11 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 				started = s->target;
 			if (e && e->state == READY) {
 				c->hits++;
+				if (e->served_whole) { /* asked for again: keep it after all */
+					e->served_whole = 0;
+					e->served = 0;
+					c->served_bytes -= e->len;
+				}
 				e->refs++;
 				lru_front(c, e);
 				pt->e = e;
@@ -694,6 +821,7 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->prefetches = c->prefetches;
 	s->cache_bytes = c->bytes;
 	s->cache_evictions = c->evictions;
+	s->cache_dropped = c->dropped;
 	s->read_errors = c->errors;
 	s->evaluations_in_flight = c->in_flight;
 	pthread_mutex_unlock(&c->mu);
@@ -702,6 +830,7 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->gpu_bytes = atomic_load(&c->eng.gpu_bytes);
 	s->direct_reads = atomic_load(&c->direct_reads);
 	s->streamed_reads = atomic_load(&c->streamed);
+	s->cache_recycled = atomic_load(&c->recycled);
 	s->read_requests = atomic_load(&c->eng.read_requests);
 }
 

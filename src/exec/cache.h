@@ -28,6 +28,8 @@ struct ck_cache_opts {
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
 	int no_prefetch;   /* do not evaluate the next group ahead of a reader */
+	int drop_served;   /* readers keep what they were given (a kernel page cache):
+			      chunks served whole go first (see note_served) */
 	struct ck_gpu *gpu; /* CUDA backend, a lane per evaluator (NULL: CPU) */
 	uint64_t gpu_min;   /* reads from this size go to the GPU */
 	void (*log)(void *ctx, const char *msg);
@@ -42,6 +44,8 @@ struct ck_cache_stats {
 	uint64_t prefetches;   /* groups evaluated ahead of a sequential reader */
 	uint64_t gpu_reads, gpu_bytes; /* evaluations run on the GPU, and their bytes */
 	uint64_t streamed_reads;       /* ck_cache_eval_into: evaluated into the caller's memory */
+	uint64_t cache_dropped;	       /* chunks served whole, dropped before the budget forced it */
+	uint64_t cache_recycled;       /* chunk memory reused from evicted chunks, not faulted anew */
 };
 
 /* A piece of a read's result, in cache memory that stays valid (referenced)

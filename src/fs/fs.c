@@ -400,17 +400,18 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		", \"groups_evaluated\": %" PRIu64 ", \"regions_evaluated\": %" PRIu64
 		", \"cache_hits\": %" PRIu64 ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
 		", \"cache_size\": %" PRIu64 ", \"cache_evictions\": %" PRIu64
+		", \"cache_dropped\": %" PRIu64 ", \"cache_recycled\": %" PRIu64
 		", \"read_errors\": %" PRIu64 ", \"evaluations_in_flight\": %" PRIu64
 		", \"direct_reads\": %" PRIu64 ", \"prefetches\": %" PRIu64
 		", \"open_requests\": %" PRIu64 ", \"io\": \"%s\", \"device\": \"%.100s\""
 		", \"gpu_reads\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 "}",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.serve.cache.cache_size,
-		s.cache_evictions, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
+		s.cache_evictions, s.cache_dropped, s.cache_recycled, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
 		__atomic_load_n(&fs->open_requests, __ATOMIC_RELAXED),
 		fs->o.serve.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
 		fs->srv->gpu ? ck_gpu_name(fs->srv->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
-	/* 18 numbers of at most 20 digits and a 100-byte name fit with room */
+	/* 20 numbers of at most 20 digits and a 100-byte name fit with room */
 	if (n < 0 || n >= STATS_LEN - 1) {
 		free(buf);
 		return NULL;
@@ -774,7 +775,10 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 		goto out;
 	}
 	fs.srv = srv;
-	if (ck_served_start(srv, &o->serve, fs_log, &fs, err) < 0)
+	/* the kernel keeps what it was given in its page cache unless
+	 * direct_io: the daemon's copy of a chunk served whole is a spare */
+	fs.o.serve.cache.drop_served = !o->direct_io;
+	if (ck_served_start(srv, &fs.o.serve, fs_log, &fs, err) < 0)
 		goto out;
 	fs.cache_plan = srv->plan;
 	fs.views = srv->trees;

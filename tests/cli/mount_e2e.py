@@ -20,6 +20,7 @@ from mountlib import CKPTFS, Mount, evaluated_groups, is_mounted, read_random, s
 skip_unless_fuse()
 MKCKPT = os.environ["MKCKPT"]
 MAPS = os.path.join(os.path.dirname(__file__), "..", "..", "mappings")
+MIB = 1 << 20
 
 
 def mp(name):
@@ -210,6 +211,32 @@ with tempfile.TemporaryDirectory() as d:
             time.sleep(0.05)
             s = m.stats()
         assert s["cache_bytes"] <= 16 * 1024 + 2 * 4096 * 4, s
+
+    # chunks served whole are spares once the kernel holds their pages: past
+    # served_max (max(cache_size / 8, 4 chunks) = 8 MiB here) the oldest are
+    # dropped well under the budget and their memory is reused for the next
+    # evaluations, recycled chunks showing no old byte; -o direct_io (no
+    # kernel page cache) keeps them
+    big = os.path.join(d, "big")
+    ckref.run(MKCKPT, "--model", "llama", "--hidden", "1024", "--intermediate", "2816", "--layers", "1",
+              "--vocab", "1000", "--dtype", "F32", big)
+    ckref.convert(CKPTFS, big, os.path.join(d, "big-meg"), maps)
+    want = expected(os.path.join(d, "big-meg"))
+    for opts, drops in [("cache_size=64MiB,chunk=2MiB,no_prefetch", True),
+                        ("cache_size=64MiB,chunk=2MiB,no_prefetch,direct_io", False)]:
+        with Mount(big, maps, opts) as m:
+            for k, raw in want.items():
+                with open(m.path("tensors", k), "rb") as f:
+                    assert f.read() == raw, f"tensors/{k} differs ({opts})"
+            s = m.stats()
+            assert s["cache_evictions"] == 0 and s["read_errors"] == 0, s
+            if drops:
+                assert s["cache_dropped"] > 0 and s["cache_recycled"] > 0, s
+                assert s["cache_bytes"] <= 8 * MIB + 2 * MIB, s  # the spares, and a chunk being read
+            else:
+                assert s["cache_dropped"] == 0 and s["cache_recycled"] == 0, s
+    print(f"served chunks: {s['cache_bytes'] >> 20} MiB kept with direct_io; without it the oldest dropped "
+          "and their memory reused, same bytes")
 
     # a source truncated under the mount: EIO for what needs it, the rest served
     cp = os.path.join(d, "copy")

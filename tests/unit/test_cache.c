@@ -1,7 +1,8 @@
 /* The evaluation cache without FUSE: values through a cache far smaller
  * than the data, whole-group evaluation, one evaluation for concurrent
  * readers of a chunk, renames answered from the source file, a changed
- * source refused, and reads evaluated into the caller's memory. Expected
+ * source refused, reads evaluated into the caller's memory, and chunks
+ * served whole dropped early with their memory recycled. Expected
  * bytes are computed here from the source file (transpose and column
  * halves by index arithmetic), never through the engine. */
 #include <check.h>
@@ -306,6 +307,61 @@ START_TEST(eval_into_the_callers_buffer)
 }
 END_TEST
 
+/* Read front to back in 1 MiB reads, as the kernel's readahead asks. */
+static void read_through(struct ck_cache *c, const char *name, uint64_t from, uint64_t to)
+{
+	for (uint64_t off = from; off < to; off += 1 << 20)
+		check_range(c, name, off, to - off < (1 << 20) ? to - off : 1 << 20);
+}
+
+/* drop_served: chunks a reader has had whole (the kernel keeps them) go
+ * first, beyond served_max (here max(cache_size / 8, 4 chunks) = 8 MiB)
+ * and well before the 64 MiB budget; the next chunks reuse their memory.
+ * Recycled memory shows nothing old: pz's zero rows are evaluated into
+ * chunks that held wt's bytes. A dropped chunk read again is evaluated
+ * again; a served chunk read again is kept after all. Without
+ * drop_served nothing is dropped under budget and nothing recycled. */
+START_TEST(served_chunks_dropped_and_recycled)
+{
+	struct ck_cache_opts o = {.cache_size = 64 << 20, .chunk = 2 << 20, .threads = 2,
+				  .no_prefetch = 1, .drop_served = 1};
+	struct ck_cache *c = cache_of(o);
+	uint64_t n = plan->t[tidx("wt")].nbytes, npz = plan->t[tidx("pz")].nbytes;
+	read_through(c, "wt", 0, n);
+	struct ck_cache_stats s;
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.cache_evictions, 0);
+	ck_assert_uint_eq(s.cache_dropped, 4); /* 8 chunks served, 4 kept */
+	ck_assert_uint_ge(s.cache_recycled, 3);
+	ck_assert_uint_eq(s.cache_bytes, 8 << 20);
+	read_through(c, "pz", 0, npz);
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.cache_dropped, 4 + 12); /* the oldest go: wt's, then pz's first 8 */
+	ck_assert_uint_ge(s.cache_recycled, 3 + 12 - 4); /* pz: 12 chunks, mostly recycled */
+	/* pz's last chunk read again: a hit, and no longer a spare, so it
+	 * stays while wt's first half is read (and evaluated) again */
+	uint64_t misses = s.cache_misses;
+	check_range(c, "pz", npz - 100, 100);
+	read_through(c, "wt", 0, 8 << 20);
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.cache_misses, misses + 4); /* wt's dropped chunks, again */
+	check_range(c, "pz", npz - 100, 100);
+	struct ck_cache_stats s2;
+	ck_cache_get_stats(c, &s2);
+	ck_assert_uint_eq(s2.cache_misses, s.cache_misses);
+	ck_cache_free(c);
+
+	o.drop_served = 0;
+	c = cache_of(o);
+	read_through(c, "wt", 0, n);
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.cache_dropped, 0);
+	ck_assert_uint_eq(s.cache_recycled, 0);
+	ck_assert_uint_eq(s.cache_bytes, n);
+	ck_cache_free(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -318,6 +374,7 @@ int main(void)
 	tcase_add_test(tc, renames_read_from_the_source);
 	tcase_add_test(tc, changed_source_refused);
 	tcase_add_test(tc, eval_into_the_callers_buffer);
+	tcase_add_test(tc, served_chunks_dropped_and_recycled);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
