@@ -22,6 +22,7 @@ static const struct arch {
 	{"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1},
 	{"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
 	{"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
+	{"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type. */

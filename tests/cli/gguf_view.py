@@ -4,7 +4,8 @@ not ckptfs:
 - the real llama.cpp (node-llama-cpp) loads MNT/model.gguf and its logits
   equal a plain torch forward pass over the source weights (F32 within 1e-3
   relative, same greedy tokens) for Llama (grouped-query), Qwen2 (Q/K/V
-  biases), Qwen3 (Q/K norms, explicit head_dim) and Mixtral (experts);
+  biases), Qwen3 (Q/K norms, explicit head_dim), Mixtral (experts) and
+  Gemma (norms written as 1 + w; a view leaving them as offsets fails);
   F16, BF16, Q8_0 and Q4_0 files against the same model with its weights
   rounded as the file holds them;
 - negative control: a view whose Q/K rows are not permuted (the user's
@@ -74,7 +75,7 @@ def make_model(d, arch, rng, extra=()):
     generator's values up to 2 would saturate attention)."""
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
-    model = "mixtral" if arch == "mixtral" else "llama"
+    model = arch if arch in ("mixtral", "gemma") else "llama"
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -99,8 +100,8 @@ def make_model(d, arch, rng, extra=()):
     json.dump(cfg, open(os.path.join(src, "config.json"), "w"), indent=1)
     w = {}
     for k, shape in sorted(names.items()):
-        if len(shape) == 1 and not k.endswith("bias"):
-            w[k] = (1 + rng.standard_normal(shape) * 0.1).astype(np.float32)
+        if len(shape) == 1 and not k.endswith("bias"):  # Gemma's norms are offsets: 1 + w
+            w[k] = ((arch != "gemma") + rng.standard_normal(shape) * 0.1).astype(np.float32)
         else:
             w[k] = (rng.standard_normal(shape) * (0.05 if k.endswith("bias") else 0.08)).astype(np.float32)
     ckref.write_safetensors(os.path.join(src, "model.safetensors"),
@@ -117,10 +118,10 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
 
 def gguf_reference(w, cfg, arch):
     """convert_hf_to_gguf.py's tensors, in numpy (reference/gguf.md): names,
-    Q/K rows permuted for the llama rope (not for qwen2/qwen3), experts
-    stacked."""
+    Q/K rows permuted for the llama rope (not for qwen2/qwen3/gemma), experts
+    stacked, Gemma's norms as full gammas (1 + w) and no output.weight."""
     out = {"token_embd.weight": w["model.embed_tokens.weight"], "output_norm.weight": w["model.norm.weight"]}
-    if "lm_head.weight" in w:
+    if "lm_head.weight" in w and arch != "gemma":
         out["output.weight"] = w["lm_head.weight"]
     perm = arch in ("llama", "mixtral")
     experts = {}
@@ -138,7 +139,9 @@ def gguf_reference(w, cfg, arch):
             a = gs.permute(a, cfg["num_attention_heads"])
         if perm and g.endswith("attn_k.weight"):
             a = gs.permute(a, cfg["num_key_value_heads"])
-        out[g] = a
+        out[g] = a + np.float32(1) if arch == "gemma" and g.endswith("norm.weight") else a
+    if arch == "gemma":
+        out["output_norm.weight"] = out["output_norm.weight"] + np.float32(1)
     for (L, wn), byE in experts.items():
         kind = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}[wn]
         out[f"blk.{L}.{kind}.weight"] = np.stack([byE[e] for e in sorted(byE)])
@@ -240,7 +243,7 @@ def check_file(path, w, cfg, arch, ftype, lib):
         want_t, want = expected(name, ref[name], ftype, lib)
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
-    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}[arch]
+    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
                  f"{ga}.context_length": cfg["max_position_embeddings"],
@@ -256,8 +259,8 @@ def check_file(path, w, cfg, arch, ftype, lib):
     if arch == "mixtral":
         assert meta["llama.expert_count"] == cfg["num_local_experts"]
         assert meta["llama.expert_used_count"] == cfg["num_experts_per_tok"]
-    if arch == "qwen3":
-        assert meta["qwen3.attention.key_length"] == hd == meta["qwen3.attention.value_length"]
+    if arch in ("qwen3", "gemma"):
+        assert meta[f"{ga}.attention.key_length"] == hd == meta[f"{ga}.attention.value_length"]
     return meta, infos, tensors
 
 
@@ -447,8 +450,40 @@ def run_all(d, rng, lib):
         assert r < 1e-3 and same, f"{arch}: llama.cpp vs torch {r:.2e}, greedy same {same}"
         print(f"{arch}: every tensor exact; llama.cpp's logits {r:.1e} relative to torch, same greedy")
 
+    gemma(d, rng, lib)
     sentencepiece(d, src, lib)
     hostile(d, src)
+
+
+def gemma(d, rng, lib):
+    """Gemma (arch gemma): llama.cpp's logits against Hugging Face's Gemma in
+    plain torch (gemma_megatron.hf_forward: sqrt(hidden)-scaled embedding,
+    RMSNorm times 1 + w, GeGLU, head_dim 32 on a 64-wide model, tied
+    embedding). Negative control: a file whose norms are the stored offsets
+    (what a view without the + 1 serves) must differ."""
+    import torch
+    import gemma_megatron as gm
+    src, cfg, w = make_model(d, "gemma", rng)
+    tw = {k: torch.tensor(v) for k, v in w.items()}
+    want = gm.hf_forward(tw, cfg, TOKS, 1)
+    with Mount(src, opts="gguf") as m:
+        path = m.path("model.gguf")
+        check_file(path, w, cfg, "gemma", "F32", lib)
+        got = gs.llama_cpp(MODULES, path, TOKS)
+    r, same = gs.rel(got, want), bool(torch.equal(got.argmax(-1), want.argmax(-1)))
+    assert r < 1e-3 and same, f"gemma: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    # the file a view without the + 1 would serve: the same checkpoint with
+    # each norm 1 lower (the shipped mapping's + 1 gives back the stored offset)
+    bad = os.path.join(d, "gemma-offsets")
+    shutil.copytree(src, bad)
+    ckref.write_safetensors(os.path.join(bad, "model.safetensors"), {
+        k: ("F32", v.shape, (v - np.float32(1) if k.endswith("norm.weight") else v).tobytes())
+        for k, v in w.items()})
+    with Mount(bad, opts="gguf") as m:
+        r_bad = gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want)
+    assert r_bad > 100 * max(r, 1e-6), f"gemma: norms left as offsets still match ({r_bad:.1e})"
+    print(f"gemma: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
+          f"Gemma, same greedy; norms left as offsets: off by {r_bad:.1e}")
 
 
 def spm_model(pieces):
