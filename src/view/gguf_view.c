@@ -23,6 +23,7 @@ static const struct arch {
 	{"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
 	{"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
 	{"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
+	{"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type. */
@@ -109,6 +110,29 @@ static int cfg_num(const cJSON *config, const char *key, double def, int def_ok,
 	return 0;
 }
 
+/* Gemma 2's soft-capping and sliding window. llama.cpp scales queries by
+ * 1/sqrt(head_dim), or by 1/sqrt(hidden/heads) for its 27B type (46
+ * layers), and reads no query_pre_attn_scalar: any other value is refused
+ * rather than served as a model that computes something else. */
+static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
+		       struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double qs, acap, fcap, swa;
+	if (cfg_num(c, "query_pre_attn_scalar", hd, 1, 1, 1e9, &qs, err) < 0 ||
+	    cfg_num(c, "attn_logit_softcapping", 50, 1, 0, 1e9, &acap, err) < 0 ||
+	    cfg_num(c, "final_logit_softcapping", 30, 1, 0, 1e9, &fcap, err) < 0 ||
+	    cfg_num(c, "sliding_window", 4096, 1, 1, UINT32_MAX, &swa, err) < 0)
+		return -1;
+	if (qs != hd && !(L == 46 && qs == (double)((int64_t)H / (int64_t)nh)))
+		return ck_fail(err, CK_E_SOURCE, "config.json: query_pre_attn_scalar %g: llama.cpp's "
+						 "gemma2 scales queries by head_dim (%g) only",
+			       qs, hd);
+	ck_gguf_meta_f32(m, "gemma2.attn_logit_softcapping", (float)acap);
+	ck_gguf_meta_f32(m, "gemma2.final_logit_softcapping", (float)fcap);
+	ck_gguf_meta_u32(m, "gemma2.attention.sliding_window", (uint32_t)swa);
+	return 0;
+}
+
 /* The float type most of the matrices' bytes have (the default TYPE). */
 static const struct ftype *source_ftype(const struct ck_plan *p)
 {
@@ -189,6 +213,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		ck_gguf_meta_u32(m, KEY("expert_count"), (uint32_t)ne);
 		ck_gguf_meta_u32(m, KEY("expert_used_count"), (uint32_t)nu);
 	}
+	if (!strcmp(a->gguf, "gemma2") && gemma2_meta(c, H, L, nh, hd, m, err) < 0)
+		return -1;
 	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
 	if (rs && !cJSON_IsNull(rs)) {
 		const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "rope_type"));

@@ -75,7 +75,7 @@ def make_model(d, arch, rng, extra=()):
     generator's values up to 2 would saturate attention)."""
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
-    model = arch if arch in ("mixtral", "gemma") else "llama"
+    model = arch if arch in ("mixtral", "gemma", "gemma2") else "llama"
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -85,6 +85,8 @@ def make_model(d, arch, rng, extra=()):
         shutil.copy(os.path.join(base, f), src)
     cfg = json.load(open(os.path.join(base, "config.json")))
     names = {k: v[1] for k, v in ckref.read_checkpoint_dir(base).items()}
+    if arch == "gemma2":  # caps that bite on small logits (llama.cpp's defaults are 50 and 30)
+        cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = 2.0, 3.0
     if arch in ("qwen2", "qwen3"):
         cfg["architectures"], cfg["model_type"] = [arch.capitalize() + "ForCausalLM"], arch
         hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
@@ -101,7 +103,7 @@ def make_model(d, arch, rng, extra=()):
     w = {}
     for k, shape in sorted(names.items()):
         if len(shape) == 1 and not k.endswith("bias"):  # Gemma's norms are offsets: 1 + w
-            w[k] = ((arch != "gemma") + rng.standard_normal(shape) * 0.1).astype(np.float32)
+            w[k] = ((not arch.startswith("gemma")) + rng.standard_normal(shape) * 0.1).astype(np.float32)
         else:
             w[k] = (rng.standard_normal(shape) * (0.05 if k.endswith("bias") else 0.08)).astype(np.float32)
     ckref.write_safetensors(os.path.join(src, "model.safetensors"),
@@ -114,6 +116,8 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
               "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
               "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
               "mlp.down_proj": "ffn_down", "block_sparse_moe.gate": "ffn_gate_inp"}
+GEMMA2_NAMES = dict(GGUF_NAMES, post_attention_layernorm="post_attention_norm",
+                    pre_feedforward_layernorm="ffn_norm", post_feedforward_layernorm="post_ffw_norm")
 
 
 def gguf_reference(w, cfg, arch):
@@ -121,7 +125,8 @@ def gguf_reference(w, cfg, arch):
     Q/K rows permuted for the llama rope (not for qwen2/qwen3/gemma), experts
     stacked, Gemma's norms as full gammas (1 + w) and no output.weight."""
     out = {"token_embd.weight": w["model.embed_tokens.weight"], "output_norm.weight": w["model.norm.weight"]}
-    if "lm_head.weight" in w and arch != "gemma":
+    gemma = arch.startswith("gemma")
+    if "lm_head.weight" in w and not gemma:
         out["output.weight"] = w["lm_head.weight"]
     perm = arch in ("llama", "mixtral")
     experts = {}
@@ -134,13 +139,14 @@ def gguf_reference(w, cfg, arch):
             E, wn = int(parts[5]), parts[6]
             experts.setdefault((L, wn), {})[E] = a
             continue
-        g = f"blk.{L}.{GGUF_NAMES['.'.join(parts[3:-1])]}.{parts[-1]}"
+        names = GEMMA2_NAMES if arch == "gemma2" else GGUF_NAMES
+        g = f"blk.{L}.{names['.'.join(parts[3:-1])]}.{parts[-1]}"
         if perm and g.endswith("attn_q.weight"):
             a = gs.permute(a, cfg["num_attention_heads"])
         if perm and g.endswith("attn_k.weight"):
             a = gs.permute(a, cfg["num_key_value_heads"])
-        out[g] = a + np.float32(1) if arch == "gemma" and g.endswith("norm.weight") else a
-    if arch == "gemma":
+        out[g] = a + np.float32(1) if gemma and g.endswith("norm.weight") else a
+    if gemma:
         out["output_norm.weight"] = out["output_norm.weight"] + np.float32(1)
     for (L, wn), byE in experts.items():
         kind = {"w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}[wn]
@@ -243,7 +249,8 @@ def check_file(path, w, cfg, arch, ftype, lib):
         want_t, want = expected(name, ref[name], ftype, lib)
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
-    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma"}[arch]
+    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
+          "gemma2": "gemma2"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
                  f"{ga}.context_length": cfg["max_position_embeddings"],
@@ -259,8 +266,12 @@ def check_file(path, w, cfg, arch, ftype, lib):
     if arch == "mixtral":
         assert meta["llama.expert_count"] == cfg["num_local_experts"]
         assert meta["llama.expert_used_count"] == cfg["num_experts_per_tok"]
-    if arch in ("qwen3", "gemma"):
+    if arch in ("qwen3", "gemma", "gemma2"):
         assert meta[f"{ga}.attention.key_length"] == hd == meta[f"{ga}.attention.value_length"]
+    if arch == "gemma2":
+        for k in ("attn_logit_softcapping", "final_logit_softcapping"):
+            assert meta[f"gemma2.{k}"] == cfg[k], (k, meta.get(f"gemma2.{k}"))
+        assert meta["gemma2.attention.sliding_window"] == cfg["sliding_window"]
     return meta, infos, tensors
 
 
@@ -456,34 +467,53 @@ def run_all(d, rng, lib):
 
 
 def gemma(d, rng, lib):
-    """Gemma (arch gemma): llama.cpp's logits against Hugging Face's Gemma in
-    plain torch (gemma_megatron.hf_forward: sqrt(hidden)-scaled embedding,
-    RMSNorm times 1 + w, GeGLU, head_dim 32 on a 64-wide model, tied
-    embedding). Negative control: a file whose norms are the stored offsets
-    (what a view without the + 1 serves) must differ."""
+    """Gemma (arch gemma) and Gemma 2 (gemma2): llama.cpp's logits against
+    Hugging Face's model in plain torch (gemma_megatron.hf_forward:
+    sqrt(hidden)-scaled embedding, RMSNorm times 1 + w, GeGLU, head_dim 32 on
+    a 64-wide model, tied embedding; Gemma 2's four norms and attention and
+    final soft-capping, here at 2 and 3 so they change the logits).
+    Negative controls: a file whose norms are the stored offsets (what a view
+    without the + 1 serves) and, for Gemma 2, one without the soft-capping
+    metadata (llama.cpp then caps at its defaults) must differ."""
     import torch
     import gemma_megatron as gm
-    src, cfg, w = make_model(d, "gemma", rng)
-    tw = {k: torch.tensor(v) for k, v in w.items()}
-    want = gm.hf_forward(tw, cfg, TOKS, 1)
-    with Mount(src, opts="gguf") as m:
-        path = m.path("model.gguf")
-        check_file(path, w, cfg, "gemma", "F32", lib)
-        got = gs.llama_cpp(MODULES, path, TOKS)
-    r, same = gs.rel(got, want), bool(torch.equal(got.argmax(-1), want.argmax(-1)))
-    assert r < 1e-3 and same, f"gemma: llama.cpp vs torch {r:.2e}, greedy same {same}"
-    # the file a view without the + 1 would serve: the same checkpoint with
-    # each norm 1 lower (the shipped mapping's + 1 gives back the stored offset)
-    bad = os.path.join(d, "gemma-offsets")
-    shutil.copytree(src, bad)
-    ckref.write_safetensors(os.path.join(bad, "model.safetensors"), {
-        k: ("F32", v.shape, (v - np.float32(1) if k.endswith("norm.weight") else v).tobytes())
-        for k, v in w.items()})
-    with Mount(bad, opts="gguf") as m:
-        r_bad = gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want)
-    assert r_bad > 100 * max(r, 1e-6), f"gemma: norms left as offsets still match ({r_bad:.1e})"
-    print(f"gemma: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
-          f"Gemma, same greedy; norms left as offsets: off by {r_bad:.1e}")
+    for gen, arch in ((1, "gemma"), (2, "gemma2")):
+        src, cfg, w = make_model(d, arch, rng)
+        want = gm.hf_forward({k: torch.tensor(v) for k, v in w.items()}, cfg, TOKS, gen)
+        with Mount(src, opts="gguf") as m:
+            path = m.path("model.gguf")
+            check_file(path, w, cfg, arch, "F32", lib)
+            got = gs.llama_cpp(MODULES, path, TOKS)
+        r, same = gs.rel(got, want), bool(torch.equal(got.argmax(-1), want.argmax(-1)))
+        assert r < 1e-3 and same, f"{arch}: llama.cpp vs torch {r:.2e}, greedy same {same}"
+        # the file a view without the + 1 would serve: the same checkpoint with
+        # each norm 1 lower (the shipped mapping's + 1 gives back the stored offset)
+        bad = os.path.join(d, arch + "-offsets")
+        shutil.copytree(src, bad)
+        ckref.write_safetensors(os.path.join(bad, "model.safetensors"), {
+            k: ("F32", v.shape, (v - np.float32(1) if k.endswith("norm.weight") else v).tobytes())
+            for k, v in w.items()})
+        with Mount(bad, opts="gguf") as m:
+            r_bad = gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want)
+        assert r_bad > 100 * max(r, 1e-6), f"{arch}: norms left as offsets still match ({r_bad:.1e})"
+        caps = ""
+        if gen == 2:  # the caps from config.json reach llama.cpp only through the metadata
+            nocap = os.path.join(d, "gemma2-nocap")
+            shutil.copytree(src, nocap)
+            c2 = {k: v for k, v in cfg.items() if not k.endswith("softcapping")}
+            json.dump(c2, open(os.path.join(nocap, "config.json"), "w"))
+            with Mount(nocap, opts="gguf") as m:
+                r_cap = gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want)
+            assert r_cap > 100 * max(r, 1e-6), f"gemma2: caps missing, still matches ({r_cap:.1e})"
+            caps = f"; without the caps: off by {r_cap:.1e}"
+            # a query scale llama.cpp does not apply: refused, not served wrong
+            json.dump(dict(cfg, query_pre_attn_scalar=100), open(os.path.join(nocap, "config.json"), "w"))
+            refused(["inspect", nocap, "--format", "gguf"], "query_pre_attn_scalar 100")
+            mnt = tempfile.mkdtemp(dir=d)
+            refused(["mount", nocap, mnt, "-o", "gguf"], "query_pre_attn_scalar 100")
+            assert not os.listdir(mnt)
+        print(f"{arch}: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
+              f"{arch}, same greedy; norms left as offsets: off by {r_bad:.1e}{caps}")
 
 
 def spm_model(pieces):
