@@ -110,6 +110,20 @@ static int cfg_num(const cJSON *config, const char *key, double def, int def_ok,
 	return 0;
 }
 
+/* A soft-capping value: Hugging Face's default when absent, but an explicit
+ * null means "no capping", which llama.cpp's gemma2 cannot express (it
+ * always divides by the cap and takes tanh), so that and a cap of 0 are
+ * refused. */
+static int gemma2_cap(const cJSON *c, const char *key, double def, double *out,
+		      struct ck_err *err)
+{
+	if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(c, key)))
+		return ck_fail(err, CK_E_SOURCE, "config.json: \"%s\" is null (no capping): llama.cpp's "
+						 "gemma2 always caps",
+			       key);
+	return cfg_num(c, key, def, 1, 1e-6, 1e9, out, err);
+}
+
 /* Gemma 2's soft-capping and sliding window. llama.cpp scales queries by
  * 1/sqrt(head_dim), or by 1/sqrt(hidden/heads) for its 27B type (46
  * layers), and reads no query_pre_attn_scalar: any other value is refused
@@ -119,8 +133,8 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 {
 	double qs, acap, fcap, swa;
 	if (cfg_num(c, "query_pre_attn_scalar", hd, 1, 1, 1e9, &qs, err) < 0 ||
-	    cfg_num(c, "attn_logit_softcapping", 50, 1, 0, 1e9, &acap, err) < 0 ||
-	    cfg_num(c, "final_logit_softcapping", 30, 1, 0, 1e9, &fcap, err) < 0 ||
+	    gemma2_cap(c, "attn_logit_softcapping", 50, &acap, err) < 0 ||
+	    gemma2_cap(c, "final_logit_softcapping", 30, &fcap, err) < 0 ||
 	    cfg_num(c, "sliding_window", 4096, 1, 1, UINT32_MAX, &swa, err) < 0)
 		return -1;
 	if (qs != hd && !(L == 46 && qs == (double)((int64_t)H / (int64_t)nh)))

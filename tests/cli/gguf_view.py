@@ -512,6 +512,14 @@ def gemma(d, rng, lib):
             mnt = tempfile.mkdtemp(dir=d)
             refused(["mount", nocap, mnt, "-o", "gguf"], "query_pre_attn_scalar 100")
             assert not os.listdir(mnt)
+            # null is Hugging Face's "no capping", which llama.cpp's gemma2 cannot
+            # express; a cap of 0 would divide by zero
+            for key, val, says in (("final_logit_softcapping", None, "is null (no capping)"),
+                                   ("attn_logit_softcapping", None, "is null (no capping)"),
+                                   ("attn_logit_softcapping", 0, "attn_logit_softcapping\" must be")):
+                json.dump(dict(cfg, **{key: val}), open(os.path.join(nocap, "config.json"), "w"))
+                refused(["mount", nocap, mnt, "-o", "gguf"], says)
+                assert not os.listdir(mnt)
         print(f"{arch}: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
               f"{arch}, same greedy; norms left as offsets: off by {r_bad:.1e}{caps}")
 
