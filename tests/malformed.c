@@ -83,7 +83,7 @@ HDR(shape_product_overflow,
 HDR(shape_not_list, "{\"t\":{\"dtype\":\"F32\",\"shape\":2,\"data_offsets\":[0,8]}}", 8)
 HDR(shape_string_dim, "{\"t\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}", 8)
 HDR(too_many_dims,
-    "{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"
+    "{\"t\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],"
     "\"data_offsets\":[0,1]}}",
     1)
 HDR(offsets_wrong_span, "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,12]}}", 12)
@@ -132,7 +132,7 @@ const struct malformed_class malformed_classes[] = {
 	{"shape_product_overflow", "shape product overflows", shape_product_overflow},
 	{"shape_not_list", "shape is not a list", shape_not_list},
 	{"shape_string_dim", "shape[0] is not a non-negative integer", shape_string_dim},
-	{"too_many_dims", "17 dimensions", too_many_dims},
+	{"too_many_dims", "9 dimensions", too_many_dims},
 	{"offsets_wrong_span", "span 12 bytes but F32", offsets_wrong_span},
 	{"offsets_reversed", "before begin", offsets_reversed},
 	{"offsets_not_pair", "not a list of two integers", offsets_not_pair},

@@ -489,8 +489,9 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	/* the count is set only once it is known to fit: free_partition walks
 	 * spec[0..ndim) */
 	int ndim = cJSON_GetArraySize(spec);
-	if (ndim > 16)
-		return fail_at(c, NULL, "%s: more than 16 dims%s", where, NULL);
+	if (ndim > CK_MAX_DIMS)
+		return ck_fail(c->err, CK_E_MAPPING, "%s: %s: more than %d dims", c->what, where,
+			       CK_MAX_DIMS);
 	p->ndim = ndim;
 	int d = 0;
 	for (const cJSON *e = spec->child; e; e = e->next, d++) {

@@ -4,6 +4,7 @@
 #ifndef CK_MAPPING_H
 #define CK_MAPPING_H
 
+#include "../ckpt/tensors.h" /* CK_MAX_DIMS */
 #include "../util/error.h"
 #include "../util/strmap.h"
 #include "expr.h"
@@ -55,8 +56,8 @@ struct ck_partition {
 	int index;
 	struct ck_pattern match;
 	int ndim;
-	char *spec[16];
-	int64_t blocks[16];
+	char *spec[CK_MAX_DIMS];
+	int64_t blocks[CK_MAX_DIMS];
 	struct ck_expr *require; /* must hold (mesh axis sizes are names) */
 	int pad;		 /* a dim that does not split is padded with zeros */
 	struct ck_expr *pad_to;	 /* "pad": EXPR: padded to a multiple of EXPR x the axis size,

@@ -140,13 +140,13 @@ static void mapping_refused(const char *text, const char *want)
 
 START_TEST(mapping_bounds_and_bindings)
 {
-	/* a spec longer than 16 dims: the count must not be set before the check
-	 * (freeing spec[0..17) ran past the array) */
+	/* a spec longer than 8 dims: the count must not be set before the check
+	 * (freeing spec[0..9) ran past the array) */
 	char spec[512] = "{\"partition\": [{\"match\": \"a\", \"spec\": [";
 	for (int d = 0; d < 40; d++)
 		strcat(spec, d ? ", \"tp\"" : "\"tp\"");
 	strcat(spec, "]}]}");
-	mapping_refused(spec, "more than 16 dims");
+	mapping_refused(spec, "more than 8 dims");
 	/* a name is bound once */
 	mapping_refused("{\"rules\": [{\"from\": \"a.{L}.w\", \"to\": \"t.{L}\", \"for\": {\"L\": 1}}]}",
 			"\"for\" binds {L}");
