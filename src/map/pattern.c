@@ -167,6 +167,22 @@ const char *ck_binding_get(const struct ck_binding *b, const char *name)
 	return NULL;
 }
 
+int ck_binding_borrow(struct ck_binding *dst, const struct ck_binding *src, const char *name,
+		      char *val)
+{
+	*dst = *src;
+	for (int i = 0; i < dst->n; i++)
+		if (!strcmp(dst->name[i], name)) {
+			dst->val[i] = val;
+			return 0;
+		}
+	if (dst->n == CK_MAX_CAPTURES)
+		return -1;
+	dst->name[dst->n] = name;
+	dst->val[dst->n++] = val;
+	return 0;
+}
+
 int ck_binding_set(struct ck_binding *b, const char *name, const char *val)
 {
 	for (int i = 0; i < b->n; i++)
@@ -319,20 +335,28 @@ int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_bind
 int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,
 		     struct ck_err *err)
 {
-	size_t len = 1;
-	for (int i = 0; i < p->n; i++) {
+	/* each token's text and length once: keys are built per rule instance */
+	const char *part[2 * CK_MAX_CAPTURES + 1];
+	size_t plen[2 * CK_MAX_CAPTURES + 1], len = 1;
+	int n = p->n;
+	if (n > 2 * CK_MAX_CAPTURES + 1) /* compile allows no more: captures alternate with text */
+		return ck_fail(err, CK_E_MAPPING, "pattern \"%s\": too many tokens", p->text);
+	for (int i = 0; i < n; i++) {
 		const char *v = p->tok[i].lit ? p->tok[i].lit : ck_binding_get(b, p->tok[i].name);
 		if (!v)
 			return ck_fail(err, CK_E_MAPPING, "pattern \"%s\": capture {%s} is not bound",
 				       p->text, p->tok[i].name);
-		len += strlen(v);
+		part[i] = v;
+		len += plen[i] = p->tok[i].lit ? p->tok[i].lit_len : strlen(v);
 	}
-	char *s = malloc(len);
+	char *s = malloc(len), *o = s;
 	if (!s)
 		return ck_fail_sys(err, ENOMEM, "pattern");
-	s[0] = '\0';
-	for (int i = 0; i < p->n; i++)
-		strcat(s, p->tok[i].lit ? p->tok[i].lit : ck_binding_get(b, p->tok[i].name));
+	for (int i = 0; i < n; i++) {
+		memcpy(o, part[i], plen[i]);
+		o += plen[i];
+	}
+	*o = '\0';
 	*out = s;
 	return 0;
 }

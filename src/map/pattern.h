@@ -48,6 +48,10 @@ int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, cha
 int ck_pattern_has_capture(const struct ck_pattern *p, const char *name);
 const char *ck_binding_get(const struct ck_binding *b, const char *name);
 int ck_binding_set(struct ck_binding *b, const char *name, const char *val);
+/* dst: src's captures plus name = val, all borrowed (src and val must
+ * outlive it; never ck_binding_clear it). -1 when there is no room. */
+int ck_binding_borrow(struct ck_binding *dst, const struct ck_binding *src, const char *name,
+		      char *val);
 void ck_binding_clear(struct ck_binding *b);
 int ck_binding_copy(struct ck_binding *dst, const struct ck_binding *src);
 

@@ -404,19 +404,13 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 		}
 		for (int j = 0; j < cnt; j++) {
 			char num[32], *key;
-			struct ck_binding bb = {0};
-			if (ck_binding_copy(&bb, b) < 0) {
-				nomem(st->err);
-				goto out;
-			}
+			struct ck_binding bb; /* borrowed: b plus the reduced capture */
 			snprintf(num, sizeof num, "%lld", red ? (long long)rvals[j] : 0LL);
-			if (red && ck_binding_set(&bb, r->reduce[0], num) < 0) {
-				ck_binding_clear(&bb);
+			if (red && ck_binding_borrow(&bb, b, r->reduce[0], num) < 0) {
 				nomem(st->err);
 				goto out;
 			}
-			int s = ck_pattern_subst(&r->in[i].pat, &bb, &key, st->err);
-			ck_binding_clear(&bb);
+			int s = ck_pattern_subst(&r->in[i].pat, red ? &bb : b, &key, st->err);
 			if (s < 0) {
 				rule_fail(st, r, NULL);
 				goto out;
@@ -449,9 +443,8 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 		for (int64_t v = 0; v < n; v++) {
 			char num[32];
 			snprintf(num, sizeof num, "%lld", (long long)v);
-			struct ck_binding bb = {0};
-			if (ck_binding_copy(&bb, b) < 0 || ck_binding_set(&bb, r->for_name, num) < 0) {
-				ck_binding_clear(&bb);
+			struct ck_binding bb; /* borrowed: b plus the "for" capture */
+			if (ck_binding_borrow(&bb, b, r->for_name, num) < 0) {
 				nomem(st->err);
 				goto out;
 			}
@@ -460,7 +453,6 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 			int s = eval_lets(st, r, &env);
 			for (int k = 0; k < r->n_out && s == 0; k++)
 				s = emit_output(st, r, k, &bb, &env);
-			ck_binding_clear(&bb);
 			env.b = b;
 			if (s < 0)
 				goto out;

@@ -162,7 +162,7 @@ int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err
 	const struct ck_partition **part = NULL;
 	if (!mults)
 		return ck_fail_sys(err, ENOMEM, "%s", rules->path);
-	int ret = -1;
+	int ret = -1, padded = 0;
 	if (partitions_of(p, rules, &part, err) < 0)
 		goto out;
 	for (size_t i = 0; i < p->n; i++) {
@@ -181,12 +181,16 @@ int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err
 			goto out;
 		for (int d = 0; d < t->v.ndim; d++) {
 			int64_t S = t->v.shape[d], m = *mult;
-			if (pr->spec[d] && pr->blocks[d] == 1 && S % m &&
-			    ck_value_pad(&t->v, d, (S + m - 1) / m * m, err) < 0)
+			if (!pr->spec[d] || pr->blocks[d] != 1 || !(S % m))
+				continue;
+			if (ck_value_pad(&t->v, d, (S + m - 1) / m * m, err) < 0)
 				goto out;
+			padded = 1;
 		}
 	}
-	ret = ck_plan_refresh(p, err);
+	/* sizes and groups again only if a shape changed (a vocabulary that
+	 * already divides, the usual case, leaves the plan as it was) */
+	ret = padded ? ck_plan_refresh(p, err) : 0;
 out:
 	free(part);
 	free(mults);
