@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/json_lex.h"
 #include "../util/json_strict.h"
 #include "../util/strmap.h"
 
@@ -26,84 +27,139 @@ void ck_index_free(struct ck_index *idx)
 	memset(idx, 0, sizeof *idx);
 }
 
+/* A file name (p->str) as an index into out->files. */
+static int file_slot(struct ck_index *out, struct ck_strmap *files, const char *fname,
+		     uint32_t *fi, struct ck_err *err, const char *what)
+{
+	/* shards list their keys together: most entries name the file the one
+	 * before did */
+	if (out->n_entries && !strcmp(fname, out->files[out->entries[out->n_entries - 1].file])) {
+		*fi = out->entries[out->n_entries - 1].file;
+		return 0;
+	}
+	if (out->n_files == out->cap_files) {
+		size_t c = out->cap_files ? 2 * out->cap_files : 16;
+		char **nf = realloc(out->files, c * sizeof *nf);
+		if (!nf)
+			return ck_fail_sys(err, ENOMEM, "%s", what);
+		out->files = nf;
+		out->cap_files = c;
+	}
+	char *dup = strdup(fname);
+	uint32_t existing;
+	int r = dup ? ck_strmap_put(files, dup, (uint32_t)out->n_files, &existing) : -1;
+	if (r < 0) {
+		free(dup);
+		return ck_fail_sys(err, ENOMEM, "%s", what);
+	}
+	if (r == 1) {
+		free(dup);
+		*fi = existing;
+		return 0;
+	}
+	*fi = (uint32_t)out->n_files;
+	out->files[out->n_files++] = dup;
+	return 0;
+}
+
+struct wm_ctx {
+	struct ck_jlex *p;
+	struct ck_index *out;
+	struct ck_strmap *files;
+	size_t cap;
+};
+
+/* One weight_map entry: key -> a plain file name. */
+static int wm_member(void *vc, char *key, const char *fname)
+{
+	struct wm_ctx *c = vc;
+	struct ck_index *out = c->out;
+	uint32_t fi = 0;
+	int r = -1;
+	if (ck_plain_file_name(fname) < 0)
+		ck_fail(c->p->err, CK_E_SOURCE,
+			"%s: weight_map[\"%s\"] names \"%s\", not a plain file name in the directory",
+			c->p->what, key, fname);
+	else
+		r = file_slot(out, c->files, fname, &fi, c->p->err, c->p->what);
+	if (r == 0 && out->n_entries == c->cap) {
+		size_t n = c->cap ? 2 * c->cap : 1024;
+		struct ck_index_entry *ne = realloc(out->entries, n * sizeof *ne);
+		if (ne)
+			out->entries = ne, c->cap = n;
+		else
+			r = ck_fail_sys(c->p->err, ENOMEM, "%s", c->p->what);
+	}
+	if (r < 0) {
+		free(key);
+		return -1;
+	}
+	out->entries[out->n_entries++] = (struct ck_index_entry){key, fi};
+	return 0;
+}
+
+/* Read in one pass, no tree: an index of a large checkpoint lists ~100,000
+ * keys. "metadata" (total_size may be any number) and other members are
+ * skipped. */
 int ck_index_parse(const char *json, size_t len, const char *what, struct ck_index *out,
 		   struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
-	/* metadata.total_size may be any number in the wild; integers are only
-	 * required where we use them, so no CK_JSON_INTEGERS_ONLY here. */
-	cJSON *root = ck_json_parse(json, len, 0, CK_E_SOURCE, what, err);
-	if (!root)
+	if (ck_json_scan(json, len, 0, CK_E_SOURCE, what, err) < 0)
 		return -1;
-	int rc = -1;
+	struct ck_jlex p = {json, len, 0, what, what, err, NULL, 0, 0};
 	struct ck_strmap files = {0};
-	const cJSON *wm = NULL;
-	if (!cJSON_IsObject(root)) {
-		ck_fail(err, CK_E_SOURCE, "%s: not a JSON object", what);
-		goto out;
-	}
-	for (const cJSON *c = root->child; c; c = c->next)
-		if (strcmp(c->string, "weight_map") == 0) {
-			if (wm) {
-				ck_fail(err, CK_E_SOURCE, "%s: duplicate \"weight_map\"", what);
-				goto out;
-			}
-			wm = c;
-		}
-	if (!wm || !cJSON_IsObject(wm)) {
-		ck_fail(err, CK_E_SOURCE, "%s: %s", what,
-			wm ? "\"weight_map\" is not an object" : "no \"weight_map\"");
-		goto out;
-	}
-	size_t n = (size_t)cJSON_GetArraySize(wm);
-	out->entries = calloc(n ? n : 1, sizeof *out->entries);
-	out->files = calloc(n ? n : 1, sizeof *out->files);
-	if (!out->entries || !out->files || ck_strmap_init(&files, 16) < 0) {
+	int rc = -1, have_wm = 0;
+	if (ck_strmap_init(&files, 16) < 0) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
 	}
-	for (cJSON *c = wm->child; c; c = c->next) {
-		if (!cJSON_IsString(c)) {
-			ck_fail(err, CK_E_SOURCE, "%s: weight_map[\"%s\"] is not a string", what,
-				c->string);
-			goto out;
-		}
-		const char *fname = c->valuestring;
-		if (ck_plain_file_name(fname) < 0) {
-			ck_fail(err, CK_E_SOURCE,
-				"%s: weight_map[\"%s\"] names \"%s\", not a plain file name in the "
-				"directory",
-				what, c->string, fname);
-			goto out;
-		}
-		/* shards list their keys together: most entries name the file
-		 * the one before did */
-		uint32_t fi = (uint32_t)out->n_files, existing;
-		int r = 0;
-		if (out->n_entries && !strcmp(fname, out->files[out->entries[out->n_entries - 1].file])) {
-			fi = out->entries[out->n_entries - 1].file;
-		} else if ((r = ck_strmap_put(&files, fname, fi, &existing)) < 0) {
-			ck_fail_sys(err, ENOMEM, "%s", what);
-			goto out;
-		} else if (r == 1) {
-			fi = existing;
-		} else {
-			if (!(out->files[out->n_files] = strdup(fname))) {
-				ck_fail_sys(err, ENOMEM, "%s", what);
+	if (!ck_jlex_eat(&p, '{')) {
+		if (ck_jlex_skip(&p, 0) == 0)
+			ck_fail(err, CK_E_SOURCE, "%s: not a JSON object", what);
+		goto out;
+	}
+	if (!ck_jlex_eat(&p, '}')) {
+		do {
+			char *key;
+			if (ck_jlex_key(&p, &key) < 0)
+				goto out;
+			int wm = !strcmp(key, "weight_map");
+			free(key);
+			if (wm && have_wm++) {
+				ck_fail(err, CK_E_SOURCE, "%s: duplicate \"weight_map\"", what);
 				goto out;
 			}
-			out->n_files++;
+			if (wm && !ck_jlex_peek(&p, '{')) {
+				if (ck_jlex_skip(&p, 1) == 0)
+					ck_fail(err, CK_E_SOURCE, "%s: \"weight_map\" is not an object",
+						what);
+				goto out;
+			}
+			struct wm_ctx c = {&p, out, &files, 0};
+			if ((wm ? ck_jlex_string_map(&p, wm_member, &c, "weight_map[\"%s\"] is not a string")
+				: ck_jlex_skip(&p, 1)) < 0)
+				goto out;
+		} while (ck_jlex_eat(&p, ','));
+		if (!ck_jlex_eat(&p, '}')) {
+			ck_jlex_syntax(&p);
+			goto out;
 		}
-		struct ck_index_entry *e = &out->entries[out->n_entries];
-		e->key = c->string; /* taken from the tree: cJSON_Delete skips a NULL name */
-		c->string = NULL;
-		e->file = fi;
-		out->n_entries++;
+	}
+	ck_jlex_ws(&p);
+	if (p.i != len) {
+		ck_fail(err, CK_E_SOURCE, "%s: trailing data after the JSON value at offset %zu", what,
+			p.i);
+		goto out;
+	}
+	if (!have_wm) {
+		ck_fail(err, CK_E_SOURCE, "%s: no \"weight_map\"", what);
+		goto out;
 	}
 	rc = 0;
 out:
 	ck_strmap_free(&files);
-	cJSON_Delete(root);
+	ck_jlex_free(&p);
 	if (rc < 0)
 		ck_index_free(out);
 	return rc;

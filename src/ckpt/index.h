@@ -15,7 +15,7 @@ struct ck_index_entry {
 
 struct ck_index {
 	char **files; /* unique file names, in order of first appearance */
-	size_t n_files;
+	size_t n_files, cap_files;
 	struct ck_index_entry *entries;
 	size_t n_entries;
 };

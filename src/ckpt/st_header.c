@@ -5,219 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/json_lex.h"
 #include "../util/json_strict.h"
 #include "../util/strmap.h"
-
-#define MAX_NEST 1000 /* cJSON's nesting limit */
-
-struct p {
-	const char *s;
-	size_t n, i;
-	const char *what;
-	struct ck_err *err;
-	char *str; /* the last string, decoded */
-	size_t str_len, str_cap;
-};
-
-static int syntax(struct p *p)
-{
-	return ck_fail(p->err, CK_E_SOURCE, "%s: header: invalid JSON near offset %zu", p->what, p->i);
-}
-
-static void ws(struct p *p)
-{
-	while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-			       p->s[p->i] == '\r'))
-		p->i++;
-}
-
-static int eat(struct p *p, char c)
-{
-	ws(p);
-	if (p->i < p->n && p->s[p->i] == c) {
-		p->i++;
-		return 1;
-	}
-	return 0;
-}
-
-static int put(struct p *p, const char *b, size_t k)
-{
-	if (p->str_len + k + 1 > p->str_cap) {
-		size_t c = p->str_cap ? p->str_cap : 64;
-		while (c < p->str_len + k + 1)
-			c *= 2;
-		char *ns = realloc(p->str, c);
-		if (!ns)
-			return ck_fail_sys(p->err, ENOMEM, "%s", p->what);
-		p->str = ns;
-		p->str_cap = c;
-	}
-	memcpy(p->str + p->str_len, b, k);
-	p->str_len += k;
-	p->str[p->str_len] = '\0';
-	return 0;
-}
-
-static int hex4(struct p *p, unsigned *v)
-{
-	if (p->n - p->i < 4)
-		return -1;
-	*v = 0;
-	for (int k = 0; k < 4; k++) {
-		char c = p->s[p->i++];
-		*v <<= 4;
-		if (c >= '0' && c <= '9')
-			*v |= (unsigned)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			*v |= (unsigned)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			*v |= (unsigned)(c - 'A' + 10);
-		else
-			return -1;
-	}
-	return 0;
-}
-
-/* A string at p->i (after whitespace) into p->str. The scan has checked
- * UTF-8 and NUL; here: escapes and control characters. */
-static int string(struct p *p)
-{
-	ws(p);
-	if (p->i >= p->n || p->s[p->i] != '"')
-		return syntax(p);
-	p->i++;
-	p->str_len = 0;
-	if (put(p, "", 0) < 0)
-		return -1;
-	for (;;) {
-		size_t run = p->i;
-		while (p->i < p->n && p->s[p->i] != '"' && p->s[p->i] != '\\' &&
-		       (unsigned char)p->s[p->i] >= 0x20)
-			p->i++;
-		if (put(p, p->s + run, p->i - run) < 0)
-			return -1;
-		if (p->i >= p->n || (unsigned char)p->s[p->i] < 0x20)
-			return syntax(p);
-		if (p->s[p->i++] == '"')
-			return 0;
-		if (p->i >= p->n)
-			return syntax(p);
-		char e = p->s[p->i++], o[4], c;
-		switch (e) {
-		case '"': c = '"'; break;
-		case '\\': c = '\\'; break;
-		case '/': c = '/'; break;
-		case 'b': c = '\b'; break;
-		case 'f': c = '\f'; break;
-		case 'n': c = '\n'; break;
-		case 'r': c = '\r'; break;
-		case 't': c = '\t'; break;
-		case 'u': c = 0; break;
-		default: return syntax(p); /* found by fuzzing: "\<NUL>" once read past a table */
-		}
-		if (e != 'u') {
-			if (put(p, &c, 1) < 0)
-				return -1;
-			continue;
-		}
-		unsigned cp, lo;
-		if (e != 'u' || hex4(p, &cp) < 0)
-			return syntax(p);
-		if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
-			if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
-				return syntax(p);
-			p->i += 2;
-			if (hex4(p, &lo) < 0 || lo < 0xDC00 || lo > 0xDFFF)
-				return syntax(p);
-			cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-		} else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-			return syntax(p);
-		}
-		size_t k;
-		if (cp < 0x80)
-			o[0] = (char)cp, k = 1;
-		else if (cp < 0x800)
-			o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 0x3F)), k = 2;
-		else if (cp < 0x10000)
-			o[0] = (char)(0xE0 | cp >> 12), o[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-			o[2] = (char)(0x80 | (cp & 0x3F)), k = 3;
-		else
-			o[0] = (char)(0xF0 | cp >> 18), o[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-			o[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), o[3] = (char)(0x80 | (cp & 0x3F)),
-			k = 4;
-		if (put(p, o, k) < 0)
-			return -1;
-	}
-}
-
-/* An integer token (the scan allowed no other numbers); *is_num = 0 when the
- * value is not a number at all (the caller decides what that means). */
-static int number(struct p *p, int64_t *v, int *is_num)
-{
-	ws(p);
-	size_t j = p->i;
-	int neg = j < p->n && p->s[j] == '-';
-	j += (size_t)neg;
-	if (j >= p->n || p->s[j] < '0' || p->s[j] > '9') {
-		*is_num = 0;
-		return 0;
-	}
-	if (p->s[j] == '0' && j + 1 < p->n && p->s[j + 1] >= '0' && p->s[j + 1] <= '9')
-		return syntax(p); /* leading zeros */
-	int64_t x = 0;
-	while (j < p->n && p->s[j] >= '0' && p->s[j] <= '9')
-		x = x * 10 + (p->s[j++] - '0'); /* at most 2^53: the scan said so */
-	p->i = j;
-	*v = neg ? -x : x;
-	*is_num = 1;
-	return 0;
-}
-
-static int skip_value(struct p *p, int depth);
-
-/* [v, v, ...] or {"k": v, ...}, values skipped */
-static int skip_container(struct p *p, char close, int depth)
-{
-	if (depth > MAX_NEST)
-		return syntax(p);
-	if (eat(p, close))
-		return 0;
-	do {
-		if (close == '}' && (string(p) < 0 || !eat(p, ':')))
-			return p->err->msg[0] ? -1 : syntax(p);
-		if (skip_value(p, depth + 1) < 0)
-			return -1;
-	} while (eat(p, ','));
-	return eat(p, close) ? 0 : syntax(p);
-}
-
-static int skip_value(struct p *p, int depth)
-{
-	ws(p);
-	if (p->i >= p->n)
-		return syntax(p);
-	char c = p->s[p->i];
-	if (c == '"')
-		return string(p);
-	if (c == '{' || c == '[') {
-		p->i++;
-		return skip_container(p, c == '{' ? '}' : ']', depth);
-	}
-	static const char *const lit[] = {"true", "false", "null"};
-	for (int k = 0; k < 3; k++) {
-		size_t l = strlen(lit[k]);
-		if (p->n - p->i >= l && !memcmp(p->s + p->i, lit[k], l)) {
-			p->i += l;
-			return 0;
-		}
-	}
-	int64_t v;
-	int isnum;
-	if (number(p, &v, &isnum) < 0)
-		return -1;
-	return isnum ? 0 : syntax(p);
-}
 
 /* What one tensor entry held, checked after its closing brace in the order
  * (and with the messages) of the schema. */
@@ -232,21 +22,21 @@ struct fields {
 	int64_t offs[2];
 };
 
-static int int_list(struct p *p, int64_t *out, int cap, int *n, int *bad)
+static int int_list(struct ck_jlex *p, int64_t *out, int cap, int *n, int *bad)
 {
 	*n = 0;
 	*bad = 0;
-	if (eat(p, ']'))
+	if (ck_jlex_eat(p, ']'))
 		return 0;
 	do {
 		int64_t v;
 		int isnum;
 		size_t at = p->i;
-		if (number(p, &v, &isnum) < 0)
+		if (ck_jlex_int(p, &v, &isnum) < 0)
 			return -1;
 		if (!isnum) {
 			p->i = at;
-			if (skip_value(p, 1) < 0)
+			if (ck_jlex_skip(p, 1) < 0)
 				return -1;
 		}
 		if ((!isnum || v < 0) && !*bad)
@@ -254,22 +44,22 @@ static int int_list(struct p *p, int64_t *out, int cap, int *n, int *bad)
 		if (*n < cap && isnum)
 			out[*n] = v;
 		(*n)++;
-	} while (eat(p, ','));
-	return eat(p, ']') ? 0 : syntax(p);
+	} while (ck_jlex_eat(p, ','));
+	return ck_jlex_eat(p, ']') ? 0 : ck_jlex_syntax(p);
 }
 
 /* An object member's key (into p->str) and its ':'. */
-static int member_key(struct p *p)
+static int member_key(struct ck_jlex *p)
 {
-	if (string(p) < 0)
+	if (ck_jlex_string(p) < 0)
 		return -1;
-	return eat(p, ':') ? 0 : syntax(p);
+	return ck_jlex_eat(p, ':') ? 0 : ck_jlex_syntax(p);
 }
 
-static int entry_fields(struct p *p, const char *key, struct fields *f)
+static int entry_fields(struct ck_jlex *p, const char *key, struct fields *f)
 {
 	memset(f, 0, sizeof *f);
-	if (eat(p, '}'))
+	if (ck_jlex_eat(p, '}'))
 		return 0;
 	do {
 		if (member_key(p) < 0)
@@ -282,10 +72,10 @@ static int entry_fields(struct p *p, const char *key, struct fields *f)
 		if (which && (*has)++)
 			return ck_fail(p->err, CK_E_SOURCE, "%s: tensor \"%s\": duplicate field \"%s\"",
 				       p->what, key, p->str);
-		ws(p);
+		ck_jlex_ws(p);
 		char c = p->i < p->n ? p->s[p->i] : 0;
 		if (which == 1 && c == '"') {
-			if (string(p) < 0)
+			if (ck_jlex_string(p) < 0)
 				return -1;
 			f->dt_string = 1;
 			f->dt_long = p->str_len >= sizeof f->dt;
@@ -303,15 +93,15 @@ static int entry_fields(struct p *p, const char *key, struct fields *f)
 				if (int_list(p, f->offs, 2, &f->offs_n, &f->offs_bad) < 0)
 					return -1;
 			}
-		} else if (skip_value(p, 1) < 0) {
+		} else if (ck_jlex_skip(p, 1) < 0) {
 			return -1;
 		}
-	} while (eat(p, ','));
-	return eat(p, '}') ? 0 : syntax(p);
+	} while (ck_jlex_eat(p, ','));
+	return ck_jlex_eat(p, '}') ? 0 : ck_jlex_syntax(p);
 }
 
 /* The schema checks, in the order and words of the tree-based reader. */
-static int check_entry(struct p *p, const char *key, const struct fields *f,
+static int check_entry(struct ck_jlex *p, const char *key, const struct fields *f,
 		       struct ck_tensor_info *t, struct ck_st_span *sp)
 {
 	const char *what = p->what;
@@ -368,63 +158,49 @@ static int check_entry(struct p *p, const char *key, const struct fields *f,
 	return 0;
 }
 
-static int metadata(struct p *p, struct ck_file_tensors *h, size_t *cap)
+struct meta_ctx {
+	struct ck_jlex *p;
+	struct ck_file_tensors *h;
+	size_t *cap;
+};
+
+static int meta_member(void *vc, char *key, const char *value)
 {
-	ws(p);
-	if (p->i >= p->n || p->s[p->i] != '{') {
-		if (skip_value(p, 1) < 0)
+	struct meta_ctx *c = vc;
+	struct ck_file_tensors *h = c->h;
+	char *val = strdup(value);
+	if (val && h->n_meta == *c->cap) {
+		size_t n = *c->cap ? 2 * *c->cap : 8;
+		struct ck_file_meta *nm = realloc(h->meta, n * sizeof *nm);
+		if (nm)
+			h->meta = nm, *c->cap = n;
+		else
+			free(val), val = NULL;
+	}
+	if (!val) {
+		free(key);
+		return ck_fail_sys(c->p->err, ENOMEM, "%s", c->p->what);
+	}
+	h->meta[h->n_meta].key = key;
+	h->meta[h->n_meta++].value = val;
+	return 0;
+}
+
+static int metadata(struct ck_jlex *p, struct ck_file_tensors *h, size_t *cap)
+{
+	if (!ck_jlex_peek(p, '{')) {
+		if (ck_jlex_skip(p, 1) < 0)
 			return -1;
 		return ck_fail(p->err, CK_E_SOURCE, "%s: __metadata__ must be an object of strings",
 			       p->what);
 	}
-	p->i++;
-	if (eat(p, '}'))
-		return 0;
-	do {
-		if (string(p) < 0)
-			return -1;
-		char *key = strdup(p->str);
-		if (!key)
-			return ck_fail_sys(p->err, ENOMEM, "%s", p->what);
-		ws(p);
-		if (!eat(p, ':')) {
-			free(key);
-			return syntax(p);
-		}
-		ws(p);
-		if (p->i >= p->n || p->s[p->i] != '"') {
-			int r = skip_value(p, 1);
-			if (r == 0)
-				ck_fail(p->err, CK_E_SOURCE,
-					"%s: __metadata__ value for \"%s\" is not a string", p->what, key);
-			free(key);
-			return -1;
-		}
-		char *val = string(p) == 0 ? strdup(p->str) : NULL;
-		if (!val) {
-			free(key);
-			return p->err->msg[0] ? -1 : ck_fail_sys(p->err, ENOMEM, "%s", p->what);
-		}
-		if (h->n_meta == *cap) {
-			size_t c = *cap ? 2 * *cap : 8;
-			struct ck_file_meta *nm = realloc(h->meta, c * sizeof *nm);
-			if (!nm) {
-				free(key);
-				free(val);
-				return ck_fail_sys(p->err, ENOMEM, "%s", p->what);
-			}
-			h->meta = nm;
-			*cap = c;
-		}
-		h->meta[h->n_meta].key = key;
-		h->meta[h->n_meta++].value = val;
-	} while (eat(p, ','));
-	return eat(p, '}') ? 0 : syntax(p);
+	struct meta_ctx c = {p, h, cap};
+	return ck_jlex_string_map(p, meta_member, &c, "__metadata__ value for \"%s\" is not a string");
 }
 
 /* One tensor entry, its key just read (p->str): a new slot in h and
  * *spans (capacity *cap), the key unique, the value an object of fields. */
-static int tensor_entry(struct p *p, struct ck_file_tensors *h, struct ck_st_span **spans,
+static int tensor_entry(struct ck_jlex *p, struct ck_file_tensors *h, struct ck_st_span **spans,
 			size_t *cap, struct ck_strmap *seen)
 {
 	const char *what = p->what;
@@ -450,9 +226,8 @@ static int tensor_entry(struct p *p, struct ck_file_tensors *h, struct ck_st_spa
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	if (r > 0)
 		return ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"%s\"", what, t->name);
-	ws(p);
-	if (p->i >= p->n || p->s[p->i] != '{') {
-		if (skip_value(p, 1) == 0)
+	if (!ck_jlex_peek(p, '{')) {
+		if (ck_jlex_skip(p, 1) == 0)
 			ck_fail(err, CK_E_SOURCE, "%s: tensor \"%s\": entry is not an object", what,
 				t->name);
 		return -1;
@@ -466,12 +241,12 @@ static int tensor_entry(struct p *p, struct ck_file_tensors *h, struct ck_st_spa
 }
 
 /* The header object's members: "__metadata__" once, tensor entries. */
-static int header_members(struct p *p, struct ck_file_tensors *h, struct ck_st_span **spans,
+static int header_members(struct ck_jlex *p, struct ck_file_tensors *h, struct ck_st_span **spans,
 			  struct ck_strmap *seen)
 {
 	size_t cap = 0, mcap = 0;
 	int have_meta = 0;
-	if (eat(p, '}'))
+	if (ck_jlex_eat(p, '}'))
 		return 0;
 	do {
 		if (member_key(p) < 0)
@@ -485,9 +260,9 @@ static int header_members(struct p *p, struct ck_file_tensors *h, struct ck_st_s
 		} else if (tensor_entry(p, h, spans, &cap, seen) < 0) {
 			return -1;
 		}
-	} while (eat(p, ','));
-	if (!eat(p, '}'))
-		return syntax(p);
+	} while (ck_jlex_eat(p, ','));
+	if (!ck_jlex_eat(p, '}'))
+		return ck_jlex_syntax(p);
 	return 0;
 }
 
@@ -500,7 +275,7 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 	/* UTF-8, NUL bytes, \u0000, integer-only numbers: the shared raw scan */
 	if (ck_json_scan(json, n, CK_JSON_INTEGERS_ONLY, CK_E_SOURCE, ctx, err) < 0)
 		return -1;
-	struct p p = {json, n, 0, what, err, NULL, 0, 0};
+	struct ck_jlex p = {json, n, 0, what, ctx, err, NULL, 0, 0};
 	err->msg[0] = '\0';
 	struct ck_strmap seen = {0};
 	int rc = -1;
@@ -508,10 +283,9 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
 	}
-	ws(&p);
-	if (p.i >= n || json[p.i] != '{') {
-		if (skip_value(&p, 0) == 0) {
-			ws(&p);
+	if (!ck_jlex_peek(&p, '{')) {
+		if (ck_jlex_skip(&p, 0) == 0) {
+			ck_jlex_ws(&p);
 			ck_fail(err, CK_E_SOURCE,
 				p.i == n ? "%s: header is not a JSON object"
 					 : "%s: header: trailing data after the JSON value at offset %zu",
@@ -522,7 +296,7 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 	p.i++;
 	if (header_members(&p, h, spans, &seen) < 0)
 		goto out;
-	ws(&p);
+	ck_jlex_ws(&p);
 	if (p.i != n) {
 		ck_fail(err, CK_E_SOURCE, "%s: header: trailing data after the JSON value at offset %zu",
 			what, p.i);
@@ -531,6 +305,6 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 	rc = 0;
 out:
 	ck_strmap_free(&seen);
-	free(p.str);
+	ck_jlex_free(&p);
 	return rc;
 }

@@ -828,16 +828,21 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		goto out;
 	}
 	rc = -1;
+	/* no renaming: each name moves into the stage as it is */
+	int plain = !m->n_strip_prefixes && !m->n_strip_segments && !m->add_prefix;
 	for (size_t i = 0; i < *n_keys; i++) {
 		struct skey *k = &(*keys)[i];
-		char *name = rename_key(m, k->name);
+		char *name = plain ? k->name : rename_key(m, k->name);
+		if (plain)
+			k->name = NULL; /* moved into the stage */
 		uint32_t prev;
 		int r = name ? key_add(&st.in, &st.n_in, &st.cap_in, &st.in_map, name, &k->v, 0,
 				       &prev, err)
 			     : nomem(err);
 		if (r == 1)
 			ck_fail(err, CK_E_MAPPING, "%s: keys \"%s\" and \"%s\" both become \"%s\"",
-				m->path, (*keys)[prev].name, k->name, name);
+				m->path, plain ? st.in[prev].name : (*keys)[prev].name,
+				plain ? name : k->name, name);
 		if (r != 0) {
 			free(name);
 			goto out;

@@ -156,6 +156,55 @@ START_TEST(index_rules)
 }
 END_TEST
 
+/* The index is read in one pass without a tree: every JSON number form and
+ * value kind is skipped in "metadata", escapes in keys are decoded, and
+ * malformed numbers, deep nesting and a second weight_map are refused. */
+#define WM "\"weight_map\":{\"layers.10.w\":\"a.safetensors\",\"layers.2.w\":\"a.safetensors\"," \
+	   "\"emb\\u0065d\":\"b.safetensors\",\"layers.9.w\":\"b.safetensors\"}"
+
+static void index_opens(const char *json, size_t want_entries)
+{
+	put_st("a.safetensors", A, 2);
+	put_st("b.safetensors", B, 2);
+	put_str("model.safetensors.index.json", json);
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s: %s", json, err.msg);
+	ck_assert_uint_eq(cat->n_entries, want_entries);
+	uint32_t i;
+	ck_assert_int_eq(ck_strmap_get(&cat->by_name, "embed", &i), 0); /* \u0065 is 'e' */
+	ck_catalog_free(cat);
+}
+
+START_TEST(index_streaming_reader)
+{
+	index_opens("{\"metadata\":{\"total_size\":1.5e3,\"x\":[true,false,null,-0.25E+2,0,{},[]],"
+		    "\"s\":\"q\\\"\\u00e9\"}," WM ",\"extra\":{\"a\":[1,{\"b\":null}]}}",
+		    4);
+	index_opens(" { " WM " , \"metadata\" : { } } \n", 4);
+	static const char *const bad_num[] = {"01", "1.", "-", ".5", "1e", "1e+", "+1", "0x10", "NaN",
+					      "Infinity", "tru", "nul"};
+	for (size_t k = 0; k < sizeof bad_num / sizeof *bad_num; k++) {
+		char json[512];
+		snprintf(json, sizeof json, "{\"metadata\":{\"total_size\":%s}," WM "}", bad_num[k]);
+		with_index(json, "invalid JSON");
+	}
+	char deep[3000] = "{\"metadata\":";
+	size_t at = strlen(deep);
+	for (int d = 0; d < 1100; d++)
+		deep[at++] = '[';
+	deep[at] = '\0';
+	with_index(deep, "invalid JSON");
+	with_index("{" WM "," WM "}", "duplicate \"weight_map\"");
+	with_index("{" WM "} {}", "trailing data");
+	with_index("{" WM ",}", "invalid JSON");
+	with_index("{\"weight_map\":{\"embed\" \"b.safetensors\"}}", "invalid JSON");
+	with_index("{\"weight_map\":{\"embed\":[\"b.safetensors\"]}}", "is not a string");
+	with_index("{\"weight_map\":7}", "\"weight_map\" is not an object");
+	with_index("", "invalid JSON");
+}
+END_TEST
+
 /* snapshots/REV/x.safetensors are symlinks into ../../blobs/ */
 START_TEST(hf_cache_symlinks_followed)
 {
@@ -303,6 +352,7 @@ int main(void)
 	tcase_add_test(tc, missing_source_refused);
 	tcase_add_test(tc, index_valid);
 	tcase_add_test(tc, index_rules);
+	tcase_add_test(tc, index_streaming_reader);
 	tcase_add_test(tc, hf_cache_symlinks_followed);
 	tcase_add_test(tc, non_regular_refused);
 	tcase_add_test(tc, config_loaded_and_validated);

@@ -1,0 +1,48 @@
+/* A strict streaming JSON reader for large documents read once (safetensors
+ * headers, weight-map indexes): values are read in place or skipped, no tree
+ * is built. Callers run ck_json_scan over the text first: it has checked
+ * UTF-8, NUL bytes and \\u0000, and (ck_jlex_int) that numbers are integers
+ * below 2^53. Errors go to err; a syntax error reads
+ * "CTX: invalid JSON near offset N". */
+#ifndef CK_JSON_LEX_H
+#define CK_JSON_LEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+struct ck_jlex {
+	const char *s;
+	size_t n, i;	  /* text, length, position */
+	const char *what; /* the document, for the caller's messages */
+	const char *ctx;  /* prefix of syntax errors */
+	struct ck_err *err;
+	char *str; /* the last string read, decoded and NUL-terminated */
+	size_t str_len, str_cap;
+};
+
+int ck_jlex_syntax(struct ck_jlex *p); /* -1, err set */
+void ck_jlex_ws(struct ck_jlex *p);
+/* 1 and consumed when the next token (after whitespace) is c */
+int ck_jlex_eat(struct ck_jlex *p, char c);
+/* 1 when the next token (after whitespace) is c, not consumed */
+int ck_jlex_peek(struct ck_jlex *p, char c);
+/* The string at p->i (after whitespace) into p->str. 0 or -1. */
+int ck_jlex_string(struct ck_jlex *p);
+/* An object member's key, copied (*key: free it), and its ':'. 0 or -1. */
+int ck_jlex_key(struct ck_jlex *p, char **key);
+/* An object whose values must all be strings, its '{' next: member(ctx,
+ * key, value) for each, the key handed over (member frees it, also when it
+ * fails; value is p->str). A value of another kind fails with
+ * "WHAT: " not_string, not_string a format taking the key. 0 or -1. */
+int ck_jlex_string_map(struct ck_jlex *p, int (*member)(void *ctx, char *key, const char *value),
+		       void *ctx, const char *not_string);
+/* An integer (the scan was CK_JSON_INTEGERS_ONLY); *is_num = 0, nothing
+ * consumed, when the next value is not a number. 0 or -1. */
+int ck_jlex_int(struct ck_jlex *p, int64_t *v, int *is_num);
+/* Skip one value of any kind; depth: the nesting so far (1000 at most). */
+int ck_jlex_skip(struct ck_jlex *p, int depth);
+void ck_jlex_free(struct ck_jlex *p);
+
+#endif
