@@ -502,6 +502,79 @@ static int cmp_pair(const void *a, const void *b)
 	return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
+/* A per-key condition names captures, parameters and config values only
+ * (mapping.c checks), so it is a function of the named captures' values:
+ * decided once per distinct combination (dropping the layers past
+ * num_hidden_layers is 62 decisions, not one for each of 92,000 keys). */
+struct cond_memo {
+	const struct ck_pattern *pat;
+	const char *cap[CK_MAX_CAPTURES]; /* the pattern's captures the condition names */
+	int n_cap;
+	struct ck_strmap map; /* the values, length-prefixed and joined -> decision */
+	char **keys;
+	size_t n, cap_keys;
+};
+
+static void memo_name(void *vc, const char *name)
+{
+	struct cond_memo *c = vc;
+	for (int i = 0; i < c->n_cap; i++)
+		if (!strcmp(c->cap[i], name))
+			return;
+	if (c->n_cap < CK_MAX_CAPTURES && ck_pattern_has_capture(c->pat, name))
+		c->cap[c->n_cap++] = name;
+}
+
+static void cond_memo_free(struct cond_memo *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		free(c->keys[i]);
+	free(c->keys);
+	ck_strmap_free(&c->map);
+}
+
+/* The condition's value for binding b: 1 keep, 0 leave, -1 error (err set). */
+static int cond_decide(struct stage *st, const struct ck_rule *r, struct cond_memo *c,
+		       const struct ck_binding *b)
+{
+	size_t len = 1;
+	for (int i = 0; i < c->n_cap; i++) {
+		const char *v = ck_binding_get(b, c->cap[i]);
+		len += 21 + (v ? strlen(v) : 0);
+	}
+	char *key = malloc(len), *o = key;
+	if (!key)
+		return nomem(st->err);
+	for (int i = 0; i < c->n_cap; i++) {
+		const char *v = ck_binding_get(b, c->cap[i]);
+		o += sprintf(o, "%zu:%s", v ? strlen(v) : 0, v ? v : "");
+	}
+	*o = '\0';
+	uint32_t got;
+	if (c->map.cap && ck_strmap_get(&c->map, key, &got) == 0) {
+		free(key);
+		return (int)got;
+	}
+	struct env env = {st, r, b, NULL, NULL, 0};
+	int64_t v;
+	if (eval_int(st, r->cond, &env, &v) < 0) {
+		free(key);
+		return -1;
+	}
+	if (c->n == c->cap_keys) { /* remembered when there is memory; decided anyway */
+		size_t nc = c->cap_keys ? 2 * c->cap_keys : 16;
+		char **nk = realloc(c->keys, nc * sizeof *nk);
+		if (nk)
+			c->keys = nk, c->cap_keys = nc;
+	}
+	if (c->n < c->cap_keys && (c->map.cap || ck_strmap_init(&c->map, 64) == 0) &&
+	    ck_strmap_put(&c->map, key, v != 0, NULL) == 0)
+		c->keys[c->n++] = key;
+	else
+		free(key);
+	return v != 0;
+}
+
 /* The rule's matches among the stage's keys (its first input's pattern;
  * keys a per-key condition rejects are left for later rules), appended to
  * *ms. 0 or -1 (err set). */
@@ -510,6 +583,9 @@ static int collect_matches(struct stage *st, const struct ck_rule *r, struct mat
 {
 	size_t cap = 0, n_keys = st->n_in; /* keys produced by this rule are not its inputs */
 	struct ck_shape_memo memo = {0};
+	struct cond_memo cm = {.pat = &r->in[0].pat};
+	if (r->cond_per_key)
+		ck_expr_names(r->cond, memo_name, &cm);
 	int rc = -1;
 	for (; st->n_shaped < n_keys; st->n_shaped++)
 		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name,
@@ -531,9 +607,8 @@ static int collect_matches(struct stage *st, const struct ck_rule *r, struct mat
 		if (!hit)
 			continue;
 		if (r->cond_per_key) { /* a key the condition rejects is left for later rules */
-			struct env env = {st, r, &m.b, NULL, NULL, 0};
-			int64_t v;
-			if (eval_int(st, r->cond, &env, &v) < 0) {
+			int v = cond_decide(st, r, &cm, &m.b);
+			if (v < 0) {
 				ck_binding_clear(&m.b);
 				rule_fail(st, r, k->name);
 				goto out;
@@ -560,6 +635,7 @@ nomem:
 	nomem(st->err);
 out:
 	ck_shape_memo_free(&memo);
+	cond_memo_free(&cm);
 	return rc;
 }
 
