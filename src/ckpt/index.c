@@ -45,17 +45,12 @@ static int file_slot(struct ck_index *out, struct ck_strmap *files, const char *
 		out->files = nf;
 		out->cap_files = c;
 	}
+	if (ck_strmap_get(files, fname, fi) == 0)
+		return 0;
 	char *dup = strdup(fname);
-	uint32_t existing;
-	int r = dup ? ck_strmap_put(files, dup, (uint32_t)out->n_files, &existing) : -1;
-	if (r < 0) {
+	if (!dup || ck_strmap_put(files, dup, (uint32_t)out->n_files, NULL) < 0) {
 		free(dup);
 		return ck_fail_sys(err, ENOMEM, "%s", what);
-	}
-	if (r == 1) {
-		free(dup);
-		*fi = existing;
-		return 0;
 	}
 	*fi = (uint32_t)out->n_files;
 	out->files[out->n_files++] = dup;
@@ -137,8 +132,10 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 				goto out;
 			}
 			struct wm_ctx c = {&p, out, &files, 0};
-			if ((wm ? ck_jlex_string_map(&p, wm_member, &c, "weight_map[\"%s\"] is not a string")
-				: ck_jlex_skip(&p, 1)) < 0)
+			int r = wm ? ck_jlex_string_map(&p, wm_member, &c,
+							"weight_map[\"%s\"] is not a string")
+				   : ck_jlex_skip(&p, 1);
+			if (r < 0)
 				goto out;
 		} while (ck_jlex_eat(&p, ','));
 		if (!ck_jlex_eat(&p, '}')) {

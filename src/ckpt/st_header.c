@@ -195,7 +195,8 @@ static int metadata(struct ck_jlex *p, struct ck_file_tensors *h, size_t *cap)
 			       p->what);
 	}
 	struct meta_ctx c = {p, h, cap};
-	return ck_jlex_string_map(p, meta_member, &c, "__metadata__ value for \"%s\" is not a string");
+	return ck_jlex_string_map(p, meta_member, &c,
+				  "__metadata__ value for \"%s\" is not a string");
 }
 
 /* One tensor entry, its key just read (p->str): a new slot in h and

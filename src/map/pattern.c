@@ -209,17 +209,6 @@ void ck_binding_clear(struct ck_binding *b)
 	b->n = 0;
 }
 
-int ck_binding_copy(struct ck_binding *dst, const struct ck_binding *src)
-{
-	dst->n = 0;
-	for (int i = 0; i < src->n; i++)
-		if (ck_binding_set(dst, src->name[i], src->val[i]) < 0) {
-			ck_binding_clear(dst);
-			return -1;
-		}
-	return 0;
-}
-
 static int cap_char_ok(enum ck_cap_type t, char c)
 {
 	if (t == CK_CAP_INT)

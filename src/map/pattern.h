@@ -53,6 +53,5 @@ int ck_binding_set(struct ck_binding *b, const char *name, const char *val);
 int ck_binding_borrow(struct ck_binding *dst, const struct ck_binding *src, const char *name,
 		      char *val);
 void ck_binding_clear(struct ck_binding *b);
-int ck_binding_copy(struct ck_binding *dst, const struct ck_binding *src);
 
 #endif
