@@ -24,6 +24,7 @@ static const struct arch {
 	{"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
 	{"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
 	{"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
+	{"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type. */
@@ -147,6 +148,57 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 	return 0;
 }
 
+/* Gemma 3: llama.cpp's gemma3 hard-codes what Hugging Face configures: a
+ * sliding window on five layers of every six (each sixth is global), RoPE
+ * base 10000 on the sliding layers, no soft-capping, and queries scaled as
+ * for Gemma 2 (head_dim, or hidden/heads for its 27B type, 62 layers). Only
+ * the window's width travels in the metadata, so a config that differs in
+ * any of the others is refused rather than served as another model. */
+static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
+		       struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double qs, swa, pattern, local;
+	if (cfg_num(c, "query_pre_attn_scalar", hd, 1, 1, 1e9, &qs, err) < 0 ||
+	    cfg_num(c, "sliding_window", 4096, 1, 1, UINT32_MAX, &swa, err) < 0 ||
+	    cfg_num(c, "sliding_window_pattern", 6, 1, 1, 65535, &pattern, err) < 0 ||
+	    cfg_num(c, "rope_local_base_freq", 10000, 1, 1e-6, 1e12, &local, err) < 0)
+		return -1;
+	if (qs != hd && !(L == 62 && qs == (double)((int64_t)H / (int64_t)nh)))
+		return ck_fail(err, CK_E_SOURCE, "config.json: query_pre_attn_scalar %g: llama.cpp's "
+						 "gemma3 scales queries by head_dim (%g) only",
+			       qs, hd);
+	if (pattern != 6)
+		return ck_fail(err, CK_E_SOURCE, "config.json: sliding_window_pattern %g: llama.cpp's "
+						 "gemma3 makes every 6th layer global",
+			       pattern);
+	if (local != 10000)
+		return ck_fail(err, CK_E_SOURCE, "config.json: rope_local_base_freq %g: llama.cpp's "
+						 "gemma3 uses 10000 on its sliding-window layers",
+			       local);
+	const cJSON *types = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
+	if (types && !cJSON_IsNull(types) &&
+	    (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != (int)L))
+		return ck_fail(err, CK_E_SOURCE, "config.json: \"layer_types\" must list the %g layers", L);
+	for (int i = 0; types && !cJSON_IsNull(types) && i < (int)L; i++) {
+		const char *t = cJSON_GetStringValue(cJSON_GetArrayItem(types, i));
+		const char *want = (i + 1) % 6 ? "sliding_attention" : "full_attention";
+		if (!t || strcmp(t, want))
+			return ck_fail(err, CK_E_SOURCE, "config.json: layer_types[%d] is %s: llama.cpp's "
+							 "gemma3 has %s there (every 6th layer global)",
+				       i, t ? t : "not a string", want);
+	}
+	static const char *const caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+	for (int i = 0; i < 2; i++) {
+		const cJSON *j = cJSON_GetObjectItemCaseSensitive(c, caps[i]);
+		if (j && !cJSON_IsNull(j))
+			return ck_fail(err, CK_E_SOURCE, "config.json: \"%s\" is set: llama.cpp's gemma3 "
+							 "does not soft-cap",
+				       caps[i]);
+	}
+	ck_gguf_meta_u32(m, "gemma3.attention.sliding_window", (uint32_t)swa);
+	return 0;
+}
+
 /* The float type most of the matrices' bytes have (the default TYPE). */
 static const struct ftype *source_ftype(const struct ck_plan *p)
 {
@@ -228,6 +280,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		ck_gguf_meta_u32(m, KEY("expert_used_count"), (uint32_t)nu);
 	}
 	if (!strcmp(a->gguf, "gemma2") && gemma2_meta(c, H, L, nh, hd, m, err) < 0)
+		return -1;
+	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, H, L, nh, hd, m, err) < 0)
 		return -1;
 	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
 	if (rs && !cJSON_IsNull(rs)) {

@@ -75,7 +75,7 @@ def make_model(d, arch, rng, extra=()):
     generator's values up to 2 would saturate attention)."""
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
-    model = arch if arch in ("mixtral", "gemma", "gemma2") else "llama"
+    model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3") else "llama"
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -139,7 +139,7 @@ def gguf_reference(w, cfg, arch):
             E, wn = int(parts[5]), parts[6]
             experts.setdefault((L, wn), {})[E] = a
             continue
-        names = GEMMA2_NAMES if arch == "gemma2" else GGUF_NAMES
+        names = GEMMA2_NAMES if arch in ("gemma2", "gemma3") else GGUF_NAMES
         g = f"blk.{L}.{names['.'.join(parts[3:-1])]}.{parts[-1]}"
         if perm and g.endswith("attn_q.weight"):
             a = gs.permute(a, cfg["num_attention_heads"])
@@ -250,7 +250,7 @@ def check_file(path, w, cfg, arch, ftype, lib):
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
     ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
-          "gemma2": "gemma2"}[arch]
+          "gemma2": "gemma2", "gemma3": "gemma3"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
                  f"{ga}.context_length": cfg["max_position_embeddings"],
@@ -266,12 +266,15 @@ def check_file(path, w, cfg, arch, ftype, lib):
     if arch == "mixtral":
         assert meta["llama.expert_count"] == cfg["num_local_experts"]
         assert meta["llama.expert_used_count"] == cfg["num_experts_per_tok"]
-    if arch in ("qwen3", "gemma", "gemma2"):
+    if arch in ("qwen3", "gemma", "gemma2", "gemma3"):
         assert meta[f"{ga}.attention.key_length"] == hd == meta[f"{ga}.attention.value_length"]
     if arch == "gemma2":
         for k in ("attn_logit_softcapping", "final_logit_softcapping"):
             assert meta[f"gemma2.{k}"] == cfg[k], (k, meta.get(f"gemma2.{k}"))
         assert meta["gemma2.attention.sliding_window"] == cfg["sliding_window"]
+    if arch == "gemma3":  # llama.cpp's gemma3 reads the window; pattern and local base are fixed
+        assert meta["gemma3.attention.sliding_window"] == cfg["sliding_window"]
+        assert not [k for k in meta if "softcapping" in k or "pattern" in k or "swa" in k], meta.keys()
     return meta, infos, tensors
 
 
@@ -467,18 +470,21 @@ def run_all(d, rng, lib):
 
 
 def gemma(d, rng, lib):
-    """Gemma (arch gemma) and Gemma 2 (gemma2): llama.cpp's logits against
-    Hugging Face's model in plain torch (gemma_megatron.hf_forward:
-    sqrt(hidden)-scaled embedding, RMSNorm times 1 + w, GeGLU, head_dim 32 on
-    a 64-wide model, tied embedding; Gemma 2's four norms and attention and
-    final soft-capping, here at 2 and 3 so they change the logits).
+    """Gemma (arch gemma), Gemma 2 (gemma2) and Gemma 3 (gemma3): llama.cpp's
+    logits against Hugging Face's model in plain torch
+    (gemma_megatron.hf_forward: sqrt(hidden)-scaled embedding, RMSNorm times
+    1 + w, GeGLU, head_dim 32 on a 64-wide model, tied embedding; Gemma 2's
+    four norms and attention and final soft-capping, here at 2 and 3 so they
+    change the logits; Gemma 3's per-head Q/K norms and, over 6 layers, five
+    sliding-window layers on RoPE base 10000 and a sixth global one on 1e6).
     Negative controls: a file whose norms are the stored offsets (what a view
-    without the + 1 serves) and, for Gemma 2, one without the soft-capping
-    metadata (llama.cpp then caps at its defaults) must differ."""
+    without the + 1 serves), for Gemma 2 one without the soft-capping
+    metadata (llama.cpp then caps at its defaults), for Gemma 3 one with only
+    the Q/K norms left as offsets, must differ."""
     import torch
     import gemma_megatron as gm
-    for gen, arch in ((1, "gemma"), (2, "gemma2")):
-        src, cfg, w = make_model(d, arch, rng)
+    for gen, arch in ((1, "gemma"), (2, "gemma2"), (3, "gemma3")):
+        src, cfg, w = make_model(d, arch, rng, ["--layers", "6"] if gen == 3 else [])
         want = gm.hf_forward({k: torch.tensor(v) for k, v in w.items()}, cfg, TOKS, gen)
         with Mount(src, opts="gguf") as m:
             path = m.path("model.gguf")
@@ -520,8 +526,46 @@ def gemma(d, rng, lib):
                 json.dump(dict(cfg, **{key: val}), open(os.path.join(nocap, "config.json"), "w"))
                 refused(["mount", nocap, mnt, "-o", "gguf"], says)
                 assert not os.listdir(mnt)
+        if gen == 3:
+            caps = gemma3_controls(d, src, cfg, w, want, r)
         print(f"{arch}: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
               f"{arch}, same greedy; norms left as offsets: off by {r_bad:.1e}{caps}")
+
+
+def gemma3_controls(d, src, cfg, w, want, r):
+    """Gemma 3: the Q/K norms' + 1 matters on its own; what llama.cpp's gemma3
+    fixes (the 5:1 layer pattern, RoPE base 10000 on the sliding layers, no
+    soft-capping, the query scale) is refused when config.json says otherwise."""
+    qk = os.path.join(d, "gemma3-qk-offsets")
+    shutil.copytree(src, qk)
+    ckref.write_safetensors(os.path.join(qk, "model.safetensors"), {
+        k: ("F32", v.shape, (v - np.float32(1) if k.endswith(("q_norm.weight", "k_norm.weight")) else v).tobytes())
+        for k, v in w.items()})
+    with Mount(qk, opts="gguf") as m:
+        r_qk = gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want)
+    assert r_qk > 100 * max(r, 1e-6), f"gemma3: Q/K norms left as offsets still match ({r_qk:.1e})"
+    bad = os.path.join(d, "gemma3-bad")
+    shutil.copytree(src, bad)
+    mnt = tempfile.mkdtemp(dir=d)
+    full = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(6)]
+    for edit, says in (({"sliding_window_pattern": 4}, "sliding_window_pattern 4"),
+                       ({"rope_local_base_freq": 20000.0}, "rope_local_base_freq 20000"),
+                       ({"final_logit_softcapping": 30.0}, "\"final_logit_softcapping\" is set"),
+                       ({"attn_logit_softcapping": 50.0}, "\"attn_logit_softcapping\" is set"),
+                       ({"query_pre_attn_scalar": 100}, "query_pre_attn_scalar 100"),
+                       ({"layer_types": full[::-1]}, "layer_types[0] is full_attention"),
+                       ({"layer_types": full[:5]}, "\"layer_types\" must list the 6 layers"),
+                       ({"layer_types": "sliding_attention"}, "\"layer_types\" must list")):
+        json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
+        refused(["mount", bad, mnt, "-o", "gguf"], says)
+        assert not os.listdir(mnt)
+    refused(["inspect", bad, "--format", "gguf"], "layer_types")
+    # the config as newer transformers write it: layer_types, no pattern
+    c2 = {k: v for k, v in cfg.items() if k != "sliding_window_pattern"}
+    json.dump(dict(c2, layer_types=full), open(os.path.join(bad, "config.json"), "w"))
+    with Mount(bad, opts="gguf") as m:
+        assert gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want) < 1e-3
+    return f"; Q/K norms alone left as offsets: off by {r_qk:.1e}; 8 configs llama.cpp cannot run refused"
 
 
 def spm_model(pieces):
