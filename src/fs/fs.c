@@ -407,7 +407,8 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		", \"gpu_reads\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 "}",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.serve.cache.cache_size,
-		s.cache_evictions, s.cache_dropped, s.cache_recycled, s.read_errors, s.evaluations_in_flight, s.direct_reads, s.prefetches,
+		s.cache_evictions, s.cache_dropped, s.cache_recycled, s.read_errors,
+		s.evaluations_in_flight, s.direct_reads, s.prefetches,
 		__atomic_load_n(&fs->open_requests, __ATOMIC_RELAXED),
 		fs->o.serve.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
 		fs->srv->gpu ? ck_gpu_name(fs->srv->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
