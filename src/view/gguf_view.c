@@ -125,10 +125,21 @@ static int gemma2_cap(const cJSON *c, const char *key, double def, double *out,
 	return cfg_num(c, key, def, 1, 1e-6, 1e9, out, err);
 }
 
-/* Gemma 2's soft-capping and sliding window. llama.cpp scales queries by
- * 1/sqrt(head_dim), or by 1/sqrt(hidden/heads) for its 27B type (46
- * layers), and reads no query_pre_attn_scalar: any other value is refused
- * rather than served as a model that computes something else. */
+/* llama.cpp's gemma2 and gemma3 read no query_pre_attn_scalar: queries are
+ * scaled by 1/sqrt(head_dim), or by 1/sqrt(hidden/heads) for the 27B type
+ * (big_layers layers). Any other value is refused rather than served as a
+ * model that computes something else. */
+static int query_scale_check(double qs, double H, double L, double nh, double hd,
+			     double big_layers, const char *arch, struct ck_err *err)
+{
+	if (qs == hd || (L == big_layers && qs == (double)((int64_t)H / (int64_t)nh)))
+		return 0;
+	return ck_fail(err, CK_E_SOURCE, "config.json: query_pre_attn_scalar %g: llama.cpp's %s "
+					 "scales queries by head_dim (%g) only",
+		       qs, arch, hd);
+}
+
+/* Gemma 2's soft-capping and sliding window; the query scale checked. */
 static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 		       struct ck_gguf_meta *m, struct ck_err *err)
 {
@@ -138,10 +149,8 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 	    gemma2_cap(c, "final_logit_softcapping", 30, &fcap, err) < 0 ||
 	    cfg_num(c, "sliding_window", 4096, 1, 1, UINT32_MAX, &swa, err) < 0)
 		return -1;
-	if (qs != hd && !(L == 46 && qs == (double)((int64_t)H / (int64_t)nh)))
-		return ck_fail(err, CK_E_SOURCE, "config.json: query_pre_attn_scalar %g: llama.cpp's "
-						 "gemma2 scales queries by head_dim (%g) only",
-			       qs, hd);
+	if (query_scale_check(qs, H, L, nh, hd, 46, "gemma2", err) < 0)
+		return -1;
 	ck_gguf_meta_f32(m, "gemma2.attn_logit_softcapping", (float)acap);
 	ck_gguf_meta_f32(m, "gemma2.final_logit_softcapping", (float)fcap);
 	ck_gguf_meta_u32(m, "gemma2.attention.sliding_window", (uint32_t)swa);
@@ -151,7 +160,7 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 /* Gemma 3: llama.cpp's gemma3 hard-codes what Hugging Face configures: a
  * sliding window on five layers of every six (each sixth is global), RoPE
  * base 10000 on the sliding layers, no soft-capping, and queries scaled as
- * for Gemma 2 (head_dim, or hidden/heads for its 27B type, 62 layers). Only
+ * for Gemma 2 (its 27B type has 62 layers). Only
  * the window's width travels in the metadata, so a config that differs in
  * any of the others is refused rather than served as another model. */
 static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
@@ -163,10 +172,8 @@ static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
 	    cfg_num(c, "sliding_window_pattern", 6, 1, 1, 65535, &pattern, err) < 0 ||
 	    cfg_num(c, "rope_local_base_freq", 10000, 1, 1e-6, 1e12, &local, err) < 0)
 		return -1;
-	if (qs != hd && !(L == 62 && qs == (double)((int64_t)H / (int64_t)nh)))
-		return ck_fail(err, CK_E_SOURCE, "config.json: query_pre_attn_scalar %g: llama.cpp's "
-						 "gemma3 scales queries by head_dim (%g) only",
-			       qs, hd);
+	if (query_scale_check(qs, H, L, nh, hd, 62, "gemma3", err) < 0)
+		return -1;
 	if (pattern != 6)
 		return ck_fail(err, CK_E_SOURCE, "config.json: sliding_window_pattern %g: llama.cpp's "
 						 "gemma3 makes every 6th layer global",
@@ -176,10 +183,10 @@ static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
 						 "gemma3 uses 10000 on its sliding-window layers",
 			       local);
 	const cJSON *types = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
-	if (types && !cJSON_IsNull(types) &&
-	    (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != (int)L))
+	int listed = types && !cJSON_IsNull(types);
+	if (listed && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != (int)L))
 		return ck_fail(err, CK_E_SOURCE, "config.json: \"layer_types\" must list the %g layers", L);
-	for (int i = 0; types && !cJSON_IsNull(types) && i < (int)L; i++) {
+	for (int i = 0; listed && i < (int)L; i++) {
 		const char *t = cJSON_GetStringValue(cJSON_GetArrayItem(types, i));
 		const char *want = (i + 1) % 6 ? "sliding_attention" : "full_attention";
 		if (!t || strcmp(t, want))
