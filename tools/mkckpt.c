@@ -41,6 +41,8 @@ static void usage(FILE *f)
 		"  --no-mxfp4                   gpt-oss experts as BF16 gate_up_proj [E, H, 2I] and\n"
 		"                               down_proj [E, I, H] (transformers' dequantised form)\n"
 		"Element i of tensor KEY is ((splitmix64(fnv1a64(KEY) + i) %% 255) - 127) / 64;\n"
+		"(DeepSeek's MTP layer: embed_tokens and shared_head.head copy model.embed_tokens\n"
+		"and lm_head, as DeepSeek's checkpoints share them);\n"
 		"MXFP4 block bytes are splitmix64(fnv1a64(KEY) + i) & 255, E8M0 scale codes\n"
 		"120 + splitmix64(fnv1a64(KEY) + i) %% 9.\n");
 }

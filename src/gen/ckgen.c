@@ -164,7 +164,15 @@ int ckgen_add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t
 	g->shape[0] = d0;
 	g->shape[1] = d1;
 	g->kind = G_PLAIN;
+	g->seed = ckgen_fnv1a64(g->name);
 	return 0;
+}
+
+void ckgen_copy_values(struct glist *l, const char *prefix, const char *name)
+{
+	char key[sizeof l->t->name];
+	snprintf(key, sizeof key, "%s%s", prefix, name);
+	l->t[l->n - 1].seed = ckgen_fnv1a64(key);
 }
 
 int ckgen_add_nd(struct glist *l, const char *prefix, int ndim, const int64_t *shape,
@@ -531,7 +539,7 @@ static int write_data(int fd, const struct gtensor *t, enum ck_dtype dt, uint64_
 	unsigned char *buf = malloc(CHUNK * es);
 	if (!buf)
 		return ck_fail_sys(err, ENOMEM, "%s", path);
-	uint64_t h = ckgen_fnv1a64(t->name);
+	uint64_t h = t->seed;
 	for (uint64_t i = 0; i < numel; i += CHUNK) {
 		uint64_t n = numel - i < CHUNK ? numel - i : CHUNK;
 		for (uint64_t j = 0; j < n; j++) {

@@ -3,7 +3,9 @@
  * norms), first_k_dense_replace dense layers, then MoE layers with a router
  * (gate.weight + F32 e_score_correction_bias), routed and shared experts,
  * and num_nextn_predict_layers multi-token-prediction layers numbered after
- * the last decoder layer (model.layers.61 on the real model). */
+ * the last decoder layer (model.layers.61 on the real model), whose
+ * embed_tokens and shared_head.head hold the main embedding's and lm_head's
+ * values (DeepSeek's README_WEIGHTS: they share those parameters). */
 #include <inttypes.h>
 
 #include "ckgen_int.h"
@@ -52,6 +54,8 @@ int ckgen_build_deepseek(const struct ckgen_spec *s, struct glist *l)
 		snprintf(mlp, sizeof mlp, "model.layers.%" PRId64 ".mlp", L);
 		if (mtp) { /* its own embedding, the two norms and the projection of [h; e] */
 			r |= ckgen_add(l, p, 2, V, H, "model.layers.%" PRId64 ".embed_tokens.weight", L);
+			if (!r) /* "shares parameters with the main model's embedding" */
+				ckgen_copy_values(l, p, "model.embed_tokens.weight");
 			r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".enorm.weight", L);
 			r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".hnorm.weight", L);
 			r |= ckgen_add(l, p, 2, H, 2 * H, "model.layers.%" PRId64 ".eh_proj.weight", L);
@@ -81,6 +85,8 @@ int ckgen_build_deepseek(const struct ckgen_spec *s, struct glist *l)
 				       L);
 			r |= ckgen_add(l, p, 2, V, H, "model.layers.%" PRId64 ".shared_head.head.weight",
 				       L);
+			if (!r) /* and with its output head */
+				ckgen_copy_values(l, p, "lm_head.weight");
 		}
 	}
 	r |= ckgen_add(l, p, 1, H, 0, "model.norm.weight");

@@ -18,6 +18,7 @@ struct gtensor {
 	int ndim;
 	int64_t shape[4];
 	enum gkind kind;
+	uint64_t seed; /* fnv1a64 of the key whose values it holds: its own name, or the tensor it copies */
 };
 
 struct glist {
@@ -31,6 +32,9 @@ int ckgen_add(struct glist *l, const char *prefix, int ndim, int64_t d0, int64_t
 /* Append a tensor of up to 4 dims and the given kind; -1 on ENOMEM. */
 int ckgen_add_nd(struct glist *l, const char *prefix, int ndim, const int64_t *shape,
 		 enum gkind kind, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* The last tensor added holds the values of key prefix + name (a copy, as
+ * DeepSeek's MTP layer stores the shared embedding and head). */
+void ckgen_copy_values(struct glist *l, const char *prefix, const char *name);
 /* The last tensor added becomes FP8 with its block scales beside it
  * (nothing when block <= 0). */
 int ckgen_make_fp8(struct glist *l, int64_t block);

@@ -394,8 +394,9 @@ static int parse_for(struct pctx *c, struct ck_rule *r, const cJSON *forj)
 }
 
 /* A name is bound once: "let" may not rebind a capture, an input, "for"'s
- * name or itself; every output capture comes from an input pattern or
- * "for" (and not from a reduced capture). */
+ * name or itself; every output capture comes from an input pattern, "for"
+ * or a "let" (an integer, checked when it is evaluated: `"let": {"M": "L -
+ * num_hidden_layers"}` renumbers), never from a reduced capture. */
 static int check_bindings(struct pctx *c, struct ck_rule *r)
 {
 	for (int k = 0; k < r->n_let; k++) {
@@ -417,12 +418,16 @@ static int check_bindings(struct pctx *c, struct ck_rule *r)
 			if (tok->lit || (r->for_name && !strcmp(tok->name, r->for_name)))
 				continue;
 			int found = 0;
+			for (int i = 0; i < r->n_let; i++)
+				found |= !strcmp(r->let[i].name, tok->name);
+			if (found)
+				continue;
 			for (int i = 0; i < r->n_in; i++)
 				found |= ck_pattern_has_capture(&r->in[i].pat, tok->name);
 			for (int i = 0; i < r->n_reduce; i++)
 				found &= strcmp(r->reduce[i], tok->name) != 0;
 			if (!found)
-				return fail_at(c, r, "output pattern uses {%s}, which no input binds",
+				return fail_at(c, r, "output pattern uses {%s}, which no input or let binds",
 					       tok->name, NULL);
 		}
 	return 0;

@@ -315,12 +315,49 @@ static int pat_reduced(const struct ck_rule *r, const struct ck_pattern *p)
 	return 0;
 }
 
+/* b plus the lets output pattern p names (mapping.c allows only those), as
+ * decimal text in num[]: a renumbering let must be a non-negative integer. */
+static int bind_lets(struct stage *st, const struct ck_rule *r, const struct ck_pattern *p,
+		     const struct env *env, struct ck_binding *b, char (*num)[24])
+{
+	for (int t = 0; t < p->n; t++) {
+		const char *name = p->tok[t].name;
+		for (int i = 0; !p->tok[t].lit && i < env->n_lets; i++) {
+			if (strcmp(r->let[i].name, name) != 0)
+				continue;
+			const struct ck_xval *v = &env->lets[i];
+			if (v->kind != XV_INT || v->i < 0) {
+				ck_fail(st->err, CK_E_MAPPING,
+					"let \"%s\" is used in an output name, so it must be a "
+					"non-negative integer",
+					name);
+				return rule_fail(st, r, NULL);
+			}
+			snprintf(num[t], sizeof num[t], "%lld", (long long)v->i);
+			struct ck_binding bb;
+			if (ck_binding_borrow(&bb, b, name, num[t]) < 0)
+				return nomem(st->err);
+			*b = bb;
+		}
+	}
+	return 0;
+}
+
 static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct ck_binding *b,
 		       struct env *env)
 {
 	char *name;
-	if (ck_pattern_subst(&r->out[k].pat, b, &name, st->err) < 0)
-		return rule_fail(st, r, NULL);
+	const struct ck_pattern *p = &r->out[k].pat;
+	struct ck_binding bl = *b; /* borrowed: b plus the lets the name uses */
+	char(*num)[24] = r->n_let ? calloc((size_t)p->n, sizeof *num) : NULL;
+	if (r->n_let && !num)
+		return nomem(st->err);
+	int s = r->n_let ? bind_lets(st, r, p, env, &bl, num) : 0;
+	if (s == 0 && ck_pattern_subst(p, &bl, &name, st->err) < 0)
+		s = rule_fail(st, r, NULL);
+	free(num);
+	if (s < 0)
+		return -1;
 	struct ck_xval v;
 	if (r->expr[k].expr) {
 		if (ck_expr_eval_lint(r->expr[k].expr, env_lookup, env, &v, &st->lint, st->err) < 0) {

@@ -49,16 +49,17 @@ SUFFIXES = (".weight", ".weight_scale_inv")
 COLUMN_SPLIT = tuple(n + s for n in ("linear_proj", "linear_fc2") for s in SUFFIXES)
 
 
-def reference(hf, cfg, vocab_multiple=128):
+def reference(hf, cfg, vocab_multiple=128, mtp=True):
     """Megatron's tensors from HF's (name -> (dtype, array)), written from the
-    layout description."""
+    layout description; the MTP layer (model.layers.{num_hidden_layers}) as
+    Megatron-Bridge's mtp.layers.0 unless mtp=False."""
     out = {}
     emb, head = hf["model.embed_tokens.weight"], hf["lm_head.weight"]
     out["embedding.word_embeddings.weight"] = (emb[0], ckref.pad_vocab(emb[1], vocab_multiple))
     out["output_layer.weight"] = (head[0], ckref.pad_vocab(head[1], vocab_multiple))
     out["decoder.final_layernorm.weight"] = hf["model.norm.weight"]
-    for L in range(cfg["num_hidden_layers"]):  # the MTP layer (L = num_hidden_layers) is dropped
-        p, d = f"model.layers.{L}.", f"decoder.layers.{L}."
+
+    def layer(p, d, dense):
         out[d + "input_layernorm.weight"] = hf[p + "input_layernorm.weight"]
         for h, m in ATTN.items():
             for s in SUFFIXES:
@@ -73,7 +74,7 @@ def reference(hf, cfg, vocab_multiple=128):
                     g, u = hf[hp + "gate_proj" + s], hf[hp + "up_proj" + s]
                     out[mp + "linear_fc1" + s] = (g[0], np.concatenate([g[1], u[1]], 0))
                     out[mp + "linear_fc2" + s] = hf[hp + "down_proj" + s]
-        if L < cfg["first_k_dense_replace"]:
+        if dense:
             out[d + "mlp.linear_fc1.layer_norm_weight"] = hf[p + "post_attention_layernorm.weight"]
             mlp(p + "mlp.", d + "mlp.")
         else:
@@ -83,12 +84,24 @@ def reference(hf, cfg, vocab_multiple=128):
             for e in range(cfg["n_routed_experts"]):
                 mlp(p + f"mlp.experts.{e}.", d + f"mlp.experts.local_experts.{e}.")
             mlp(p + "mlp.shared_experts.", d + "mlp.shared_experts.")
+    n = cfg["num_hidden_layers"]
+    for L in range(n):
+        layer(f"model.layers.{L}.", f"decoder.layers.{L}.", L < cfg["first_k_dense_replace"])
+    for M in range(cfg["num_nextn_predict_layers"] if mtp else 0):
+        # Megatron's MTP block: its own norms, eh_proj and final norm around
+        # a MoE layer; the embedding and head are the main model's
+        p, d = f"model.layers.{n + M}.", f"mtp.layers.{M}."
+        for h, m in (("enorm", "enorm"), ("hnorm", "hnorm"), ("eh_proj", "eh_proj"),
+                     ("shared_head.norm", "final_layernorm")):
+            out[d + m + ".weight"] = hf[p + h + ".weight"]
+        layer(p, d + "transformer_layer.", False)
     return out
 
 
 def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
     """Megatron's tensors on tp rank t, ep rank e (expert tensor parallelism 1):
-    MLA's up projections split by rows (heads), linear_proj and fc2 by columns,
+    MLA's up projections and the MTP eh_proj (column-parallel) split by rows,
+    linear_proj and fc2 by columns,
     fc1 per [gate; up] block, experts n/ep per rank renumbered from 0; a
     scale tensor is split exactly as its weight."""
     out, per = {}, n_experts // ep
@@ -100,7 +113,7 @@ def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
         base = k[:-len("_scale_inv")] if k.endswith("_scale_inv") else k
         if k in ckref.VOCAB_KEYS:
             out[k] = np.split(ckref.pad_vocab(w, vocab_multiple * tp), tp, 0)[t]
-        elif base.endswith(("linear_q_up_proj.weight", "linear_kv_up_proj.weight")):
+        elif base.endswith(("linear_q_up_proj.weight", "linear_kv_up_proj.weight", "eh_proj.weight")):
             out[k] = np.split(w, tp, 0)[t]
         elif base.endswith("linear_fc1.weight"):
             gate, up = np.split(w, 2, 0)
@@ -124,7 +137,11 @@ def test_layouts(d):
         cfg = json.load(open(os.path.join(src, "config.json")))
         hf = ckref.arrays(src)
         n = cfg["num_hidden_layers"]
-        assert any(k.startswith(f"model.layers.{n}.eh_proj") for k in hf), "no MTP layer to drop"
+        assert any(k.startswith(f"model.layers.{n}.eh_proj") for k in hf), "no MTP layer"
+        # the test input as DeepSeek stores it: the MTP layer's embedding and
+        # head are copies of the main ones (which Megatron's MTP uses)
+        for cp, main in (("embed_tokens", "model.embed_tokens"), ("shared_head.head", "lm_head")):
+            assert np.array_equal(hf[f"model.layers.{n}.{cp}.weight"][1], hf[main + ".weight"][1])
         assert hf["model.layers.1.mlp.gate.e_score_correction_bias"][0] == "F32"
         ref = reference(hf, cfg)
         meg = os.path.join(d, "meg-" + tag)
@@ -151,7 +168,13 @@ def test_layouts(d):
                     for k in pairs:
                         x = dequant(got[k][1], got[k + "_scale_inv"][1], block)
                         assert np.array_equal(x, mine[k]), (t, e, k)
-        print(f"deepseek-v3 {tag}: {len(ref)} Megatron tensors equal the reference (MTP layer dropped); "
+        assert sum(k.startswith("mtp.layers.0.") for k in ref) > 20
+        # --set mtp_num_layers=0: a Megatron model built without MTP
+        nomtp = os.path.join(d, "meg-nomtp-" + tag)
+        ckref.run(CKPTFS, "convert", src, nomtp, "--quiet", "--mapping", MAP, "--set", "mtp_num_layers=0")
+        ckref.assert_same(ckref.arrays(nomtp), reference(hf, cfg, mtp=False), tag + " without MTP")
+        print(f"deepseek-v3 {tag}: {len(ref)} Megatron tensors equal the reference (MTP layer as mtp.layers.0, "
+              f"or dropped with --set mtp_num_layers=0); "
               f"tp=2 x ep=2 ranks equal numpy's shards" + (", each rank's FP8 scales dequantise its rows"
                                                          if block else ""))
     # FP8 kept at tp=4: 96 q_up rows / 4 = 24 cut a 16-block: refused, naming the rule
@@ -178,52 +201,60 @@ def test_layouts(d):
         for k, a in want.items():
             assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (r, k)
     print("FP8 kept at tp=4 refused (blocks would be cut); dequantised first, tp=4 ranks equal numpy's")
-    # 64-blocks over 96 gate rows: fc1's concatenated scales would be misaligned
+    # 64-blocks over 32 gate rows of an expert (the MTP layer's come first):
+    # fc1's concatenated scales would be misaligned
     src = os.path.join(d, "ds-fp8-64")
     ckref.run(MKCKPT, "--model", "deepseek-v3", "--fp8-block", "64", src)
     p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, check=False)
-    assert p.returncode == 4 and "gate_rows_are_whole_blocks" in p.stderr and "96 / 64" in p.stderr \
+    assert p.returncode == 4 and "gate_rows_are_whole_blocks" in p.stderr and "32 / 64 does not divide" in p.stderr \
         and p.stderr.count("\n") == 1, p.stderr
     p = ckref.run(CKPTFS, "inspect", src, "--mapping", DEQ, "--mapping", MAP)  # dequantised: fine
     print("fc1 scales of gate rows that are not whole blocks refused, naming the rule")
-    for extra in ([], ["--fp8-block", "16", "--dtype", "BF16"]):
-        src = os.path.join(d, "ds-nomtp" + "".join(extra))
-        ckref.run(MKCKPT, "--model", "deepseek-v3", "--mtp-layers", "0", *extra, src)
+    for mtp, extra in ((1, []), (0, []), (2, ["--fp8-block", "16", "--dtype", "BF16"])):
+        src = os.path.join(d, f"ds-rt{mtp}" + "".join(extra))
+        ckref.run(MKCKPT, "--model", "deepseek-v3", "--mtp-layers", str(mtp), *extra, src)
         p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", src)
         assert "byte for byte" in p.stdout, p.stdout
-    print("HF -> Megatron -> HF: every byte back (F32, and FP8 with its scales)")
+    print("HF -> Megatron -> HF: every byte back (F32 with 0 or 1 MTP layers, FP8 with its scales and "
+          "2 MTP layers; the MTP copies of the embedding and head recreated from the main ones)")
 
 
-def forward(w, cfg, toks, names, kv_per_head=True, gate_first=True):
+def forward(w, cfg, toks, names, kv_per_head=True, gate_first=True, mtp=None):
     """DeepSeek-V3 in plain torch over tensors named by `names` (HF's or
     Megatron's): MLA (q through its latent and norm, one shared rotary key,
     per-head [k_nope; v] from kv_b), a dense first layer, sigmoid routing where
     the correction bias picks the experts and the raw scores weigh them
-    (renormalised, times routed_scaling_factor), shared experts."""
+    (renormalised, times routed_scaling_factor), shared experts. With `mtp`
+    (names of one multi-token-prediction module) also its logits, as
+    DeepSeek-V3's paper and Megatron's MTP compute them: position i combines
+    the main model's last hidden state h_i with the embedding of token i + 1,
+    eh_proj([enorm(emb); hnorm(h)]), through one more MoE layer, a final norm
+    and the shared head."""
     import torch
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nope, rope, vd, kvl = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"],
                            cfg["kv_lora_rank"])
-    T, eps = len(toks), cfg["rms_norm_eps"]
+    eps = cfg["rms_norm_eps"]
 
     def rms(x, g):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, rope, 2).double() / rope))
-    ang = torch.arange(T).double()[:, None] * inv[None]
-    cos, sin = torch.cat([ang, ang], -1).cos().float(), torch.cat([ang, ang], -1).sin().float()
 
     def rot(x):
+        T = x.shape[-2]
+        ang = torch.arange(T).double()[:, None] * inv[None]
+        cos, sin = torch.cat([ang, ang], -1).cos().float(), torch.cat([ang, ang], -1).sin().float()
         return x * cos + torch.cat([-x[..., rope // 2:], x[..., :rope // 2]], -1) * sin
-    mask = torch.full((T, T), float("-inf")).triu(1)
 
     def mlp(x, fc1, fc2):
         gate, up = fc1(x).chunk(2, -1)
         if not gate_first:
             gate, up = up, gate
         return (torch.nn.functional.silu(gate) * up) @ fc2.T
-    x = w[names["embed"]][toks]
-    for L in range(cfg["num_hidden_layers"]):
-        n = {k: v.format(L=L) for k, v in names.items() if isinstance(v, str)}
+
+    def layer(x, n, dense):
+        T = x.shape[0]
+        mask = torch.full((T, T), float("-inf")).triu(1)
         h = rms(x, w[n["in_ln"]])
         q = (rms(h @ w[n["q_a"]].T, w[n["q_a_ln"]]) @ w[n["q_b"]].T).view(T, nh, nope + rope).transpose(0, 1)
         ckv = h @ w[n["kv_a"]].T
@@ -238,9 +269,8 @@ def forward(w, cfg, toks, names, kv_per_head=True, gate_first=True):
         x = x + a.transpose(0, 1).reshape(T, nh * vd) @ w[n["o"]].T
         h = rms(x, w[n["post_ln"]])
         fc = names["fc"]
-        if L < cfg["first_k_dense_replace"]:
-            x = x + mlp(h, *fc(w, n["dense"]))
-            continue
+        if dense:
+            return x + mlp(h, *fc(w, n["dense"]))
         s = torch.sigmoid(h @ w[n["router"]].T)
         top = torch.topk(s + w[n["bias"]], cfg["num_experts_per_tok"], -1).indices
         wt = torch.gather(s, -1, top)
@@ -249,9 +279,19 @@ def forward(w, cfg, toks, names, kv_per_head=True, gate_first=True):
         for t in range(T):
             for j in range(top.shape[1]):
                 y[t] = y[t] + wt[t, j] * mlp(h[t:t + 1], *fc(w, n["expert"].format(E=int(top[t, j]))))[0]
-        x = x + y
-    x = rms(x, w[names["norm"]])
-    return (x @ w[names["head"]].T)[:, :cfg["vocab_size"]]
+        return x + y
+    x = w[names["embed"]][toks]
+    for L in range(cfg["num_hidden_layers"]):
+        n = {k: v.format(L=L) for k, v in names.items() if isinstance(v, str)}
+        x = layer(x, n, L < cfg["first_k_dense_replace"])
+    V = cfg["vocab_size"]
+    logits = (rms(x, w[names["norm"]]) @ w[names["head"]].T)[:, :V]
+    if not mtp:
+        return logits
+    e = rms(w[mtp["embed"]][toks[1:]], w[mtp["enorm"]])
+    hm = torch.cat([e, rms(x[:-1], w[mtp["hnorm"]])], -1) @ w[mtp["eh_proj"]].T
+    hm = layer(hm, {k: v.format(L=mtp["L"]) for k, v in mtp["layer"].items() if isinstance(v, str)}, False)
+    return logits, (rms(hm, w[mtp["norm"]]) @ w[mtp["head"]].T)[:, :V]
 
 
 def hf_fc(w, p):
@@ -304,28 +344,50 @@ def test_forward(d):
         return {k: torch.tensor(ckref.as_f32(dt, a)) * (0.25 if a.ndim == 2 and "router" not in k
                                                          and "gate.weight" not in k else 1.0)
                 for k, (dt, a) in arrs.items()}
-    # post-attention norms are read by name per layer kind
-    names = dict(MEG_NAMES)
-    want = forward(tw(ckref.arrays(src)), cfg, TOKS, HF_NAMES)
+    n_main = cfg["num_hidden_layers"]
+    # HF's MTP module: model.layers.{n} with its own copies of the embedding
+    # and head; Megatron's: mtp.layers.0 around a transformer_layer, with the
+    # main embedding and output layer
+    hf_mtp = {"L": n_main, "layer": HF_NAMES, "embed": f"model.layers.{n_main}.embed_tokens.weight",
+              "head": f"model.layers.{n_main}.shared_head.head.weight",
+              "enorm": f"model.layers.{n_main}.enorm.weight", "hnorm": f"model.layers.{n_main}.hnorm.weight",
+              "eh_proj": f"model.layers.{n_main}.eh_proj.weight",
+              "norm": f"model.layers.{n_main}.shared_head.norm.weight"}
+    want, want_mtp = forward(tw(ckref.arrays(src)), cfg, TOKS, HF_NAMES, mtp=hf_mtp)
     if have_fuse():
         with Mount(src, [MAP]) as m:
             meg = {k: (v[0], v[2]) for k, v in ckref.read_safetensors(m.path("model.safetensors")).items()}
     else:
         meg = ckref.arrays(os.path.join(d, "meg-f32"))
     mw = tw(meg)
-    for L in range(cfg["num_hidden_layers"]):  # Megatron: the dense layer's norm is fused into fc1
+    # post-attention norms are read by name per layer kind
+    names = dict(MEG_NAMES)
+    for L in range(n_main):  # Megatron: the dense layer's norm is fused into fc1
         key = (f"decoder.layers.{L}.mlp.linear_fc1.layer_norm_weight" if L < cfg["first_k_dense_replace"]
                else f"decoder.layers.{L}.pre_mlp_layernorm.weight")
         mw[f"decoder.layers.{L}.post_ln"] = mw[key]
     names["post_ln"] = "decoder.layers.{L}.post_ln"
-    got = forward(mw, cfg, TOKS, names)
+    mtp_layer = {k: v.replace("decoder.layers.{L}.", "mtp.layers.{L}.transformer_layer.")
+                 if isinstance(v, str) else v for k, v in MEG_NAMES.items()}
+    mtp_layer["post_ln"] = "mtp.layers.{L}.transformer_layer.pre_mlp_layernorm.weight"
+    meg_mtp = {"L": 0, "layer": mtp_layer, "embed": MEG_NAMES["embed"], "head": MEG_NAMES["head"],
+               "enorm": "mtp.layers.0.enorm.weight", "hnorm": "mtp.layers.0.hnorm.weight",
+               "eh_proj": "mtp.layers.0.eh_proj.weight", "norm": "mtp.layers.0.final_layernorm.weight"}
+    got, got_mtp = forward(mw, cfg, TOKS, names, mtp=meg_mtp)
     rel = float((got - want).abs().max() / want.abs().max())
     assert rel < 1e-5 and got.argmax(-1).tolist() == want.argmax(-1).tolist(), rel
+    rel_mtp = float((got_mtp - want_mtp).abs().max() / want_mtp.abs().max())
+    assert rel_mtp < 1e-5 and got_mtp.argmax(-1).tolist() == want_mtp.argmax(-1).tolist(), rel_mtp
     for kw in ({"kv_per_head": False}, {"gate_first": False}):
         bad = float((forward(mw, cfg, TOKS, names, **kw) - want).abs().max() / want.abs().max())
         assert bad > 1e-2, (kw, bad)
+    # the MTP logits see its own tensors: its norms read the other way round differ
+    swapped = dict(meg_mtp, enorm=meg_mtp["hnorm"], hnorm=meg_mtp["enorm"])
+    bad = float((forward(mw, cfg, TOKS, names, mtp=swapped)[1] - want_mtp).abs().max() / want_mtp.abs().max())
+    assert bad > 1e-2, bad
     print(f"deepseek-v3 forward: Megatron-layout logits from the {'mount' if have_fuse() else 'conversion'} "
-          f"= HF logits ({rel:.1e}); kv_b read unpaired and fc1 read [up; gate] both differ")
+          f"= HF logits ({rel:.1e}), and the MTP module's ({rel_mtp:.1e}); kv_b read unpaired, fc1 read "
+          f"[up; gate] and the MTP norms swapped all differ")
 
 
 def test_sparse(d):
@@ -348,7 +410,8 @@ def test_sparse(d):
         pad_rows = min(per, max(0, (t + 1) * per - V))
         n_vocab = sum(x["name"] in ckref.VOCAB_KEYS for x in view["tensors"])
         experts = {x["name"] for x in view["tensors"] if ".local_experts." in x["name"]}
-        assert n_vocab == 2 and len(experts) == 58 * 32 * 4, (n_vocab, len(experts))
+        # 58 MoE layers and the MTP layer's, 32 experts per ep rank, fc1 and fc2 with scales
+        assert n_vocab == 2 and len(experts) == (58 + 1) * 32 * 4, (n_vocab, len(experts))
         # column slices whose rows lie closer than 4 KiB apart are read as one
         # span, gaps included (the engine's CK_COALESCE_GAP): the shared
         # experts' fc2 (256 of 2048 FP8 columns) and the column-split scales

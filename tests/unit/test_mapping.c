@@ -84,7 +84,7 @@ START_TEST(parse_errors)
 	expect_fail("{\"rules\": [{\"from\": \"a.{L:float}\", \"to\": \"b\"}]}",
 		    "unknown capture type");
 	expect_fail("{\"rules\": [{\"from\": \"a\", \"to\": \"b.{L}\"}]}",
-		    "output pattern uses {L}, which no input binds");
+		    "output pattern uses {L}, which no input or let binds");
 	expect_fail("{\"rules\": [{\"from\": \"a\", \"to\": \"b\", \"expr\": \"x.view(2,\"}]}",
 		    "rule 1: \"expr\": expression");
 	expect_fail("{\"rules\": [{\"from\": {\"a\": \"x\", \"b\": \"y\"}, \"to\": \"b\"}]}",
@@ -312,6 +312,33 @@ START_TEST(plans)
 	ck_assert_ptr_nonnull(find(p, "embed"));
 	ck_assert_uint_eq(p->n, cat->n_entries);
 	ck_plan_free(p);
+
+	/* an integer let renumbers in an output name (DeepSeek's MTP layer
+	 * num_hidden_layers + i becomes mtp.layers.i); with "for" it is
+	 * evaluated per value, and a negative or non-integer let is refused */
+	const char *renum = "{\"unused\": \"keep\", \"rules\": ["
+			    " {\"from\": \"layers.{L}.q\", \"let\": {\"M\": \"L + 5\"},"
+			    " \"to\": \"moved.{M}.q.{L}\"},"
+			    " {\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\","
+			    " \"to\": \"~s.{L}\", \"expr\": \"stack(x, 0)\"},"
+			    " {\"from\": \"~s.{L}\", \"for\": {\"E\": 3}, \"let\": {\"F\": \"2 - E\"},"
+			    " \"to\": \"rev.{F}\", \"expr\": \"x[E]\"}]}";
+	p = plan_of(&renum, 1, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	ck_assert_ptr_nonnull(find(p, "moved.5.q.0"));
+	ck_assert_ptr_nonnull(find(p, "moved.6.q.1"));
+	t = find(p, "rev.0"); /* E = 2 */
+	ck_assert_str_eq(cat->entries[t->v.p[0].src].t.name, "layers.0.experts.2.w");
+	t = find(p, "rev.2");
+	ck_assert_str_eq(cat->entries[t->v.p[0].src].t.name, "layers.0.experts.0.w");
+	ck_plan_free(p);
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"let\": {\"M\": \"L - 1\"},"
+		    " \"to\": \"m.{M}\"}]}",
+		    "rule 1 (\"layers.{L}.q\" -> \"m.{M}\"): let \"M\" is used in an output name, so it "
+		    "must be a non-negative integer");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"let\": {\"M\": \"x\"},"
+		    " \"to\": \"m.{M}\"}]}",
+		    "must be a non-negative integer");
 
 	/* a condition naming a capture is decided per key: the keys it rejects
 	 * stay for later rules (DeepSeek's dense first layers vs its MoE ones) */
