@@ -26,7 +26,7 @@ _ckptfs() {
 	convert) opts="--mapping --max-shard-size --dtype --overwrite --threads --no-uring --progress --quiet --device --gpu-mem --gpu-min --mesh --rank --shard-groups --world-size" ;;
 	mount) opts="--mapping --device -f -o --mesh --rank --ranks --shard-groups --world-size --help" ;;
 	diff) opts="--mapping --atol --rtol --ulp --json --threads --no-uring" ;;
-	check-mapping) opts="--inverse --model --source --fp8-block" ;;
+	check-mapping) opts="--inverse --model --source --fp8-block --set" ;;
 	mappings) opts="--for --json" ;;
 	esac
 	if [[ $cur == -* ]]; then

@@ -342,12 +342,13 @@ static void remove_generated(const char *dir)
 	rmdir(dir);
 }
 
-enum { C_INVERSE = 1, C_MODEL, C_SOURCE, C_FP8_BLOCK };
+enum { C_INVERSE = 1, C_MODEL, C_SOURCE, C_FP8_BLOCK, C_SET };
 static const struct ck_cli_opt check_opts[] = {
 	{C_INVERSE, "--inverse", "MAP2", "the mapping that should undo MAP (required)"},
 	{C_MODEL, "--model", "llama|gpt2|mixtral|...", "a tiny generated checkpoint of this model"},
 	{C_SOURCE, "--source", "SRC", "or a checkpoint of your own"},
 	{C_FP8_BLOCK, "--fp8-block", "B", "--model: FP8 weights with B x B scale blocks (1..4096)"},
+	{C_SET, "--set", "NAME=VALUE", "a config.json value as both mappings see it (repeatable)"},
 	{0, NULL, NULL, NULL},
 };
 
@@ -362,9 +363,10 @@ int ck_cmd_check_mapping(int argc, char **argv)
 	const char *map = NULL, *inverse = NULL, *source = NULL, *model = NULL, *val;
 	int64_t fp8_block = 0;
 	struct ck_err err;
+	struct ck_view_args none = {.rank = -1}, both = {.rank = -1};
 	for (int i = 1, id; (id = ck_cli_next(&ck_verb_check_mapping, argc, argv, &i, NULL, &val,
 					       &err));) {
-		if (id == CK_CLI_ERROR)
+		if (id == CK_CLI_ERROR || (id == C_SET && ck_view_add_set(&both, val, &err) < 0))
 			return ck_cli_report(&err);
 		if (id == CK_CLI_OPERAND && map)
 			return ck_cli_report(
@@ -394,7 +396,6 @@ int ck_cmd_check_mapping(int argc, char **argv)
 		return ck_cli_report(&err);
 	}
 	const char *src = model ? gen : source;
-	struct ck_view_args none = {.rank = -1}, both = {.rank = -1};
 	both.maps[both.n_maps++] = (char *)map;
 	both.maps[both.n_maps++] = (char *)inverse;
 	struct ck_view A, B;

@@ -98,6 +98,17 @@ def reference(hf, cfg, vocab_multiple=128, mtp=True):
     return out
 
 
+def grouped_name(k):
+    """TEGroupedMLP's name (Megatron's moe_grouped_gemm) of a SequentialMLP
+    expert tensor: experts.local_experts.{e}.linear_fc1.weight ->
+    experts.linear_fc1.weight{e}; other names unchanged."""
+    if ".local_experts." not in k:
+        return k
+    pre, rest = k.split(".local_experts.")
+    e, mod, param = rest.split(".")
+    return f"{pre}.{mod}.{param}{e}"
+
+
 def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
     """Megatron's tensors on tp rank t, ep rank e (expert tensor parallelism 1):
     MLA's up projections and the MTP eh_proj (column-parallel) split by rows,
@@ -125,6 +136,10 @@ def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
     return out
 
 
+def glob_of(ref):
+    return {k: a for k, (_, a) in ref.items()}
+
+
 def dequant(w, s, block):
     full = np.repeat(np.repeat(s, block, 0), block, 1)[:w.shape[0], :w.shape[1]]
     return f8.e4m3_to_f32(w) * full
@@ -149,7 +164,7 @@ def test_layouts(d):
         ckref.assert_same(ckref.arrays(meg), ref, tag)
         if block:
             assert ref["decoder.layers.1.mlp.shared_experts.linear_fc1.weight"][0] == "F8_E4M3"
-        glob = {k: a for k, (_, a) in ref.items()}
+        glob = glob_of(ref)
         for t in range(2):
             for e in range(2):
                 out = os.path.join(d, f"r-{tag}-{t}-{e}")
@@ -169,12 +184,30 @@ def test_layouts(d):
                         x = dequant(got[k][1], got[k + "_scale_inv"][1], block)
                         assert np.array_equal(x, mine[k]), (t, e, k)
         assert sum(k.startswith("mtp.layers.0.") for k in ref) > 20
+        # --set moe_grouped_gemm=true: TEGroupedMLP's names, whole and on an ep rank
+        # (numbered from 0 there); the inverse reads them back byte for byte
+        gg = ["--set", "moe_grouped_gemm=true"]
+        grouped = os.path.join(d, "meg-grouped-" + tag)
+        ckref.run(CKPTFS, "convert", src, grouped, "--quiet", "--mapping", MAP, *gg)
+        want_g = {grouped_name(k): v for k, v in ref.items()}
+        assert any(k.endswith("experts.linear_fc1.weight3") for k in want_g)
+        ckref.assert_same(ckref.arrays(grouped), want_g, tag + " grouped")
+        out = os.path.join(d, f"r-grouped-{tag}")
+        ckref.convert(CKPTFS, src, out, [MAP], "--mesh", "tp=2,ep=2", "--rank", "3", *gg)
+        got = ckref.arrays(out)
+        want = {grouped_name(k): a for k, a in rank_of(glob_of(ref), 2, 1, 2, 1, cfg["n_routed_experts"]).items()}
+        assert set(got) == set(want), sorted(set(got) ^ set(want))[:6]
+        for k, a in want.items():
+            assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (tag, "grouped", k)
+        p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", src, *gg)
+        assert "byte for byte" in p.stdout, p.stdout
         # --set mtp_num_layers=0: a Megatron model built without MTP
         nomtp = os.path.join(d, "meg-nomtp-" + tag)
         ckref.run(CKPTFS, "convert", src, nomtp, "--quiet", "--mapping", MAP, "--set", "mtp_num_layers=0")
         ckref.assert_same(ckref.arrays(nomtp), reference(hf, cfg, mtp=False), tag + " without MTP")
         print(f"deepseek-v3 {tag}: {len(ref)} Megatron tensors equal the reference (MTP layer as mtp.layers.0, "
-              f"or dropped with --set mtp_num_layers=0); "
+              f"or dropped with --set mtp_num_layers=0; TEGroupedMLP's weight{{e}} names with "
+              f"--set moe_grouped_gemm=true, whole, on ep rank 1 and back); "
               f"tp=2 x ep=2 ranks equal numpy's shards" + (", each rank's FP8 scales dequantise its rows"
                                                          if block else ""))
     # FP8 kept at tp=4: 96 q_up rows / 4 = 24 cut a 16-block: refused, naming the rule
