@@ -137,6 +137,17 @@ def ep_local_name(k, e, per):
     return None
 
 
+def grouped_name(k):
+    """TEGroupedMLP's name (Megatron's moe_grouped_gemm) of a SequentialMLP
+    expert tensor: experts.local_experts.{e}.linear_fc1.weight ->
+    experts.linear_fc1.weight{e}; other names unchanged."""
+    if ".local_experts." not in k:
+        return k
+    pre, rest = k.split(".local_experts.")
+    e, mod, param = rest.split(".")
+    return f"{pre}.{mod}.{param}{e}"
+
+
 def pad_vocab(w, multiple):
     """Megatron's padded vocabulary (megatron/training/tokenizer
     _vocab_size_with_padding): zero rows after the last token up to a multiple

@@ -98,17 +98,6 @@ def reference(hf, cfg, vocab_multiple=128, mtp=True):
     return out
 
 
-def grouped_name(k):
-    """TEGroupedMLP's name (Megatron's moe_grouped_gemm) of a SequentialMLP
-    expert tensor: experts.local_experts.{e}.linear_fc1.weight ->
-    experts.linear_fc1.weight{e}; other names unchanged."""
-    if ".local_experts." not in k:
-        return k
-    pre, rest = k.split(".local_experts.")
-    e, mod, param = rest.split(".")
-    return f"{pre}.{mod}.{param}{e}"
-
-
 def rank_of(glob, tp, t, ep, e, n_experts, vocab_multiple=128):
     """Megatron's tensors on tp rank t, ep rank e (expert tensor parallelism 1):
     MLA's up projections and the MTP eh_proj (column-parallel) split by rows,
@@ -189,13 +178,13 @@ def test_layouts(d):
         gg = ["--set", "moe_grouped_gemm=true"]
         grouped = os.path.join(d, "meg-grouped-" + tag)
         ckref.run(CKPTFS, "convert", src, grouped, "--quiet", "--mapping", MAP, *gg)
-        want_g = {grouped_name(k): v for k, v in ref.items()}
+        want_g = {ckref.grouped_name(k): v for k, v in ref.items()}
         assert any(k.endswith("experts.linear_fc1.weight3") for k in want_g)
         ckref.assert_same(ckref.arrays(grouped), want_g, tag + " grouped")
         out = os.path.join(d, f"r-grouped-{tag}")
         ckref.convert(CKPTFS, src, out, [MAP], "--mesh", "tp=2,ep=2", "--rank", "3", *gg)
         got = ckref.arrays(out)
-        want = {grouped_name(k): a for k, a in rank_of(glob_of(ref), 2, 1, 2, 1, cfg["n_routed_experts"]).items()}
+        want = {ckref.grouped_name(k): a for k, a in rank_of(glob_of(ref), 2, 1, 2, 1, cfg["n_routed_experts"]).items()}
         assert set(got) == set(want), sorted(set(got) ^ set(want))[:6]
         for k, a in want.items():
             assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (tag, "grouped", k)

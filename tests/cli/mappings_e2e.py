@@ -100,11 +100,23 @@ with tempfile.TemporaryDirectory() as d:
         assert set(got) == set(shard), sorted(set(got) ^ set(shard))[:5]
         for n, a in shard.items():
             assert got[n][1].tobytes() == a.tobytes(), (r, n)
+        # TEGroupedMLP's names (--set moe_grouped_gemm=true): the same tensors
+        # as experts.linear_fc1.weight{e}, numbered from 0 on the rank
+        got = convert(moe_dir, os.path.join(d, f"epg{r}"), mp("llama-hf-to-megatron.json"),
+                      extra=["--mesh", "ep=2,tp=2", "--rank", str(r), "--set", "moe_grouped_gemm=true"])
+        grouped = {ckref.grouped_name(n): a for n, a in shard.items()}
+        assert set(got) == set(grouped) and any(".linear_fc1.weight1" in n for n in got), \
+            sorted(set(got) ^ set(grouped))[:5]
+        for n, a in grouped.items():
+            assert got[n][1].tobytes() == a.tobytes(), (r, n)
+    p = ckref.run(CKPTFS, "check-mapping", mp("llama-hf-to-megatron.json"), "--inverse",
+                  mp("megatron-to-llama-hf.json"), "--source", moe_dir, "--set", "moe_grouped_gemm=true")
+    assert "byte for byte" in p.stdout, p.stdout
     p = ckref.run(CKPTFS, "inspect", os.path.join(d, "llama0"), "--mapping", mp("llama-hf-to-megatron.json"),
                   "--mesh", "ep=2", "--rank", "0", check=False)
     assert p.returncode == 2 and "axis ep is used by no partition or select rule" in p.stderr, p.stderr
-    print("qwen3-moe: ep=2 x tp=2 ranks hold their experts renumbered, attention split over tp; "
-          "ep on a dense llama refused")
+    print("qwen3-moe: ep=2 x tp=2 ranks hold their experts renumbered (SequentialMLP's local_experts.{e} "
+          "or TEGroupedMLP's weight{e}, and back), attention split over tp; ep on a dense llama refused")
 
     # --expect: a strict load_state_dict style comparison
     expect = os.path.join(d, "expect.json")
