@@ -102,6 +102,7 @@ struct sel {
 	const char *path;
 	int ns, ax[64];
 	int64_t lo[64], hi[64], cnt[64];
+	unsigned model_axes; /* axes some rule places a target of the whole model on */
 };
 
 static int select_ranges(struct sel *x, const struct ck_plan *p, struct ck_err *err)
@@ -114,14 +115,17 @@ static int select_ranges(struct sel *x, const struct ck_plan *p, struct ck_err *
 		/* a split that matches no key asks nothing (the MoE rules of a
 		 * mapping, on a dense model): its count is not even evaluated */
 		int hit = 0;
-		for (size_t i = 0; x->ax[k] >= 0 && s->split && i < p->n && !hit; i++) {
+		for (size_t i = 0; x->ax[k] >= 0 && i < p->n && !hit; i++) {
 			const struct ck_target *t = &p->t[i];
 			struct ck_binding b = {0};
 			hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
 			ck_binding_clear(&b);
 		}
-		if (hit && select_range(s, p, x->m, x->ax[k], x->path, x->rc, &x->lo[k], &x->hi[k],
-					&x->cnt[k], err) < 0)
+		if (hit)
+			x->model_axes |= 1u << x->ax[k];
+		if (hit && s->split &&
+		    select_range(s, p, x->m, x->ax[k], x->path, x->rc, &x->lo[k], &x->hi[k],
+				 &x->cnt[k], err) < 0)
 			return -1;
 	}
 	return 0;
@@ -206,11 +210,12 @@ static int resort(struct ck_plan *p, unsigned *sel_axes, char **global, const ch
  * axes it is placed on (not replicated over). */
 int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		      const char *path, struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
-		      struct ck_err *err)
+		      unsigned *model_axes, struct ck_err *err)
 {
-	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}};
+	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}, 0};
 	if (select_ranges(&x, p, err) < 0)
 		return -1;
+	*model_axes = x.model_axes;
 	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);
 	char **global = calloc(p->n ? p->n : 1, sizeof *global);
 	if (!*sel_axes || !global) {

@@ -372,14 +372,15 @@ static int replicated(struct ck_target *t, struct ck_shard_info *info, const str
 	return 0;
 }
 
-/* Each mesh axis but dp must split or select something in this view: a
- * mapping whose rules name ep (its MoE rules) says nothing to a dense
- * model's view. */
+/* Each mesh axis but dp must split or select something in this view, or
+ * place something of the whole model (model_axes: a pipeline stage of dense
+ * layers holds no experts, yet ep splits the model's MoE layers): a mapping
+ * whose rules name ep (its MoE rules) says nothing to a dense model. */
 static int axes_used(const struct ck_plan *p, const struct ck_partition *const *part,
-		     const unsigned *sel_axes, const struct ck_mesh *m, const char *path,
-		     struct ck_err *err)
+		     const unsigned *sel_axes, unsigned model_axes, const struct ck_mesh *m,
+		     const char *path, struct ck_err *err)
 {
-	unsigned used_axes = 0;
+	unsigned used_axes = model_axes;
 	for (size_t i = 0; i < p->n; i++) {
 		used_axes |= sel_axes[i];
 		const struct ck_partition *pr = part[i];
@@ -393,7 +394,7 @@ static int axes_used(const struct ck_plan *p, const struct ck_partition *const *
 		if (strcmp(m->name[a], "dp") && !(used_axes >> a & 1))
 			return ck_fail(err, CK_E_USAGE,
 				       "--mesh: axis %s is used by no partition or select rule of %s on "
-				       "any tensor of this view",
+				       "any tensor of this checkpoint",
 				       m->name[a], path);
 	return 0;
 }
@@ -418,7 +419,9 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	char **global = NULL;
 	const struct ck_partition **part = NULL;
 	int64_t *mults = calloc((size_t)(rules && rules->n_parts ? rules->n_parts : 1), sizeof *mults);
-	int rc_ = mults ? ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, err)
+	unsigned model_axes = 0;
+	int rc_ = mults ? ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, &model_axes,
+					    err)
 			: ck_fail_sys(err, ENOMEM, "sharding");
 	if (rc_ == 0) /* after select, which keeps some targets in a new order */
 		rc_ = partitions_of(p, rules, &part, err);
@@ -445,7 +448,7 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 			rc_ = shard_target(t, pr, m, coord, sel_axes[i], *mult, path, info, err);
 	}
 	if (rc_ == 0)
-		rc_ = axes_used(p, part, sel_axes, m, path, err);
+		rc_ = axes_used(p, part, sel_axes, model_axes, m, path, err);
 	for (size_t i = 0; global && i < p->n; i++)
 		free(global[i]);
 	free(global);

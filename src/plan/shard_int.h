@@ -22,9 +22,10 @@ int ck_shard_lookup(void *vctx, const char *name, struct ck_xval *out, struct ck
 
 /* Apply the select rules (select.c): drop the targets this rank does not
  * hold, rename renumbered ones; sel_axes[i] are the axes target i is placed
- * on, global[i] its name before renumbering (or NULL). */
+ * on, global[i] its name before renumbering (or NULL), *model_axes the axes
+ * some select rule places any target of the whole model on. */
 int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		      const char *path, struct req_ctx *rc, unsigned **sel_axes, char ***global,
-		      struct ck_err *err);
+		      unsigned *model_axes, struct ck_err *err);
 
 #endif

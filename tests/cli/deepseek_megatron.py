@@ -223,6 +223,19 @@ def test_layouts(d):
         for k, a in want.items():
             assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (r, k)
     print("FP8 kept at tp=4 refused (blocks would be cut); dequantised first, tp=4 ranks equal numpy's")
+    # pp=3 x ep=2 x tp=2: the first stage (the dense layer 0 and the
+    # embedding) holds no expert, yet ep splits the model: the view is served;
+    # the last stage holds layer 2 and the MTP block with 2 of its 4 experts
+    args = ["--mapping", MAP, "--mesh", "pp=3,ep=2,tp=2", "--json"]
+    first = json.loads(ckref.run(CKPTFS, "inspect", src, *args, "--rank", "0").stdout)["tensors"]
+    last = json.loads(ckref.run(CKPTFS, "inspect", src, *args, "--rank", "11").stdout)["tensors"]
+    assert not any("experts." in t["name"] for t in first) and \
+        any(t["name"] == "embedding.word_embeddings.weight" for t in first), [t["name"] for t in first]
+    mtp_experts = {t["name"].split(".local_experts.")[1].split(".")[0] for t in last
+                   if t["name"].startswith("mtp.") and ".local_experts." in t["name"]}
+    assert mtp_experts == {"0", "1"} and any(t["name"].startswith("decoder.layers.0.") for t in last), \
+        sorted(t["name"] for t in last)[:8]
+    print("pp=3 x ep=2: a first stage of dense layers (no experts) is served; the last holds the MTP block")
     # 64-blocks over 32 gate rows of an expert (the MTP layer's come first):
     # fc1's concatenated scales would be misaligned
     src = os.path.join(d, "ds-fp8-64")
