@@ -215,8 +215,23 @@ def test_layouts(d):
             assert set(got) == set(want), (t, e, sorted(set(got) ^ set(want))[:6])
             for k, a in want.items():
                 assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (t, e, k)
+    # TEGroupedMLP's names (--set moe_grouped_gemm=true): the same tensors as
+    # experts.linear_fc1.weight{e} / bias{e}, numbered from 0 on each ep rank
+    gg = ["--set", "moe_grouped_gemm=true"]
+    grouped = os.path.join(d, "meg-grouped")
+    ckref.run(CKPTFS, "convert", src, grouped, "--quiet", "--mapping", MAP, *gg)
+    ckref.assert_same(ckref.arrays(grouped), {ckref.grouped_name(k): v for k, v in ref.items()}, "grouped")
+    out = os.path.join(d, "r-grouped")
+    ckref.convert(CKPTFS, src, out, [MAP], "--mesh", "tp=2,ep=2", "--rank", "1", *gg)
+    got = ckref.arrays(out)
+    want = {ckref.grouped_name(k): a for k, a in rank_of(glob, 2, 0, 2, 1, cfg["num_local_experts"]).items()}
+    assert set(got) == set(want) and any(k.endswith("linear_fc1.bias1") for k in got), \
+        sorted(set(got) ^ set(want))[:6]
+    for k, a in want.items():
+        assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), ("grouped", k)
     print(f"gpt-oss MXFP4: {len(ref)} Megatron tensors equal the reference (experts dequantised, "
-          "gate/up de-interleaved); tp=2 x ep=2 ranks equal numpy's shards")
+          "gate/up de-interleaved); tp=2 x ep=2 ranks equal numpy's shards; the same under TEGroupedMLP's "
+          "names, whole and on ep rank 1")
     # back to HF: the dequantised form; and that form -> Megatron = the same bytes
     back = os.path.join(d, "back")
     ckref.convert(CKPTFS, src, back, [MAP, INV])
@@ -236,9 +251,11 @@ def test_layouts(d):
     out = os.path.join(d, "meg-bf16")
     ckref.convert(CKPTFS, bf, out, [MAP])
     ckref.assert_same(ckref.arrays(out), reference(bhf, bcfg), "BF16 experts")
-    p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", bf)
-    assert "byte for byte" in p.stdout, p.stdout
-    print("BF16 experts: Megatron tensors equal the reference; HF -> Megatron -> HF every byte back")
+    for extra in ([], ["--set", "moe_grouped_gemm=true"]):
+        p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", bf, *extra)
+        assert "byte for byte" in p.stdout, p.stdout
+    print("BF16 experts: Megatron tensors equal the reference; HF -> Megatron -> HF every byte back "
+          "(SequentialMLP's names and TEGroupedMLP's)")
     return src, hf, cfg
 
 
