@@ -316,27 +316,29 @@ static int pat_reduced(const struct ck_rule *r, const struct ck_pattern *p)
 }
 
 /* b plus the lets output pattern p names (mapping.c allows only those), as
- * decimal text in num[]: a renumbering let must be a non-negative integer. */
+ * decimal text in num[]: a renumbering let must be a non-negative integer.
+ * 0, or -1 with err set (the caller names the rule). */
 static int bind_lets(struct stage *st, const struct ck_rule *r, const struct ck_pattern *p,
 		     const struct env *env, struct ck_binding *b, char (*num)[24])
 {
-	for (int t = 0; t < p->n; t++) {
-		const char *name = p->tok[t].name;
+	for (int t = 0, n = 0; t < p->n; t++) {
 		for (int i = 0; !p->tok[t].lit && i < env->n_lets; i++) {
+			const char *name = p->tok[t].name;
+			const struct ck_xval *v = &env->lets[i];
 			if (strcmp(r->let[i].name, name) != 0)
 				continue;
-			const struct ck_xval *v = &env->lets[i];
-			if (v->kind != XV_INT || v->i < 0) {
-				ck_fail(st->err, CK_E_MAPPING,
-					"let \"%s\" is used in an output name, so it must be a "
-					"non-negative integer",
-					name);
-				return rule_fail(st, r, NULL);
-			}
-			snprintf(num[t], sizeof num[t], "%lld", (long long)v->i);
+			if (v->kind != XV_INT || v->i < 0)
+				return ck_fail(st->err, CK_E_MAPPING,
+					       "let \"%s\" is used in an output name, so it must be "
+					       "a non-negative integer",
+					       name);
 			struct ck_binding bb;
-			if (ck_binding_borrow(&bb, b, name, num[t]) < 0)
-				return nomem(st->err);
+			if (n < CK_MAX_CAPTURES)
+				snprintf(num[n], sizeof num[n], "%lld", (long long)v->i);
+			if (n == CK_MAX_CAPTURES || ck_binding_borrow(&bb, b, name, num[n++]) < 0)
+				return ck_fail(st->err, CK_E_MAPPING,
+					       "an output name binds more than %d names",
+					       CK_MAX_CAPTURES);
 			*b = bb;
 		}
 	}
@@ -349,15 +351,10 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 	char *name;
 	const struct ck_pattern *p = &r->out[k].pat;
 	struct ck_binding bl = *b; /* borrowed: b plus the lets the name uses */
-	char(*num)[24] = r->n_let ? calloc((size_t)p->n, sizeof *num) : NULL;
-	if (r->n_let && !num)
-		return nomem(st->err);
-	int s = r->n_let ? bind_lets(st, r, p, env, &bl, num) : 0;
-	if (s == 0 && ck_pattern_subst(p, &bl, &name, st->err) < 0)
-		s = rule_fail(st, r, NULL);
-	free(num);
-	if (s < 0)
-		return -1;
+	char num[CK_MAX_CAPTURES][24];
+	if ((r->n_let && bind_lets(st, r, p, env, &bl, num) < 0) ||
+	    ck_pattern_subst(p, &bl, &name, st->err) < 0)
+		return rule_fail(st, r, NULL);
 	struct ck_xval v;
 	if (r->expr[k].expr) {
 		if (ck_expr_eval_lint(r->expr[k].expr, env_lookup, env, &v, &st->lint, st->err) < 0) {
