@@ -23,7 +23,7 @@ _ckptfs() {
 	local opts
 	case $verb in
 	inspect) opts="--mapping --json --groups --expect --io-plan --explain --mesh --rank --shard-groups --world-size" ;;
-	convert) opts="--mapping --max-shard-size --dtype --overwrite --threads --no-uring --progress --quiet --device --gpu-mem --gpu-min --mesh --rank --shard-groups --world-size" ;;
+	convert) opts="--mapping --max-shard-size --dtype --overwrite --threads --no-uring --odirect --progress --quiet --device --gpu-mem --gpu-min --mesh --rank --shard-groups --world-size" ;;
 	mount) opts="--mapping --device -f -o --mesh --rank --ranks --shard-groups --world-size --help" ;;
 	diff) opts="--mapping --atol --rtol --ulp --json --threads --no-uring" ;;
 	check-mapping) opts="--inverse --model --source --fp8-block --set" ;;

@@ -114,7 +114,7 @@ static void free_names(char **names, int n)
 }
 
 enum {
-	O_MAX_SHARD = 1, O_DTYPE, O_FORMAT, O_THREADS, O_NO_URING,
+	O_MAX_SHARD = 1, O_DTYPE, O_FORMAT, O_THREADS, O_NO_URING, O_ODIRECT,
 	O_DEVICE, O_GPU_MEM, O_GPU_MIN, O_OVERWRITE, O_PROGRESS, O_QUIET
 };
 
@@ -126,6 +126,8 @@ static const struct ck_cli_opt convert_opts[] = {
 	{O_OVERWRITE, "--overwrite", NULL, "replace a checkpoint already in OUTDIR"},
 	{O_THREADS, "--threads", "N", "evaluator threads, 1..64 (default: one per core)"},
 	{O_NO_URING, "--no-uring", NULL, "read with pread, not io_uring"},
+	{O_ODIRECT, "--odirect", NULL,
+	 "read the source with O_DIRECT, past the page cache (a checkpoint read once from disk)"},
 	{O_DEVICE, "--device", "cpu|cuda|cuda:N|auto", "where transforms run (default cpu)"},
 	{O_GPU_MEM, "--gpu-mem", "SIZE", "device memory the CUDA backend may use"},
 	{O_GPU_MIN, "--gpu-min", "SIZE", "reads from this size go to the GPU"},
@@ -172,6 +174,7 @@ static int convert_opt(struct convert_args *c, int id, const char *val, struct c
 			       ? ck_fail(err, CK_E_USAGE, "--threads: 1..64")
 			       : 0;
 	case O_NO_URING: c->o.use_uring = 0; return 0;
+	case O_ODIRECT: c->o.odirect = 1; return 0;
 	case O_DEVICE: return ck_device_parse(val, &c->dev, err);
 	case O_GPU_MEM: return size_arg("--gpu-mem", val, &c->dev.gpu_mem, err);
 	case O_GPU_MIN:
@@ -406,7 +409,7 @@ static int convert_main(int argc, char **argv, int *synced)
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
-	struct ck_convert_stats stats;
+	struct ck_convert_stats stats = {0};
 	size_t n_written = 0;
 	int rc = write_view(&v, &ca, dcp, &o, out.od.stage, &n_written, &stats, &err);
 	/* under mpirun every rank learns whether all succeeded; only then does
@@ -431,6 +434,10 @@ static int convert_main(int argc, char **argv, int *synced)
 			"bytes)\n",
 		n_written, (unsigned long long)stats.bytes_written, stats.n_files,
 		stats.n_files == 1 ? "" : "s", shown, (unsigned long long)stats.source_bytes_read);
+	if (stats.odirect_buffered)
+		fprintf(stderr, "ckptfs: --odirect: %ld source file%s on a file system without "
+				"O_DIRECT: read through the page cache\n",
+			stats.odirect_buffered, stats.odirect_buffered == 1 ? " is" : "s are");
 	ck_view_close(&v);
 	return 0;
 }

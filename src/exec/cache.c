@@ -71,6 +71,7 @@ struct ck_cache {
 	int stop, nth, fell_back;
 	pthread_t th[64];
 	uint64_t bytes, hits, misses, evictions, groups, regions, errors, in_flight, prefetches;
+	uint64_t odirect_files; /* source files the evaluators read with O_DIRECT */
 	atomic_uchar *file_changed; /* per source file, set once and logged */
 	atomic_int logged_errors;
 	int64_t *direct; /* per target: file offset of its bytes, or -1 (see ck_cache_direct) */
@@ -629,6 +630,26 @@ static int build_next_eval(struct ck_cache *c)
 	return 0;
 }
 
+/* O_DIRECT descriptors for the evaluators; files whose file system refuses
+ * them are read buffered, and the log says so once. */
+static int open_direct(struct ck_cache *c, struct ck_err *err)
+{
+	uint32_t first = 0;
+	long buffered = ck_engine_open_direct(&c->eng, &first, err);
+	if (buffered < 0)
+		return -1;
+	c->odirect_files = c->plan->cat->n_files - (uint64_t)buffered;
+	if (buffered && c->o.log) {
+		char msg[512];
+		snprintf(msg, sizeof msg,
+			 "odirect: %ld of %zu source files cannot be read with O_DIRECT (first: %s); "
+			 "they are read through the page cache",
+			 buffered, c->plan->cat->n_files, c->plan->cat->files[first].path);
+		c->o.log(c->o.log_ctx, msg);
+	}
+	return 0;
+}
+
 int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, struct ck_cache **out,
 		 struct ck_err *err)
 {
@@ -639,7 +660,7 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	}
 	c->plan = plan;
 	c->o = *o;
-	if (!o->no_direct) {
+	if (!o->no_direct && !o->odirect) {
 		if (!(c->direct = malloc((plan->n ? plan->n : 1) * sizeof *c->direct))) {
 			free(c->file_changed);
 			free(c);
@@ -673,6 +694,10 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->pool_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
+	if (o->odirect && open_direct(c, err) < 0) {
+		ck_cache_free(c);
+		return -1;
+	}
 	for (; c->nth < c->o.threads; c->nth++)
 		if (pthread_create(&c->th[c->nth], NULL, evaluator, c) != 0)
 			break;
@@ -713,6 +738,7 @@ void ck_cache_free(struct ck_cache *c)
 	}
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
+	ck_engine_fini(&c->eng);
 	free(c->file_changed);
 	free(c->direct);
 	free(c->next_eval);
@@ -819,6 +845,7 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->cache_hits = c->hits;
 	s->cache_misses = c->misses;
 	s->prefetches = c->prefetches;
+	s->odirect_files = c->odirect_files;
 	s->cache_bytes = c->bytes;
 	s->cache_evictions = c->evictions;
 	s->cache_dropped = c->dropped;

@@ -27,6 +27,8 @@ struct ck_cache_opts {
 	int use_uring;
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
+	int odirect;	   /* read sources with O_DIRECT (ck_engine_open_direct); renames
+			      are evaluated too, so reads stay async and prefetched */
 	int no_prefetch;   /* do not evaluate the next group ahead of a reader */
 	int drop_served;   /* readers keep what they were given (a kernel page cache):
 			      chunks served whole go first (see note_served) */
@@ -46,6 +48,7 @@ struct ck_cache_stats {
 	uint64_t streamed_reads;       /* ck_cache_eval_into: evaluated into the caller's memory */
 	uint64_t cache_dropped;	       /* chunks served whole, dropped before the budget forced it */
 	uint64_t cache_recycled;       /* chunk memory reused from evicted chunks, not faulted anew */
+	uint64_t odirect_files;	       /* source files read with O_DIRECT */
 };
 
 /* A piece of a read's result, in cache memory that stays valid (referenced)

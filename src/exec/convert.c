@@ -298,6 +298,9 @@ int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files
 		j.eng.gpu_min = o->gpu_min;
 	int rc = -1;
 	uint64_t total = 0;
+	long buffered = o->odirect ? ck_engine_open_direct(&j.eng, NULL, err) : 0;
+	if (buffered < 0)
+		goto out;
 	if (!(j.files = calloc(n ? n : 1, sizeof *j.files))) {
 		ck_fail_sys(err, ENOMEM, "convert");
 		goto out;
@@ -313,9 +316,11 @@ int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files
 			stats->bytes_written += files[k].v->size;
 		stats->source_bytes_read = atomic_load(&j.eng.source_bytes_read);
 		stats->n_files = (int)n;
+		stats->odirect_buffered = buffered;
 	}
 	rc = 0;
 out:
+	ck_engine_fini(&j.eng);
 	for (size_t k = 0; j.files && k < n; k++) {
 		struct outf *f = &j.files[k];
 		if (f->fd >= 0)

@@ -16,6 +16,7 @@ struct ck_convert_opts {
 	uint64_t max_shard_size; /* 0: one model.safetensors */
 	int threads;		 /* 0: one per core */
 	int use_uring;
+	int odirect;  /* read sources with O_DIRECT (ck_engine_open_direct) */
 	int progress; /* draw a progress bar on stderr */
 	const char *config; /* config.json's bytes to write verbatim, or NULL */
 	size_t config_len;
@@ -28,6 +29,7 @@ struct ck_convert_opts {
 struct ck_convert_stats {
 	uint64_t bytes_written, source_bytes_read;
 	int n_files;
+	long odirect_buffered; /* odirect: source files read buffered all the same */
 };
 
 /* Write dir/name through a temp file, fsync, rename, fsync the directory. */

@@ -65,10 +65,22 @@ struct reqlist {
 	size_t n, cap;
 };
 
-static int push_req(struct ck_eval_ctx *c, struct reqlist *l, int fd, uint64_t off,
+/* A read of catalog file `file`: through its O_DIRECT descriptor when the
+ * engine opened one (ck_engine_open_direct), else the catalog's. */
+static struct ck_io_req src_req(const struct ck_eval_ctx *c, uint32_t file, uint64_t off,
+				uint64_t len, void *buf)
+{
+	const struct ck_engine *e = c->eng;
+	if (e->dfd && e->dfd[file] >= 0)
+		return (struct ck_io_req){e->dfd[file], off, len, buf, CK_DIO_ALIGN};
+	return (struct ck_io_req){e->plan->cat->files[file].fd, off, len, buf, 0};
+}
+
+static int push_req(struct ck_eval_ctx *c, struct reqlist *l, uint32_t file, uint64_t off,
 		    uint64_t len, unsigned char *buf, struct ck_err *err)
 {
-	if (l->n && l->r[l->n - 1].fd == fd) {
+	struct ck_io_req r = src_req(c, file, off, len, buf);
+	if (l->n && l->r[l->n - 1].fd == r.fd) {
 		struct ck_io_req *last = &l->r[l->n - 1];
 		uint64_t end = last->off + last->len;
 		/* the next run, at most a small gap on (MXFP4 runs of odd nibbles
@@ -90,7 +102,7 @@ static int push_req(struct ck_eval_ctx *c, struct reqlist *l, int fd, uint64_t o
 		c->reqs = nr;
 		c->reqs_cap = nc;
 	}
-	l->r[l->n++] = (struct ck_io_req){fd, off, len, buf};
+	l->r[l->n++] = r;
 	return 0;
 }
 
@@ -118,7 +130,7 @@ static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, 
 	size_t nbytes = (size_t)(b1 - b0) * qb;
 	if (grow(&c->qwin, &c->qwin_cap, nbytes, "quantized blocks", err) < 0)
 		return -1;
-	struct ck_io_req r = {cat->files[s->src->file].fd, t->offset + b0 * qb, nbytes, c->qwin};
+	struct ck_io_req r = src_req(c, s->src->file, t->offset + b0 * qb, nbytes, c->qwin);
 	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
 	atomic_fetch_add(&c->eng->read_requests, 1);
 	if (c->eng->dry_run)
@@ -191,7 +203,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 		return read_quant(c, s, wlo, whi, win, err);
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	size_t ses = ck_dtype_size(s->src->t.dtype);
-	int fd = cat->files[s->src->file].fd;
+	uint32_t file = s->src->file;
 	uint64_t fbase = s->src->t.offset;
 	/* MXFP4 pieces count nibbles (the entry is U8): element e is in byte
 	 * e >> nib, and the window starts at the byte of wlo */
@@ -204,7 +216,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 	if (w->whole && w->nruns > 1) {
 		uint64_t b0, wbytes;
 		window_bytes(s, wlo, whi, &b0, &wbytes);
-		if (push_req(c, &l, fd, b0, wbytes, win, err) < 0)
+		if (push_req(c, &l, file, b0, wbytes, win, err) < 0)
 			return -1;
 	} else {
 		int64_t idx[CK_MAX_DIMS];
@@ -214,7 +226,7 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 		for (;;) {
 			int64_t so = src_at(s, idx);
 			int64_t b0 = so >> nib, b1 = nib ? (so + run + 1) >> 1 : so + run;
-			if (push_req(c, &l, fd, fbase + (uint64_t)b0 * ses, (uint64_t)(b1 - b0) * ses,
+			if (push_req(c, &l, file, fbase + (uint64_t)b0 * ses, (uint64_t)(b1 - b0) * ses,
 				     win + (uint64_t)(b0 - wb) * ses, err) < 0)
 				return -1;
 			int j = k;
@@ -262,8 +274,8 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 	for (int d = 0; d < s->ndim; d++)
 		lin += s->lo[d] * s->cstride[d];
 	const struct ck_catalog *cat = c->eng->plan->cat;
-	struct ck_io_req r = {cat->files[s->src->file].fd, s->src->t.offset + (uint64_t)so * es,
-			      (uint64_t)run * es, s->out + (size_t)(lin - s->e0) * es};
+	struct ck_io_req r = src_req(c, s->src->file, s->src->t.offset + (uint64_t)so * es,
+				     (uint64_t)run * es, s->out + (size_t)(lin - s->e0) * es);
 	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
 	atomic_fetch_add(&c->eng->read_requests, 1);
 	int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);
@@ -369,9 +381,8 @@ static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file,
 	if (!whole)
 		return 0;
 	struct reqlist l = {c->reqs, 0, c->reqs_cap};
-	int fd = cat->files[file].fd;
-	if ((o0 > b0 && push_req(c, &l, fd, b0, o0 - b0, w->buf, err) < 0) ||
-	    (b1 > o1 && push_req(c, &l, fd, o1, b1 - o1, w->buf + (o1 - b0), err) < 0))
+	if ((o0 > b0 && push_req(c, &l, file, b0, o0 - b0, w->buf, err) < 0) ||
+	    (b1 > o1 && push_req(c, &l, file, o1, b1 - o1, w->buf + (o1 - b0), err) < 0))
 		return -1;
 	atomic_fetch_add(&c->eng->source_bytes_read, (o0 - b0) + (b1 - o1));
 	atomic_fetch_add(&c->eng->read_requests, l.n);
@@ -431,8 +442,8 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 		    read_window(c, s, wlo, whi, &w, win, err) < 0)
 			return -1;
 		if (sce) { /* into the lane's pinned staging, read as it is */
-			struct ck_io_req r = {c->eng->plan->cat->files[sce->file].fd,
-					      sce->t.offset + (uint64_t)sc_lo * scs, scneed, scales};
+			struct ck_io_req r = src_req(c, sce->file, sce->t.offset + (uint64_t)sc_lo * scs,
+						     scneed, scales);
 			atomic_fetch_add(&c->eng->source_bytes_read, r.len);
 			atomic_fetch_add(&c->eng->read_requests, 1);
 			int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);

@@ -31,6 +31,9 @@ struct ck_engine {
 	struct ck_gpu *gpu;
 	uint64_t gpu_min;
 	atomic_uint_fast64_t gpu_reads, gpu_bytes;
+	/* O_DIRECT descriptors per catalog file (-1: that file is read
+	 * buffered); NULL unless ck_engine_open_direct ran */
+	int *dfd;
 };
 
 
@@ -68,6 +71,14 @@ struct ck_eval_ctx {
 };
 
 void ck_engine_init(struct ck_engine *e, const struct ck_plan *plan, int use_uring);
+/* Read the sources with O_DIRECT from now on: every catalog file is opened
+ * again (through /proc/self/fd, so the very file the catalog checked) with
+ * O_DIRECT and probed with one aligned read. A file whose file system
+ * refuses that (tmpfs, alignments above CK_DIO_ALIGN) stays buffered.
+ * Returns how many stayed buffered (*first: the first of them) or -1 with
+ * err. Before evaluators start; ck_engine_fini closes them. */
+long ck_engine_open_direct(struct ck_engine *e, uint32_t *first, struct ck_err *err);
+void ck_engine_fini(struct ck_engine *e);
 void ck_eval_ctx_init(struct ck_eval_ctx *c, struct ck_engine *e);
 void ck_eval_ctx_free(struct ck_eval_ctx *c);
 

@@ -26,8 +26,29 @@ void ck_io_init(struct ck_io *io, int use_uring, unsigned depth, int *fell_back)
 void ck_io_close(struct ck_io *io)
 {
 	if (io->uring_ok)
-		io_uring_queue_exit(&io->ring);
+		io_uring_queue_exit(&io->ring); /* unregisters the bounce buffers too */
 	io->uring_ok = 0;
+	free(io->bounce);
+	io->bounce = NULL;
+	io->bounce_fixed = 0;
+}
+
+int ck_io_submit_wait(struct ck_io *io, uint64_t *accepted, uint64_t completed)
+{
+	int r = io_uring_submit_and_wait(&io->ring, 1);
+	if (r > 0)
+		*accepted += (uint64_t)r;
+	if (r >= 0 || r == -EINTR || r == -EAGAIN || r == -EBUSY)
+		return 0;
+	/* the ring is unusable: drain what the kernel holds (it writes into
+	 * our buffers), then drop the ring (and its unsubmitted SQEs) for pread */
+	struct io_uring_cqe *cqe;
+	while (completed < *accepted && io_uring_wait_cqe(&io->ring, &cqe) == 0) {
+		io_uring_cqe_seen(&io->ring, cqe);
+		completed++;
+	}
+	ck_io_close(io);
+	return r;
 }
 
 /* In-flight state of one request: how much is done. */
@@ -47,7 +68,7 @@ static void queue(struct io_uring *ring, struct slot *s)
 	io_uring_sqe_set_data(sqe, s);
 }
 
-int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
+static int read_buffered(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
 {
 	if (!io->uring_ok) {
 		for (size_t i = 0; i < n; i++) {
@@ -79,18 +100,8 @@ int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
 		}
 		if (!active)
 			break;
-		int r = io_uring_submit_and_wait(&io->ring, 1);
-		if (r > 0)
-			accepted += (uint64_t)r;
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
-			/* the ring is unusable: drain what the kernel holds, then
-			 * drop the ring (and its unsubmitted SQEs) for pread */
-			struct io_uring_cqe *cqe;
-			while (completed < accepted && io_uring_wait_cqe(&io->ring, &cqe) == 0) {
-				io_uring_cqe_seen(&io->ring, cqe);
-				completed++;
-			}
-			ck_io_close(io);
+		int r = ck_io_submit_wait(io, &accepted, completed);
+		if (r < 0) {
 			free(slots);
 			return r;
 		}
@@ -130,4 +141,31 @@ int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
 		ck_io_close(io);
 	free(slots);
 	return err;
+}
+
+int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
+{
+	size_t nd = 0;
+	for (size_t i = 0; i < n; i++)
+		nd += reqs[i].align != 0;
+	if (nd == 0)
+		return read_buffered(io, reqs, n);
+	if (nd == n)
+		return ck_io_read_direct(io, reqs, n);
+	/* both kinds in one batch (files of which some refused O_DIRECT) */
+	struct ck_io_req *part = malloc(n * sizeof *part);
+	if (!part)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!reqs[i].align)
+			part[k++] = reqs[i];
+	for (size_t i = 0; i < n; i++)
+		if (reqs[i].align)
+			part[k++] = reqs[i];
+	int r = read_buffered(io, part, n - nd);
+	if (r == 0)
+		r = ck_io_read_direct(io, part + (n - nd), nd);
+	free(part);
+	return r;
 }

@@ -78,8 +78,8 @@ const char *ckptfs_version(void);
  *   state=params|optimizer|all   the parameters or the optimizer state only
  *   set=NAME=VALUE               a config.json value as the mappings see it
  *                                (an integer or true/false; repeatable)
- *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring no_direct
- *   no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
+ *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring odirect
+ *   no_direct no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
  *   gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto gpu_mem=SIZE gpu_min=SIZE
  *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none dcp torch_dist eval_delay_ms=N
  *                       as `ckptfs mount -o` (its "serving options", see

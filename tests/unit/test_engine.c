@@ -2,6 +2,7 @@
  * source file, and a region costs only the source bytes it needs. */
 #include <check.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,11 +85,24 @@ static const char *MAP =
 	"{\"from\": \"b16\", \"to\": \"e4\", \"expr\": \"x.t().to(F8_E4M3)\", \"share\": true},"
 	"{\"from\": \"b16\", \"to\": \"wide\", \"expr\": \"x.to(F32)\", \"share\": true}]}";
 
+/* Loop index bit 1: read the source with O_DIRECT, and make sure it is. */
+static void maybe_direct(struct ck_engine *e, int loop)
+{
+	if (!(loop & 2))
+		return;
+	struct ck_err err;
+	uint32_t first;
+	ck_assert_msg(ck_engine_open_direct(e, &first, &err) == 0,
+		      "%s refuses O_DIRECT: run the tests with TMPDIR on a disk file system", dir);
+	ck_assert(fcntl(e->dfd[0], F_GETFL) & O_DIRECT);
+}
+
 START_TEST(values_match_reference)
 {
 	struct ck_plan *p = plan_of(MAP);
 	struct ck_engine e;
-	ck_engine_init(&e, p, _i); /* loop: 0 pread, 1 io_uring */
+	ck_engine_init(&e, p, _i & 1); /* loop: bit 0 io_uring (else pread), bit 1 O_DIRECT */
+	maybe_direct(&e, _i);
 	struct ck_eval_ctx c;
 	ck_eval_ctx_init(&c, &e);
 	struct ck_err err;
@@ -142,6 +156,7 @@ START_TEST(values_match_reference)
 	ck_assert_int_gt(differ, 0); /* the data does exercise saturation */
 	free(out);
 	ck_eval_ctx_free(&c);
+	ck_engine_fini(&e);
 	ck_plan_free(p);
 }
 END_TEST
@@ -206,7 +221,8 @@ START_TEST(truncated_source_is_eio)
 {
 	struct ck_plan *p = plan_of(MAP);
 	struct ck_engine e;
-	ck_engine_init(&e, p, _i);
+	ck_engine_init(&e, p, _i & 1);
+	maybe_direct(&e, _i);
 	struct ck_eval_ctx c;
 	ck_eval_ctx_init(&c, &e);
 	char *path = tu_path(dir, "model.safetensors");
@@ -221,6 +237,7 @@ START_TEST(truncated_source_is_eio)
 	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "rows"), 0, 4096, buf, &err), 0);
 	free(path);
 	ck_eval_ctx_free(&c);
+	ck_engine_fini(&e);
 	ck_plan_free(p);
 }
 END_TEST
@@ -255,6 +272,60 @@ START_TEST(failed_convert_leaves_nothing)
 }
 END_TEST
 
+/* O_DIRECT reads (io_direct.c) of any offset and length: unaligned ones,
+ * one longer than all the bounce buffers together, up to the last byte of
+ * a file whose size is not aligned, in one batch with a buffered request;
+ * past the end is EIO and the ring reads on. Loop: 0 pread, 1 io_uring. */
+START_TEST(odirect_reads_any_range)
+{
+	size_t n = (size_t)(CK_DIO_SLOTS + 2) * CK_DIO_PIECE + 1237;
+	unsigned char *want = malloc(n);
+	uint32_t x = 12345;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 1103515245u + 12345u;
+		want[i] = (unsigned char)(x >> 24);
+	}
+	char *path = tu_path(dir, "raw.bin");
+	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, want, n), (ssize_t)n);
+	int dfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	ck_assert_msg(dfd >= 0, "%s refuses O_DIRECT: run the tests with TMPDIR on a disk file system",
+		      path);
+	const uint64_t r[][2] = {{0, 1},	{1, 4095},	   {4095, 2},	    {4096, 4096},
+				 {5000, 0},	{n - 1, 1},	   {n - 5000, 5000}, {0, n},
+				 {777, n - 777}, {123, 3 * CK_DIO_PIECE + 77}, {CK_DIO_PIECE - 1, 2}};
+	enum { NR = sizeof r / sizeof *r };
+	struct ck_io_req reqs[NR + 1];
+	unsigned char *out[NR + 1];
+	for (int k = 0; k <= NR; k++) {
+		uint64_t off = k < NR ? r[k][0] : 3, len = k < NR ? r[k][1] : 10000;
+		out[k] = malloc(len + 1);
+		/* the last one reads the buffered descriptor */
+		reqs[k] = (struct ck_io_req){k < NR ? dfd : fd, off, len, out[k] + 1,
+					     k < NR ? CK_DIO_ALIGN : 0};
+	}
+	struct ck_io io;
+	ck_io_init(&io, _i, 64, NULL);
+	ck_assert_int_eq(ck_io_read(&io, reqs, NR + 1), 0);
+	for (int k = 0; k <= NR; k++) {
+		ck_assert_msg(memcmp(out[k] + 1, want + reqs[k].off, reqs[k].len) == 0, "request %d", k);
+		free(out[k]);
+	}
+	unsigned char tail[64];
+	struct ck_io_req past = {dfd, n - 10, 20, tail, CK_DIO_ALIGN};
+	ck_assert_int_eq(ck_io_read(&io, &past, 1), -EIO);
+	struct ck_io_req last = {dfd, n - 10, 10, tail, CK_DIO_ALIGN};
+	ck_assert_int_eq(ck_io_read(&io, &last, 1), 0);
+	ck_assert(memcmp(tail, want + n - 10, 10) == 0);
+	ck_io_close(&io);
+	close(dfd);
+	close(fd);
+	free(path);
+	free(want);
+}
+END_TEST
+
 /* Only work worth a PCIe round trip goes to a GPU: casts and transposes,
  * not slices or concatenation. */
 START_TEST(gpu_policy_keeps_copies_on_cpu)
@@ -277,10 +348,11 @@ int main(void)
 	TCase *tc = tcase_create("eval");
 	tcase_set_timeout(tc, 120);
 	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_add_loop_test(tc, values_match_reference, 0, 2);
+	tcase_add_loop_test(tc, values_match_reference, 0, 4);
+	tcase_add_loop_test(tc, odirect_reads_any_range, 0, 2);
 	tcase_add_test(tc, regions_read_only_what_they_need);
 	tcase_add_test(tc, small_window_same_bytes);
-	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 2);
+	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, gpu_policy_keeps_copies_on_cpu);
 	suite_add_tcase(s, tc);
