@@ -1,21 +1,23 @@
 #!/usr/bin/python3
 """ckptfs benchmarks, one command (as root, needs /dev/fuse):
-    /usr/bin/python3 tools/bench.py [--layers N] [--reps N]
+    /usr/bin/python3 tools/bench.py [--shapes 1024,2048,4096] [--layers N] [--reps N]
 Builds its inputs with mkckpt and prints, side by side in one run (median and
-min-max over the repetitions, absolute figures beside the ratios):
-  raw page-cache read of the source; a trivial passthrough FUSE daemon
-  (tools/passthrough.c, same tuning) as the FUSE ceiling; the identity view
-  (tensors/ and model.safetensors, first and second read); libckptfs
-  in-process (tools/ckread.c) against the raw read; the Llama HF ->
-  Megatron view, also with a cast to F32; model.gguf (F16, Q8_0) first
-  reads, and against a numpy HF -> GGUF peer; `ckptfs diff` of two copies and
-  of HF vs a Megatron copy through the inverse mapping (bytes per side);
-  a numpy peer that converts and
-  re-reads (today's workflow) vs mount + read; time to the first byte of a
-  last-layer tensor; planning on sparse real-size presets and a 100k-key
-  MoE; daemon peak RSS against the documented bound; concurrent readers;
-  cold-cache reads where the page cache can be dropped.
-First reads are timed from a fresh mount's listing to its last byte, on
+min-max over the repetitions, absolute figures beside the ratios). On every
+shape (Llama, hidden 1024 / 2048 / 4096, BF16): first reads of the identity,
+Megatron and F32-cast views against the FUSE ceiling, the cached re-read of
+every file against the passthrough's, mount + read against the numpy peer,
+and cold reads (buffered and -o odirect) against dd iflag=direct; then a
+table of each ratio per shape, its spread and issue #23's goal. On the
+hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
+  first reads, and a numpy HF -> GGUF peer against mount + read
+  model.gguf; libckptfs in-process (tools/ckread.c) against the raw read;
+  `ckptfs diff` of two copies and of HF vs a Megatron copy through the
+  inverse mapping (bytes per side); time to the first byte of a last-layer
+  tensor; planning on sparse real-size presets and a 100k-key MoE; per-rank
+  request ratios and shard reads; daemon peak RSS against the documented
+  bound; concurrent readers.
+The FUSE ceiling is tools/passthrough.c, a trivial passthrough daemon with
+the same tuning. First reads are timed from a fresh mount's listing to its last byte, on
 both sides, in rounds that read every subject once (interleaved, so the
 noise of a shared machine hits all of them alike) (the passthrough lists its directory too); mount start-up has
 rows of its own, and the workflow row includes mount and unmount."""
@@ -261,51 +263,183 @@ def prepare():
     import numpy as np  # noqa: F811 (python3-numpy: installed just above)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=6)
-    ap.add_argument("--reps", type=int, default=3)
-    a = ap.parse_args()
-    prepare()
-    work = tempfile.mkdtemp(prefix="ckptfs-bench-")
-    src = os.path.join(work, "llama")
-    run(MKCKPT, "--model", "llama", "--hidden", "2048", "--intermediate", "5632", "--heads", "16",
-        "--kv-heads", "4", "--vocab", "32000", "--layers", str(a.layers), "--dtype", "BF16",
-        "--shards", "4", src)
+# Model shapes of the three-shape run (issue #23): Llama, BF16, GQA, 32k vocab;
+# hidden 1024 is the independent benchmark's model (about 300 MB).
+SHAPES = {1024: {"intermediate": 2816, "heads": 16, "kv": 4, "layers": 8, "shards": 2},
+          2048: {"intermediate": 5632, "heads": 16, "kv": 4, "layers": 6, "shards": 4},
+          4096: {"intermediate": 11008, "heads": 32, "kv": 8, "layers": 3, "shards": 4}}
+# the ratios measured on every shape, with issue #23's goals
+GOALS = [("identity tensors/ first read / FUSE ceiling", 0.95),
+         ("identity re-read of every file / passthrough re-read", 0.9),
+         ("Megatron view first read / FUSE ceiling", 0.8),
+         ("Megatron + F32 cast first read / FUSE ceiling", 0.7),
+         ("mount + read Megatron: speed-up over the numpy peer", 3.0),
+         ("cold identity / cold dd iflag=direct", 0.8),
+         ("cold Megatron / cold dd iflag=direct", 0.8),
+         ("cold identity -o odirect / cold dd iflag=direct", 0.8),
+         ("cold Megatron -o odirect / cold dd iflag=direct", 0.8)]
+SPREAD = {}  # ratio name -> {hidden: value}
+
+
+def ratio(name, hidden, value):
+    SPREAD.setdefault(name, {})[hidden] = value
+
+
+def make_source(work, hidden, layers):
+    s = SHAPES[hidden]
+    src = os.path.join(work, f"llama-h{hidden}")
+    run(MKCKPT, "--model", "llama", "--hidden", str(hidden), "--intermediate", str(s["intermediate"]),
+        "--heads", str(s["heads"]), "--kv-heads", str(s["kv"]), "--vocab", "32000",
+        "--layers", str(layers or s["layers"]), "--dtype", "BF16", "--shards", str(s["shards"]), src)
     cfg = json.load(open(os.path.join(src, "config.json")))
-    shards = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))
-    total = sum(os.path.getsize(os.path.join(src, f)) for f in shards)
+    shards = [os.path.join(src, f) for f in sorted(os.listdir(src)) if f.endswith(".safetensors")]
+    return src, cfg, shards, sum(os.path.getsize(f) for f in shards)
+
+
+def dd_direct(paths):
+    """The raw cold baseline the issue names: dd with O_DIRECT, 4 MiB blocks,
+    one reader per file at once (the device's queue, not one request deep)."""
+    t0 = time.perf_counter()
+    ps = [subprocess.Popen(["dd", f"if={p}", "of=/dev/null", "bs=4M", "iflag=direct"],
+                           stderr=subprocess.DEVNULL) for p in paths]
+    for p in ps:
+        p.wait()
+    return time.perf_counter() - t0
+
+
+def shape_rows(work, hidden, layers, R, full):
+    """The per-shape rows: first and second reads against the FUSE ceiling,
+    the workflow against the numpy peer, cold reads against dd. full: also
+    the flat file and model.gguf first reads (the main shape only)."""
+    src, cfg, shards, total = make_source(work, hidden, layers)
     meg = os.path.join(MAPS, "llama-hf-to-megatron.json")
     to_f32 = os.path.join(work, "to-f32.json")
     json.dump({"rules": [{"from": "{k:path}", "to": "{k}", "expr": "x.to(F32)"}]}, open(to_f32, "w"))
-    print(f"input: llama, {a.layers} layers, BF16, {total / 1e6:.0f} MB in {len(shards)} files; "
-          f"{os.cpu_count()} cores; reps {a.reps}; figures: median [min-max] ratio\n")
-    R = a.reps
-    read_files([os.path.join(src, f) for f in shards])  # warm the page cache
-    raw = row("raw read of the source files (page cache)",
-              measure(lambda: read_files([os.path.join(src, f) for f in shards]), R))
+    print(f"\n== hidden {hidden}: llama, {cfg['num_hidden_layers']} layers, GQA "
+          f"{cfg['num_attention_heads']}/{cfg['num_key_value_heads']}, BF16, {total / 1e6:.0f} MB in "
+          f"{len(shards)} files; {os.cpu_count()} cores; reps {R}; figures: median [min-max] ratio",
+          flush=True)
+    read_files(shards)  # warm the page cache
+    raw = row("raw read of the source files (page cache)", measure(lambda: read_files(shards), R))
 
     # first reads, interleaved: each round mounts and reads every subject once,
     # so a slow spell of this shared machine hits all of them alike
     flat = lambda m: read_files([os.path.join(m.dir, "model.safetensors")])  # noqa: E731
     every = lambda m: read_files(m.files())  # noqa: E731
-    subjects = [("pt", lambda: Passthrough(src), every), ("id", lambda: Ckptfs(src), every),
-                ("flat", lambda: Ckptfs(src), flat), ("meg", lambda: Ckptfs(src, [meg]), every),
-                ("f32", lambda: Ckptfs(src, [meg, to_f32]), every)]
     gguf = lambda m: read_files([os.path.join(m.dir, "model.gguf")])  # noqa: E731
-    subjects += [("gguf16", lambda: Ckptfs(src, opts="gguf=F16,gguf_vocab=none"), gguf),
-                 ("gguf8", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf)]
+    subjects = [("pt", lambda: Passthrough(src), every), ("id", lambda: Ckptfs(src), every),
+                ("meg", lambda: Ckptfs(src, [meg]), every), ("f32", lambda: Ckptfs(src, [meg, to_f32]), every)]
+    if full:
+        subjects += [("flat", lambda: Ckptfs(src), flat),
+                     ("gguf16", lambda: Ckptfs(src, opts="gguf=F16,gguf_vocab=none"), gguf),
+                     ("gguf8", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf)]
     first = {k: [] for k, _, _ in subjects}
     for _ in range(R):
         for k, factory, reader in subjects:
             first[k] += measure_fresh(factory, reader, 1)
     ceiling = row("passthrough FUSE, first read (the FUSE ceiling)", first["pt"], raw)
-    row("ckptfs identity tensors/, first read  vs ceiling", first["id"], ceiling)
-    row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
-    row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling)
-    row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling)
-    row("ckptfs model.gguf F16, first read vs ceiling", first["gguf16"], ceiling)
-    row("ckptfs model.gguf Q8_0, first read vs ceiling", first["gguf8"], ceiling)
+    ratio(GOALS[0][0], hidden, row("ckptfs identity tensors/, first read  vs ceiling", first["id"], ceiling) / ceiling)
+    ratio(GOALS[2][0], hidden, row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling) / ceiling)
+    ratio(GOALS[3][0], hidden, row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling) / ceiling)
+    if full:
+        row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
+        row("ckptfs model.gguf F16, first read vs ceiling", first["gguf16"], ceiling)
+        row("ckptfs model.gguf Q8_0, first read vs ceiling", first["gguf8"], ceiling)
+
+    # second reads (kernel page cache, keep_cache): every file again, per-file
+    # round trips included (75 files for 8 layers against the source's few)
+    pt, m = Passthrough(src), Ckptfs(src)
+    read_files(pt.files())
+    read_files(m.files())
+    second = {"pt": [], "id": []}
+    for _ in range(R):
+        second["pt"] += measure(lambda: read_files(pt.files()), 1)
+        second["id"] += measure(lambda: read_files(m.files()), 1)
+    nfiles = len(m.files())
+    pt.close()
+    m.close()
+    pt2 = row("passthrough FUSE, second read (keep_cache)", second["pt"], raw)
+    ratio(GOALS[1][0], hidden,
+          row(f"ckptfs identity tensors/ ({nfiles} files), second read vs passthrough 2nd", second["id"], pt2) / pt2)
+
+    # today's workflow vs mount + read (the workflow's figure includes mount and unmount)
+    peer_out = os.path.join(work, "peer.safetensors")
+    peer = measure(lambda: peer_convert(src, peer_out, cfg), R)
+    os.unlink(peer_out)
+
+    def mount_and_read():
+        m = Ckptfs(src, [meg])
+        try:
+            return read_files(m.files())
+        finally:
+            m.close()
+    mine = measure(mount_and_read, R)
+    pm, cm = statistics.median(t for t, _ in peer), statistics.median(t for t, _ in mine)
+    print(f"{'numpy peer: mmap, convert, write, read back':58s} {pm:8.2f} s")
+    print(f"{'ckptfs: mount + read the Megatron view':58s} {cm:8.2f} s     speed-up {pm / cm:5.2f}x")
+    ratio(GOALS[4][0], hidden, pm / cm)
+
+    # cold cache: the number a user with a checkpoint on disk sees; rounds
+    # interleave dd, the raw buffered read and the views
+    if drop_caches():
+        cold = {k: [] for k in ("dd", "raw", "id", "meg", "id_od", "meg_od")}
+        views = {"id": ([], None), "meg": ([meg], None), "id_od": ([], "odirect"), "meg_od": ([meg], "odirect")}
+        for _ in range(R):
+            drop_caches()
+            cold["dd"].append((dd_direct(shards), total))
+            drop_caches()
+            cold["raw"] += measure(lambda: read_files(shards), 1)
+            for k, (maps, opts) in views.items():
+                cold[k] += measure_fresh(lambda: Ckptfs(src, maps, opts), lambda m: read_files(m.files()), 1,
+                                         cold=True)
+        dd = row("cold: dd iflag=direct bs=4M, a reader per file", cold["dd"])
+        row("cold: raw buffered read of the source vs dd", cold["raw"], dd)
+        for k, name, g in [("id", "identity view", 5), ("meg", "Megatron view", 6),
+                           ("id_od", "identity view -o odirect", 7), ("meg_od", "Megatron view -o odirect", 8)]:
+            ratio(GOALS[g][0], hidden, row(f"cold: {name} vs dd", cold[k], dd) / dd)
+        read_files(shards)  # warm again for the rows that follow
+    else:
+        print("cold cache: /proc/sys/vm/drop_caches not writable here; skipped")
+    return src, cfg, shards, total, raw, ceiling, pm
+
+
+def print_spread(shapes):
+    print("\n== every shape: the ratio on each, its spread, and issue #23's goal")
+    print(f"{'ratio':56s} " + " ".join(f"h{h:<6d}" for h in shapes) + "  spread       goal")
+    for name, goal in GOALS:
+        v = SPREAD.get(name, {})
+        if not v:
+            continue
+        vals = [v[h] for h in shapes if h in v]
+        cells = " ".join(f"{v[h]:<7.2f}" if h in v else "-      " for h in shapes)
+        met = "met on every shape" if min(vals) >= goal else "NOT met on every shape"
+        print(f"{name:56s} {cells}  {min(vals):.2f}-{max(vals):.2f}    {goal:.2f} ({met})")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="1024,2048,4096",
+                    help="hidden sizes to run the per-shape rows on (of 1024, 2048, 4096)")
+    ap.add_argument("--layers", type=int, default=0, help="layers of every shape (default: per shape)")
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    shapes = [int(x) for x in a.shapes.split(",")]
+    for h in shapes:
+        if h not in SHAPES:
+            ap.error(f"--shapes: {h} is not one of {sorted(SHAPES)}")
+    prepare()
+    work = tempfile.mkdtemp(prefix="ckptfs-bench-")
+    R = a.reps
+    main_h = 2048 if 2048 in shapes else shapes[0]
+    for h in shapes:
+        if h != main_h:
+            src = shape_rows(work, h, a.layers, R, False)[0]
+            subprocess.run(["rm", "-rf", src])
+    # the main shape last: its per-shape rows, then the rows measured on it alone
+    src, cfg, shards, total, raw, ceiling, pm = shape_rows(work, main_h, a.layers, R, True)
+    meg = os.path.join(MAPS, "llama-hf-to-megatron.json")
+    shards = [os.path.basename(f) for f in shards]
+    layers = cfg["num_hidden_layers"]
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read
@@ -333,33 +467,6 @@ def main():
     row("ckptfs diff HF vs Megatron through the inverse, per side",
         measure(lambda: (run(CKPTFS, "diff", src, meg_dir, "--mapping", back), total)[1], R), ceiling)
 
-    # second reads (kernel page cache, keep_cache), interleaved the same way
-    pt, m = Passthrough(src), Ckptfs(src)
-    read_files(pt.files())
-    read_files(m.files())
-    second = {"pt": [], "id": []}
-    for _ in range(R):
-        second["pt"] += measure(lambda: read_files(pt.files()), 1)
-        second["id"] += measure(lambda: read_files(m.files()), 1)
-    pt.close()
-    m.close()
-    pt2 = row("passthrough FUSE, second read (keep_cache)", second["pt"], raw)
-    row("ckptfs identity tensors/, second read vs passthrough 2nd", second["id"], pt2)
-
-    # today's workflow vs mount + read (output bytes per second of wall time)
-    peer_out = os.path.join(work, "peer.safetensors")
-    peer = measure(lambda: peer_convert(src, peer_out, cfg), R)
-    os.unlink(peer_out)
-    def mount_and_read():  # the workflow's figure includes mount and unmount
-        m = Ckptfs(src, [meg])
-        try:
-            return read_files(m.files())
-        finally:
-            m.close()
-    mine = measure(mount_and_read, R)
-    pm, cm = statistics.median(t for t, _ in peer), statistics.median(t for t, _ in mine)
-    print(f"{'numpy peer: mmap, convert, write, read back':58s} {pm:8.2f} s")
-    print(f"{'ckptfs: mount + read the Megatron view':58s} {cm:8.2f} s     speed-up {pm / cm:5.2f}x")
     for ty in ("F16", "Q8_0"):  # convert_hf_to_gguf's work in numpy vs mount + read model.gguf
         gout = os.path.join(work, "peer.gguf")
         pg = statistics.median(t for t, _ in measure(lambda: peer_gguf(src, gout, cfg, ty), R))
@@ -374,7 +481,7 @@ def main():
         cg = statistics.median(t for t, _ in measure(mount_gguf, R))
         print(f"{'numpy peer: HF -> GGUF ' + ty + ', write, read back':58s} {pg:8.2f} s")
         print(f"{'ckptfs: mount + read model.gguf ' + ty:58s} {cg:8.2f} s     speed-up {pg / cg:5.2f}x")
-    last = f"decoder.layers.{a.layers - 1}.self_attention.linear_qkv.weight"
+    last = f"decoder.layers.{layers - 1}.self_attention.linear_qkv.weight"
 
     def first_byte():
         t0 = time.perf_counter()
@@ -471,18 +578,7 @@ def main():
         med = row(f"identity view, {n} concurrent reader(s) vs 1 reader", samples, one)
         one = one or med
 
-    # cold cache: the number a user with a checkpoint on disk sees
-    if drop_caches():
-        def cold_raw():
-            drop_caches()
-            return read_files([os.path.join(src, f) for f in shards])
-        rc = row("cold: raw read of the source", measure(cold_raw, R))
-        row("cold: identity view vs raw",
-            measure_fresh(lambda: Ckptfs(src), lambda m: read_files(m.files()), R, cold=True), rc)
-        row("cold: Megatron view vs raw",
-            measure_fresh(lambda: Ckptfs(src, [meg]), lambda m: read_files(m.files()), R, cold=True), rc)
-    else:
-        print("cold cache: /proc/sys/vm/drop_caches not writable here; skipped")
+    print_spread(shapes)
     subprocess.run(["rm", "-rf", work])
 
 
