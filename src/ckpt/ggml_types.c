@@ -1,7 +1,7 @@
 #include "ggml_types.h"
 
 enum { Q4_0 = CK_GGML_Q4_0, Q8_0 = CK_GGML_Q8_0, Q4_K = CK_GGML_Q4_K, Q5_K = CK_GGML_Q5_K,
-       Q6_K = CK_GGML_Q6_K };
+       Q6_K = CK_GGML_Q6_K, MXFP4 = CK_GGML_MXFP4 };
 
 int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes)
 {
@@ -11,6 +11,7 @@ int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes)
 	case Q4_K: *elems = 256, *bytes = 144; return 1;
 	case Q5_K: *elems = 256, *bytes = 176; return 1;
 	case Q6_K: *elems = 256, *bytes = 210; return 1;
+	case MXFP4: *elems = 32, *bytes = 17; return 1; /* an E8M0 exponent, 16 bytes of E2M1 pairs */
 	default: return 0;
 	}
 }
@@ -22,7 +23,8 @@ const char *ck_ggml_type_name(uint32_t t)
 					"Q4_K",	   "Q5_K",   "Q6_K",	"Q8_K",	   "IQ2_XXS", "IQ2_XS",
 					"IQ3_XXS", "IQ1_S",  "IQ4_NL",	"IQ3_S",   "IQ2_S",  "IQ4_XS",
 					"I8",	   "I16",    "I32",	"I64",	   "F64",    "IQ1_M",
-					"BF16"};
+					"BF16",	   "(31)",   "(32)",	"(33)",	   "TQ1_0",  "TQ2_0",
+					"(36)",	   "(37)",   "(38)",	"MXFP4"};
 	return t < sizeof n / sizeof *n ? n[t] : "unknown";
 }
 

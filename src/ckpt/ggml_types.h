@@ -7,7 +7,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { CK_GGML_Q4_0 = 2, CK_GGML_Q8_0 = 8, CK_GGML_Q4_K = 12, CK_GGML_Q5_K = 13, CK_GGML_Q6_K = 14 };
+enum {
+	CK_GGML_Q4_0 = 2, CK_GGML_Q8_0 = 8, CK_GGML_Q4_K = 12, CK_GGML_Q5_K = 13, CK_GGML_Q6_K = 14,
+	CK_GGML_MXFP4 = 39
+};
 
 /* Elements and bytes per block of a quantized type; 0 when ckptfs cannot
  * decode it. */

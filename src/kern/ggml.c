@@ -5,7 +5,8 @@
 
 #include "fpconv.h"
 
-enum { Q4_0 = CK_GGML_Q4_0, Q8_0 = CK_GGML_Q8_0, Q4_K = CK_GGML_Q4_K, Q5_K = CK_GGML_Q5_K };
+enum { Q4_0 = CK_GGML_Q4_0, Q8_0 = CK_GGML_Q8_0, Q4_K = CK_GGML_Q4_K, Q5_K = CK_GGML_Q5_K,
+       MXFP4 = CK_GGML_MXFP4 };
 
 static float half(const unsigned char *p)
 {
@@ -40,6 +41,23 @@ static void q8_0(const unsigned char *b, float *y)
 	float d = half(b);
 	for (int j = 0; j < 32; j++)
 		y[j] = (float)(int8_t)b[2 + j] * d;
+}
+
+/* MXFP4 (GPT-OSS in GGUF): e (E8M0), qs[16]; byte j holds element j (low
+ * nibble) and j + 16 (high), E2M1 codes stored doubled as small integers
+ * and scaled by half of 2^(e - 127). ggml's half scale has no NaN: e = 255
+ * is 2^127 and e = 0, 1 are the subnormals 2^-128, 2^-127 (its
+ * ggml_e8m0_to_fp32_half); the products are exact. */
+static void mxfp4(const unsigned char *b, float *y)
+{
+	static const int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+	uint32_t bits = b[0] < 2 ? 0x00200000u << b[0] : (uint32_t)(b[0] - 1) << 23;
+	float d;
+	memcpy(&d, &bits, 4);
+	for (int j = 0; j < 16; j++) {
+		y[j] = (float)kv[b[1 + j] & 0x0F] * d;
+		y[j + 16] = (float)kv[b[1 + j] >> 4] * d;
+	}
 }
 
 /* Q4_K: d, dmin (f16), scales[12], qs[128]; Q5_K adds qh[32] before qs. */
@@ -100,6 +118,7 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
 		case Q8_0: q8_0(blocks, out); break;
 		case Q4_K: qk45(blocks, out, 0); break;
 		case Q5_K: qk45(blocks, out, 1); break;
+		case MXFP4: mxfp4(blocks, out); break;
 		default: q6_k(blocks, out); break;
 		}
 }

@@ -1,7 +1,7 @@
 /* ggml's quantized blocks (GGUF sources), decoded to F32 exactly as ggml's
  * reference dequantize_row_* do (the tests compare with the prebuilt
- * library's own, bit for bit): Q4_0 and Q8_0 (32 weights a block), Q4_K,
- * Q5_K and Q6_K (256 a super-block); and quantized from F32 for the GGUF
+ * library's own, bit for bit): Q4_0, Q8_0 and MXFP4 (32 weights a block),
+ * Q4_K, Q5_K and Q6_K (256 a super-block); and quantized from F32 for the GGUF
  * view (Q8_0, Q4_0). Blocks run along the fastest dim. */
 #ifndef CK_GGML_H
 #define CK_GGML_H

@@ -13,7 +13,7 @@ GGUF reader and writer written here from the format description
   torch Llama written here, fed the view through gguf-llama-to-hf.json,
   gives the same logits (1e-3 relative) and the same greedy tokens; fed the
   GGUF's Q/K rows as they are (no un-permutation), it does not;
-- quantized tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K), made with ggml's own
+- quantized tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4), made with ggml's own
   quantizer from the prebuilt library, decode to exactly the floats of
   ggml's own dequantize_row_* (bit for bit), whole and sliced mid-block;
 - the vocabulary-only GGUFs show their metadata and no tensors;
@@ -326,7 +326,7 @@ def llama_cpp_logits(d):
 
 
 QUANT = {"Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
-         "Q6_K": (14, 256, 210)}
+         "Q6_K": (14, 256, 210), "MXFP4": (39, 32, 17)}
 
 
 def ggml_lib():
@@ -358,11 +358,22 @@ def quantized(d):
         deq(q.ctypes.data, y.ctypes.data, rows * cols)
         tensors[f"w.{name}"] = (t, [rows, cols], q.tobytes())
         want[f"w.{name}"] = y.reshape(rows, cols)
+    # MXFP4 (GPT-OSS's experts in GGUF): every one of the 256 exponent codes
+    # (block i has e = i), each with all 16 value codes in both nibbles
+    codes = np.zeros((256, 17), np.uint8)
+    codes[:, 0] = np.arange(256)
+    codes[:, 1:] = (np.arange(16) | (np.arange(16)[::-1] << 4)).astype(np.uint8)
+    deq = lib.dequantize_row_mxfp4
+    deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    y = np.zeros(256 * 32, np.float32)
+    deq(codes.ctypes.data, y.ctypes.data, y.size)
+    tensors["w.MXFP4_codes"] = (39, [16, 512], codes.tobytes())
+    want["w.MXFP4_codes"] = y.reshape(16, 512)
     path = os.path.join(d, "quantized.gguf")
     write_gguf(path, {"general.architecture": (8, "test")}, tensors)
     js = json.loads(run("inspect", path, "--json").stdout)
     assert {t["name"]: (t["dtype"], t["shape"]) for t in js["tensors"]} == \
-        {k: ("F32", [rows, cols]) for k in want}, js["tensors"]
+        {k: ("F32", list(y.shape)) for k, y in want.items()}, js["tensors"]
     out = os.path.join(d, "deq")
     ckref.run(CKPTFS, "convert", path, out, "--quiet")
     got = ckref.read_checkpoint_dir(out)
@@ -385,7 +396,8 @@ def quantized(d):
         u = y.view(np.uint32).astype(np.uint64)
         r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
         assert (got[k][2] == r.reshape(y.shape)).all(), f"{k}: BF16 differs"
-    print("quantized GGUF tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K from ggml's quantizer): decoded bit for bit "
+    print("quantized GGUF tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 from ggml's quantizer; every MXFP4 "
+          "exponent and value code): decoded bit for bit "
           "as ggml's dequantize_row_*, whole, mid-block slices and cast to BF16")
     if "--mount" in sys.argv:
         from mountlib import Mount
