@@ -81,6 +81,12 @@ void ck_mapping_free(struct ck_mapping *m)
 	free(m->rules);
 	free_named_expr(m->params, m->n_params);
 	ck_strmap_free(&m->param_index);
+	for (int i = 0; i < m->n_renames; i++) {
+		ck_pattern_free(&m->renames[i].match);
+		ck_pattern_free(&m->renames[i].to);
+		ck_expr_free(m->renames[i].cond);
+	}
+	free(m->renames);
 	for (int i = 0; i < m->n_strip_prefixes; i++)
 		free(m->strip_prefixes[i]);
 	for (int i = 0; i < m->n_strip_segments; i++)
@@ -161,6 +167,16 @@ static int parse_pat(struct pctx *c, struct ck_rule *r, const char *name, const 
 		return fail_at(c, r, "%s%s", m, NULL);
 	}
 	return 0;
+}
+
+/* A pattern of a partition, select or rename entry: an error names it. */
+static int compile_at(struct pctx *c, const char *where, const char *text, struct ck_pattern *p)
+{
+	if (ck_pattern_compile(text, p, c->err) == 0)
+		return 0;
+	char m[sizeof c->err->msg];
+	memcpy(m, c->err->msg, sizeof m);
+	return fail_at(c, NULL, "%s: %s", where, m);
 }
 
 /* "from"/"to": a string (one name, `dflt`) or an object of named patterns. */
@@ -489,7 +505,7 @@ static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *
 	if (!cJSON_IsString(match) || !cJSON_IsArray(spec))
 		return fail_at(c, NULL, "%s: needs \"match\" (a pattern) and \"spec\" (a list)%s",
 			       where, NULL);
-	if (ck_pattern_compile(match->valuestring, &p->match, c->err) < 0)
+	if (compile_at(c, where, match->valuestring, &p->match) < 0)
 		return -1;
 	/* the count is set only once it is known to fit: free_partition walks
 	 * spec[0..ndim) */
@@ -561,7 +577,7 @@ static int parse_select(struct pctx *c, const cJSON *j, struct ck_select *s)
 		return fail_at(c, NULL, "%s: needs exactly one of \"split\" (a capture) and "
 				     "\"stage\" (\"first\" or \"last\")%s",
 			       where, NULL);
-	if (ck_pattern_compile(match->valuestring, &s->match, c->err) < 0)
+	if (compile_at(c, where, match->valuestring, &s->match) < 0)
 		return -1;
 	if (!(s->axis = strdup(axis->valuestring)))
 		return ck_fail_sys(c->err, ENOMEM, "mapping");
@@ -717,6 +733,54 @@ static int parse_rule_list(struct pctx *c, const cJSON *e, const char *field,
 	return 0;
 }
 
+/* One "rename" entry: "match" and "to" patterns, every capture of "to" one
+ * of "match"'s (substituted as the text it matched), and an optional "if". */
+static int parse_rename(struct pctx *c, const cJSON *j, struct ck_rename *x)
+{
+	char where[64];
+	snprintf(where, sizeof where, "rename %d", x->index);
+	const cJSON *match = NULL, *to = NULL, *cond = NULL;
+	if (!cJSON_IsObject(j))
+		return fail_at(c, NULL, "%s: must be an object%s", where, NULL);
+	for (const cJSON *e = j->child; e; e = e->next) {
+		const cJSON **slot = !strcmp(e->string, "match") ? &match
+				     : !strcmp(e->string, "to")	 ? &to
+				     : !strcmp(e->string, "if")	 ? &cond
+								 : NULL;
+		if (!strcmp(e->string, "comment"))
+			continue;
+		if (!slot || *slot)
+			return fail_at(c, NULL, "%s: unknown or repeated field \"%s\"", where, e->string);
+		*slot = e;
+	}
+	if (!cJSON_IsString(match) || !cJSON_IsString(to))
+		return fail_at(c, NULL, "%s: needs \"match\" and \"to\" (patterns)%s", where, NULL);
+	if (compile_at(c, where, match->valuestring, &x->match) < 0 ||
+	    compile_at(c, where, to->valuestring, &x->to) < 0)
+		return -1;
+	for (int t = 0; t < x->to.n; t++)
+		if (!x->to.tok[t].lit && !ck_pattern_has_capture(&x->match, x->to.tok[t].name))
+			return fail_at(c, NULL, "%s: \"to\" names {%s}, which \"match\" does not capture",
+				       where, x->to.tok[t].name);
+	return cond ? parse_expr_json(c, NULL, cond, "if", &x->cond) : 0;
+}
+
+static int parse_renames(struct pctx *c, const cJSON *e, struct ck_mapping *m)
+{
+	if (!cJSON_IsArray(e))
+		return fail_at(c, NULL, "\"rename\" must be a list%s%s", NULL, NULL);
+	int n = cJSON_GetArraySize(e);
+	if (!(m->renames = calloc((size_t)(n ? n : 1), sizeof *m->renames)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *r = e->child; r; r = r->next) {
+		struct ck_rename *x = &m->renames[m->n_renames++];
+		x->index = m->n_renames;
+		if (parse_rename(c, r, x) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* A string field (description, add_prefix), copied. */
 static int str_field(struct pctx *c, const cJSON *e, const char *field, char **to)
 {
@@ -754,6 +818,8 @@ static int parse_field(struct pctx *c, const cJSON *e, struct ck_mapping *m)
 		return parse_opt_mode(c, e, m);
 	if (!strcmp(k, "partition") || !strcmp(k, "select"))
 		return parse_rule_list(c, e, k, m);
+	if (!strcmp(k, "rename"))
+		return parse_renames(c, e, m);
 	if (!strcmp(k, "unused")) {
 		const char *v = cJSON_IsString(e) ? e->valuestring : "";
 		m->unused = !strcmp(v, "error")	 ? CK_UNUSED_ERROR

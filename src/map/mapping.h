@@ -84,6 +84,19 @@ struct ck_select {
 	int renumber;
 };
 
+/* "rename": a name the mapping's rules produced that matches `match` becomes
+ * `to` (its captures substituted), after the rules and before the
+ * partition and select rules look at names; the first entry that matches
+ * wins. `cond` ("if") reads config values and params (no captures) and is
+ * decided once per plan. For names a framework version spells differently
+ * (Megatron's MTP `transformer_layer` / `mtp_model_layer`) without a second
+ * copy of every rule. */
+struct ck_rename {
+	int index;
+	struct ck_pattern match, to;
+	struct ck_expr *cond;
+};
+
 struct ck_mapping {
 	char *path;
 	char *description;    /* "description", or NULL */
@@ -104,6 +117,8 @@ struct ck_mapping {
 	char *opt_template; /* CK_OPT_TEMPLATE: "optimizer.state.{state}.{param}", ... */
 	struct ck_rule *rules;
 	int n_rules;
+	struct ck_rename *renames;
+	int n_renames;
 };
 
 int ck_mapping_parse(const char *json, size_t len, const char *what, struct ck_mapping **out,

@@ -920,6 +920,82 @@ static int note_lint(struct stage *st, const struct ck_rule *r)
 	return rc;
 }
 
+/* The mapping's "rename" entries that hold ("if": config values and
+ * params, decided once): on[i]. */
+static int renames_on(struct stage *st, int *on)
+{
+	const struct ck_mapping *m = st->m;
+	for (int i = 0; i < m->n_renames; i++) {
+		on[i] = 1;
+		if (!m->renames[i].cond)
+			continue;
+		struct pctx c = {st, st->n_params};
+		struct ck_xval v;
+		if (ck_expr_eval(m->renames[i].cond, param_lookup, &c, &v, st->err) < 0) {
+			char msg[sizeof st->err->msg];
+			memcpy(msg, st->err->msg, sizeof msg);
+			return ck_fail(st->err, CK_E_MAPPING, "%s: rename %d: \"if\": %s", m->path, i + 1,
+				       msg);
+		}
+		int ok = v.kind == XV_INT;
+		on[i] = ok && v.i != 0;
+		ck_xval_free(&v);
+		if (!ok)
+			return ck_fail(st->err, CK_E_MAPPING,
+				       "%s: rename %d: \"if\" must give an integer or a boolean", m->path,
+				       i + 1);
+	}
+	return 0;
+}
+
+/* The "rename" pass over the stage's outputs (see ck_rename): the first
+ * entry that matches; two outputs may not end up with one name. */
+static int rename_outputs(struct stage *st)
+{
+	const struct ck_mapping *m = st->m;
+	if (!m->n_renames)
+		return 0;
+	int *on = malloc((size_t)m->n_renames * sizeof *on);
+	int *by = calloc(st->n_out ? st->n_out : 1, sizeof *by); /* the entry that renamed */
+	struct ck_strmap seen = {0};
+	int rc = !on || !by ? nomem(st->err) : renames_on(st, on), any = 0;
+	for (int i = 0; i < m->n_renames && rc == 0; i++)
+		any |= on[i];
+	if (rc == 0 && any && ck_strmap_init(&seen, st->n_out) < 0)
+		rc = nomem(st->err);
+	for (size_t k = 0; k < st->n_out && rc == 0 && any; k++) {
+		struct skey *o = &st->out[k];
+		for (int i = 0; i < m->n_renames && !by[k] && rc == 0; i++) {
+			struct ck_binding b;
+			int r = on[i] ? ck_pattern_match(&m->renames[i].match, o->name, &b) : 0;
+			char *name = NULL;
+			if (r < 0)
+				rc = nomem(st->err);
+			if (r == 1) {
+				rc = ck_pattern_subst(&m->renames[i].to, &b, &name, st->err);
+				ck_binding_clear(&b);
+			}
+			if (r == 1 && rc == 0) {
+				free(o->name);
+				o->name = name;
+				by[k] = i + 1;
+			}
+		}
+		uint32_t prev;
+		int put = rc ? 0 : ck_strmap_put(&seen, o->name, (uint32_t)k, &prev);
+		if (put < 0)
+			rc = nomem(st->err);
+		else if (put == 1) /* names were unique before: one of the two was renamed */
+			rc = ck_fail(st->err, CK_E_MAPPING,
+				     "%s: rename %d: makes a second target named \"%s\"", m->path,
+				     by[k] ? by[k] : by[prev], o->name);
+	}
+	ck_strmap_free(&seen);
+	free(by);
+	free(on);
+	return rc;
+}
+
 int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 		      struct ck_warnings *warn, struct ck_err *err)
@@ -1016,6 +1092,8 @@ out:
 			m->path, unused, unused == 1 ? " is" : "s are", st.in[first_unused].name);
 		goto fail;
 	}
+	if (rename_outputs(&st) < 0)
+		goto fail;
 	*keys = st.out;
 	*n_keys = st.n_out;
 	st.out = NULL;

@@ -190,13 +190,35 @@ def test_layouts(d):
             assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (tag, "grouped", k)
         p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", src, *gg)
         assert "byte for byte" in p.stdout, p.stdout
+        # --set mtp_model_layer=true: newer Megatron-core's name for the MTP
+        # layer's inner transformer layer (the mapping's rename pass), whole
+        # and on an ep rank (its experts renumbered there); the inverse reads
+        # that naming back byte for byte
+        nm = ["--set", "mtp_model_layer=true"]
+        newer = os.path.join(d, "meg-newer-" + tag)
+        ckref.run(CKPTFS, "convert", src, newer, "--quiet", "--mapping", MAP, *nm)
+        want_n = {k.replace(".transformer_layer.", ".mtp_model_layer."): v for k, v in ref.items()}
+        assert sum(".mtp_model_layer." in k for k in want_n) > 20
+        ckref.assert_same(ckref.arrays(newer), want_n, tag + " mtp_model_layer")
+        out = os.path.join(d, f"r-newer-{tag}")
+        ckref.convert(CKPTFS, src, out, [MAP], "--mesh", "tp=2,ep=2", "--rank", "3", *nm)
+        got = ckref.arrays(out)
+        want = {k.replace(".transformer_layer.", ".mtp_model_layer."): a
+                for k, a in rank_of(glob_of(ref), 2, 1, 2, 1, cfg["n_routed_experts"]).items()}
+        assert any(".mtp_model_layer.mlp.experts.local_experts.0." in k for k in want)
+        assert set(got) == set(want), sorted(set(got) ^ set(want))[:6]
+        for k, a in want.items():
+            assert got[k][1].tobytes() == np.ascontiguousarray(a).tobytes(), (tag, "mtp_model_layer", k)
+        p = ckref.run(CKPTFS, "check-mapping", MAP, "--inverse", INV, "--source", src, *nm)
+        assert "byte for byte" in p.stdout, p.stdout
         # --set mtp_num_layers=0: a Megatron model built without MTP
         nomtp = os.path.join(d, "meg-nomtp-" + tag)
         ckref.run(CKPTFS, "convert", src, nomtp, "--quiet", "--mapping", MAP, "--set", "mtp_num_layers=0")
         ckref.assert_same(ckref.arrays(nomtp), reference(hf, cfg, mtp=False), tag + " without MTP")
         print(f"deepseek-v3 {tag}: {len(ref)} Megatron tensors equal the reference (MTP layer as mtp.layers.0, "
               f"or dropped with --set mtp_num_layers=0; TEGroupedMLP's weight{{e}} names with "
-              f"--set moe_grouped_gemm=true, whole, on ep rank 1 and back); "
+              f"--set moe_grouped_gemm=true, whole, on ep rank 1 and back; newer Megatron's "
+              f"mtp_model_layer with --set mtp_model_layer=true, the same three ways); "
               f"tp=2 x ep=2 ranks equal numpy's shards" + (", each rank's FP8 scales dequantise its rows"
                                                          if block else ""))
     # FP8 kept at tp=4: 96 q_up rows / 4 = 24 cut a 16-block: refused, naming the rule

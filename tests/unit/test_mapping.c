@@ -360,6 +360,52 @@ START_TEST(plans)
 }
 END_TEST
 
+/* "rename": after the rules, before partition and select; the first entry
+ * that matches wins; "if" reads config values; collisions and unbound
+ * captures are errors naming the entry. */
+START_TEST(renames)
+{
+	struct ck_err err;
+	const char *m = "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.{w}\", \"to\": \"dec.{L}.{w}\"}],"
+			"\"rename\": [{\"match\": \"dec.{L:int}.q\", \"to\": \"dec.{L}.attn.q\"},"
+			" {\"match\": \"dec.{L}.{w}\", \"to\": \"never.{w}\", \"if\": \"!tie\"},"
+			" {\"match\": \"dec.1.{w}\", \"to\": \"last.{w}\", \"if\": \"tie && 1\"},"
+			" {\"match\": \"dec.1.q\", \"to\": \"shadowed\"}]}";
+	struct ck_plan *p = plan_of(&m, 1, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	ck_assert_ptr_nonnull(find(p, "dec.0.attn.q"));
+	ck_assert_ptr_nonnull(find(p, "dec.1.attn.q")); /* entry 1 first, not 3 or 4 */
+	ck_assert_ptr_nonnull(find(p, "dec.0.k"));	 /* entry 2's "if" is false */
+	ck_assert_ptr_nonnull(find(p, "last.k"));
+	ck_assert_ptr_nonnull(find(p, "last.v"));
+	ck_assert_ptr_null(ck_plan_find(p, "dec.1.k"));
+	ck_assert_ptr_null(ck_plan_find(p, "shadowed"));
+	ck_assert_ptr_nonnull(find(p, "embed")); /* kept keys pass through unrenamed */
+	ck_assert_str_eq(cat->entries[find(p, "last.v")->v.p[0].src].t.name, "layers.1.v");
+	ck_assert_uint_eq(p->n, 11);
+	ck_plan_free(p);
+	expect_fail("{" KEEP "\"rules\": [], \"rename\": [{\"match\": \"layers.{L}.{w}\","
+		    " \"to\": \"l.{w}\"}]}",
+		    "rename 1: makes a second target named \"l.");
+	expect_fail("{" KEEP "\"rules\": [], \"rename\": [{\"match\": \"embed\", \"to\": \"norm\"}]}",
+		    "rename 1: makes a second target named \"norm\"");
+	expect_fail("{\"rules\": [], \"rename\": [{\"match\": \"a.{x}\", \"to\": \"b.{y}\"}]}",
+		    "rename 1: \"to\" names {y}, which \"match\" does not capture");
+	expect_fail("{\"rules\": [], \"rename\": [{\"match\": \"a\", \"to\": \"b\"},"
+		    " {\"match\": \"a\", \"to\": \"b\", \"bogus\": 1}]}",
+		    "rename 2: unknown or repeated field \"bogus\"");
+	expect_fail("{\"rules\": [], \"rename\": {\"match\": \"a\"}}", "\"rename\" must be a list");
+	expect_fail("{\"rules\": [], \"rename\": [{\"match\": \"a\"}]}",
+		    "rename 1: needs \"match\" and \"to\"");
+	expect_fail("{" KEEP "\"rules\": [], \"rename\": [{\"match\": \"a\", \"to\": \"b\","
+		    " \"if\": \"no_such_value\"}]}",
+		    "rename 1: \"if\": unknown name \"no_such_value\"");
+	expect_fail("{" KEEP "\"rules\": [], \"rename\": [{\"match\": \"a\", \"to\": \"b\","
+		    " \"if\": \"hidden_size / 0\"}]}",
+		    "rename 1: \"if\"");
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mapping");
@@ -370,6 +416,7 @@ int main(void)
 	tcase_add_test(tc, plan_errors);
 	tcase_add_test(tc, builtin_errors);
 	tcase_add_test(tc, plans);
+	tcase_add_test(tc, renames);
 	tcase_add_test(tc, key_shapes);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
