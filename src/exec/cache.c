@@ -554,7 +554,7 @@ static void *evaluator(void *arg)
 }
 
 int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
-		    uint64_t *pos)
+		    uint64_t *pos, int *odirect)
 {
 	if (!c->direct || c->direct[t] < 0)
 		return 0;
@@ -565,7 +565,11 @@ int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, 
 		return -EIO;
 	}
 	const struct ck_catalog *cat = c->plan->cat;
-	*fd = cat->files[cat->entries[c->plan->t[t].v.p[0].src].file].fd;
+	uint32_t file = cat->entries[c->plan->t[t].v.p[0].src].file;
+	int dfd = odirect && c->eng.dfd ? c->eng.dfd[file] : -1;
+	*fd = dfd >= 0 ? dfd : cat->files[file].fd;
+	if (odirect)
+		*odirect = dfd >= 0;
 	*pos = (uint64_t)c->direct[t] + off;
 	atomic_fetch_add(&c->eng.source_bytes_read, len);
 	atomic_fetch_add(&c->eng.read_requests, 1);
@@ -660,7 +664,7 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	}
 	c->plan = plan;
 	c->o = *o;
-	if (!o->no_direct && !o->odirect) {
+	if (!o->no_direct) {
 		if (!(c->direct = malloc((plan->n ? plan->n : 1) * sizeof *c->direct))) {
 			free(c->file_changed);
 			free(c);

@@ -27,8 +27,8 @@ struct ck_cache_opts {
 	int use_uring;
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
-	int odirect;	   /* read sources with O_DIRECT (ck_engine_open_direct); renames
-			      are evaluated too, so reads stay async and prefetched */
+	int odirect;	   /* read sources with O_DIRECT (ck_engine_open_direct), renames
+			      included (see ck_cache_direct) */
 	int no_prefetch;   /* do not evaluate the next group ahead of a reader */
 	int drop_served;   /* readers keep what they were given (a kernel page cache):
 			      chunks served whole go first (see note_served) */
@@ -76,10 +76,13 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 /* Targets that are one contiguous, cast-free range of a source file (renames,
  * the identity view) are never evaluated: a read of [off, off+len) is
  * answered from the file at *pos of *fd (after the same source-change check
- * as evaluations; counted in the stats). Returns 1, 0 when t is not such a
+ * as evaluations; counted in the stats). With odirect, a caller that can
+ * read O_DIRECT (ck_io_pread_direct) passes `odirect` and gets the file's
+ * O_DIRECT descriptor where it has one (*odirect 1); a NULL `odirect` always
+ * gets the buffered one. Returns 1, 0 when t is not such a
  * target (or no_direct), or -EIO when its source changed. */
 int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
-		    uint64_t *pos);
+		    uint64_t *pos, int *odirect);
 int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
 /* Evaluate [off, off+len) of t straight into dst on the caller's thread
  * (a context from the cache's spares), after the same source-change check:

@@ -42,6 +42,13 @@ void ck_io_close(struct ck_io *io);
 /* Read every request completely. A read past the end of file is EIO (the
  * source changed size). Returns 0 or a negative errno. */
 int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n);
+/* A synchronous read of [off, off + len) through O_DIRECT descriptor fd:
+ * the aligned blocks around it pass through bounce (cap bytes, aligned to
+ * and a multiple of CK_DIO_ALIGN). For the direct reads of renamed tensors,
+ * which the kernel's readahead already keeps several of in flight. Returns
+ * 0, or -EIO past the end of the file, or a negative errno. */
+int ck_io_pread_direct(int fd, void *dst, uint64_t len, uint64_t off, unsigned char *bounce,
+		       size_t cap);
 /* Submit what is queued and wait for one completion, counting the SQEs the
  * kernel took in *accepted. A ring that fails for good is drained of the
  * `*accepted - completed` reads it holds and closed (pread from then on);

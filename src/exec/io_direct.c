@@ -103,6 +103,31 @@ static int read_pread(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
 	return 0;
 }
 
+int ck_io_pread_direct(int fd, void *dst, uint64_t len, uint64_t off, unsigned char *bounce,
+		       size_t cap)
+{
+	struct ck_io_req r = {fd, off, len, dst, CK_DIO_ALIGN};
+	for (uint64_t pos = off; pos < off + len;) {
+		struct piece p;
+		piece_at(&p, &r, pos);
+		if (p.end > p.a + cap) /* what the bounce buffer holds (cap: aligned) */
+			p.end = p.a + cap;
+		p.asked = (unsigned)(align_up(p.end, CK_DIO_ALIGN) - p.a);
+		int d = 0;
+		while (d == 0) {
+			ssize_t got = pread(fd, bounce, p.asked, (off_t)p.a);
+			if (got < 0 && (errno == EINTR || errno == EAGAIN))
+				continue;
+			if (got < 0)
+				return -errno;
+			if ((d = piece_done(&p, bounce, (int)got)) < 0)
+				return d;
+		}
+		pos = p.end;
+	}
+	return 0;
+}
+
 static void submit(struct ck_io *io, struct piece *p, unsigned slot)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);

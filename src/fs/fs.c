@@ -766,7 +766,10 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 	pthread_mutex_init(&fs.log_mu, NULL);
 	pthread_mutex_init(&fs.snap_mu, NULL);
 	/* one reply buffer per FUSE worker, kept: requests are at most 1 MiB */
-	ck_bufpool_init(&fs.pool, 1u << 20, (size_t)(o->fuse_threads > 0 ? o->fuse_threads : 10));
+	/* (two per worker with -o odirect: the reply and an aligned bounce) */
+	ck_bufpool_init(&fs.pool, 1u << 20,
+			(size_t)(o->fuse_threads > 0 ? o->fuse_threads : 10) *
+				(o->serve.cache.odirect ? 2 : 1));
 	int rc = -1;
 	struct fuse_session *se = NULL;
 	struct fuse_loop_config *cfg = NULL;

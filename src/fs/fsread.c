@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "../exec/io.h"
 #include "../util/fileio.h"
 #include "fs_int.h"
 
@@ -21,7 +22,8 @@ struct pending {
 	/* direct spans (renames, read from the source file): fd >= 0 */
 	int *dfd;
 	uint64_t *dpos;
-	size_t n_direct;
+	int *dodir; /* its fd is an O_DIRECT twin (-o odirect) */
+	size_t n_direct, n_odirect;
 };
 
 static void pending_free(struct pending *p)
@@ -30,6 +32,7 @@ static void pending_free(struct pending *p)
 	ck_vfile_free(&p->npy);
 	free(p->dfd);
 	free(p->dpos);
+	free(p->dodir);
 	free(p);
 }
 
@@ -40,19 +43,23 @@ static void pending_free(struct pending *p)
 static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg *segs, size_t n)
 {
 	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
+	/* O_DIRECT spans pass through a second pooled buffer (aligned) */
+	unsigned char *bounce = p->n_odirect ? ck_bufpool_get(&fs->pool, fs->pool.size) : NULL;
 	size_t cnt = n;
 	for (size_t i = 0; i < p->n; i++)
 		cnt += p->spans[i].lit || p->dfd[i] >= 0;
 	struct iovec stack[16];
 	struct iovec *iov = cnt <= 16 ? stack : malloc(cnt * sizeof *iov);
-	int err = !buf || !iov ? ENOMEM : 0;
+	int err = !buf || !iov || (p->n_odirect && !bounce) ? ENOMEM : 0;
 	size_t k = 0, s = 0;
 	for (size_t i = 0; i < p->n && !err; i++) {
 		const struct ck_span *sp = &p->spans[i];
 		if (sp->lit) {
 			iov[k++] = (struct iovec){(void *)sp->lit, sp->len};
 		} else if (p->dfd[i] >= 0) {
-			int r = ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]);
+			int r = p->dodir[i] ? ck_io_pread_direct(p->dfd[i], buf + sp->dst, sp->len,
+								 p->dpos[i], bounce, fs->pool.size)
+					    : ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]);
 			if (r < 0)
 				err = EIO; /* shorter than catalogued: changed under us */
 			iov[k++] = (struct iovec){buf + sp->dst, sp->len};
@@ -68,6 +75,8 @@ static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg
 	if (iov != stack)
 		free(iov);
 	ck_bufpool_put(&fs->pool, buf, p->len);
+	if (bounce)
+		ck_bufpool_put(&fs->pool, bounce, fs->pool.size);
 }
 
 #define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
@@ -143,8 +152,9 @@ static long split_direct(struct ckfs *fs, struct pending *p, struct ck_span **re
 {
 	p->dfd = malloc((p->n ? p->n : 1) * sizeof *p->dfd);
 	p->dpos = malloc((p->n ? p->n : 1) * sizeof *p->dpos);
+	p->dodir = calloc(p->n ? p->n : 1, sizeof *p->dodir);
 	*rest = malloc((p->n ? p->n : 1) * sizeof **rest);
-	if (!p->dfd || !p->dpos || !*rest)
+	if (!p->dfd || !p->dpos || !p->dodir || !*rest)
 		return -ENOMEM;
 	long k = 0;
 	for (size_t i = 0; i < p->n; i++) {
@@ -153,7 +163,8 @@ static long split_direct(struct ckfs *fs, struct pending *p, struct ck_span **re
 		p->dfd[i] = -1;
 		if (!s->lit)
 			r = ck_cache_direct(fs->cache, s->target, s->off, s->len, &p->dfd[i],
-					    &p->dpos[i]);
+					    &p->dpos[i], &p->dodir[i]);
+		p->n_odirect += r == 1 && p->dodir[i];
 		if (r < 0)
 			return r;
 		p->n_direct += r == 1;

@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "../exec/io.h"
 #include "../util/crc32.h"
 #include "../util/fileio.h"
 #include "../util/size.h"
@@ -314,15 +315,24 @@ int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, u
 	size_t k = 0;
 	uint64_t pending = 0;
 	int rc = 0;
+	void *bounce = NULL; /* for O_DIRECT reads (-o odirect), made on first use */
 	for (size_t i = 0; i < n && rc == 0; i++) {
 		const struct ck_span *sp = &spans[i];
-		int fd, r;
+		int fd, r, odirect = 0;
 		uint64_t pos;
 		if (sp->lit) {
 			memcpy(buf + sp->dst, sp->lit, sp->len);
-		} else if ((r = ck_cache_direct(s->cache, sp->target, sp->off, sp->len, &fd, &pos)) ==
-			   1) {
-			if (ck_pread_full(fd, buf + sp->dst, sp->len, pos) < 0)
+		} else if ((r = ck_cache_direct(s->cache, sp->target, sp->off, sp->len, &fd, &pos,
+						&odirect)) == 1) {
+			if (odirect && !bounce && posix_memalign(&bounce, CK_DIO_ALIGN, CK_DIO_PIECE))
+				bounce = NULL;
+			int e = !odirect	? ck_pread_full(fd, buf + sp->dst, sp->len, pos)
+				: bounce ? ck_io_pread_direct(fd, buf + sp->dst, sp->len, pos, bounce,
+							      CK_DIO_PIECE)
+					 : -ENOMEM;
+			if (e == -ENOMEM)
+				rc = ck_fail_sys(err, ENOMEM, "O_DIRECT bounce buffer");
+			else if (e < 0)
 				rc = ck_fail_sys(err, EIO, "%s: the source file is shorter than catalogued",
 						 s->plan->t[sp->target].name);
 		} else if (r < 0) {
@@ -342,6 +352,7 @@ int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, u
 	}
 	if (rc == 0)
 		rc = flush(s, rest, &k, &pending, buf, err);
+	free(bounce);
 	return rc;
 }
 
@@ -547,7 +558,7 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 	if (!(s->trees = calloc(n, sizeof *s->trees)))
 		return ck_fail_sys(err, ENOMEM, "serve");
 	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
-				  o->cache.no_direct || o->cache.odirect, s->gguf ? "model.gguf" : NULL,
+				  o->cache.no_direct, s->gguf ? "model.gguf" : NULL,
 				  s->gguf ? &s->gguf->file : NULL, v->n_ranks ? 0 : o->dcp, 0};
 	if (!o->dcp && o->dcp_lazy && !v->n_ranks && !v->world)
 		to.dcp = to.dcp_lazy = 1;

@@ -26,7 +26,7 @@ struct ck_tree_opts {
 	uint64_t max_shard_size; /* >0: model-0000k-of-0000n.safetensors + index */
 	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors */
 	int zip_crc;
-	int no_direct; /* every target through the cache (no_direct, odirect): plan.json says so */
+	int no_direct; /* every target through the cache (plan.json says which are direct) */
 	/* one more root file, laid out by its owner in the cache's numbering
 	 * (model.gguf), or NULL */
 	const char *extra_name;

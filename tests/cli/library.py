@@ -125,6 +125,12 @@ def main():
         assert set(got) == set(source)
         for k, (dt, arr) in source.items():
             assert got[k][0] == dt and np.array_equal(got[k][2], arr), k
+        # -o odirect: the same bytes, the renamed tensors read through O_DIRECT
+        # twins (unaligned offsets: the bounce path of ck_io_pread_direct)
+        flat_od = os.path.join(d, "model-odirect.safetensors")
+        sh(shared, src, "-o", "odirect", "--file", "model.safetensors", flat_od, env=env)
+        with open(flat, "rb") as a, open(flat_od, "rb") as b:
+            assert a.read() == b.read(), "model.safetensors through -o odirect differs"
         import torch
         pt = os.path.join(d, "pytorch_model.bin")
         sh(static, src, "--file", "pytorch_model.bin", pt, env=env)
@@ -133,8 +139,8 @@ def main():
         for k, (dt, arr) in source.items():
             assert sd[k].dtype == torch.bfloat16
             assert np.array_equal(sd[k].view(torch.int16).numpy().view(np.uint16), arr), k
-        print(f"model.safetensors (ckref's reader) and pytorch_model.bin (torch.load) through the "
-              f"library: {len(source)} tensors equal the source")
+        print(f"model.safetensors (ckref's reader; also with -o odirect) and pytorch_model.bin "
+              f"(torch.load) through the library: {len(source)} tensors equal the source")
 
         # -o gguf: the library serves model.gguf, the bytes convert --format gguf writes
         tok = os.path.join(d, "llama-tok")

@@ -89,7 +89,7 @@ def main():
             ckref.assert_same(view(m), ref, "odirect mount")
             after = resident(src)
             s = m.stats()
-            assert s["odirect_files"] == 2 and s["direct_reads"] == 0, s
+            assert s["odirect_files"] == 2 and s["direct_reads"] > 0, s  # renames: from the O_DIRECT twins
             assert s["source_bytes_read"] >= total * 0.9, s
         finally:
             m.close()

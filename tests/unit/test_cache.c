@@ -250,7 +250,7 @@ START_TEST(renames_read_from_the_source)
 	int fd;
 	uint64_t pos;
 	unsigned char buf[1000];
-	ck_assert_int_eq(ck_cache_direct(c, t, 123, sizeof buf, &fd, &pos), 1);
+	ck_assert_int_eq(ck_cache_direct(c, t, 123, sizeof buf, &fd, &pos, NULL), 1);
 	ck_assert_int_eq(pread(fd, buf, sizeof buf, (off_t)pos), (ssize_t)sizeof buf);
 	for (size_t j = 0; j < sizeof buf; j++)
 		ck_assert_uint_eq(buf[j], want("keep", 123 + j));
@@ -274,7 +274,7 @@ START_TEST(changed_source_refused)
 	ck_assert_int_eq(cache_read(c, tidx("gate"), 0, sizeof buf, buf), -EIO);
 	int fd;
 	uint64_t pos;
-	ck_assert_int_eq(ck_cache_direct(c, tidx("keep"), 0, 10, &fd, &pos), -EIO);
+	ck_assert_int_eq(ck_cache_direct(c, tidx("keep"), 0, 10, &fd, &pos, NULL), -EIO);
 	ck_cache_free(c);
 }
 END_TEST
