@@ -59,9 +59,9 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
 	{S_NO_URING, "no_uring", NULL, "read sources with pread instead of io_uring"},
 	{S_ODIRECT, "odirect", NULL,
 	 "read source files with O_DIRECT, bypassing the page cache (a checkpoint larger than "
-	 "memory, read once from disk): aligned 1MiB reads, 8 in flight per evaluator; renamed "
-	 "tensors are then evaluated through the cache too; files on a file system without "
-	 "O_DIRECT (tmpfs) are read buffered, and the log says so"},
+	 "memory, read once from disk): aligned 1MiB reads, 8 in flight per evaluator, renamed "
+	 "tensors as the kernel's readahead asks; files on a file system without O_DIRECT "
+	 "(ramfs) are read buffered, and the log says so"},
 	{S_MAX_SHARD, "max_shard_size", "SIZE",
 	 "also serve model-0000k-of-0000n.safetensors shards of at most SIZE and "
 	 "model.safetensors.index.json"},

@@ -242,8 +242,12 @@ def test_layouts(d):
     meg2 = os.path.join(d, "meg2")
     ckref.convert(CKPTFS, back, meg2, [MAP])
     ckref.assert_same(ckref.arrays(meg2), ref, "BF16 HF form")
-    print("MXFP4 -> Megatron -> HF = numpy's dequantised HF layout; that BF16 checkpoint -> Megatron "
-          "gives the same bytes")
+    # the inverse reads TEGroupedMLP's names without being told (no --set)
+    back_g = os.path.join(d, "back-grouped")
+    ckref.convert(CKPTFS, grouped, back_g, [INV])
+    ckref.assert_same(ckref.arrays(back_g), want, "HF from TEGroupedMLP's names")
+    print("MXFP4 -> Megatron -> HF = numpy's dequantised HF layout (from SequentialMLP's names, and from "
+          "TEGroupedMLP's without --set); that BF16 checkpoint -> Megatron gives the same bytes")
     bf = os.path.join(d, "gpt-oss-bf16")
     ckref.run(MKCKPT, "--model", "gpt-oss", "--no-mxfp4", bf)
     bhf, bcfg = ckref.arrays(bf), json.load(open(os.path.join(bf, "config.json")))
