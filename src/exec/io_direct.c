@@ -81,28 +81,6 @@ static int piece_done(struct piece *p, const unsigned char *buf, int res)
 	return 0;
 }
 
-static int read_pread(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		for (uint64_t pos = reqs[i].off; pos < reqs[i].off + reqs[i].len;) {
-			struct piece p;
-			piece_at(&p, &reqs[i], pos);
-			int d = 0;
-			while (d == 0) {
-				ssize_t got = pread(reqs[i].fd, io->bounce, p.asked, (off_t)p.a);
-				if (got < 0 && (errno == EINTR || errno == EAGAIN))
-					continue;
-				if (got < 0)
-					return -errno;
-				if ((d = piece_done(&p, io->bounce, (int)got)) < 0)
-					return d;
-			}
-			pos = p.end;
-		}
-	}
-	return 0;
-}
-
 int ck_io_pread_direct(int fd, void *dst, uint64_t len, uint64_t off, unsigned char *bounce,
 		       size_t cap)
 {
@@ -160,8 +138,13 @@ int ck_io_read_direct(struct ck_io *io, const struct ck_io_req *reqs, size_t n)
 		return 0;
 	if (bounce_get(io) < 0)
 		return -ENOMEM;
-	if (!io->uring_ok)
-		return read_pread(io, reqs, n);
+	if (!io->uring_ok) { /* no ring: one synchronous read after the other */
+		int r = 0;
+		for (size_t i = 0; i < n && r == 0; i++)
+			r = ck_io_pread_direct(reqs[i].fd, reqs[i].buf, reqs[i].len, reqs[i].off,
+					       io->bounce, CK_DIO_PIECE);
+		return r;
+	}
 	struct piece pc[CK_DIO_SLOTS];
 	memset(pc, 0, sizeof pc);
 	size_t i = 0;
