@@ -44,6 +44,12 @@ static void free_rule(struct ck_rule *r)
 		free(r->reduce[i]);
 	free(r->for_name);
 	ck_expr_free(r->for_count);
+	for (int i = 0; i < r->n_each; i++) {
+		free(r->each[i].name);
+		free(r->each[i].text);
+		ck_expr_free(r->each[i].count);
+	}
+	free(r->each);
 	free(r->checked);
 }
 
@@ -128,21 +134,29 @@ static int fail_at(struct pctx *c, const struct ck_rule *r, const char *fmt, con
 	return ck_fail(c->err, CK_E_MAPPING, "%s: %s", c->what, msg);
 }
 
+/* The text of an expression given as a JSON string, integer or boolean
+ * (buf holds a number's), or NULL. */
+static const char *expr_text(const cJSON *j, char buf[static 32])
+{
+	if (cJSON_IsString(j))
+		return j->valuestring;
+	if (cJSON_IsBool(j))
+		return cJSON_IsTrue(j) ? "1" : "0";
+	if (cJSON_IsNumber(j) && j->valuedouble == (double)(long long)j->valuedouble &&
+	    j->valuedouble >= 0 && j->valuedouble < 9e15) {
+		snprintf(buf, 32, "%lld", (long long)j->valuedouble);
+		return buf;
+	}
+	return NULL;
+}
+
 /* An expression given as a JSON string, integer or boolean. */
 static int parse_expr_json(struct pctx *c, const struct ck_rule *r, const cJSON *j,
 			   const char *field, struct ck_expr **out)
 {
-	char buf[64];
-	const char *text;
-	if (cJSON_IsString(j))
-		text = j->valuestring;
-	else if (cJSON_IsBool(j))
-		text = cJSON_IsTrue(j) ? "1" : "0";
-	else if (cJSON_IsNumber(j) && j->valuedouble == (double)(long long)j->valuedouble &&
-		 j->valuedouble >= 0 && j->valuedouble < 9e15) {
-		snprintf(buf, sizeof buf, "%lld", (long long)j->valuedouble);
-		text = buf;
-	} else
+	char buf[32];
+	const char *text = expr_text(j, buf);
+	if (!text)
 		return fail_at(c, r, "\"%s\" must be an expression string%s", field, NULL);
 	*out = ck_expr_parse(text, c->err);
 	if (!*out) {
@@ -268,7 +282,7 @@ static int check_cond(struct pctx *c, struct ck_rule *r)
 
 /* A rule's fields, each given at most once. */
 struct rule_fields {
-	const cJSON *from, *to, *expr, *let, *reduce, *forj, *cond, *drop;
+	const cJSON *from, *to, *expr, *let, *reduce, *forj, *cond, *drop, *each;
 };
 
 static int rule_fields(struct pctx *c, const cJSON *j, struct ck_rule *r, struct rule_fields *f)
@@ -282,6 +296,7 @@ static int rule_fields(struct pctx *c, const cJSON *j, struct ck_rule *r, struct
 				     : !strcmp(e->string, "for")     ? &f->forj
 				     : !strcmp(e->string, "if")	    ? &f->cond
 				     : !strcmp(e->string, "drop")    ? &f->drop
+				     : !strcmp(e->string, "each")    ? &f->each
 									    : NULL;
 		if (!strcmp(e->string, "share") || !strcmp(e->string, "optional")) {
 			if (!cJSON_IsBool(e))
@@ -449,6 +464,86 @@ static int check_bindings(struct pctx *c, struct ck_rule *r)
 	return 0;
 }
 
+/* Names an "each" count or a per-key "if" beside "each" may not use. */
+struct each_names {
+	const struct ck_rule *r;
+	int of_count; /* 1: a count (config values and params only); 0: the "if" */
+	const char *bad;
+};
+
+static int counted(const struct ck_rule *r, const char *name)
+{
+	for (int k = 0; k < r->n_each; k++)
+		if (!strcmp(r->each[k].name, name))
+			return 1;
+	return 0;
+}
+
+static void each_name(void *vctx, const char *name)
+{
+	struct each_names *c = vctx;
+	const struct ck_rule *r = c->r;
+	for (int i = 0; i < r->n_in && !c->bad; i++)
+		if ((c->of_count && !strcmp(r->in[i].name, name)) ||
+		    (ck_pattern_has_capture(&r->in[i].pat, name) && (c->of_count || !counted(r, name))))
+			c->bad = name;
+	for (int k = 0; k < r->n_let && c->of_count && !c->bad; k++)
+		if (!strcmp(r->let[k].name, name))
+			c->bad = name;
+	if (c->of_count && !c->bad && r->for_name && !strcmp(r->for_name, name))
+		c->bad = name;
+}
+
+static int parse_each_entry(struct pctx *c, struct ck_rule *r, const cJSON *e)
+{
+	struct ck_each *x = &r->each[r->n_each];
+	char buf[32];
+	const char *text = expr_text(e, buf);
+	if (!ck_pattern_has_capture(&r->in[0].pat, e->string))
+		return fail_at(c, r, "\"each\" names {%s}, which the first input pattern does not "
+				     "capture%s",
+			       e->string, NULL);
+	if (counted(r, e->string))
+		return fail_at(c, r, "\"each\" names {%s} twice%s", e->string, NULL);
+	if (!text)
+		return fail_at(c, r, "\"each\": the count of {%s} must be an expression string%s",
+			       e->string, NULL);
+	if (!(x->name = strdup(e->string)) || !(x->text = strdup(text))) {
+		free(x->name);
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	}
+	r->n_each++;
+	if (parse_expr_json(c, r, e, "each", &x->count) < 0)
+		return -1;
+	struct each_names en = {r, 1, NULL};
+	ck_expr_names(x->count, each_name, &en);
+	if (en.bad)
+		return fail_at(c, r, "\"each\": the count of {%s} names \"%s\"; a count is decided "
+				     "once per rule, from config values and parameters",
+			       x->name, en.bad);
+	return 0;
+}
+
+static int parse_each(struct pctx *c, struct ck_rule *r, const cJSON *each)
+{
+	int n = cJSON_IsObject(each) ? cJSON_GetArraySize(each) : 0;
+	if (n < 1) /* at most CK_MAX_CAPTURES: each entry a distinct capture */
+		return fail_at(c, r, "\"each\" must be {\"CAPTURE\": count, ...}%s%s", NULL, NULL);
+	if (!(r->each = calloc((size_t)n, sizeof *r->each)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *e = each->child; e; e = e->next)
+		if (parse_each_entry(c, r, e) < 0)
+			return -1;
+	struct each_names en = {r, 0, NULL};
+	if (r->cond_per_key)
+		ck_expr_names(r->cond, each_name, &en);
+	if (en.bad)
+		return fail_at(c, r, "\"if\" names {%s}, which \"each\" does not count: the "
+				     "combinations \"each\" expects are decided from its captures%s",
+			       en.bad, NULL);
+	return 0;
+}
+
 static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 {
 	if (!cJSON_IsObject(j))
@@ -465,9 +560,10 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
 				       NULL, NULL);
 		r->drop = 1;
-		if (parse_pats(c, r, f.drop, "drop", "x", &r->in, &r->n_in) < 0)
+		if (parse_pats(c, r, f.drop, "drop", "x", &r->in, &r->n_in) < 0 ||
+		    check_cond(c, r) < 0)
 			return -1;
-		return check_cond(c, r);
+		return f.each ? parse_each(c, r, f.each) : 0;
 	}
 	if (!f.from || !f.to)
 		return fail_at(c, r, "a rule needs \"%s\" and \"to\" (or \"drop\")%s", "from", NULL);
@@ -475,9 +571,10 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 	    parse_pats(c, r, f.to, "to", "out", &r->out, &r->n_out) < 0 ||
 	    parse_outputs(c, r, f.to, f.expr) < 0 || (f.let && parse_let(c, r, f.let) < 0) ||
 	    (f.reduce && parse_reduce(c, r, f.reduce) < 0) ||
-	    (f.forj && parse_for(c, r, f.forj) < 0) || check_bindings(c, r) < 0)
+	    (f.forj && parse_for(c, r, f.forj) < 0) || check_bindings(c, r) < 0 ||
+	    check_cond(c, r) < 0)
 		return -1;
-	return check_cond(c, r);
+	return f.each ? parse_each(c, r, f.each) : 0;
 }
 
 static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *p)

@@ -28,6 +28,18 @@ struct ck_named_expr {
 	struct ck_expr *expr; /* NULL: the rule's single input, unchanged */
 };
 
+/* "each": {"L": "num_hidden_layers", ...}: the keys a rule takes must give
+ * every value 0..count-1 of each named capture of its first input, in every
+ * combination its "if" keeps, and no other value; a reduced capture must
+ * have exactly `count` values in each group. A layer or an expert missing
+ * from the source is then an error rather than a smaller model (a Hugging
+ * Face loader only warns about missing keys and initialises them at random). */
+struct ck_each {
+	char *name;
+	char *text;	       /* the count as written, for messages */
+	struct ck_expr *count; /* config values and params only: decided once */
+};
+
 struct ck_rule {
 	int index; /* 1-based, as people count rules in a file */
 	char *desc; /* short text for messages: `from "..." -> "..."` */
@@ -44,6 +56,8 @@ struct ck_rule {
 	char *for_name;
 	struct ck_expr *for_count;
 	int share, optional;
+	struct ck_each *each;
+	int n_each;
 	char *checked; /* "checked": how its layout choices are verified (silences the lint) */
 };
 

@@ -1,5 +1,6 @@
 #include "plan.h"
 #include "optstate.h"
+#include "each.h"
 #include "plan_int.h"
 
 #include "../ckpt/ggml_types.h"
@@ -720,8 +721,14 @@ static int reduction_keys(struct stage *st, const struct ck_rule *r, struct matc
 /* One group of a reduction: its reduced values must run 0..n-1; the rule
  * runs once with the group's other captures. */
 static int reduce_group(struct stage *st, const struct ck_rule *r, const struct match *first,
-			int64_t *vals, int n)
+			int64_t *vals, int n, int64_t want)
 {
+	if (want >= 0 && n != want) { /* "each" counts the reduced capture */
+		ck_fail(st->err, CK_E_MAPPING,
+			"reduce over {%s}: %d values where \"each\" asks for %lld",
+			r->reduce[0], n, (long long)want);
+		return rule_fail(st, r, NULL);
+	}
 	qsort(vals, (size_t)n, sizeof *vals, cmp_i64);
 	for (int j = 0; j < n; j++)
 		if (vals[j] != j) {
@@ -745,7 +752,8 @@ static int reduce_group(struct stage *st, const struct ck_rule *r, const struct 
 
 /* Reduction: group matches by the other captures, each group one run of
  * the rule, taken in the order of its first match. */
-static int run_reduction(struct stage *st, const struct ck_rule *r, struct match *ms, size_t nm)
+static int run_reduction(struct stage *st, const struct ck_rule *r, struct match *ms, size_t nm,
+			 int64_t want)
 {
 	if (reduction_keys(st, r, ms, nm) < 0)
 		return -1;
@@ -769,11 +777,75 @@ static int run_reduction(struct stage *st, const struct ck_rule *r, struct match
 		int n = 0;
 		for (size_t j = a; j < nm && (j == a || !strcmp(ord[j].group, ord[a].group)); j++)
 			vals[n++] = ms[ord[j].i].rval;
-		rc = reduce_group(st, r, &ms[runs[2 * ri]], vals, n);
+		rc = reduce_group(st, r, &ms[runs[2 * ri]], vals, n, want);
 	}
 	free(vals);
 	free(ord);
 	free(runs);
+	return rc;
+}
+
+/* The tuple of counted values vals as a binding (the strings in num). */
+static int each_binding(const struct ck_each_seen *s, const int64_t *vals,
+			char num[][24], struct ck_binding *b)
+{
+	*b = (struct ck_binding){0};
+	for (int k = 0; k < s->n; k++) {
+		snprintf(num[k], 24, "%lld", (long long)vals[k]);
+		if (ck_binding_borrow(b, b, s->each[k].name, num[k]) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* "each": the rule's matches give every counted combination its "if"
+ * keeps, and only those (counts[k]: each[k]'s value, for the reduction). */
+static int check_each(struct stage *st, const struct ck_rule *r, const struct match *ms,
+		      size_t nm, int64_t *counts)
+{
+	struct env env = {st, r, NULL, NULL, NULL, 0};
+	for (int k = 0; k < r->n_each; k++)
+		if (eval_int(st, r->each[k].count, &env, &counts[k]) < 0) {
+			char m[sizeof st->err->msg];
+			memcpy(m, st->err->msg, sizeof m);
+			ck_fail(st->err, CK_E_MAPPING, "\"each\": the count of {%s} (%s): %s",
+				r->each[k].name, r->each[k].text, m);
+			return rule_fail(st, r, NULL);
+		}
+	struct ck_each_seen s;
+	if (ck_each_seen_init(&s, r->each, r->n_each, counts, nm, st->err) < 0)
+		return rule_fail(st, r, NULL);
+	int rc = 0;
+	for (size_t i = 0; i < nm && rc == 0; i++)
+		if (ck_each_seen_add(&s, &ms[i].b, st->err) < 0) {
+			char *key = NULL;
+			struct ck_err e2 = {0};
+			ck_pattern_subst(&r->in[0].pat, &ms[i].b, &key, &e2);
+			rc = rule_fail(st, r, key);
+			free(key);
+		}
+	struct cond_memo cm = {.pat = &r->in[0].pat};
+	if (r->cond_per_key)
+		ck_expr_names(r->cond, memo_name, &cm);
+	int64_t vals[CK_MAX_CAPTURES];
+	for (uint64_t pos = 0; rc == 0 && ck_each_seen_gap(&s, &pos, vals); pos++) {
+		char num[CK_MAX_CAPTURES][24];
+		struct ck_binding b;
+		int keep = 1;
+		if (r->cond_per_key) /* a combination the "if" rejects is not expected */
+			keep = each_binding(&s, vals, num, &b) < 0 ? nomem(st->err)
+								     : cond_decide(st, r, &cm, &b);
+		if (keep < 0) {
+			rc = rule_fail(st, r, NULL);
+		} else if (keep) {
+			char d[512];
+			ck_each_describe(&s, vals, d, sizeof d);
+			ck_fail(st->err, CK_E_MAPPING, "\"each\": no key for %s", d);
+			rc = rule_fail(st, r, NULL);
+		}
+	}
+	cond_memo_free(&cm);
+	ck_each_seen_free(&s);
 	return rc;
 }
 
@@ -794,7 +866,17 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 	struct match *ms = NULL;
 	size_t nm = 0;
 	int rc = collect_matches(st, r, &ms, &nm);
-	if (rc == 0 && nm == 0 && !r->optional && !st->lenient) {
+	int64_t counts[CK_MAX_CAPTURES], reduce_n = -1;
+	/* "each" on a rule that must match: no key at all is a missing
+	 * combination unless its "if" expects none (no dense layers) */
+	int each = r->n_each && !st->lenient && (nm || !r->optional);
+	if (rc == 0 && each) {
+		rc = check_each(st, r, ms, nm, counts);
+		for (int k = 0; k < r->n_each && r->n_reduce; k++)
+			if (!strcmp(r->each[k].name, r->reduce[0]))
+				reduce_n = counts[k];
+	}
+	if (rc == 0 && nm == 0 && !r->optional && !st->lenient && !each) {
 		ck_fail(st->err, CK_E_MAPPING, "matches no %skey",
 			st->m == NULL ? "" : "unconsumed ");
 		rc = rule_fail(st, r, NULL);
@@ -804,7 +886,7 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 		for (size_t i = 0; i < nm && rc == 0; i++)
 			rc = run_instance(st, r, &ms[i].b, NULL, 0);
 	} else if (rc == 0 && nm) {
-		rc = run_reduction(st, r, ms, nm);
+		rc = run_reduction(st, r, ms, nm, reduce_n);
 	}
 	for (size_t i = 0; i < nm; i++) {
 		ck_binding_clear(&ms[i].b);

@@ -105,6 +105,26 @@ def run(*args, check=True):
     return p
 
 
+def assert_refused_without(ckptfs, d, src, mapping, cases):
+    """For each (what, gone, why): src's tensors but those gone(name) says,
+    with src's config.json, make `inspect --mapping` fail with exit 4 and one
+    line holding why, and `convert` write nothing."""
+    tensors = {k: (dt, a.shape, a.tobytes()) for k, (dt, a) in arrays(src).items()}
+    cfg = open(os.path.join(src, "config.json")).read()
+    for what, gone, why in cases:
+        broken = os.path.join(d, "broken")
+        os.makedirs(broken, exist_ok=True)
+        kept = {k: v for k, v in tensors.items() if not gone(k)}
+        assert len(kept) < len(tensors), what
+        write_safetensors(os.path.join(broken, "model.safetensors"), kept)
+        open(os.path.join(broken, "config.json"), "w").write(cfg)
+        p = run(ckptfs, "inspect", broken, "--mapping", mapping, check=False)
+        assert p.returncode == 4 and why in p.stderr and p.stderr.count("\n") == 1, (what, p.stderr)
+        out = os.path.join(d, "broken-out")
+        p = run(ckptfs, "convert", broken, out, "--quiet", "--mapping", mapping, check=False)
+        assert p.returncode == 4 and not os.path.exists(out), (what, p.stderr)
+
+
 def convert(ckptfs, src, out, maps=(), *extra):
     """`ckptfs convert` of src through the mappings into out (quietly)."""
     args = [ckptfs, "convert", src, out, "--quiet", *extra]

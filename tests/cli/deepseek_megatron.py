@@ -274,6 +274,23 @@ def test_layouts(d):
         assert "byte for byte" in p.stdout, p.stdout
     print("HF -> Megatron -> HF: every byte back (F32 with 0 or 1 MTP layers, FP8 with its scales and "
           "2 MTP layers; the MTP copies of the embedding and head recreated from the main ones)")
+    # a Megatron checkpoint that lost a dense layer's MLP, an expert or a
+    # MoE layer's shared experts is refused by the inverse ("each" with the
+    # dense / MoE split of first_k_dense_replace), not converted without them
+    src = os.path.join(d, "ds-rt0")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    meg = os.path.join(d, "ds-missing")
+    ckref.convert(CKPTFS, src, meg, [MAP])
+    k, ne = cfg["first_k_dense_replace"], cfg["n_routed_experts"]
+    ckref.assert_refused_without(CKPTFS, d, meg, INV, [
+        ("dense fc2", lambda n: n == f"decoder.layers.{k - 1}.mlp.linear_fc2.weight",
+         f"no key for {{L}} = {k - 1} (each {{L}} below num_hidden_layers"),
+        ("last expert", lambda n: f"layers.{k}.mlp.experts.local_experts.{ne - 1}." in n,
+         f"no key for {{L}} = {k}, {{E}} = {ne - 1}"),
+        ("shared experts", lambda n: f"layers.{k}.mlp.shared_experts." in n,
+         f"no key for {{L}} = {k} (each")])
+    print("a Megatron checkpoint without a dense layer's fc2, a MoE layer's last expert or its shared "
+          "experts: refused by the inverse in one line")
 
 
 def forward(w, cfg, toks, names, kv_per_head=True, gate_first=True, mtp=None):

@@ -195,6 +195,30 @@ def hf_bf16(hf, cfg):
     return out
 
 
+def test_missing_experts(d, meg, cfg):
+    """A Megatron checkpoint that lost experts is refused by the inverse, not
+    turned into an HF checkpoint without them (transformers would only warn
+    and initialise them at random): the mapping's "each" counts layers and
+    experts against config.json."""
+    ne, nl = cfg["num_local_experts"], cfg["num_hidden_layers"]
+    last = f"local_experts.{ne - 1}."
+    ckref.assert_refused_without(CKPTFS, d, meg, INV, [
+        ("layer 1 without experts", lambda k: ".layers.1.mlp.experts." in k,
+         "no key for {L} = 1, {E} = 0"),
+        (f"expert {ne - 1} of layer 0 missing", lambda k: ".layers.0.mlp.experts." in k and last in k,
+         f"no key for {{L}} = 0, {{E}} = {ne - 1}"),
+        (f"layer {nl - 1}'s o_proj bias missing",
+         lambda k: k == f"decoder.layers.{nl - 1}.self_attention.linear_proj.bias",
+         f"no key for {{L}} = {nl - 1} (each {{L}} below num_hidden_layers = {nl})")])
+    # a config that counts one layer fewer than the checkpoint holds
+    p = ckref.run(CKPTFS, "inspect", meg, "--mapping", INV, "--set", f"num_hidden_layers={nl - 1}",
+                  check=False)
+    why = f"{{L}} = {nl - 1} is not below num_hidden_layers = {nl - 1}"
+    assert p.returncode == 4 and why in p.stderr, p.stderr
+    print("a Megatron checkpoint missing a layer's experts, one expert, or one layer's tensor, and a "
+          "config counting fewer layers: each refused in one line, nothing converted")
+
+
 def test_layouts(d):
     src = os.path.join(d, "gpt-oss")
     ckref.run(MKCKPT, "--model", "gpt-oss", src)
@@ -248,6 +272,7 @@ def test_layouts(d):
     ckref.assert_same(ckref.arrays(back_g), want, "HF from TEGroupedMLP's names")
     print("MXFP4 -> Megatron -> HF = numpy's dequantised HF layout (from SequentialMLP's names, and from "
           "TEGroupedMLP's without --set); that BF16 checkpoint -> Megatron gives the same bytes")
+    test_missing_experts(d, meg, cfg)
     bf = os.path.join(d, "gpt-oss-bf16")
     ckref.run(MKCKPT, "--model", "gpt-oss", "--no-mxfp4", bf)
     bhf, bcfg = ckref.arrays(bf), json.load(open(os.path.join(bf, "config.json")))

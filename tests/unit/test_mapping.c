@@ -406,6 +406,68 @@ START_TEST(renames)
 }
 END_TEST
 
+/* "each": every layer / expert a count names must be there, and no other. */
+START_TEST(each_counts)
+{
+	struct ck_err err;
+	const char *ok[] = {
+		"{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"q.{L}\","
+		" \"each\": {\"L\": \"num_key_value_heads\"}},"
+		" {\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\", \"to\": \"e.{L}\","
+		" \"expr\": \"stack(x, 0)\", \"if\": \"L < 1\", \"each\": {\"L\": 2, \"E\": 3}},"
+		" {\"from\": \"nothing.{L}\", \"to\": \"n.{L}\", \"optional\": true, \"each\": {\"L\": 5}},"
+		/* must match, but its "if" expects no combination (a model without dense layers) */
+		" {\"from\": \"nothing.{L}\", \"to\": \"m.{L}\", \"if\": \"L > 3\", \"each\": {\"L\": 4}}]}",
+	};
+	struct ck_plan *p = plan_of(ok, 1, &err);
+	ck_assert_msg(p != NULL, "%s", err.msg);
+	ck_assert_int_eq(find(p, "e.0")->v.shape[0], 3);
+	ck_plan_free(p);
+#define Q(each) "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"q.{L}\", \"each\": " each "}]}"
+#define X(cond, each)                                                                          \
+	"{" KEEP "\"rules\": [{\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\","      \
+	" \"to\": \"e.{L}\", \"expr\": \"stack(x, 0)\", \"if\": \"" cond "\", \"each\": " each "}]}"
+	expect_fail(Q("{\"L\": 3}"), "rule 1 (\"layers.{L}.q\" -> \"q.{L}\"): \"each\": no key for "
+				     "{L} = 2 (each {L} below 3 = 3)");
+	expect_fail(Q("{\"L\": \"hidden_size - 3\"}"),
+		    "key \"layers.1.q\": \"each\": {L} = 1 is not below hidden_size - 3 = 1");
+	expect_fail(Q("{\"L\": \"0 - 1\"}"), "\"each\": the count of {L}, 0 - 1, is -1");
+	expect_fail(Q("{\"L\": 100000000}"), "\"each\": {L} below 100000000 = 100000000 makes more "
+					     "than 1152 combinations for 2 keys");
+	expect_fail(Q("{\"L\": \"no_such\"}"), "\"each\": the count of {L} (no_such): unknown name");
+	expect_fail(X("1", "{\"E\": 4}"), "\"each\": no key for {E} = 3 (each {E} below 4 = 4)");
+	expect_fail(X("1", "{\"L\": 2, \"E\": 3}"),
+		    "no key for {L} = 1, {E} = 0 (each {L} below 2 = 2, {E} below 3 = 3)");
+	expect_fail(X("L < 2", "{\"L\": 2, \"E\": 3}"), "no key for {L} = 1, {E} = 0");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"nothing.{L}\", \"to\": \"m.{L}\", \"if\": \"L > 2\","
+		    " \"each\": {\"L\": 4}}]}",
+		    "rule 1 (\"nothing.{L}\" -> \"m.{L}\"): \"each\": no key for {L} = 3");
+	/* every layer gives "q", only layer 0 "k": coverage holds, the k group is short */
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"~i.{L}.q\"},"
+		    " {\"from\": \"layers.0.k\", \"to\": \"~i.0.k\"},"
+		    " {\"from\": \"~i.{L}.{w}\", \"reduce\": \"L\", \"to\": \"s.{w}\","
+		    " \"expr\": \"stack(x, 0)\", \"each\": {\"L\": 2}}]}",
+		    "rule 3 (\"~i.{L}.{w}\" -> \"s.{w}\"): reduce over {L}: 1 values where \"each\" "
+		    "asks for 2");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"layers.0.{w}\", \"to\": \"l.{w}\","
+		    " \"each\": {\"w\": 3}}]}",
+		    "\"each\": {w} = \"k\" is not an integer");
+	/* the mapping itself */
+	expect_fail(Q("{\"Z\": 3}"), "rule 1: \"each\" names {Z}, which the first input pattern "
+				     "does not capture");
+	expect_fail(Q("[\"L\"]"), "rule 1: \"each\" must be {\"CAPTURE\": count, ...}");
+	expect_fail(Q("{}"), "rule 1: \"each\" must be {\"CAPTURE\": count, ...}");
+	expect_fail(Q("{\"L\": [3]}"), "rule 1: \"each\": the count of {L} must be an expression");
+	expect_fail(Q("{\"L\": \"L + 1\"}"), "rule 1: \"each\": the count of {L} names \"L\"");
+	expect_fail(Q("{\"L\": \"x.shape[0]\"}"), "rule 1: \"each\": the count of {L} names \"x\"");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"layers.{L}.{w}\", \"to\": \"o.{L}.{w}\","
+		    " \"if\": \"L < 1\", \"each\": {\"w\": 3}}]}",
+		    "rule 1: \"if\" names {L}, which \"each\" does not count");
+#undef Q
+#undef X
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mapping");
@@ -417,6 +479,7 @@ int main(void)
 	tcase_add_test(tc, builtin_errors);
 	tcase_add_test(tc, plans);
 	tcase_add_test(tc, renames);
+	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, key_shapes);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
