@@ -147,20 +147,41 @@ static uint64_t chunk_len(const struct ck_cache *c, uint32_t t, uint64_t k)
 	return n < c->o.chunk ? n : c->o.chunk;
 }
 
-/* Chunks of 2 MiB and more are mappings of their own, on transparent huge
- * pages: a fresh 4 MiB chunk otherwise costs a thousand page faults before
- * the first byte lands, and an evicted chunk's memory goes straight back to
- * the system (freed heap memory would stay resident: the daemon's RSS is
- * documented against cache_size). */
+/* Chunks of 64 KiB and more are mappings of their own, kept in a pool when
+ * evicted (alloc_chunk): a fresh chunk otherwise costs its page faults
+ * before the first byte lands (on this VM freed memory goes back to the
+ * host, and a page that comes back costs a host fault), and an evicted
+ * chunk's memory goes back to the system rather than staying in the heap
+ * (the daemon's RSS is documented against cache_size). From 2 MiB they are
+ * 2 MiB multiples on transparent huge pages; below, a power of two from
+ * 64 KiB, so the chunks of `-o chunk=1MiB` and tensors' short last chunks
+ * find pooled mappings of their size (at most twice the chunk's bytes).
+ * Smaller chunks (norms, biases) come from malloc. */
 #define HUGE_PAGE (2u << 20)
+#define SMALL_CHUNK (64u << 10)
 
 static size_t mapped_len(uint64_t len)
 {
-	return (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	if (len >= HUGE_PAGE)
+		return (len + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+	size_t n = SMALL_CHUNK;
+	while (n < len)
+		n <<= 1;
+	return n;
 }
 
 static unsigned char *map_chunk(size_t n)
 {
+	if (n < HUGE_PAGE) {
+		unsigned char *m = mmap(NULL, n, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
+			return NULL;
+#ifdef MADV_POPULATE_WRITE
+		madvise(m, n, MADV_POPULATE_WRITE); /* one call, not a fault per page */
+#endif
+		return m;
+	}
 	/* over-map by one huge page and trim, so the chunk is 2 MiB aligned */
 	unsigned char *m = mmap(NULL, n + HUGE_PAGE, PROT_READ | PROT_WRITE,
 				MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -187,7 +208,7 @@ static unsigned char *map_chunk(size_t n)
  * contents never show. */
 static unsigned char *alloc_chunk(struct ck_cache *c, uint64_t len)
 {
-	if (len < HUGE_PAGE)
+	if (len < SMALL_CHUNK)
 		return malloc(len ? len : 1);
 	size_t n = mapped_len(len);
 	struct pooled *hit = NULL, *stale = NULL;
@@ -223,7 +244,7 @@ static void free_chunk(struct ck_cache *c, unsigned char *p, uint64_t len)
 {
 	if (!p)
 		return;
-	if (len < HUGE_PAGE) {
+	if (len < SMALL_CHUNK) {
 		free(p);
 		return;
 	}
