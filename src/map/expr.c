@@ -620,6 +620,21 @@ BUILTIN(fn_len)
 	return 0;
 }
 
+/* has(list, x): 1 when an item of the list equals the integer x
+ * (`has(mlp_only_layers ?? [], L)`: Qwen-MoE's dense layers). */
+BUILTIN(fn_has)
+{
+	(void)na;
+	if (want(ev, &a[1], XV_INT, fn, 1) < 0)
+		return -1;
+	out->kind = XV_INT;
+	out->i = 0;
+	for (int k = 0; k < a[0].n; k++)
+		if (a[0].items[k].kind == XV_INT && a[0].items[k].i == a[1].i)
+			out->i = 1;
+	return 0;
+}
+
 /* dequant(w, scale, block): w * scale of its block, in F32 (DeepSeek-V3
  * weight_scale_inv); quant divides. block: one size for every dim, or one
  * per dim. */
@@ -903,6 +918,7 @@ static const struct builtin {
 	{"cat", 1, 2, ANY_FIRST, fn_cat},
 	{"stack", 1, 2, ANY_FIRST, fn_cat},
 	{"len", 1, 1, LIST_FIRST, fn_len},
+	{"has", 2, 2, LIST_FIRST, fn_has},
 	{"dequant", -1, 0, IN_PLACE, fn_dequant},
 	{"quant", -1, 0, IN_PLACE, fn_dequant},
 	{"mxfp4", 2, 2, IN_PLACE, fn_mxfp4},

@@ -118,6 +118,37 @@ with tempfile.TemporaryDirectory() as d:
     print("qwen3-moe: ep=2 x tp=2 ranks hold their experts renumbered (SequentialMLP's local_experts.{e} "
           "or TEGroupedMLP's weight{e}, and back), attention split over tp; ep on a dense llama refused")
 
+    # Qwen3-MoE with a dense layer (mlp_only_layers = [1], as transformers
+    # builds it: gate/up/down_proj of intermediate_size, no router or experts):
+    # its norm is fused into fc1, the sparse layers keep pre_mlp_layernorm, and
+    # back; told no layer is dense, the inverse refuses the dense layer's keys
+    rng = np.random.default_rng(7)
+    H, I = cfg["hidden_size"], cfg["intermediate_size"]
+    mixed = {n: v for n, v in src.items()
+             if not n.startswith(("model.layers.1.mlp.experts.", "model.layers.1.mlp.gate."))}
+    for w, shape in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+        mixed[f"model.layers.1.mlp.{w}.weight"] = ("BF16", rng.integers(0, 1 << 14, shape, dtype=np.uint16))
+    mixed_cfg = dict(cfg, mlp_only_layers=[1])
+    mixed_dir = os.path.join(d, "qwen3-moe-mixed")
+    os.makedirs(mixed_dir)
+    ckref.write_safetensors(os.path.join(mixed_dir, "model.safetensors"),
+                            {n: (dt, a.shape, a.tobytes()) for n, (dt, a) in mixed.items()})
+    json.dump(mixed_cfg, open(os.path.join(mixed_dir, "config.json"), "w"))
+    meg = convert(mixed_dir, os.path.join(d, "meg-mixed"), mp("llama-hf-to-megatron.json"))
+    want = ckref.llama_to_megatron_ref(mixed, mixed_cfg)
+    assert "decoder.layers.1.mlp.linear_fc1.layer_norm_weight" in want and \
+        "decoder.layers.0.pre_mlp_layernorm.weight" in want
+    assert_same(meg, want, "qwen3-moe with a dense layer -> megatron")
+    back = convert(os.path.join(d, "meg-mixed"), os.path.join(d, "back-mixed"), mp("megatron-to-llama-hf.json"))
+    assert_same(back, mixed, "qwen3-moe with a dense layer, round trip")
+    json.dump(cfg, open(os.path.join(d, "meg-mixed", "config.json"), "w"))
+    p = ckref.run(CKPTFS, "inspect", os.path.join(d, "meg-mixed"), "--mapping", mp("megatron-to-llama-hf.json"),
+                  check=False)
+    assert p.returncode == 4 and "no key for {L} = 1 (each {L} below num_hidden_layers" in p.stderr \
+        and p.stderr.count("\n") == 1, p.stderr
+    print("qwen3-moe with mlp_only_layers = [1]: Megatron view = numpy's (the dense layer's norm fused into "
+          "fc1), and back byte for byte; with the layer not listed as dense, the inverse refuses it")
+
     # --expect: a strict load_state_dict style comparison
     expect = os.path.join(d, "expect.json")
     keys = [{"name": n, "dtype": v[0], "shape": list(v[1].shape)} for n, v in ref.items()]

@@ -416,12 +416,20 @@ START_TEST(each_counts)
 		" {\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\", \"to\": \"e.{L}\","
 		" \"expr\": \"stack(x, 0)\", \"if\": \"L < 1\", \"each\": {\"L\": 2, \"E\": 3}},"
 		" {\"from\": \"nothing.{L}\", \"to\": \"n.{L}\", \"optional\": true, \"each\": {\"L\": 5}},"
+		/* has(): the layers a list names (Qwen-MoE's mlp_only_layers) split between rules */
+		" {\"from\": \"layers.{L}.k\", \"to\": \"k.{L}\", \"if\": \"!has([1, 5], L)\", \"each\": {\"L\": 2}},"
+		" {\"from\": \"layers.{L}.k\", \"to\": \"k1.{L}\", \"if\": \"has(no_such ?? [], L) || has([1, 5], L)\","
+		" \"each\": {\"L\": 2}},"
 		/* must match, but its "if" expects no combination (a model without dense layers) */
 		" {\"from\": \"nothing.{L}\", \"to\": \"m.{L}\", \"if\": \"L > 3\", \"each\": {\"L\": 4}}]}",
 	};
 	struct ck_plan *p = plan_of(ok, 1, &err);
 	ck_assert_msg(p != NULL, "%s", err.msg);
 	ck_assert_int_eq(find(p, "e.0")->v.shape[0], 3);
+	ck_assert_ptr_nonnull(find(p, "k.0"));
+	ck_assert_ptr_nonnull(find(p, "k1.1"));
+	ck_assert_ptr_null(ck_plan_find(p, "k.1"));
+	ck_assert_ptr_null(ck_plan_find(p, "k1.0"));
 	ck_plan_free(p);
 #define Q(each) "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"q.{L}\", \"each\": " each "}]}"
 #define X(cond, each)                                                                          \
@@ -439,6 +447,9 @@ START_TEST(each_counts)
 	expect_fail(X("1", "{\"L\": 2, \"E\": 3}"),
 		    "no key for {L} = 1, {E} = 0 (each {L} below 2 = 2, {E} below 3 = 3)");
 	expect_fail(X("L < 2", "{\"L\": 2, \"E\": 3}"), "no key for {L} = 1, {E} = 0");
+	expect_fail(X("has([0, 1], L)", "{\"L\": 2, \"E\": 3}"), "no key for {L} = 1, {E} = 0");
+	expect_fail(X("has(3, L)", "{\"L\": 2}"), "unknown function \"has\" for a integer");
+	expect_fail(X("has([1], [1])", "{\"L\": 2}"), "has");
 	expect_fail("{" KEEP "\"rules\": [{\"from\": \"nothing.{L}\", \"to\": \"m.{L}\", \"if\": \"L > 2\","
 		    " \"each\": {\"L\": 4}}]}",
 		    "rule 1 (\"nothing.{L}\" -> \"m.{L}\"): \"each\": no key for {L} = 3");
