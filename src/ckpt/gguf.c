@@ -431,49 +431,93 @@ static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
 	return v->valuedouble;
 }
 
+/* The GGUF architectures a config.json is made for: the class and
+ * model_type transformers reads (a llama GGUF with experts is Mixtral). */
+static const struct {
+	const char *gguf, *hf, *type;
+} HF_ARCHS[] = {
+	{"llama", "LlamaForCausalLM", "llama"},
+	{"qwen2", "Qwen2ForCausalLM", "qwen2"},
+	{"qwen3", "Qwen3ForCausalLM", "qwen3"},
+};
+
+/* rope.scaling.* (linear, yarn) as config.json's rope_scaling. */
+static void rope_scaling(const cJSON *meta, const char *arch, cJSON *c)
+{
+	char k[160];
+	snprintf(k, sizeof k, "%s.rope.scaling.type", arch);
+	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(meta, k));
+	int ok = 1;
+	double factor = num(meta, arch, "rope.scaling.factor", &ok);
+	if (!type || !ok || !strcmp(type, "none"))
+		return;
+	cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
+	cJSON_AddStringToObject(rs, "rope_type", type);
+	cJSON_AddNumberToObject(rs, "factor", factor);
+	double orig = num(meta, arch, "rope.scaling.original_context_length", &ok);
+	if (ok)
+		cJSON_AddNumberToObject(rs, "original_max_position_embeddings", orig);
+}
+
 cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char *what,
 			 struct ck_err *err)
 {
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(meta, "general.architecture");
-	if (!cJSON_IsString(a) || strcmp(a->valuestring, "llama")) {
-		ck_fail(err, CK_E_SOURCE, "%s: general.architecture %s%s%s: only llama GGUFs get a "
-					  "config.json",
+	size_t ai = 0;
+	while (cJSON_IsString(a) && ai < sizeof HF_ARCHS / sizeof *HF_ARCHS &&
+	       strcmp(a->valuestring, HF_ARCHS[ai].gguf))
+		ai++;
+	if (!cJSON_IsString(a) || ai == sizeof HF_ARCHS / sizeof *HF_ARCHS) {
+		ck_fail(err, CK_E_SOURCE, "%s: general.architecture %s%s%s: only llama, qwen2 and "
+					  "qwen3 GGUFs get a config.json",
 			what, cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : "missing",
 			cJSON_IsString(a) ? "\"" : "");
 		return NULL;
 	}
+	const char *g = HF_ARCHS[ai].gguf;
 	int ok = 1;
-	double hidden = num(meta, "llama", "embedding_length", &ok),
-	       layers = num(meta, "llama", "block_count", &ok),
-	       ffn = num(meta, "llama", "feed_forward_length", &ok),
-	       heads = num(meta, "llama", "attention.head_count", &ok),
-	       eps = num(meta, "llama", "attention.layer_norm_rms_epsilon", &ok),
-	       ctx = num(meta, "llama", "context_length", &ok);
-	int ok2 = 1;
-	double kv = num(meta, "llama", "attention.head_count_kv", &ok2);
-	double theta = num(meta, "llama", "rope.freq_base", &ok2);
+	double hidden = num(meta, g, "embedding_length", &ok),
+	       layers = num(meta, g, "block_count", &ok),
+	       ffn = num(meta, g, "feed_forward_length", &ok),
+	       heads = num(meta, g, "attention.head_count", &ok),
+	       eps = num(meta, g, "attention.layer_norm_rms_epsilon", &ok),
+	       ctx = num(meta, g, "context_length", &ok);
+	int ok2 = 1, okh = 1, oke = 1;
+	double kv = num(meta, g, "attention.head_count_kv", &ok2);
+	double theta = num(meta, g, "rope.freq_base", &ok2);
+	double hd = num(meta, g, "attention.key_length", &okh);
+	double ne = num(meta, g, "expert_count", &oke), nu = num(meta, g, "expert_used_count", &oke);
 	if (!ok) {
-		ck_fail(err, CK_E_SOURCE, "%s: llama metadata is incomplete (embedding_length, "
+		ck_fail(err, CK_E_SOURCE, "%s: %s metadata is incomplete (embedding_length, "
 					  "block_count, feed_forward_length, attention.head_count, "
 					  "attention.layer_norm_rms_epsilon, context_length)",
-			what);
+			what, g);
 		return NULL;
 	}
-	cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateStringArray((const char *[]){"LlamaForCausalLM"}, 1);
+	int moe = oke && ne > 0 && !strcmp(g, "llama");
+	const char *cls = moe ? "MixtralForCausalLM" : HF_ARCHS[ai].hf;
+	cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateStringArray(&cls, 1);
 	if (!c || !arch || !cJSON_AddItemToObject(c, "architectures", arch)) {
 		cJSON_Delete(c);
 		cJSON_Delete(arch);
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		return NULL;
 	}
-	cJSON_AddStringToObject(c, "model_type", "llama");
+	cJSON_AddStringToObject(c, "model_type", moe ? "mixtral" : HF_ARCHS[ai].type);
 	cJSON_AddNumberToObject(c, "hidden_size", hidden);
 	cJSON_AddNumberToObject(c, "intermediate_size", ffn);
 	cJSON_AddNumberToObject(c, "num_hidden_layers", layers);
 	cJSON_AddNumberToObject(c, "num_attention_heads", heads);
 	cJSON_AddNumberToObject(c, "num_key_value_heads", kv > 0 ? kv : heads);
+	if (okh && hd > 0)
+		cJSON_AddNumberToObject(c, "head_dim", hd);
+	if (moe) {
+		cJSON_AddNumberToObject(c, "num_local_experts", ne);
+		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
+	}
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
+	rope_scaling(meta, g, c);
 	cJSON_AddNumberToObject(c, "max_position_embeddings", ctx);
 	if (vocab >= 0)
 		cJSON_AddNumberToObject(c, "vocab_size", (double)vocab);

@@ -418,12 +418,15 @@ def quantized(d):
         print("the mount serves the decoded tensors, as F32 and with -o gguf_dequant=BF16")
 
 
-def llama_gguf(src, path, do_permute, scale=1.0):
-    """A Hugging Face Llama as llama.cpp's converter writes it (reference/gguf.md):
-    names, Q/K rows permuted for its rope (unless do_permute is False), the
-    metadata llama.cpp needs, a placeholder byte-level vocabulary. scale
-    multiplies the matrices (the generator's values reach 2, far above a
-    trained model's, and would saturate the attention)."""
+def llama_gguf(src, path, do_permute, scale=1.0, arch="llama"):
+    """A Hugging Face Llama (or Qwen2 / Qwen3 / Mixtral: arch "qwen2", "qwen3",
+    "llama" with experts) as llama.cpp's converter writes it (reference/gguf.md):
+    names, Q/K rows permuted for its rope on the llama architecture (unless
+    do_permute is False; qwen2 and qwen3 use the NeoX rope and are not
+    permuted), Mixtral's experts stacked into blk.N.ffn_*_exps (experts the
+    slowest dim), the metadata llama.cpp needs, a placeholder byte-level
+    vocabulary. scale multiplies the matrices (the generator's values reach
+    2, far above a trained model's, and would saturate the attention)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = ckref.read_checkpoint_dir(src)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -431,34 +434,85 @@ def llama_gguf(src, path, do_permute, scale=1.0):
     per = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
            "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-           "mlp.down_proj": "ffn_down"}
-    vocab = cfg["vocab_size"]
-    meta = {"general.architecture": (8, "llama"), "llama.context_length": (4, 2048),
-            "llama.embedding_length": (4, cfg["hidden_size"]), "llama.block_count": (4, cfg["num_hidden_layers"]),
-            "llama.feed_forward_length": (4, cfg["intermediate_size"]),
-            "llama.attention.head_count": (4, cfg["num_attention_heads"]),
-            "llama.attention.head_count_kv": (4, cfg["num_key_value_heads"]),
-            "llama.rope.dimension_count": (4, cfg["hidden_size"] // cfg["num_attention_heads"]),
-            "llama.attention.layer_norm_rms_epsilon": (6, cfg["rms_norm_eps"]),
-            "llama.rope.freq_base": (6, float(cfg["rope_theta"])),
+           "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+           "block_sparse_moe.gate": "ffn_gate_inp"}
+    vocab, hd = cfg["vocab_size"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+    meta = {"general.architecture": (8, arch), f"{arch}.context_length": (4, 2048),
+            f"{arch}.embedding_length": (4, cfg["hidden_size"]), f"{arch}.block_count": (4, cfg["num_hidden_layers"]),
+            f"{arch}.feed_forward_length": (4, cfg["intermediate_size"]),
+            f"{arch}.attention.head_count": (4, cfg["num_attention_heads"]),
+            f"{arch}.attention.head_count_kv": (4, cfg["num_key_value_heads"]),
+            f"{arch}.rope.dimension_count": (4, hd),
+            f"{arch}.attention.layer_norm_rms_epsilon": (6, cfg["rms_norm_eps"]),
+            f"{arch}.rope.freq_base": (6, float(cfg["rope_theta"])),
             "tokenizer.ggml.model": (8, "gpt2"),
             "tokenizer.ggml.tokens": (9, (8, [f"t{i}" for i in range(vocab)])),
             "tokenizer.ggml.token_type": (9, (5, [1] * vocab)),
             "tokenizer.ggml.merges": (9, (8, []))}
-    out = {}
+    if "head_dim" in cfg:
+        meta[f"{arch}.attention.key_length"] = meta[f"{arch}.attention.value_length"] = (4, hd)
+    if "num_local_experts" in cfg:
+        meta[f"{arch}.expert_count"] = (4, cfg["num_local_experts"])
+        meta[f"{arch}.expert_used_count"] = (4, cfg["num_experts_per_tok"])
+    out, experts = {}, {}
     for k, (dt, shape, a) in st.items():
         g = names.get(k)
+        parts = k.split(".")
+        if not g and ".experts." in k:  # block_sparse_moe.experts.{E}.w{1,3,2}.weight
+            w = {"w1": "gate", "w3": "up", "w2": "down"}[parts[-2]]
+            experts.setdefault(f"blk.{parts[2]}.ffn_{w}_exps.weight", {})[int(parts[-3])] = a
+            continue
         if not g:
-            parts = k.split(".")
-            g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.weight"
+            g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.{parts[-1]}"
         if len(shape) == 2 and scale != 1.0:
             a = (a.astype(np.float32) * np.float32(scale))
-        if do_permute and g.endswith("attn_q.weight"):
+        if do_permute and arch == "llama" and g.endswith("attn_q.weight"):
             a = permute(a, cfg["num_attention_heads"])
-        if do_permute and g.endswith("attn_k.weight"):
+        if do_permute and arch == "llama" and g.endswith("attn_k.weight"):
             a = permute(a, cfg["num_key_value_heads"])
         out[g] = (0, list(shape), np.ascontiguousarray(a).tobytes())
+    for g, by_e in experts.items():
+        a = np.stack([by_e[e] for e in range(len(by_e))])
+        out[g] = (0, list(a.shape), np.ascontiguousarray(a).tobytes())
     write_gguf(path, meta, out)
+
+
+def other_archs(d):
+    """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
+    head_dim) and Mixtral (stacked experts, permuted Q/K) GGUFs, written here,
+    map back to the Hugging Face bytes with their shipped mappings, through a
+    config.json made from the metadata that says what the source's does; the
+    same for the GGUFs ckptfs's own view serves."""
+    for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
+                               ("mixtral", "llama", [])):
+        src = os.path.join(d, "src-" + model)
+        ckref.run(MKCKPT, "--model", model, *extra, src)
+        cfg = json.load(open(os.path.join(src, "config.json")))
+        mp = MAP.replace("gguf-llama-to-hf", f"gguf-{model}-to-hf")
+        good = os.path.join(d, model + ".gguf")
+        llama_gguf(src, good, True, arch=arch)
+        p = run("diff", src, good, "--mapping", mp)
+        assert p.returncode == 0 and " 0 differ in values" in p.stdout, (model, p.stdout + p.stderr)
+        out = os.path.join(d, "hf-" + model)
+        assert run("convert", good, out, "--quiet", "--mapping", mp).returncode == 0
+        got = json.load(open(os.path.join(out, "config.json")))
+        keys = ["architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "tie_word_embeddings", "rope_theta"]
+        keys += {"qwen3": ["head_dim"], "mixtral": ["num_local_experts", "num_experts_per_tok"]}.get(model, [])
+        assert all(got.get(k) == cfg.get(k) for k in keys), (model, {k: (got.get(k), cfg.get(k)) for k in keys})
+        assert np.float32(got["rms_norm_eps"]) == np.float32(cfg["rms_norm_eps"]), model
+        view = os.path.join(d, "view-" + model)
+        assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
+        p = run("diff", src, os.path.join(view, "model.gguf"), "--mapping", mp)
+        assert p.returncode == 0, (model, p.stdout + p.stderr)
+        if arch == "llama":
+            bad = os.path.join(d, model + "-unpermuted.gguf")
+            llama_gguf(src, bad, False, arch=arch)
+            p = run("diff", src, bad, "--mapping", mp)
+            assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
+    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim) and Mixtral (stacked experts) GGUFs, written here "
+          "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "
+          "the source's does; Mixtral's without the Q/K permutation differs")
 
 
 def round_trip(d):
@@ -527,6 +581,7 @@ def main():
         llama_cpp_logits(d)
         quantized(d)
         round_trip(d)
+        other_archs(d)
         hostile(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
