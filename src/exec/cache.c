@@ -11,7 +11,7 @@
 #include <time.h>
 
 #define HT_BITS 16
-#define SERVED_MAX (64u << 20)
+#define SERVED_MAX (16u << 20)
 
 enum { LOADING, READY };
 
@@ -27,6 +27,7 @@ struct entry {
 	int state, failed;
 	unsigned char *data;
 	uint64_t len;
+	size_t mapped; /* data's mapping (alloc_chunk), 0: malloc'ed */
 	int refs;
 	int served_whole; /* every byte handed to a reader (see drop_served) */
 	uint64_t served;
@@ -56,6 +57,8 @@ struct job {
 	struct entry **ents;
 	size_t n;
 	int group;
+	size_t released; /* entries its reader has had, let go early (pace) */
+	size_t front;	 /* entries before this one: the reader is past them (pace) */
 };
 
 struct ck_cache {
@@ -64,6 +67,8 @@ struct ck_cache {
 	struct ck_engine eng;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	pthread_cond_t pace_cv; /* a chunk served whole, or a reader waiting (see pace) */
+	int pacing;		/* evaluators waiting on pace_cv */
 	struct entry *ht[1 << HT_BITS];
 	struct entry lru;    /* sentinel: lnext is the most recent */
 	struct entry served; /* sentinel: chunks served whole (drop_served), lnext the newest */
@@ -87,6 +92,7 @@ struct ck_cache {
 	struct pooled *pool;
 	uint64_t pool_bytes;
 	atomic_uint_fast64_t recycled;
+	atomic_uint_fast64_t live, peak; /* chunk memory held (mapped or malloc'ed) now, at most */
 };
 
 /* A free chunk mapping, the list node written into the chunk itself. */
@@ -200,55 +206,96 @@ static unsigned char *map_chunk(size_t n)
 	return p;
 }
 
-/* A chunk's memory, outside the cache lock: an evicted chunk of the same
- * size from the pool if there is one (no page faults: fresh memory is what
- * this VM is slowest at), else a new mapping. A pooled chunk of another size
- * is unmapped on a miss, so sizes no longer asked for do not stay. Every
- * byte is written by the evaluation (the engine fills holes itself), so old
- * contents never show. */
-static unsigned char *alloc_chunk(struct ck_cache *c, uint64_t len)
+static void live_add(struct ck_cache *c, uint64_t n)
 {
-	if (len < SMALL_CHUNK)
-		return malloc(len ? len : 1);
+	uint64_t now = atomic_fetch_add(&c->live, n) + n;
+	uint64_t p = atomic_load(&c->peak);
+	while (now > p && !atomic_compare_exchange_weak(&c->peak, &p, now))
+		;
+}
+
+/* A chunk's memory, outside the cache lock: the smallest pooled mapping
+ * that holds it and is at most twice its size (no page faults: fresh memory
+ * is what this VM is slowest at; a tensor's shorter last chunk takes a
+ * full-size chunk's mapping), else a new mapping. *mapped: the mapping's
+ * size (0: from malloc), for free_chunk. Pooled mappings stay while the
+ * cache and the pool fit cache_size (free_chunk, pool_trim). Every byte is
+ * written by the evaluation (the engine fills holes itself), so old
+ * contents never show. */
+static unsigned char *alloc_chunk(struct ck_cache *c, uint64_t len, size_t *mapped)
+{
+	*mapped = 0;
+	if (len < SMALL_CHUNK) {
+		unsigned char *p = malloc(len ? len : 1);
+		if (p)
+			live_add(c, len);
+		return p;
+	}
 	size_t n = mapped_len(len);
-	struct pooled *hit = NULL, *stale = NULL;
+	struct pooled **best = NULL;
 	pthread_mutex_lock(&c->pool_mu);
 	for (struct pooled **q = &c->pool; *q; q = &(*q)->next)
-		if ((*q)->n == n) {
-			hit = *q;
-			*q = hit->next;
-			break;
-		}
-	if (!hit && c->pool) {
-		stale = c->pool;
-		c->pool = stale->next;
+		if ((*q)->n >= n && (*q)->n <= 2 * n && (!best || (*q)->n < (*best)->n))
+			best = q;
+	struct pooled *hit = best ? *best : NULL;
+	if (hit) {
+		*best = hit->next;
+		c->pool_bytes -= hit->n;
 	}
-	if (hit)
-		c->pool_bytes -= n;
-	if (stale)
-		c->pool_bytes -= stale->n;
 	pthread_mutex_unlock(&c->pool_mu);
-	if (stale)
-		munmap(stale, stale->n);
 	if (hit) {
 		atomic_fetch_add(&c->recycled, 1);
+		*mapped = hit->n;
+		live_add(c, hit->n);
 		return (unsigned char *)hit;
 	}
-	return map_chunk(n);
+	unsigned char *p = map_chunk(n);
+	*mapped = p ? n : 0;
+	if (p)
+		live_add(c, n);
+	return p;
+}
+
+/* Under the lock, when the cache grew: pooled mappings beyond what
+ * cache_size leaves next to the cache, newest first, taken off the pool for
+ * the caller to unmap once it has let go of the lock. */
+static struct pooled *pool_trim(struct ck_cache *c)
+{
+	struct pooled *out = NULL;
+	pthread_mutex_lock(&c->pool_mu);
+	while (c->pool && c->bytes + c->pool_bytes > c->o.cache_size) {
+		struct pooled *x = c->pool;
+		c->pool = x->next;
+		c->pool_bytes -= x->n;
+		x->next = out;
+		out = x;
+	}
+	pthread_mutex_unlock(&c->pool_mu);
+	return out;
+}
+
+static void unmap_all(struct pooled *x)
+{
+	while (x) {
+		struct pooled *next = x->next;
+		munmap(x, x->n);
+		x = next;
+	}
 }
 
 /* Under the lock: a chunk mapping goes to the pool while the cache and the
  * pool together stay within cache_size (the documented memory bound is
- * unchanged), else back to the system. */
-static void free_chunk(struct ck_cache *c, unsigned char *p, uint64_t len)
+ * unchanged), else back to the system. mapped: from alloc_chunk. */
+static void free_chunk(struct ck_cache *c, unsigned char *p, uint64_t len, size_t mapped)
 {
 	if (!p)
 		return;
-	if (len < SMALL_CHUNK) {
+	atomic_fetch_sub(&c->live, mapped ? mapped : len);
+	if (!mapped) {
 		free(p);
 		return;
 	}
-	size_t n = mapped_len(len);
+	size_t n = mapped;
 	pthread_mutex_lock(&c->pool_mu);
 	int keep = !c->stop && c->bytes + c->pool_bytes + n <= c->o.cache_size;
 	if (keep) {
@@ -273,7 +320,7 @@ static void drop(struct ck_cache *c, struct entry *e, int over_budget)
 	c->bytes -= e->len;
 	if (e->served_whole)
 		c->served_bytes -= e->len;
-	free_chunk(c, e->data, e->len);
+	free_chunk(c, e->data, e->len, e->mapped);
 	free(e);
 }
 
@@ -310,6 +357,8 @@ static void note_served(struct ck_cache *c, struct entry *e, uint64_t len)
 		return;
 	e->served_whole = 1;
 	c->served_bytes += e->len;
+	if (c->pacing)
+		pthread_cond_broadcast(&c->pace_cv);
 	lru_unlink(e);
 	e->lnext = c->served.lnext;
 	e->lprev = &c->served;
@@ -470,7 +519,7 @@ static void publish(struct ck_cache *c, struct job *j, size_t i)
 		c->errors++;
 		c->bytes -= e->len;
 		ht_remove(c, e);
-		free_chunk(c, e->data, e->len);
+		free_chunk(c, e->data, e->len, e->mapped);
 		e->data = NULL;
 	} else {
 		e->state = READY;
@@ -497,6 +546,90 @@ static void publish(struct ck_cache *c, struct job *j, size_t i)
 	}
 }
 
+/* Pacing (drop_served only): a group's chunks are evaluated at most
+ * PACE_AHEAD chunks ahead of its reader, and those the reader has had whole
+ * are let go at once (not when the whole group is done), so reading a big
+ * group faults in a few chunks' memory and recycles it, instead of all of
+ * the group's while the kernel copies out the first chunks (fresh memory is
+ * what this VM is slowest at). A reader waiting for a later chunk of the
+ * job or a stop ends the wait; PACE_WAIT_MS without a chunk of this job
+ * served (a reader that went elsewhere, or reads slower than that) and the
+ * job runs unpaced to its end, so it never holds an evaluator for long. */
+#define PACE_AHEAD 4
+#define PACE_WAIT_MS 50
+
+static void deadline_in(struct timespec *ts, long ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_nsec += ms * 1000000L;
+	ts->tv_sec += ts->tv_nsec / 1000000000L;
+	ts->tv_nsec %= 1000000000L;
+}
+
+static void reverse(struct entry **a, size_t lo, size_t hi)
+{
+	for (; lo + 1 < hi; lo++, hi--) {
+		struct entry *t = a[lo];
+		a[lo] = a[hi - 1];
+		a[hi - 1] = t;
+	}
+}
+
+/* Under the lock: the first entry at or after i that a reader waits for is
+ * moved to i, the ones after it in the job (its tensor's next chunks) with
+ * it, so the job follows its reader; 1 if there was one. */
+static int follow_reader(struct job *j, size_t i)
+{
+	size_t w = i;
+	while (w < j->n && !(j->ents[w] && j->ents[w]->waiters))
+		w++;
+	if (w == j->n)
+		return 0;
+	/* rotate [i, n) left by w - i: reverse both parts, then the whole */
+	reverse(j->ents, i, w);
+	reverse(j->ents, w, j->n);
+	reverse(j->ents, i, j->n);
+	return 1;
+}
+
+static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
+{
+	pthread_mutex_lock(&c->mu);
+	struct timespec deadline;
+	deadline_in(&deadline, PACE_WAIT_MS);
+	size_t seen = j->released;
+	for (int timed_out = 0;;) {
+		for (size_t k = 0; k < i; k++) {
+			struct entry *e = j->ents[k];
+			if (e && e->served_whole) { /* the reader has it: the job lets go */
+				e->refs--;
+				j->ents[k] = NULL;
+				j->released++;
+				if (k + 1 > j->front)
+					j->front = k + 1;
+			}
+		}
+		if (follow_reader(j, i)) {
+			j->front = i;
+			break;
+		}
+		if (i < j->front + PACE_AHEAD || c->stop)
+			break;
+		if (j->released != seen) {
+			seen = j->released;
+			deadline_in(&deadline, PACE_WAIT_MS);
+		} else if (timed_out) {
+			*unpaced = 1;
+			break;
+		}
+		c->pacing++;
+		timed_out = pthread_cond_timedwait(&c->pace_cv, &c->mu, &deadline) == ETIMEDOUT;
+		c->pacing--;
+	}
+	evict(c);
+	pthread_mutex_unlock(&c->mu);
+}
+
 /* Evaluate a job's entries in order (the chunk that was asked for first),
  * each published as soon as it is ready: a reader of the first chunk of a
  * group is answered while the rest of the group is still being evaluated. */
@@ -513,15 +646,20 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 	else
 		c->regions++;
 	evict(c);
+	struct pooled *trimmed = pool_trim(c);
 	pthread_mutex_unlock(&c->mu);
+	unmap_all(trimmed);
 	if (c->o.delay_ms) { /* test hook: a slow evaluation, already in flight */
 		struct timespec ts = {c->o.delay_ms / 1000, (long)(c->o.delay_ms % 1000) * 1000000L};
 		nanosleep(&ts, NULL);
 	}
+	int unpaced = !c->o.drop_served;
 	for (size_t i = 0; i < j->n; i++) {
+		if (!unpaced && i >= PACE_AHEAD)
+			pace(c, j, i, &unpaced);
 		struct entry *e = j->ents[i];
 		struct ck_err err;
-		if (!(e->data = alloc_chunk(c, e->len)))
+		if (!(e->data = alloc_chunk(c, e->len, &e->mapped)))
 			e->failed = -ENOMEM;
 		else if (target_sources_changed(c, e->target))
 			e->failed = -EIO;
@@ -712,13 +850,19 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	c->eng.gpu = o->gpu;
 	if (o->gpu_min)
 		c->eng.gpu_min = o->gpu_min;
-	/* a spare copy of served bytes: enough for a few groups in flight */
+	/* spare copies of served bytes (the kernel holds them too): a few
+	 * chunks, so a sequential reader recycles memory soon (see pace) */
 	c->served_max = c->o.cache_size / 8 < SERVED_MAX ? c->o.cache_size / 8 : SERVED_MAX;
 	if (c->served_max < 4 * c->o.chunk)
 		c->served_max = 4 * c->o.chunk;
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_mutex_init(&c->pool_mu, NULL);
 	pthread_cond_init(&c->cv, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->pace_cv, &ca);
+	pthread_condattr_destroy(&ca);
 	if (o->odirect && open_direct(c, err) < 0) {
 		ck_cache_free(c);
 		return -1;
@@ -741,13 +885,14 @@ void ck_cache_free(struct ck_cache *c)
 	pthread_mutex_lock(&c->mu);
 	c->stop = 1;
 	pthread_cond_broadcast(&c->cv);
+	pthread_cond_broadcast(&c->pace_cv);
 	pthread_mutex_unlock(&c->mu);
 	for (int i = 0; i < c->nth; i++)
 		pthread_join(c->th[i], NULL);
 	for (size_t s = 0; s < (1u << HT_BITS); s++)
 		for (struct entry *e = c->ht[s], *n; e; e = n) {
 			n = e->hnext;
-			free_chunk(c, e->data, e->len);
+			free_chunk(c, e->data, e->len, e->mapped);
 			free(e);
 		}
 	for (struct pooled *f = c->pool, *n; f; f = n) {
@@ -763,6 +908,7 @@ void ck_cache_free(struct ck_cache *c)
 	}
 	pthread_mutex_destroy(&c->mu);
 	pthread_cond_destroy(&c->cv);
+	pthread_cond_destroy(&c->pace_cv);
 	ck_engine_fini(&c->eng);
 	free(c->file_changed);
 	free(c->direct);
@@ -849,6 +995,8 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 					pt->e = e;
 					*w = (struct waiter){e->waiters, op, op->n++};
 					e->waiters = w;
+					if (c->pacing) /* a paced evaluator may have this chunk to do */
+						pthread_cond_broadcast(&c->pace_cv);
 					atomic_fetch_add(&op->pending, 1);
 				}
 			}
@@ -883,6 +1031,7 @@ void ck_cache_get_stats(struct ck_cache *c, struct ck_cache_stats *s)
 	s->direct_reads = atomic_load(&c->direct_reads);
 	s->streamed_reads = atomic_load(&c->streamed);
 	s->cache_recycled = atomic_load(&c->recycled);
+	s->cache_peak_bytes = atomic_load(&c->peak);
 	s->read_requests = atomic_load(&c->eng.read_requests);
 }
 

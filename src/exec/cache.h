@@ -48,6 +48,7 @@ struct ck_cache_stats {
 	uint64_t streamed_reads;       /* ck_cache_eval_into: evaluated into the caller's memory */
 	uint64_t cache_dropped;	       /* chunks served whole, dropped before the budget forced it */
 	uint64_t cache_recycled;       /* chunk memory reused from evicted chunks, not faulted anew */
+	uint64_t cache_peak_bytes;     /* the most chunk memory held at once (pooled memory aside) */
 	uint64_t odirect_files;	       /* source files read with O_DIRECT */
 };
 

@@ -366,6 +366,62 @@ START_TEST(served_chunks_dropped_and_recycled)
 }
 END_TEST
 
+/* Pacing (drop_served): a reader going through the wt+pz group (40 chunks
+ * of 1 MiB) a read at a time, slower than the evaluator, keeps a few
+ * chunks' memory (8 spares + 4 evaluated ahead, and slack), not the
+ * group's 40 MiB, every byte right; without drop_served the whole group is
+ * held. A reader that leaves a group after its first chunk does not hold
+ * the evaluator: the rest is evaluated anyway and read back as hits. */
+START_TEST(group_paced_to_its_reader)
+{
+	struct ck_cache_opts o = {.cache_size = 64 << 20, .chunk = 1 << 20, .threads = 1,
+				  .group_max = 64 << 20, .no_prefetch = 1, .drop_served = 1};
+	uint64_t nw = plan->t[tidx("wt")].nbytes, np = plan->t[tidx("pz")].nbytes;
+	for (int paced = 1; paced >= 0; paced--) {
+		o.drop_served = paced;
+		struct ck_cache *c = cache_of(o);
+		unsigned char *got[2] = {malloc(nw), malloc(np)};
+		for (int k = 0; k < 2; k++)
+			for (uint64_t off = 0, n = k ? np : nw; off < n; off += 1 << 20) {
+				ck_assert_int_eq(cache_read(c, tidx(k ? "pz" : "wt"), off, 1 << 20,
+							    got[k] + off), 0);
+				usleep(2000); /* the kernel copying the reply out */
+			}
+		for (int k = 0; k < 2; k++) {
+			for (uint64_t b = 0, n = k ? np : nw; b < n; b++)
+				if (got[k][b] != want(k ? "pz" : "wt", b))
+					ck_abort_msg("%s: byte %llu", k ? "pz" : "wt", (unsigned long long)b);
+			free(got[k]);
+		}
+		struct ck_cache_stats s;
+		ck_cache_get_stats(c, &s);
+		ck_assert_uint_eq(s.groups_evaluated, 1);
+		if (paced)
+			ck_assert_msg(s.cache_peak_bytes <= (16u << 20), "peak %llu",
+				      (unsigned long long)s.cache_peak_bytes);
+		else
+			ck_assert_uint_eq(s.cache_peak_bytes, nw + np);
+		ck_cache_free(c);
+	}
+	o.drop_served = 1;
+	struct ck_cache *c = cache_of(o);
+	check_range(c, "wt", 0, 100);
+	struct ck_cache_stats s;
+	for (int t = 0; t < 400; t++) { /* 2 s at most; PACE_WAIT_MS is 50 */
+		ck_cache_get_stats(c, &s);
+		if (!s.evaluations_in_flight)
+			break;
+		usleep(5000);
+	}
+	ck_assert_uint_eq(s.evaluations_in_flight, 0);
+	check_range(c, "pz", np - (1 << 20), 1 << 20);
+	struct ck_cache_stats s2;
+	ck_cache_get_stats(c, &s2);
+	ck_assert_uint_eq(s2.cache_misses, s.cache_misses); /* evaluated by the first job */
+	ck_cache_free(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -379,6 +435,7 @@ int main(void)
 	tcase_add_test(tc, changed_source_refused);
 	tcase_add_test(tc, eval_into_the_callers_buffer);
 	tcase_add_loop_test(tc, served_chunks_dropped_and_recycled, 0, 2);
+	tcase_add_test(tc, group_paced_to_its_reader);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
