@@ -210,6 +210,12 @@ with tempfile.TemporaryDirectory() as d:
         want[f"model.layers.{L}.mlp.experts.w2_weight"] = ("F32", w[2])
         want[f"model.layers.{L}.mlp.gate.weight"] = x[p + "gate.weight"]
     assert_same(convert(x_dir, os.path.join(d, "mix"), mp("mixtral-hf-to-fused-experts.json")), want, "mixtral")
+    # an expert missing from a layer is refused, not stacked into a smaller tensor (both the
+    # fused-experts and the GGUF mapping count experts per layer with "each")
+    for m in ("mixtral-hf-to-fused-experts.json", "hf-mixtral-to-gguf.json"):
+        ckref.assert_refused_without(CKPTFS, d, x_dir, mp(m), [
+            ("last expert's w2", lambda n: n == f"model.layers.1.block_sparse_moe.experts.{E - 1}.w2.weight",
+             f"no key for {{L}} = 1, {{E}} = {E - 1}")])
 
     # --- wrapper prefixes ---
     w_dir = os.path.join(d, "wrapped")
