@@ -69,6 +69,7 @@ struct ck_cache {
 	pthread_cond_t cv;
 	pthread_cond_t pace_cv; /* a chunk served whole, or a reader waiting (see pace) */
 	int pacing;		/* evaluators waiting on pace_cv */
+	uint64_t activity;	/* chunks served whole or evaluated so far (pace) */
 	struct entry *ht[1 << HT_BITS];
 	struct entry lru;    /* sentinel: lnext is the most recent */
 	struct entry served; /* sentinel: chunks served whole (drop_served), lnext the newest */
@@ -357,6 +358,7 @@ static void note_served(struct ck_cache *c, struct entry *e, uint64_t len)
 		return;
 	e->served_whole = 1;
 	c->served_bytes += e->len;
+	c->activity++;
 	if (c->pacing)
 		pthread_cond_broadcast(&c->pace_cv);
 	lru_unlink(e);
@@ -525,6 +527,9 @@ static void publish(struct ck_cache *c, struct job *j, size_t i)
 		e->state = READY;
 		lru_front(c, e);
 		e->refs++; /* the job's */
+		c->activity++;
+		if (c->pacing)
+			pthread_cond_broadcast(&c->pace_cv);
 	}
 	for (struct waiter *w = ws; w; w = w->next) {
 		if (e->failed) {
@@ -552,9 +557,10 @@ static void publish(struct ck_cache *c, struct job *j, size_t i)
  * group faults in a few chunks' memory and recycles it, instead of all of
  * the group's while the kernel copies out the first chunks (fresh memory is
  * what this VM is slowest at). A reader waiting for a later chunk of the
- * job or a stop ends the wait; PACE_WAIT_MS without a chunk of this job
- * served (a reader that went elsewhere, or reads slower than that) and the
- * job runs unpaced to its end, so it never holds an evaluator for long. */
+ * job or a stop ends the wait; PACE_WAIT_MS without progress (pace_progress:
+ * a reader that went elsewhere after reading some of the job, or no reader
+ * reading anything) and the job runs unpaced to its end, so an evaluator is
+ * held only while some reader is busy. */
 #define PACE_AHEAD 4
 #define PACE_WAIT_MS 50
 
@@ -592,12 +598,20 @@ static int follow_reader(struct job *j, size_t i)
 	return 1;
 }
 
+/* What a paced job waits on: its own chunks served, once its reader has had
+ * one; before that (a group evaluated ahead of a reader still busy with the
+ * one before, or waiting for its evaluation) any chunk served or evaluated. */
+static uint64_t pace_progress(const struct ck_cache *c, const struct job *j)
+{
+	return j->released ? j->released : c->activity;
+}
+
 static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
 {
 	pthread_mutex_lock(&c->mu);
 	struct timespec deadline;
 	deadline_in(&deadline, PACE_WAIT_MS);
-	size_t seen = j->released;
+	uint64_t seen = pace_progress(c, j);
 	for (int timed_out = 0;;) {
 		for (size_t k = 0; k < i; k++) {
 			struct entry *e = j->ents[k];
@@ -615,8 +629,8 @@ static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
 		}
 		if (i < j->front + PACE_AHEAD || c->stop)
 			break;
-		if (j->released != seen) {
-			seen = j->released;
+		if (pace_progress(c, j) != seen) {
+			seen = pace_progress(c, j);
 			deadline_in(&deadline, PACE_WAIT_MS);
 		} else if (timed_out) {
 			*unpaced = 1;

@@ -32,7 +32,8 @@ static unsigned char *file;
 /*   tr        = big.t()                 (evaluated, chunk by chunk)
  *   gate, up  = other.chunk(2, 1)       (column halves: one group of two)
  *   keep      = keep                    (a rename: read from the source)
- *   wt, pz    = wide.t(), pad(wide, 0, WP) (one group; pz ends in 8 MiB of zeros) */
+ *   wt, pz    = wide.t(), pad(wide, 0, WP) (one group; pz ends in 8 MiB of zeros)
+ *   zz        = wide2.t()               (its own group, after wt's in plan order) */
 static const char *MAP =
 	"{\"unused\": \"drop\", \"rules\": ["
 	"{\"from\": \"big\", \"to\": \"tr\", \"expr\": \"x.t()\"},"
@@ -40,7 +41,8 @@ static const char *MAP =
 	" \"expr\": {\"gate\": \"x.chunk(2, 1)[0]\", \"up\": \"x.chunk(2, 1)[1]\"}},"
 	"{\"from\": \"keep\", \"to\": \"keep\"},"
 	"{\"from\": \"wide\", \"to\": {\"wt\": \"wt\", \"pz\": \"pz\"},"
-	" \"expr\": {\"wt\": \"x.t()\", \"pz\": \"pad(x, 0, 1536)\"}}]}";
+	" \"expr\": {\"wt\": \"x.t()\", \"pz\": \"pad(x, 0, 1536)\"}},"
+	"{\"from\": \"wide2\", \"to\": \"zz\", \"expr\": \"x.t()\"}]}";
 
 static void setup(void)
 {
@@ -48,9 +50,10 @@ static void setup(void)
 	static const struct tu_tensor t[] = {{"big", CK_DT_F32, 2, {R, C}},
 					     {"keep", CK_DT_F32, 2, {33, 77}},
 					     {"other", CK_DT_F32, 2, {R, C}},
-					     {"wide", CK_DT_F32, 2, {W, C}}};
+					     {"wide", CK_DT_F32, 2, {W, C}},
+					     {"wide2", CK_DT_F32, 2, {W, C}}};
 	path = tu_path(dir, "model.safetensors");
-	tu_write_st(path, t, 4);
+	tu_write_st(path, t, 5);
 	size_t len;
 	file = tu_read(path, &len);
 	struct ck_err err;
@@ -93,8 +96,8 @@ static unsigned char want(const char *name, uint64_t j)
 		uint64_t r = e / (C / 2), k = e % (C / 2) + (name[0] == 'u' ? C / 2 : 0);
 		return src("other")[(r * C + k) * 4 + b];
 	}
-	if (!strcmp(name, "wt")) /* wt[k][r] = wide[r][k] */
-		return src("wide")[((e % W) * C + e / W) * 4 + b];
+	if (!strcmp(name, "wt") || !strcmp(name, "zz")) /* wt[k][r] = wide[r][k] */
+		return src(name[0] == 'w' ? "wide" : "wide2")[((e % W) * C + e / W) * 4 + b];
 	if (!strcmp(name, "pz")) /* wide's rows, then zero rows */
 		return j < (uint64_t)W * C * 4 ? src("wide")[j] : 0;
 	return src(name)[j];
@@ -366,6 +369,29 @@ START_TEST(served_chunks_dropped_and_recycled)
 }
 END_TEST
 
+/* Targets front to back in 1 MiB reads, 2 ms apart (the kernel copying
+ * each reply out), one after the other as a loader reads them, then every
+ * byte checked (checking in between would pause the reader). */
+static void read_slowly(struct ck_cache *c, const char *const *names, int n)
+{
+	unsigned char *got[4];
+	for (int i = 0; i < n; i++) {
+		uint64_t len = plan->t[tidx(names[i])].nbytes;
+		got[i] = malloc(len);
+		for (uint64_t off = 0; off < len; off += 1 << 20) {
+			uint64_t l = len - off < (1 << 20) ? len - off : 1 << 20;
+			ck_assert_int_eq(cache_read(c, tidx(names[i]), off, l, got[i] + off), 0);
+			usleep(2000);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		for (uint64_t b = 0, len = plan->t[tidx(names[i])].nbytes; b < len; b++)
+			if (got[i][b] != want(names[i], b))
+				ck_abort_msg("%s: byte %llu", names[i], (unsigned long long)b);
+		free(got[i]);
+	}
+}
+
 /* Pacing (drop_served): a reader going through the wt+pz group (40 chunks
  * of 1 MiB) a read at a time, slower than the evaluator, keeps a few
  * chunks' memory (8 spares + 4 evaluated ahead, and slack), not the
@@ -380,19 +406,7 @@ START_TEST(group_paced_to_its_reader)
 	for (int paced = 1; paced >= 0; paced--) {
 		o.drop_served = paced;
 		struct ck_cache *c = cache_of(o);
-		unsigned char *got[2] = {malloc(nw), malloc(np)};
-		for (int k = 0; k < 2; k++)
-			for (uint64_t off = 0, n = k ? np : nw; off < n; off += 1 << 20) {
-				ck_assert_int_eq(cache_read(c, tidx(k ? "pz" : "wt"), off, 1 << 20,
-							    got[k] + off), 0);
-				usleep(2000); /* the kernel copying the reply out */
-			}
-		for (int k = 0; k < 2; k++) {
-			for (uint64_t b = 0, n = k ? np : nw; b < n; b++)
-				if (got[k][b] != want(k ? "pz" : "wt", b))
-					ck_abort_msg("%s: byte %llu", k ? "pz" : "wt", (unsigned long long)b);
-			free(got[k]);
-		}
+		read_slowly(c, (const char *[]){"wt", "pz"}, 2);
 		struct ck_cache_stats s;
 		ck_cache_get_stats(c, &s);
 		ck_assert_uint_eq(s.groups_evaluated, 1);
@@ -422,6 +436,27 @@ START_TEST(group_paced_to_its_reader)
 }
 END_TEST
 
+/* A group evaluated ahead of a reader still busy with the one before it (a
+ * prefetch) is paced too: while the reader goes slowly through wt and pz,
+ * zz's job keeps a few chunks (16 MiB of spares, 4-5 chunks ahead in each
+ * job, tr's one: 27-29 MiB measured), not its whole 16 MiB (40), until the
+ * reader gets there; every byte right. */
+START_TEST(prefetch_paced_behind_a_busy_reader)
+{
+	struct ck_cache_opts o = {.cache_size = 256 << 20, .chunk = 1 << 20, .threads = 2,
+				  .group_max = 64 << 20, .drop_served = 1};
+	struct ck_cache *c = cache_of(o);
+	read_slowly(c, (const char *[]){"wt", "pz", "zz"}, 3);
+	struct ck_cache_stats s;
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_ge(s.prefetches, 1);
+	ck_assert_uint_eq(s.groups_evaluated, 3); /* pz+wt, zz, tr */
+	ck_assert_msg(s.cache_peak_bytes <= (34u << 20), "peak %llu",
+		      (unsigned long long)s.cache_peak_bytes);
+	ck_cache_free(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -436,6 +471,7 @@ int main(void)
 	tcase_add_test(tc, eval_into_the_callers_buffer);
 	tcase_add_loop_test(tc, served_chunks_dropped_and_recycled, 0, 2);
 	tcase_add_test(tc, group_paced_to_its_reader);
+	tcase_add_test(tc, prefetch_paced_behind_a_busy_reader);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
