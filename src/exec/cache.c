@@ -948,6 +948,25 @@ static void prefetch_after(struct ck_cache *c, uint32_t t)
 		c->prefetches++;
 }
 
+/* Under the lock: a read reached chunk k of target t, whose group is too big
+ * to evaluate whole (an embedding cast to F32): evaluate the next
+ * READ_AHEAD chunks now, each a job of its own, so the evaluators work while
+ * the kernel copies this chunk out, as readahead does along a file. Only
+ * while the cache is under half its budget. */
+#define READ_AHEAD 2
+
+static void read_ahead(struct ck_cache *c, uint32_t t, uint64_t k)
+{
+	const struct ck_plan *p = c->plan;
+	if (p->g[p->t[t].group].out_bytes <= c->o.group_max)
+		return; /* evaluated whole, or being */
+	uint64_t nk = (p->t[t].nbytes + c->o.chunk - 1) / c->o.chunk;
+	for (uint64_t q = k + 1; q <= k + READ_AHEAD && q < nk; q++)
+		if (!find(c, t, q) && c->bytes + c->o.chunk <= c->o.cache_size / 2 &&
+		    schedule(c, t, q))
+			c->prefetches++;
+}
+
 int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
 		  void *arg)
 {
@@ -1019,6 +1038,9 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 	}
 	if (started >= 0 && !c->o.no_prefetch)
 		prefetch_after(c, (uint32_t)started);
+	for (size_t i = 0; i < n && !c->o.no_prefetch; i++)
+		if (spans[i].len && !spans[i].lit)
+			read_ahead(c, spans[i].target, (spans[i].off + spans[i].len - 1) / c->o.chunk);
 	pthread_mutex_unlock(&c->mu);
 	op_done(op);
 	return 0;

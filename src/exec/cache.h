@@ -43,7 +43,7 @@ struct ck_cache_stats {
 	uint64_t cache_hits, cache_misses, cache_bytes, cache_evictions, read_errors;
 	uint64_t evaluations_in_flight;
 	uint64_t direct_reads; /* reads answered from the source file itself */
-	uint64_t prefetches;   /* groups evaluated ahead of a sequential reader */
+	uint64_t prefetches;   /* groups, and chunks of region-evaluated tensors, evaluated ahead of a sequential reader */
 	uint64_t gpu_reads, gpu_bytes; /* evaluations run on the GPU, and their bytes */
 	uint64_t streamed_reads;       /* ck_cache_eval_into: evaluated into the caller's memory */
 	uint64_t cache_dropped;	       /* chunks served whole, dropped before the budget forced it */

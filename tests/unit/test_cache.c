@@ -457,6 +457,33 @@ START_TEST(prefetch_paced_behind_a_busy_reader)
 }
 END_TEST
 
+/* A group too big to evaluate whole (wt+pz: 40 MiB over a 4 MiB group_max)
+ * is evaluated by region; a reader going through wt front to back finds
+ * each next chunk already evaluated or being evaluated (read ahead): one
+ * miss, the first. With no_prefetch every chunk is a miss. */
+START_TEST(regions_read_ahead)
+{
+	struct ck_cache_opts o = {.cache_size = 64 << 20, .chunk = 1 << 20, .threads = 2,
+				  .group_max = 4 << 20, .drop_served = 1};
+	for (int ahead = 1; ahead >= 0; ahead--) {
+		o.no_prefetch = !ahead;
+		struct ck_cache *c = cache_of(o);
+		read_slowly(c, (const char *[]){"wt"}, 1);
+		struct ck_cache_stats s;
+		ck_cache_get_stats(c, &s);
+		uint64_t nw = plan->t[tidx("wt")].nbytes >> 20;
+		ck_assert_uint_eq(s.groups_evaluated, 0);
+		ck_assert_uint_ge(s.regions_evaluated, nw);
+		ck_assert_uint_eq(s.cache_misses, ahead ? 1 : nw);
+		if (ahead) /* and zz's first chunk, the next group in plan order */
+			ck_assert_uint_ge(s.prefetches, nw - 1);
+		else
+			ck_assert_uint_eq(s.prefetches, 0);
+		ck_cache_free(c);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -472,6 +499,7 @@ int main(void)
 	tcase_add_loop_test(tc, served_chunks_dropped_and_recycled, 0, 2);
 	tcase_add_test(tc, group_paced_to_its_reader);
 	tcase_add_test(tc, prefetch_paced_behind_a_busy_reader);
+	tcase_add_test(tc, regions_read_ahead);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
