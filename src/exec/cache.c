@@ -562,7 +562,7 @@ static void publish(struct ck_cache *c, struct job *j, size_t i)
  * reading anything) and the job runs unpaced to its end, so an evaluator is
  * held only while some reader is busy. */
 #define PACE_AHEAD 4
-#define PACE_WAIT_MS 50
+#define PACE_WAIT_MS 50 /* the default of opts.pace_wait_ms */
 
 static void deadline_in(struct timespec *ts, long ms)
 {
@@ -609,8 +609,9 @@ static uint64_t pace_progress(const struct ck_cache *c, const struct job *j)
 static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
 {
 	pthread_mutex_lock(&c->mu);
+	long wait_ms = c->o.pace_wait_ms ? (long)c->o.pace_wait_ms : PACE_WAIT_MS;
 	struct timespec deadline;
-	deadline_in(&deadline, PACE_WAIT_MS);
+	deadline_in(&deadline, wait_ms);
 	uint64_t seen = pace_progress(c, j);
 	for (int timed_out = 0;;) {
 		for (size_t k = 0; k < i; k++) {
@@ -631,7 +632,7 @@ static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
 			break;
 		if (pace_progress(c, j) != seen) {
 			seen = pace_progress(c, j);
-			deadline_in(&deadline, PACE_WAIT_MS);
+			deadline_in(&deadline, wait_ms);
 		} else if (timed_out) {
 			*unpaced = 1;
 			break;

@@ -26,6 +26,7 @@ struct ck_cache_opts {
 	int threads;	    /* evaluator threads */
 	int use_uring;
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
+	unsigned pace_wait_ms; /* how long a paced job waits for its reader to progress; 0: 50 ms */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
 	int odirect;	   /* read sources with O_DIRECT (ck_engine_open_direct), renames
 			      included (see ck_cache_direct) */

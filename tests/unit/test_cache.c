@@ -400,8 +400,11 @@ static void read_slowly(struct ck_cache *c, const char *const *names, int n)
  * the evaluator: the rest is evaluated anyway and read back as hits. */
 START_TEST(group_paced_to_its_reader)
 {
+	/* a paced job waits up to 5 s for its reader here (50 ms by default):
+	 * a test machine busy with other tests may hold the reader that long */
 	struct ck_cache_opts o = {.cache_size = 64 << 20, .chunk = 1 << 20, .threads = 1,
-				  .group_max = 64 << 20, .no_prefetch = 1, .drop_served = 1};
+				  .group_max = 64 << 20, .no_prefetch = 1, .drop_served = 1,
+				  .pace_wait_ms = 5000};
 	uint64_t nw = plan->t[tidx("wt")].nbytes, np = plan->t[tidx("pz")].nbytes;
 	for (int paced = 1; paced >= 0; paced--) {
 		o.drop_served = paced;
@@ -418,6 +421,7 @@ START_TEST(group_paced_to_its_reader)
 		ck_cache_free(c);
 	}
 	o.drop_served = 1;
+	o.pace_wait_ms = 0; /* the default: the reader below leaves for good */
 	struct ck_cache *c = cache_of(o);
 	check_range(c, "wt", 0, 100);
 	struct ck_cache_stats s;
@@ -444,7 +448,7 @@ END_TEST
 START_TEST(prefetch_paced_behind_a_busy_reader)
 {
 	struct ck_cache_opts o = {.cache_size = 256 << 20, .chunk = 1 << 20, .threads = 2,
-				  .group_max = 64 << 20, .drop_served = 1};
+				  .group_max = 64 << 20, .drop_served = 1, .pace_wait_ms = 5000};
 	struct ck_cache *c = cache_of(o);
 	read_slowly(c, (const char *[]){"wt", "pz", "zz"}, 3);
 	struct ck_cache_stats s;
