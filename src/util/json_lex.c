@@ -1,5 +1,7 @@
 #include "json_lex.h"
 
+#include "json_plain.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,9 +89,12 @@ int ck_jlex_string(struct ck_jlex *p)
 		return -1;
 	for (;;) {
 		size_t run = p->i;
-		while (p->i < p->n && p->s[p->i] != '"' && p->s[p->i] != '\\' &&
-		       (unsigned char)p->s[p->i] >= 0x20)
+		for (;;) { /* plain bytes, and UTF-8 the scan has checked */
+			p->i += ck_json_plain_run(p->s + p->i, p->n - p->i);
+			if (p->i >= p->n || (unsigned char)p->s[p->i] < 0x80)
+				break;
 			p->i++;
+		}
 		if (put(p, p->s + run, p->i - run) < 0)
 			return -1;
 		if (p->i >= p->n || (unsigned char)p->s[p->i] < 0x20)

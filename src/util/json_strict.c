@@ -1,6 +1,7 @@
 #include "json_strict.h"
 
 #include "fileio.h"
+#include "json_plain.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -54,7 +55,10 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 		if (c == '"') {
 			i++;
 			while (i < len && s[i] != '"') {
-				if (s[i] > 0 && s[i] < 0x80 && s[i] != '\\') { /* plain ASCII */
+				i += ck_json_plain_run(buf + i, len - i);
+				if (i >= len || s[i] == '"')
+					break;
+				if (s[i] > 0 && s[i] < 0x80 && s[i] != '\\') { /* control bytes */
 					i++;
 					continue;
 				}

@@ -8,6 +8,7 @@
 #include "ckpt/catalog.h"
 #include "ckpt/safetensors.h"
 #include "testutil.h"
+#include "util/json_lex.h"
 #include "util/json_strict.h"
 
 static int parses(const char *s, unsigned flags)
@@ -63,6 +64,64 @@ START_TEST(nul_and_utf8_refused)
 	struct ck_err err;
 	ck_assert_ptr_null(ck_json_parse(s, sizeof s - 1, 0, CK_E_SOURCE, "t", &err));
 	ck_assert_ptr_nonnull(strstr(err.msg, "NUL byte"));
+}
+END_TEST
+
+/* The scan and the streaming reader skip plain bytes eight at a time: a byte
+ * that needs a look must be seen at every position of a word, before and
+ * after the first whole word of a string. */
+static int lex_string(const char *doc, size_t n, char *out, size_t cap)
+{
+	struct ck_err err;
+	struct ck_jlex p = {.s = doc, .n = n, .what = "t", .ctx = "t", .err = &err};
+	int rc = ck_jlex_string(&p);
+	if (rc == 0)
+		snprintf(out, cap, "%s", p.str);
+	ck_jlex_free(&p);
+	return rc;
+}
+
+START_TEST(special_bytes_at_every_position)
+{
+	struct ck_err err;
+	for (int at = 0; at < 24; at++) {
+		char doc[64], want[64], got[64];
+		/* "aaa<x>bbb", x at position at of the string */
+		struct {
+			const char *ins;
+			int scan_ok, lex_ok;
+			const char *dec; /* what the reader decodes it to */
+		} c[] = {
+			{"\x01", 1, 0, NULL},	/* a raw control byte: JSON refuses it */
+			{"\xff", 0, 0, NULL},	/* never UTF-8 */
+			{"\0", 0, 0, NULL},	/* NUL */
+			{"\\n", 1, 1, "\n"}, /* an escape */
+			{"\\u0000", 0, 1, NULL},
+			{"\xc3\xa9", 1, 1, "\xc3\xa9"}, /* U+00E9 */
+			{"\\\"", 1, 1, "\""},
+			{"\x7f", 1, 1, "\x7f"},
+		};
+		for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+			size_t il = c[k].ins[0] ? strlen(c[k].ins) : 1, n = 0;
+			doc[n++] = '"';
+			memset(doc + n, 'a', (size_t)at), n += (size_t)at;
+			memcpy(doc + n, c[k].ins, il), n += il;
+			memset(doc + n, 'b', 24 - (size_t)at), n += 24 - (size_t)at;
+			doc[n++] = '"';
+			ck_assert_msg((ck_json_scan(doc, n, 0, CK_E_SOURCE, "t", &err) == 0) ==
+					      c[k].scan_ok,
+				      "scan, case %zu at %d", k, at);
+			if (!c[k].scan_ok)
+				continue;
+			int lex = lex_string(doc, n, got, sizeof got);
+			ck_assert_msg((lex == 0) == c[k].lex_ok, "reader, case %zu at %d", k, at);
+			if (!c[k].lex_ok)
+				continue;
+			snprintf(want, sizeof want, "%.*s%s%.*s", at, "aaaaaaaaaaaaaaaaaaaaaaaa",
+				 c[k].dec, 24 - at, "bbbbbbbbbbbbbbbbbbbbbbbb");
+			ck_assert_str_eq(got, want);
+		}
+	}
 }
 END_TEST
 
@@ -133,6 +192,7 @@ int main(void)
 	tcase_add_test(tc, trailing_garbage_refused);
 	tcase_add_test(tc, non_integer_numbers_refused);
 	tcase_add_test(tc, nul_and_utf8_refused);
+	tcase_add_test(tc, special_bytes_at_every_position);
 	tcase_add_test(tc, keys_are_case_sensitive);
 	tcase_add_test(tc, hundred_thousand_keys);
 	suite_add_tcase(s, tc);

@@ -1,0 +1,39 @@
+/* The length of the run of "plain" string bytes at s: printable ASCII
+ * (0x20..0x7F) other than '"' and '\\', the bytes a JSON string can hold
+ * with nothing to check or decode. Headers and indexes are almost all such
+ * bytes, so the strict scan and the streaming reader skip them 8 at a time
+ * and look at the others one by one. */
+#ifndef CK_JSON_PLAIN_H
+#define CK_JSON_PLAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline int ck_json_plain_byte(unsigned char c)
+{
+	return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+}
+
+static inline size_t ck_json_plain_run(const char *s, size_t n)
+{
+	const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t w, q, b;
+		memcpy(&w, s + i, 8);
+		q = w ^ (ones * '"');  /* a '"' byte becomes 0 */
+		b = w ^ (ones * '\\'); /* a '\\' byte becomes 0 */
+		/* (x - 0x01..) & ~x & 0x80.. is non-zero iff x has a zero byte;
+		 * with 0x20 instead of 0x01, iff a byte is below 0x20; a byte
+		 * >= 0x80 shows in w itself */
+		uint64_t bad = ((q - ones) & ~q) | ((b - ones) & ~b) | ((w - ones * 0x20) & ~w) | w;
+		if (bad & high)
+			break;
+	}
+	while (i < n && ck_json_plain_byte((unsigned char)s[i]))
+		i++;
+	return i;
+}
+
+#endif
