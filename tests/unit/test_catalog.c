@@ -306,6 +306,19 @@ static int cmp_named_ref(const void *x, const void *y)
 	return c ? c : strcmp(a->name, b->name);
 }
 
+/* a as sorted by ck_natural_sort, b by qsort with the reference comparator:
+ * the same names, and each record with its payload */
+static void same_order(const struct named *a, const struct named *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_str_eq(a[i].name, b[i].name);
+		if ((i && !strcmp(a[i].name, a[i - 1].name)) ||
+		    (i + 1 < n && !strcmp(a[i].name, a[i + 1].name)))
+			continue; /* equal names: either payload order */
+		ck_assert_int_eq(a[i].payload, b[i].payload);
+	}
+}
+
 /* The encoded sort against qsort with the comparator, on names built to hit
  * the edges: digit runs with leading zeros, runs longer than 8 digits, runs
  * next to letters, dots and bytes above 0x7f, prefixes of each other. */
@@ -333,13 +346,35 @@ START_TEST(natural_sort_matches_comparator)
 		memcpy(b, a, n * sizeof *a);
 		qsort(b, n, sizeof *b, cmp_named_ref);
 		ck_natural_sort(a, n, sizeof *a, named_name);
-		for (size_t i = 0; i < n; i++) {
-			ck_assert_str_eq(a[i].name, b[i].name);
-			if ((i && !strcmp(a[i].name, a[i - 1].name)) ||
-			    (i + 1 < n && !strcmp(a[i].name, a[i + 1].name)))
-				continue; /* equal names: either payload order */
-			ck_assert_int_eq(a[i].payload, b[i].payload);
+		same_order(a, b, n);
+		free(a);
+		free(b);
+	}
+}
+END_TEST
+
+/* Records that arrive as ascending runs are merged run by run (more than
+ * 1024 runs: sorted another way): run counts on both sides of the limit. */
+START_TEST(natural_sort_of_runs)
+{
+	static const size_t runs[] = {1, 2, 3, 17, 1023, 1024, 1025, 3000};
+	for (size_t ri = 0; ri < sizeof runs / sizeof *runs; ri++) {
+		size_t k = runs[ri], n = k * 3;
+		struct named *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+		ck_assert_ptr_nonnull(a);
+		ck_assert_ptr_nonnull(b);
+		for (size_t i = 0; i < n; i++) { /* k runs of 3 */
+			size_t run = i / 3, at = i % 3;
+			/* each run ascends (l.K-R, l.2K-R, l.3K-R), the next one
+			 * starts below where this one ended */
+			snprintf(a[i].name, sizeof a[i].name, "l.%zu.%c", (k - run % k) + at * k,
+				 (char)('a' + (int)(run % 3)));
+			a[i].payload = (int)i;
 		}
+		memcpy(b, a, n * sizeof *a);
+		qsort(b, n, sizeof *b, cmp_named_ref);
+		ck_natural_sort(a, n, sizeof *a, named_name);
+		same_order(a, b, n);
 		free(a);
 		free(b);
 	}
@@ -363,6 +398,7 @@ int main(void)
 	tcase_add_test(tc, non_regular_refused);
 	tcase_add_test(tc, config_loaded_and_validated);
 	tcase_add_test(tc, natural_order);
+	tcase_add_test(tc, natural_sort_of_runs);
 	tcase_add_test(tc, natural_sort_matches_comparator);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
