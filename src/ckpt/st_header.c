@@ -280,7 +280,9 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 	err->msg[0] = '\0';
 	struct ck_strmap seen = {0};
 	int rc = -1;
-	if (ck_strmap_init(&seen, 64) < 0) {
+	/* sized from the header (an entry takes 50 bytes or more), so a
+	 * 100,000-key file is not rehashed a dozen times on the way up */
+	if (ck_strmap_init(&seen, n / 64 < (1u << 20) ? n / 64 : (1u << 20)) < 0) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
 	}

@@ -95,6 +95,15 @@ int ck_pattern_shape_exact(const struct ck_pattern *p)
 	return 1;
 }
 
+int ck_shape_memo_fill(const struct ck_pattern *p, const struct ck_keyshapes *ks,
+		       struct ck_shape_memo *memo)
+{
+	for (size_t id = 0; p->shape_exact && id < ks->n; id++)
+		if (ck_shape_may_match(p, ks, (uint32_t)id, memo) < 0)
+			return -1;
+	return 0;
+}
+
 int ck_shape_may_match(const struct ck_pattern *p, const struct ck_keyshapes *ks, uint32_t id,
 		       struct ck_shape_memo *memo)
 {

@@ -40,6 +40,10 @@ struct ck_shape_memo {
  * certainly not, -1 ENOMEM. Patterns that are not shape-exact always say 1. */
 int ck_shape_may_match(const struct ck_pattern *p, const struct ck_keyshapes *ks, uint32_t id,
 		       struct ck_shape_memo *memo);
+/* Every verdict of a shape-exact p decided at once, for loops over many
+ * keys that read memo->v[id] (2: may match) themselves. -1 ENOMEM. */
+int ck_shape_memo_fill(const struct ck_pattern *p, const struct ck_keyshapes *ks,
+		       struct ck_shape_memo *memo);
 void ck_shape_memo_free(struct ck_shape_memo *memo);
 
 #endif

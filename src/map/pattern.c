@@ -171,6 +171,7 @@ int ck_binding_borrow(struct ck_binding *dst, const struct ck_binding *src, cons
 		      char *val)
 {
 	*dst = *src;
+	dst->block = NULL, dst->own = 0; /* owns nothing: clearing it frees nothing */
 	for (int i = 0; i < dst->n; i++)
 		if (!strcmp(dst->name[i], name)) {
 			dst->val[i] = val;
@@ -190,14 +191,17 @@ int ck_binding_set(struct ck_binding *b, const char *name, const char *val)
 			char *v = strdup(val);
 			if (!v)
 				return -1;
-			free(b->val[i]);
+			if (b->own & (1u << i))
+				free(b->val[i]);
 			b->val[i] = v;
+			b->own |= (uint8_t)(1u << i);
 			return 0;
 		}
 	if (b->n == CK_MAX_CAPTURES)
 		return -1;
 	if (!(b->val[b->n] = strdup(val)))
 		return -1;
+	b->own |= (uint8_t)(1u << b->n);
 	b->name[b->n++] = name;
 	return 0;
 }
@@ -205,7 +209,11 @@ int ck_binding_set(struct ck_binding *b, const char *name, const char *val)
 void ck_binding_clear(struct ck_binding *b)
 {
 	for (int i = 0; i < b->n; i++)
-		free(b->val[i]);
+		if (b->own & (1u << i))
+			free(b->val[i]);
+	free(b->block);
+	b->block = NULL;
+	b->own = 0;
 	b->n = 0;
 }
 
@@ -296,7 +304,7 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
 {
-	b->n = 0;
+	b->n = 0, b->block = NULL, b->own = 0;
 	size_t len = strlen(key);
 	/* most keys are ruled out by the literal text the pattern ends with */
 	if (len < p->min_len ||
@@ -310,14 +318,22 @@ int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_bind
 	m.budget = 4 * ((size_t)p->n + m.len) + 64;
 	int r = match_from(&m, 0, 0);
 	free(m.failed);
-	for (int k = 0; r > 0 && k < m.n_cap; k++) {
-		if (!(b->val[k] = strndup(key + m.cap_pos[k], m.cap_len[k]))) {
-			ck_binding_clear(b);
-			return -1;
-		}
+	if (r <= 0 || !m.n_cap)
+		return r;
+	size_t total = 0;
+	for (int k = 0; k < m.n_cap; k++)
+		total += m.cap_len[k] + 1;
+	if (!(b->block = malloc(total)))
+		return -1;
+	char *o = b->block;
+	for (int k = 0; k < m.n_cap; k++) {
+		memcpy(o, key + m.cap_pos[k], m.cap_len[k]);
+		o[m.cap_len[k]] = '\0';
+		b->val[k] = o;
 		b->name[k] = m.cap_name[k];
-		b->n = k + 1;
+		o += m.cap_len[k] + 1;
 	}
+	b->n = m.n_cap;
 	return r;
 }
 

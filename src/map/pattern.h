@@ -8,6 +8,8 @@
 #ifndef CK_PATTERN_H
 #define CK_PATTERN_H
 
+#include <stdint.h>
+
 #include "../util/error.h"
 
 #define CK_MAX_CAPTURES 8
@@ -33,6 +35,10 @@ struct ck_binding {
 	int n;
 	const char *name[CK_MAX_CAPTURES]; /* points into a pattern */
 	char *val[CK_MAX_CAPTURES];
+	/* a match's values share one allocation (a plan makes hundreds of
+	 * thousands); own: bit i set when val[i] is an allocation of its own */
+	char *block;
+	uint8_t own;
 };
 
 int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *err);

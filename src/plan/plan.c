@@ -7,6 +7,7 @@
 
 #include "../map/keyshape.h"
 #include "../util/json_strict.h"
+#include "../util/numfmt.h"
 #include "shard.h"
 
 #include <errno.h>
@@ -420,9 +421,15 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 			const int64_t *rvals, int n_rvals)
 {
 	int rc = -1;
-	struct ck_xval *inputs = calloc((size_t)r->n_in, sizeof *inputs);
-	struct ck_xval *lets = calloc((size_t)(r->n_let ? r->n_let : 1), sizeof *lets);
+	/* on the stack for the usual few (a plan runs ~100,000 instances) */
+	struct ck_xval in_st[8], let_st[8];
+	struct ck_xval *inputs = r->n_in <= 8 ? in_st : calloc((size_t)r->n_in, sizeof *inputs);
+	struct ck_xval *lets = r->n_let <= 8 ? let_st : calloc((size_t)r->n_let, sizeof *lets);
 	struct env env = {st, r, b, inputs, lets, 0};
+	if (inputs == in_st) /* what calloc would have done, for the used few */
+		memset(in_st, 0, (size_t)r->n_in * sizeof *in_st);
+	if (lets == let_st)
+		memset(let_st, 0, (size_t)r->n_let * sizeof *let_st);
 	if (!inputs || !lets) {
 		nomem(st->err);
 		goto out;
@@ -438,10 +445,10 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 			}
 		}
 		for (int j = 0; j < cnt; j++) {
-			char num[32], *key;
+			char num[CK_FMT_INT_MAX], *key;
 			struct ck_binding bb; /* borrowed: b plus the reduced capture */
-			snprintf(num, sizeof num, "%lld", red ? (long long)rvals[j] : 0LL);
-			if (red && ck_binding_borrow(&bb, b, r->reduce[0], num) < 0) {
+			if (red && (ck_fmt_i64(num, rvals[j]),
+				    ck_binding_borrow(&bb, b, r->reduce[0], num) < 0)) {
 				nomem(st->err);
 				goto out;
 			}
@@ -476,8 +483,8 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 			goto out;
 		}
 		for (int64_t v = 0; v < n; v++) {
-			char num[32];
-			snprintf(num, sizeof num, "%lld", (long long)v);
+			char num[CK_FMT_INT_MAX];
+			ck_fmt_i64(num, v);
 			struct ck_binding bb; /* borrowed: b plus the "for" capture */
 			if (ck_binding_borrow(&bb, b, r->for_name, num) < 0) {
 				nomem(st->err);
@@ -503,8 +510,10 @@ out:
 		ck_xval_free(&inputs[i]);
 	for (int i = 0; i < env.n_lets; i++)
 		ck_xval_free(&lets[i]);
-	free(inputs);
-	free(lets);
+	if (inputs != in_st)
+		free(inputs);
+	if (lets != let_st)
+		free(lets);
 	return rc;
 }
 
@@ -572,24 +581,32 @@ static void cond_memo_free(struct cond_memo *c)
 static int cond_decide(struct stage *st, const struct ck_rule *r, struct cond_memo *c,
 		       const struct ck_binding *b)
 {
-	size_t len = 1;
+	/* the key: each value's length, ':', the value (on the stack unless long) */
+	const char *val[CK_MAX_CAPTURES];
+	size_t vlen[CK_MAX_CAPTURES], len = 1;
 	for (int i = 0; i < c->n_cap; i++) {
-		const char *v = ck_binding_get(b, c->cap[i]);
-		len += 21 + (v ? strlen(v) : 0);
+		val[i] = ck_binding_get(b, c->cap[i]);
+		vlen[i] = val[i] ? strlen(val[i]) : 0;
+		len += 21 + vlen[i];
 	}
-	char *key = malloc(len), *o = key;
+	char stack[256], *key = len <= sizeof stack ? stack : malloc(len), *o = key;
 	if (!key)
 		return nomem(st->err);
 	for (int i = 0; i < c->n_cap; i++) {
-		const char *v = ck_binding_get(b, c->cap[i]);
-		o += sprintf(o, "%zu:%s", v ? strlen(v) : 0, v ? v : "");
+		o += ck_fmt_i64(o, (int64_t)vlen[i]);
+		*o++ = ':';
+		memcpy(o, val[i] ? val[i] : "", vlen[i]);
+		o += vlen[i];
 	}
 	*o = '\0';
 	uint32_t got;
 	if (c->map.cap && ck_strmap_get(&c->map, key, &got) == 0) {
-		free(key);
+		if (key != stack)
+			free(key);
 		return (int)got;
 	}
+	if (key == stack && !(key = strdup(stack)))
+		return nomem(st->err);
 	struct env env = {st, r, b, NULL, NULL, 0};
 	int64_t v;
 	if (eval_int(st, r->cond, &env, &v) < 0) {
@@ -626,14 +643,14 @@ static int collect_matches(struct stage *st, const struct ck_rule *r, struct mat
 		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name,
 				    &st->in[st->n_shaped].shape) < 0)
 			goto nomem;
+	if (ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0)
+		goto nomem;
+	int by_shape = r->in[0].pat.shape_exact;
 	for (size_t i = 0; i < n_keys; i++) {
 		struct skey *k = &st->in[i];
 		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
 			continue;
-		int maybe = ck_shape_may_match(&r->in[0].pat, &st->shapes, k->shape, &memo);
-		if (maybe < 0)
-			goto nomem;
-		if (!maybe)
+		if (by_shape && memo.v[k->shape] != 2)
 			continue;
 		struct match m = {0};
 		int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
@@ -1078,6 +1095,20 @@ static int rename_outputs(struct stage *st)
 	return rc;
 }
 
+/* Every key moves in, with room for intermediates, and about as many come
+ * out: no doubling series, whose copies would each fault in fresh memory
+ * (room never touched costs address space only). */
+static int stage_alloc(struct stage *st, size_t n_keys)
+{
+	st->cap_in = n_keys + n_keys / 4 + 16;
+	st->cap_out = n_keys + n_keys / 8 + 16;
+	if (!(st->in = malloc(st->cap_in * sizeof *st->in)) ||
+	    !(st->out = malloc(st->cap_out * sizeof *st->out)) ||
+	    ck_strmap_init(&st->in_map, n_keys) < 0 || ck_strmap_init(&st->out_map, n_keys) < 0)
+		return nomem(st->err);
+	return 0;
+}
+
 int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 		      struct ck_warnings *warn, struct ck_err *err)
@@ -1089,13 +1120,8 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 	st.err = err;
 	st.warn = warn;
 	int rc = -1;
-	st.cap_in = *n_keys ? *n_keys : 1; /* every key moves in: no doubling series */
-	if (!(st.in = malloc(st.cap_in * sizeof *st.in)) ||
-	    ck_strmap_init(&st.in_map, *n_keys) < 0 || ck_strmap_init(&st.out_map, *n_keys) < 0) {
-		nomem(err);
+	if (stage_alloc(&st, *n_keys) < 0)
 		goto out;
-	}
-	rc = -1;
 	/* no renaming: each name moves into the stage as it is */
 	int plain = !m->n_strip_prefixes && !m->n_strip_segments && !m->add_prefix;
 	for (size_t i = 0; i < *n_keys; i++) {

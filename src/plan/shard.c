@@ -82,22 +82,28 @@ static int partitions_of(const struct ck_plan *p, const struct ck_mapping *rules
 	const struct ck_partition **part = calloc(p->n ? p->n : 1, sizeof *part);
 	int n_parts = rules ? rules->n_parts : 0;
 	struct ck_shape_memo *memo = calloc((size_t)(n_parts ? n_parts : 1), sizeof *memo);
+	uint32_t *id = malloc((p->n ? p->n : 1) * sizeof *id);
 	struct ck_keyshapes ks = {0};
-	int rc = part && memo ? 0 : -1;
+	int rc = part && memo && id ? 0 : -1;
+	for (size_t i = 0; rc == 0 && n_parts && i < p->n; i++) /* shapes first, then verdicts */
+		if (ck_keyshapes_id(&ks, p->t[i].param ? p->t[i].param : p->t[i].name, &id[i]) < 0)
+			rc = -1;
+	for (int k = 0; rc == 0 && k < n_parts; k++)
+		rc = ck_shape_memo_fill(&rules->parts[k].match, &ks, &memo[k]);
 	for (size_t i = 0; rc == 0 && i < p->n; i++) {
 		const struct ck_target *t = &p->t[i];
 		const char *name = t->param ? t->param : t->name;
-		uint32_t id;
 		if (t->scalar || !n_parts)
 			continue;
-		if (ck_keyshapes_id(&ks, name, &id) < 0) {
-			rc = -1;
-			break;
-		}
 		for (int k = 0; k < n_parts && !part[i]; k++) {
-			int may = ck_shape_may_match(&rules->parts[k].match, &ks, id, &memo[k]);
+			const struct ck_pattern *pat = &rules->parts[k].match;
+			if (pat->shape_exact) { /* the shape's verdict is the key's */
+				if (memo[k].v[id[i]] == 2)
+					part[i] = &rules->parts[k];
+				continue;
+			}
 			struct ck_binding b;
-			int hit = may > 0 ? ck_pattern_match(&rules->parts[k].match, name, &b) : may;
+			int hit = ck_pattern_match(pat, name, &b);
 			if (hit < 0) {
 				rc = -1;
 				break;
@@ -111,6 +117,7 @@ static int partitions_of(const struct ck_plan *p, const struct ck_mapping *rules
 	for (int k = 0; memo && k < n_parts; k++)
 		ck_shape_memo_free(&memo[k]);
 	free(memo);
+	free(id);
 	ck_keyshapes_free(&ks);
 	if (rc < 0) {
 		free(part);

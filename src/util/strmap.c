@@ -35,8 +35,8 @@ static uint32_t map_hash(const char *s)
 
 int ck_strmap_init(struct ck_strmap *m, size_t expected)
 {
-	size_t cap = 16;
-	while (cap < expected * 2 + 1)
+	size_t cap = 16; /* at most 3/4 full (put grows it past that) */
+	while (cap < expected + expected / 3 + 1)
 		cap *= 2;
 	m->slots = calloc(cap, sizeof *m->slots);
 	m->cap = m->slots ? cap : 0;
@@ -84,7 +84,7 @@ static int grow(struct ck_strmap *m)
 
 int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *existing)
 {
-	if ((m->len + 1) * 2 > m->cap && grow(m) < 0)
+	if ((m->len + 1) * 4 > m->cap * 3 && grow(m) < 0)
 		return -1;
 	uint32_t h = map_hash(key);
 	size_t i = slot_of(m, key, h);

@@ -1,0 +1,29 @@
+/* Decimal integers without printf: the planner writes one for every key
+ * instance it builds (a 92,000-key MoE: hundreds of thousands), where the
+ * format parsing of snprintf was a tenth of the planning time. */
+#ifndef CK_NUMFMT_H
+#define CK_NUMFMT_H
+
+#include <stdint.h>
+
+#define CK_FMT_INT_MAX 21 /* "-9223372036854775808" and its NUL */
+
+/* v in decimal into out (room for CK_FMT_INT_MAX), NUL-terminated; returns
+ * the number of characters before the NUL. */
+static inline int ck_fmt_i64(char *out, int64_t v)
+{
+	char dig[20];
+	int nd = 0, k = 0;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	do
+		dig[nd++] = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		out[k++] = '-';
+	while (nd)
+		out[k++] = dig[--nd];
+	out[k] = '\0';
+	return k;
+}
+
+#endif
