@@ -13,6 +13,7 @@
 #include "../plan/shard.h"
 #include "../util/json_strict.h"
 #include "../util/jsonw.h"
+#include "../util/numfmt.h"
 #include "../view/gguf_view.h"
 #include "cli.h"
 #include "opts.h"
@@ -45,16 +46,7 @@ static int shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 	for (int d = 0; d < ndim && d < CK_MAX_DIMS; d++) {
 		if (d)
 			tmp[k++] = ',', tmp[k++] = ' ';
-		char dig[24];
-		int nd = 0;
-		uint64_t v = shape[d] < 0 ? 0 - (uint64_t)shape[d] : (uint64_t)shape[d];
-		do
-			dig[nd++] = (char)('0' + v % 10);
-		while (v /= 10);
-		if (shape[d] < 0)
-			tmp[k++] = '-';
-		while (nd)
-			tmp[k++] = dig[--nd];
+		k += (size_t)ck_fmt_i64(tmp + k, shape[d]);
 	}
 	tmp[k++] = ']';
 	tmp[k] = '\0';

@@ -336,7 +336,7 @@ static int bind_lets(struct stage *st, const struct ck_rule *r, const struct ck_
 					       name);
 			struct ck_binding bb;
 			if (n < CK_MAX_CAPTURES)
-				snprintf(num[n], sizeof num[n], "%lld", (long long)v->i);
+				ck_fmt_i64(num[n], v->i);
 			if (n == CK_MAX_CAPTURES || ck_binding_borrow(&bb, b, name, num[n++]) < 0)
 				return ck_fail(st->err, CK_E_MAPPING,
 					       "an output name binds more than %d names",
@@ -808,7 +808,7 @@ static int each_binding(const struct ck_each_seen *s, const int64_t *vals,
 {
 	*b = (struct ck_binding){0};
 	for (int k = 0; k < s->n; k++) {
-		snprintf(num[k], 24, "%lld", (long long)vals[k]);
+		ck_fmt_i64(num[k], vals[k]);
 		if (ck_binding_borrow(b, b, s->each[k].name, num[k]) < 0)
 			return -1;
 	}

@@ -10,6 +10,7 @@
 #include "optstate.h"
 #include "shard_int.h"
 #include "../util/natsort.h"
+#include "../util/numfmt.h"
 
 /* The integer value of a capture, or -1 if it is not a decimal integer. */
 static int64_t capture_int(const struct ck_binding *b, const char *name)
@@ -160,7 +161,7 @@ static int place_target(const struct sel *x, const struct ck_target *t, char *ba
 			if (*keep && s->renumber) {
 				/* name: t's own, or one this loop made */
 				char num[24], *nn = NULL;
-				snprintf(num, sizeof num, "%lld", (long long)(v - x->lo[k]));
+				ck_fmt_i64(num, v - x->lo[k]);
 				if (ck_binding_set(&b, s->split, num) < 0 ||
 				    ck_pattern_subst(&s->match, &b, &nn, err) < 0)
 					r = -1;

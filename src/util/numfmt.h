@@ -1,6 +1,6 @@
 /* Decimal integers without printf: the planner writes one for every key
  * instance it builds (a 92,000-key MoE: hundreds of thousands), where the
- * format parsing of snprintf was a tenth of the planning time. */
+ * format parsing of sprintf and snprintf was 7% of the planning instructions. */
 #ifndef CK_NUMFMT_H
 #define CK_NUMFMT_H
 
