@@ -496,7 +496,7 @@ static int target_sources_changed(struct ck_cache *c, uint32_t t)
 	const struct ck_value *v = &c->plan->t[t].v;
 	for (size_t i = 0; i < v->n; i++) {
 		uint32_t f = cat->entries[v->p[i].src].file;
-		if (v->p[i].sc.on && file_changed(c, cat->entries[v->p[i].sc.src].file))
+		if (v->p[i].sc && file_changed(c, cat->entries[v->p[i].sc->src].file))
 			return 1;
 		if (i && cat->entries[v->p[i - 1].src].file == f && !atomic_load(&c->file_changed[f]))
 			continue; /* checked for the previous piece */

@@ -308,20 +308,20 @@ static void step_box(const struct ck_catalog *cat, const struct step *s, struct 
 	}
 	*sc_lo = 0;
 	*sc_n = 0;
-	if (!p->sc.on)
+	if (!p->sc)
 		return;
 	b->scaled = 1;
-	b->divide = p->sc.divide;
+	b->divide = p->sc->divide;
 	/* MXFP4 scales are U8 entries read as E8M0 exponents */
-	b->scdt = p->fp4 ? CK_DT_F8_E8M0 : cat->entries[p->sc.src].t.dtype;
-	int64_t lo = p->sc.base, span = 0;
-	for (int k = 0; k < p->sc.n; k++) {
-		int d = p->sc.dim[k];
-		int64_t pos = s->lo[d] - p->lo[d] + p->sc.phase[k];
-		lo += p->sc.stride[k] * (pos / p->sc.block[k]);
-		b->sblock[d] = p->sc.block[k];
-		b->sphase[d] = pos % p->sc.block[k];
-		b->scstride[d] = p->sc.stride[k];
+	b->scdt = p->fp4 ? CK_DT_F8_E8M0 : cat->entries[p->sc->src].t.dtype;
+	int64_t lo = p->sc->base, span = 0;
+	for (int k = 0; k < p->sc->n; k++) {
+		int d = p->sc->dim[k];
+		int64_t pos = s->lo[d] - p->lo[d] + p->sc->phase[k];
+		lo += p->sc->stride[k] * (pos / p->sc->block[k]);
+		b->sblock[d] = p->sc->block[k];
+		b->sphase[d] = pos % p->sc->block[k];
+		b->scstride[d] = p->sc->stride[k];
 		span += b->scstride[d] * ((b->ext[d] - 1 + b->sphase[d]) / b->sblock[d]);
 	}
 	*sc_lo = lo;
@@ -432,7 +432,8 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 	uint64_t fb0, need64;
 	window_bytes(s, wlo, whi, &fb0, &need64);
 	size_t need = (size_t)need64;
-	const struct ck_catalog_entry *sce = b.scaled ? &c->eng->plan->cat->entries[s->p->sc.src] : NULL;
+	const struct ck_catalog_entry *sce =
+		b.scaled ? &c->eng->plan->cat->entries[s->p->sc->src] : NULL;
 	size_t scs = sce ? ck_dtype_size(sce->t.dtype) : 0, scneed = (size_t)sc_n * scs;
 	struct wshape w;
 	window_shape(s, wlo, whi, &w);

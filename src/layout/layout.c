@@ -10,6 +10,26 @@ static int oom(struct ck_err *err)
 	return ck_fail_sys(err, ENOMEM, "planning");
 }
 
+/* Pieces own their scales: freed with them, copied when a piece is. */
+static void free_pieces(struct ck_piece *p, size_t n)
+{
+	for (size_t i = 0; p && i < n; i++)
+		free(p[i].sc);
+	free(p);
+}
+
+/* q->sc becomes q's own copy of the scale it points to (NULL on failure). */
+static int own_scale(struct ck_piece *q, struct ck_err *err)
+{
+	if (!q->sc)
+		return 0;
+	struct ck_piece_scale *c = malloc(sizeof *c);
+	if (c)
+		*c = *q->sc;
+	q->sc = c;
+	return c ? 0 : oom(err);
+}
+
 static int push(struct ck_value *v, size_t *cap, const struct ck_piece *p, struct ck_err *err)
 {
 	if (v->n == *cap) {
@@ -72,11 +92,10 @@ static int piece_equal(const struct ck_piece *a, const struct ck_piece *b, int n
 	for (int k = 0; k < a->n_casts; k++)
 		if (a->casts[k] != b->casts[k])
 			return 0;
-	if (a->sc.on != b->sc.on || a->shifted != b->shifted ||
-	    (a->shifted && a->shift != b->shift))
+	if (!a->sc != !b->sc || a->shifted != b->shifted || (a->shifted && a->shift != b->shift))
 		return 0;
-	if (a->sc.on) {
-		const struct ck_piece_scale *x = &a->sc, *y = &b->sc;
+	if (a->sc) {
+		const struct ck_piece_scale *x = a->sc, *y = b->sc;
 		if (x->src != y->src || x->divide != y->divide || x->n != y->n || x->base != y->base)
 			return 0;
 		for (int k = 0; k < x->n; k++)
@@ -105,7 +124,7 @@ int ck_value_equal(const struct ck_value *a, const struct ck_value *b)
 
 void ck_value_free(struct ck_value *v)
 {
-	free(v->p);
+	free_pieces(v->p, v->n);
 	v->p = NULL;
 	v->n = 0;
 }
@@ -143,6 +162,13 @@ int ck_value_copy(struct ck_value *dst, const struct ck_value *src, struct ck_er
 			return oom(err);
 		}
 		memcpy(dst->p, src->p, src->n * sizeof *dst->p);
+		for (size_t i = 0; i < src->n; i++)
+			if (own_scale(&dst->p[i], err) < 0) {
+				for (size_t j = i + 1; j < src->n; j++)
+					dst->p[j].sc = NULL; /* still src's */
+				ck_value_free(dst);
+				return -1;
+			}
 	}
 	return 0;
 }
@@ -166,10 +192,12 @@ int ck_value_permute(struct ck_value *v, const int *perm, struct ck_err *err)
 			q.hi[d] = v->p[i].hi[perm[d]];
 			q.stride[d] = v->p[i].stride[perm[d]];
 		}
-		for (int k = 0; k < q.sc.n; k++) /* old dim perm[d] is new dim d */
+		for (int k = 0; q.sc && k < q.sc->n; k++) { /* old dim perm[d] is new dim d */
+			int od = q.sc->dim[k];
 			for (int d = 0; d < v->ndim; d++)
-				if (perm[d] == v->p[i].sc.dim[k])
-					q.sc.dim[k] = (int8_t)d;
+				if (perm[d] == od)
+					q.sc->dim[k] = (int8_t)d;
+		}
 		v->p[i] = q;
 	}
 	return 0;
@@ -189,14 +217,16 @@ int ck_value_narrow(struct ck_value *v, int dim, int64_t start, int64_t len, str
 		struct ck_piece q = v->p[i];
 		int64_t lo = q.lo[dim] > start ? q.lo[dim] : start;
 		int64_t hi = q.hi[dim] < start + len ? q.hi[dim] : start + len;
-		if (lo >= hi)
+		if (lo >= hi) {
+			free(q.sc);
 			continue;
+		}
 		q.base += q.stride[dim] * (lo - q.lo[dim]);
-		for (int k = 0; k < q.sc.n; k++)
-			if (q.sc.dim[k] == dim) { /* the new corner's block and place in it */
-				int64_t pos = q.sc.phase[k] + (lo - q.lo[dim]);
-				q.sc.base += q.sc.stride[k] * (pos / q.sc.block[k]);
-				q.sc.phase[k] = pos % q.sc.block[k];
+		for (int k = 0; q.sc && k < q.sc->n; k++)
+			if (q.sc->dim[k] == dim) { /* the new corner's block and place in it */
+				int64_t pos = q.sc->phase[k] + (lo - q.lo[dim]);
+				q.sc->base += q.sc->stride[k] * (pos / q.sc->block[k]);
+				q.sc->phase[k] = pos % q.sc->block[k];
 			}
 		q.lo[dim] = lo - start;
 		q.hi[dim] = hi - start;
@@ -226,9 +256,9 @@ int ck_value_unsqueeze(struct ck_value *v, int dim, struct ck_err *err)
 		q->lo[dim] = 0;
 		q->hi[dim] = 1;
 		q->stride[dim] = 0;
-		for (int k = 0; k < q->sc.n; k++)
-			if (q->sc.dim[k] >= dim)
-				q->sc.dim[k]++;
+		for (int k = 0; q->sc && k < q->sc->n; k++)
+			if (q->sc->dim[k] >= dim)
+				q->sc->dim[k]++;
 	}
 	v->ndim++;
 	return 0;
@@ -262,7 +292,8 @@ int ck_value_squeeze(struct ck_value *v, int dim, struct ck_err *err)
 			q->hi[d] = q->hi[d + 1];
 			q->stride[d] = q->stride[d + 1];
 		}
-		scale_drop_dim(&q->sc, dim);
+		if (q->sc)
+			scale_drop_dim(q->sc, dim);
 	}
 	for (int d = dim; d < v->ndim - 1; d++)
 		v->shape[d] = v->shape[d + 1];
@@ -298,7 +329,7 @@ int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, st
 		cap = total;
 	}
 	for (int k = 0; k < n; k++) {
-		const struct ck_value *x = &vals[k];
+		struct ck_value *x = &vals[k];
 		if (x->dtype != vals[0].dtype) {
 			ck_fail(err, CK_E_MAPPING, "cat/stack: input %d is %s, input 0 is %s", k,
 				ck_dtype_name(x->dtype), ck_dtype_name(vals[0].dtype));
@@ -329,6 +360,7 @@ int ck_value_cat(struct ck_value *out, struct ck_value *vals, int n, int dim, st
 			q.hi[dim] += out->shape[dim];
 			if (push(out, &cap, &q, err) < 0)
 				goto done;
+			x->p[i].sc = NULL; /* moved into out */
 		}
 		out->shape[dim] += x->shape[dim];
 	}
@@ -399,7 +431,7 @@ static int merge_scale_entry(const struct reshape_ctx *x, const struct split_sca
 	int64_t lin = q->lo[f], B = e->block;
 	int64_t t = lin / e->omult % x->oshape[e->od]; /* the old index where the box starts */
 	if (e->od < e->j || q->hi[f] - q->lo[f] <= 1) {
-		q->sc.base += e->stride * ((t - e->old_lo + e->phase) / B);
+		q->sc->base += e->stride * ((t - e->old_lo + e->phase) / B);
 		return 0;
 	}
 	if (e->od > e->j) {
@@ -408,14 +440,14 @@ static int merge_scale_entry(const struct reshape_ctx *x, const struct split_sca
 		goto refuse;
 	}
 	int64_t P = t - e->old_lo + e->phase;
-	if (P < 0 || q->sc.n == CK_SCALE_DIMS)
+	if (P < 0 || q->sc->n == CK_SCALE_DIMS)
 		goto refuse;
-	int n = q->sc.n++;
-	q->sc.dim[n] = (int8_t)f;
-	q->sc.block[n] = B * e->omult;
-	q->sc.phase[n] = P % B * e->omult;
-	q->sc.stride[n] = e->stride;
-	q->sc.base += e->stride * (P / B);
+	int n = q->sc->n++;
+	q->sc->dim[n] = (int8_t)f;
+	q->sc->block[n] = B * e->omult;
+	q->sc->phase[n] = P % B * e->omult;
+	q->sc->stride[n] = e->stride;
+	q->sc->base += e->stride * (P / B);
 	return 0;
 refuse:
 	return ck_fail(x->err, CK_E_MAPPING,
@@ -447,31 +479,31 @@ static int split_scale_entries(const struct reshape_ctx *x, const struct split_s
 		if (q->hi[f] - q->lo[f] <= 1)
 			continue;
 		if (mult[m] % B == 0) {
-			if (q->sc.n == CK_SCALE_DIMS)
+			if (q->sc->n == CK_SCALE_DIMS)
 				goto refuse;
-			int n = q->sc.n++;
-			q->sc.dim[n] = (int8_t)f;
-			q->sc.block[n] = 1;
-			q->sc.phase[n] = 0;
-			q->sc.stride[n] = e->stride * (mult[m] / B);
+			int n = q->sc->n++;
+			q->sc->dim[n] = (int8_t)f;
+			q->sc->block[n] = 1;
+			q->sc->phase[n] = 0;
+			q->sc->stride[n] = e->stride * (mult[m] / B);
 		} else if (small < 0) {
 			small = m;
 		}
 	}
 	if (small < 0) {
-		q->sc.base += e->stride * (P / B);
+		q->sc->base += e->stride * (P / B);
 		return 0;
 	}
 	int64_t ms = mult[small];
-	if (B % ms || P % ms || q->sc.n == CK_SCALE_DIMS)
+	if (B % ms || P % ms || q->sc->n == CK_SCALE_DIMS)
 		goto refuse;
 	int64_t b2 = B / ms, p2 = P / ms;
-	int n = q->sc.n++;
-	q->sc.dim[n] = (int8_t)x->nmap[small];
-	q->sc.block[n] = b2;
-	q->sc.phase[n] = p2 % b2;
-	q->sc.stride[n] = e->stride;
-	q->sc.base += e->stride * (p2 / b2);
+	int n = q->sc->n++;
+	q->sc->dim[n] = (int8_t)x->nmap[small];
+	q->sc->block[n] = b2;
+	q->sc->phase[n] = p2 % b2;
+	q->sc->stride[n] = e->stride;
+	q->sc->base += e->stride * (p2 / b2);
 	return 0;
 refuse:
 	return ck_fail(x->err, CK_E_MAPPING,
@@ -546,14 +578,20 @@ static int emit_range(struct reshape_ctx *x, const struct ck_piece *in, struct c
 static int emit_groups(struct reshape_ctx *x, const struct ck_piece *in, struct ck_piece *q,
 		       int gi)
 {
-	if (gi == x->ng && !x->n_split)
-		return push(x->out, &x->cap, q, x->err);
-	if (gi == x->ng) {
+	if (gi == x->ng) { /* a box: a piece of its own, with its own scale */
 		struct ck_piece r = *q;
+		if (own_scale(&r, x->err) < 0)
+			return -1;
 		for (int k = 0; k < x->n_split; k++)
-			if (split_scale_entries(x, &x->split[k], &r) < 0)
+			if (split_scale_entries(x, &x->split[k], &r) < 0) {
+				free(r.sc);
 				return -1;
-		return push(x->out, &x->cap, &r, x->err);
+			}
+		if (push(x->out, &x->cap, &r, x->err) < 0) {
+			free(r.sc);
+			return -1;
+		}
+		return 0;
 	}
 	const struct rgroup *g = &x->g[gi];
 	/* Find the run: dims j..b-1 full (except j) and chained by stride. */
@@ -715,9 +753,9 @@ static void split_entry(struct split_scale *ss, const struct rgroup *gr, int gro
 		ss->j = m;
 	}
 	ss->old_lo = old_lo;
-	ss->block = in->sc.block[e];
-	ss->phase = in->sc.phase[e];
-	ss->stride = in->sc.stride[e];
+	ss->block = in->sc->block[e];
+	ss->phase = in->sc->phase[e];
+	ss->stride = in->sc->stride[e];
 }
 
 /* Piece k of v reshaped into x->out. */
@@ -727,6 +765,7 @@ static int reshape_piece(struct reshape_ctx *x, const struct ck_value *v, size_t
 {
 	x->n_split = 0;
 	struct ck_piece in = v->p[k], q;
+	struct ck_piece_scale qs; /* q is the template of the boxes: each copies it */
 	int o = 0;
 	for (int d = 0; d < v->ndim; d++)
 		if (v->shape[d] != 1) {
@@ -744,10 +783,14 @@ static int reshape_piece(struct reshape_ctx *x, const struct ck_value *v, size_t
 	q.shifted = in.shifted;
 	q.shift = in.shift;
 	q.fp4 = in.fp4;
-	q.sc = in.sc;
-	q.sc.n = 0;
-	for (int e = 0; e < in.sc.n; e++) {
-		int od = in.sc.dim[e];
+	q.sc = NULL;
+	if (in.sc) {
+		qs = *in.sc;
+		qs.n = 0;
+		q.sc = &qs;
+	}
+	for (int e = 0; in.sc && e < in.sc->n; e++) {
+		int od = in.sc->dim[e];
 		if (v->shape[od] == 1)
 			continue; /* a constant index: the entry adds nothing */
 		if (dmap[od] < 0 && gsplit[od] >= 0) {
@@ -761,11 +804,11 @@ static int reshape_piece(struct reshape_ctx *x, const struct ck_value *v, size_t
 				       "merged; its blocks must stay whole (reshape before "
 				       "quant/dequant is not possible either: slice or permute)",
 				       od);
-		int n = q.sc.n++;
-		q.sc.dim[n] = (int8_t)dmap[od];
-		q.sc.block[n] = in.sc.block[e];
-		q.sc.phase[n] = in.sc.phase[e];
-		q.sc.stride[n] = in.sc.stride[e];
+		int n = qs.n++;
+		qs.dim[n] = (int8_t)dmap[od];
+		qs.block[n] = in.sc->block[e];
+		qs.phase[n] = in.sc->phase[e];
+		qs.stride[n] = in.sc->stride[e];
 	}
 	for (int d = 0; d < x->n_new_full; d++)
 		q.lo[d] = 0, q.hi[d] = 1, q.stride[d] = 0; /* size-1 new dims */
@@ -780,6 +823,8 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 	if (ck_value_numel(v) == 0 || v->n == 0) {
 		memcpy(v->shape, shape, sizeof shape);
 		v->ndim = ndim;
+		for (size_t i = 0; i < v->n; i++) /* n goes to 0: nothing else frees them */
+			free(v->p[i].sc), v->p[i].sc = NULL;
 		v->n = 0;
 		return 0;
 	}
@@ -800,7 +845,7 @@ int ck_value_reshape(struct ck_value *v, const int64_t *shape_in, int ndim, stru
 			ck_value_free(&out);
 			return -1;
 		}
-	free(v->p);
+	free_pieces(v->p, v->n);
 	*v = out;
 	return 0;
 }
@@ -844,16 +889,20 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
 			       op);
 	const struct ck_piece *sp = &s->p[0];
 	for (size_t i = 0; i < v->n; i++)
-		if (v->p[i].n_casts || v->p[i].sc.on || v->p[i].shifted || v->p[i].fp4 != fp4)
+		if (v->p[i].n_casts || v->p[i].sc || v->p[i].shifted || v->p[i].fp4 != fp4)
 			return ck_fail(err, CK_E_MAPPING,
 				       "%s: the weight must be read as stored (apply it before any "
 				       "cast, quant or dequant)",
 				       op);
 	for (size_t i = 0; i < v->n; i++) {
 		struct ck_piece *q = &v->p[i];
-		struct ck_piece_scale *sc = &q->sc;
-		memset(sc, 0, sizeof *sc);
-		sc->on = 1;
+		struct ck_piece_scale *sc = calloc(1, sizeof *sc);
+		if (!sc) { /* v unchanged */
+			for (size_t j = 0; j < i; j++)
+				free(v->p[j].sc), v->p[j].sc = NULL;
+			return oom(err);
+		}
+		q->sc = sc;
 		sc->divide = (uint8_t)divide;
 		sc->src = sp->src;
 		sc->base = sp->base;

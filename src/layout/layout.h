@@ -27,7 +27,7 @@
 #define CK_SCALE_DIMS 4
 struct ck_piece_scale {
 	uint32_t src; /* catalog entry of the scale tensor (F32, BF16 or F16) */
-	uint8_t on, divide, n;
+	uint8_t divide, n;
 	int8_t dim[CK_SCALE_DIMS];
 	int64_t block[CK_SCALE_DIMS], phase[CK_SCALE_DIMS], stride[CK_SCALE_DIMS];
 	int64_t base;
@@ -36,18 +36,21 @@ struct ck_piece_scale {
 struct ck_piece {
 	uint32_t src; /* catalog entry */
 	uint8_t n_casts;
-	enum ck_dtype casts[CK_MAX_CASTS]; /* applied in order after reading */
-	uint8_t saturate;		   /* bit k: cast k clamps instead of inf/NaN */
-	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
-	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
-	int64_t base;		     /* source element at lo */
-	struct ck_piece_scale sc;
-	uint8_t shifted; /* `shift` is added in F32 after the scale, before the casts */
-	float shift;
+	uint8_t saturate; /* bit k: cast k clamps instead of inf/NaN */
+	uint8_t shifted;  /* `shift` is added in F32 after the scale, before the casts */
 	/* MXFP4: the source is U8 read as packed E2M1, two per byte, low nibble
 	 * first; base and strides count nibbles (byte = element >> 1). Always
 	 * scaled (E8M0, one per 32 values), so never plain. */
 	uint8_t fp4;
+	enum ck_dtype casts[CK_MAX_CASTS]; /* applied in order after reading */
+	float shift;
+	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
+	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
+	int64_t base;		     /* source element at lo */
+	/* NULL, or the block scale, owned by the piece (only dequantising and
+	 * quantising pieces have one; out of line, a 100k-key plan's pieces
+	 * take a third less memory) */
+	struct ck_piece_scale *sc;
 };
 
 struct ck_value {
@@ -99,7 +102,7 @@ int ck_value_mxfp4(struct ck_value *blocks, const struct ck_value *scales, struc
 /* Whether a piece is read as stored: no cast, no scale, no shift. */
 static inline int ck_piece_plain(const struct ck_piece *p)
 {
-	return p->n_casts == 0 && !p->sc.on && !p->shifted && !p->fp4;
+	return p->n_casts == 0 && !p->sc && !p->shifted && !p->fp4;
 }
 
 uint64_t ck_value_numel(const struct ck_value *v);

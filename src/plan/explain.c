@@ -51,14 +51,14 @@ void ck_explain_json(FILE *f, const struct ck_plan *p, const struct ck_target *t
 		fprintf(f, ", \"casts\": [");
 		put_casts(f, q, 1);
 		fputc(']', f);
-		if (q->sc.on) {
+		if (q->sc) {
 			fprintf(f, ", \"scale\": {\"source\": ");
-			ck_json_fput_str(f, p->cat->entries[q->sc.src].t.name);
-			fprintf(f, ", \"op\": \"%s\", \"dims\": [", q->sc.divide ? "divide" : "multiply");
-			for (int k = 0; k < q->sc.n; k++)
-				fprintf(f, "%s%d", k ? ", " : "", q->sc.dim[k]);
+			ck_json_fput_str(f, p->cat->entries[q->sc->src].t.name);
+			fprintf(f, ", \"op\": \"%s\", \"dims\": [", q->sc->divide ? "divide" : "multiply");
+			for (int k = 0; k < q->sc->n; k++)
+				fprintf(f, "%s%d", k ? ", " : "", q->sc->dim[k]);
 			fprintf(f, "], \"blocks\": ");
-			put_ints(f, q->sc.block, q->sc.n);
+			put_ints(f, q->sc->block, q->sc->n);
 			fputc('}', f);
 		}
 		if (q->shifted)
@@ -94,11 +94,11 @@ void ck_explain_text(FILE *f, const struct ck_plan *p, const struct ck_target *t
 			fputs(" -> ", f);
 			put_casts(f, q, 0);
 		}
-		if (q->sc.on) {
-			fprintf(f, ", %s by ", q->sc.divide ? "divided" : "multiplied");
-			ck_fput_safe(f, p->cat->entries[q->sc.src].t.name);
+		if (q->sc) {
+			fprintf(f, ", %s by ", q->sc->divide ? "divided" : "multiplied");
+			ck_fput_safe(f, p->cat->entries[q->sc->src].t.name);
 			fprintf(f, " per block ");
-			put_ints(f, q->sc.block, q->sc.n);
+			put_ints(f, q->sc->block, q->sc->n);
 		}
 		if (q->shifted)
 			fprintf(f, ", %+.9g in F32 before the casts", (double)q->shift);
@@ -140,9 +140,9 @@ int ck_explain_index(FILE *f, const struct ck_plan *p, const struct ck_target *t
 			fputs(" -> ", f);
 			put_casts(f, q, 0);
 		}
-		if (q->sc.on) {
-			fprintf(f, ", %s by its block of ", q->sc.divide ? "divided" : "multiplied");
-			ck_fput_safe(f, p->cat->entries[q->sc.src].t.name);
+		if (q->sc) {
+			fprintf(f, ", %s by its block of ", q->sc->divide ? "divided" : "multiplied");
+			ck_fput_safe(f, p->cat->entries[q->sc->src].t.name);
 		}
 		if (q->shifted)
 			fprintf(f, ", %+.9g", (double)q->shift);

@@ -97,9 +97,9 @@ static int build_groups(struct ck_plan *p, struct ck_err *err)
 			uint32_t a = uf_find(par, (uint32_t)(ns + t)),
 				 b = uf_find(par, p->t[t].v.p[k].src);
 			par[a] = b;
-			if (p->t[t].v.p[k].sc.on) { /* the scale tensor is a source of the group too */
+			if (p->t[t].v.p[k].sc) { /* the scale tensor is a source of the group too */
 				a = uf_find(par, (uint32_t)(ns + t));
-				b = uf_find(par, p->t[t].v.p[k].sc.src);
+				b = uf_find(par, p->t[t].v.p[k].sc->src);
 				par[a] = b;
 			}
 		}

@@ -281,14 +281,14 @@ static void check_scales(const struct ck_value *v, const struct dense *x)
 			int64_t lin = 0, got = -1;
 			for (int d = 0; d < v->ndim; d++)
 				lin += idx[d] * st[d];
-			if (p->sc.on) {
-				int64_t e = p->sc.base;
-				for (int j = 0; j < p->sc.n; j++) {
-					int d = p->sc.dim[j];
-					e += p->sc.stride[j] *
-					     ((idx[d] - p->lo[d] + p->sc.phase[j]) / p->sc.block[j]);
+			if (p->sc) {
+				int64_t e = p->sc->base;
+				for (int j = 0; j < p->sc->n; j++) {
+					int d = p->sc->dim[j];
+					e += p->sc->stride[j] *
+					     ((idx[d] - p->lo[d] + p->sc->phase[j]) / p->sc->block[j]);
 				}
-				got = (int64_t)p->sc.src * 1000000 + e;
+				got = (int64_t)p->sc->src * 1000000 + e;
 			}
 			if (lin < n && got != x->d[lin] && !wrong++)
 				first = lin, got_first = got;
