@@ -24,7 +24,8 @@ def make_tensors(prefix, count):
         for s in shape:
             n *= s
         size = n * ckref.DTYPES[dt][1]
-        name = f"{prefix}.layers.{i}.w" if i % 3 else f"{prefix}.ünï \"κ\" {i}"
+        name = (f"{prefix}.layers.{i}.w" if i % 3 else f"{prefix}.ünï \"κ\" {i}" if i % 2
+                else f"{prefix}.ctl\x1b[0m\t{i}\x7f")
         t[name] = (dt, shape, bytes(rng.randrange(256) for _ in range(size)))
     return t
 
@@ -51,7 +52,30 @@ def check(source, files):
             assert f.read(w["bytes"]) == files[w["file"]][name][2], f"{name}: bytes at offset"
     assert got["total_bytes"] == sum(w["bytes"] for w in want.values())
     assert got["n_tensors"] == len(want)
+    check_table(source, want)
     return len(want)
+
+
+def esc(s):
+    """A name as the table writes it: control bytes as \\xNN, the rest as UTF-8."""
+    return b"".join(b"\\x%02x" % c if c < 0x20 or c == 0x7f else bytes([c]) for c in s.encode())
+
+
+def check_table(source, want):
+    """The plain table: one row per tensor, columns padded in bytes to the
+    widest entry (name and shape), dtype to 11, bytes right-aligned in 14."""
+    out = ckref.run(CKPTFS, "inspect", source).stdout.encode()
+    shape = {n: ("[" + ", ".join(str(x) for x in w["shape"]) + "]").encode() for n, w in want.items()}
+    wn = max([4] + [len(esc(n)) for n in want])
+    ws = max([5] + [len(s) for s in shape.values()])
+    row = lambda n, dt, sh, b, f: (n.ljust(wn) + b"  " + dt.ljust(11) + b"  " + sh.ljust(ws) + b"  "
+                                   + b.rjust(14) + b"  " + f)
+    lines = out.split(b"\n")
+    assert lines[0] == row(b"NAME", b"DTYPE", b"SHAPE", b"BYTES", b"FILE"), lines[0]
+    expect = sorted(row(esc(n), w["dtype"].encode(), shape[n], str(w["bytes"]).encode(), esc(w["file"]))
+                    for n, w in want.items())
+    assert sorted(lines[1:1 + len(want)]) == expect, (lines[1:4], expect[:3])
+    assert lines[1 + len(want)].startswith(b"%d tensors, %d bytes" % (len(want), sum(w["bytes"] for w in want.values())))
 
 
 with tempfile.TemporaryDirectory() as d:
