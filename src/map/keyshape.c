@@ -8,27 +8,30 @@ static int is_digit(char c)
 	return c >= '0' && c <= '9';
 }
 
-/* key with each non-empty all-digit segment replaced by "0", into s (room
- * for strlen(key) + 1) */
-static void shape_into(const char *key, char *s)
+/* key (len bytes) with each non-empty all-digit segment replaced by "0",
+ * into s (room for len + 1). Segment by segment: memchr finds the dots and
+ * the text between numbers is copied whole (a 100k-key plan shapes every
+ * key of every stage). */
+static void shape_into(const char *key, size_t len, char *s)
 {
-	size_t k = 0, seg = 0;
-	int digits = 1;
-	for (size_t i = 0;; i++) {
-		char c = key[i];
-		if (c == '.' || c == '\0') {
-			if (digits && k > seg) /* a number: one "0" */
-				k = seg, s[k++] = '0';
-			if (!c)
-				break;
-			s[k++] = '.';
-			seg = k, digits = 1;
-			continue;
+	size_t k = 0, from = 0; /* key[from ..) is not copied yet */
+	for (size_t seg = 0;;) {
+		const char *dot = memchr(key + seg, '.', len - seg);
+		size_t end = dot ? (size_t)(dot - key) : len, j = seg;
+		while (j < end && is_digit(key[j]))
+			j++;
+		if (j == end && end > seg) { /* a number: one "0" */
+			memcpy(s + k, key + from, seg - from);
+			k += seg - from;
+			s[k++] = '0';
+			from = end;
 		}
-		digits &= is_digit(c);
-		s[k++] = c;
+		if (!dot)
+			break;
+		seg = end + 1;
 	}
-	s[k] = '\0';
+	memcpy(s + k, key + from, len - from);
+	s[k + len - from] = '\0';
 }
 
 int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
@@ -39,7 +42,7 @@ int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
 	char stack[256], *s = len < sizeof stack ? stack : malloc(len + 1);
 	if (!s)
 		return -1;
-	shape_into(key, s);
+	shape_into(key, len, s);
 	uint32_t found;
 	int rc = 0;
 	if (ck_strmap_get(&ks->map, s, &found) == 0) {

@@ -26,6 +26,13 @@ struct stage {
 	struct ck_strmap out_map;
 	struct ck_keyshapes shapes; /* of in[0 .. n_shaped) */
 	size_t n_shaped;
+	/* in[] indices by shape id, ascending: a rule whose pattern decides by
+	 * shape visits the keys of the shapes it matches, not every key */
+	struct key_list {
+		uint32_t *i;
+		size_t n, cap;
+	} *of_shape;
+	size_t cap_of_shape;
 	/* config.json values looked up so far (a per-key "if" reads the same
 	 * few names once per key) */
 	struct {
@@ -627,67 +634,133 @@ static int cond_decide(struct stage *st, const struct ck_rule *r, struct cond_me
 	return v != 0;
 }
 
+/* Shape ids for the inputs that have none yet, each input listed under its
+ * shape. -1 ENOMEM. */
+static int shape_inputs(struct stage *st)
+{
+	for (; st->n_shaped < st->n_in; st->n_shaped++) {
+		uint32_t id;
+		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name, &id) < 0)
+			return -1;
+		st->in[st->n_shaped].shape = id;
+		if (id >= st->cap_of_shape) {
+			size_t c = st->cap_of_shape ? st->cap_of_shape * 2 : 64;
+			while (c <= id)
+				c *= 2;
+			struct key_list *n = realloc(st->of_shape, c * sizeof *n);
+			if (!n)
+				return -1;
+			memset(n + st->cap_of_shape, 0, (c - st->cap_of_shape) * sizeof *n);
+			st->of_shape = n, st->cap_of_shape = c;
+		}
+		struct key_list *l = &st->of_shape[id];
+		if (l->n == l->cap) {
+			size_t c = l->cap ? l->cap * 2 : 16;
+			uint32_t *n = realloc(l->i, c * sizeof *n);
+			if (!n)
+				return -1;
+			l->i = n, l->cap = c;
+		}
+		l->i[l->n++] = (uint32_t)st->n_shaped;
+	}
+	return 0;
+}
+
+struct collect {
+	const struct ck_rule *r;
+	struct cond_memo cm;
+	struct match **ms;
+	size_t *nm, cap;
+};
+
+/* Input i, if it is the rule's to take and matches: appended to the
+ * matches. 0 or -1 (err set). */
+static int collect_key(struct stage *st, struct collect *c, size_t i)
+{
+	const struct ck_rule *r = c->r;
+	struct skey *k = &st->in[i];
+	if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
+		return 0;
+	struct match m = {0};
+	int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
+	if (hit <= 0)
+		return hit < 0 ? nomem(st->err) : 0;
+	if (r->cond_per_key) { /* a key the condition rejects is left for later rules */
+		int v = cond_decide(st, r, &c->cm, &m.b);
+		if (v <= 0)
+			ck_binding_clear(&m.b);
+		if (v <= 0)
+			return v < 0 ? rule_fail(st, r, k->name) : 0;
+	}
+	if (*c->nm == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 64;
+		struct match *n = realloc(*c->ms, cap * sizeof *n);
+		if (!n) {
+			ck_binding_clear(&m.b);
+			return nomem(st->err);
+		}
+		*c->ms = n, c->cap = cap;
+	}
+	(*c->ms)[(*c->nm)++] = m;
+	return 0;
+}
+
+/* The inputs before n_keys of the shapes memo marks (2), in order. Through
+ * a bitmap when several shapes do: their lists are each ascending. */
+static int collect_by_shape(struct stage *st, struct collect *c, const struct ck_shape_memo *memo,
+			    size_t n_keys)
+{
+	size_t hits = 0, one = 0;
+	for (size_t s = 0; s < memo->n && s < st->cap_of_shape; s++)
+		if (memo->v[s] == 2 && st->of_shape[s].n)
+			hits++, one = s;
+	if (hits == 1) {
+		const struct key_list *l = &st->of_shape[one];
+		for (size_t j = 0; j < l->n && l->i[j] < n_keys; j++)
+			if (collect_key(st, c, l->i[j]) < 0)
+				return -1;
+		return 0;
+	}
+	if (!hits)
+		return 0;
+	uint64_t *bits = calloc(n_keys / 64 + 1, sizeof *bits);
+	if (!bits)
+		return nomem(st->err);
+	for (size_t s = 0; s < memo->n && s < st->cap_of_shape; s++)
+		for (size_t j = 0; memo->v[s] == 2 && j < st->of_shape[s].n; j++)
+			if (st->of_shape[s].i[j] < n_keys)
+				bits[st->of_shape[s].i[j] / 64] |= 1ull << (st->of_shape[s].i[j] % 64);
+	int rc = 0;
+	for (size_t w = 0; w <= n_keys / 64 && rc == 0; w++)
+		for (uint64_t b = bits[w]; b && rc == 0; b &= b - 1)
+			rc = collect_key(st, c, w * 64 + (size_t)__builtin_ctzll(b));
+	free(bits);
+	return rc;
+}
+
 /* The rule's matches among the stage's keys (its first input's pattern;
  * keys a per-key condition rejects are left for later rules), appended to
  * *ms. 0 or -1 (err set). */
 static int collect_matches(struct stage *st, const struct ck_rule *r, struct match **ms,
 			   size_t *nm)
 {
-	size_t cap = 0, n_keys = st->n_in; /* keys produced by this rule are not its inputs */
+	size_t n_keys = st->n_in; /* keys produced by this rule are not its inputs */
 	struct ck_shape_memo memo = {0};
-	struct cond_memo cm = {.pat = &r->in[0].pat};
+	struct collect c = {.r = r, .cm = {.pat = &r->in[0].pat}, .ms = ms, .nm = nm};
 	if (r->cond_per_key)
-		ck_expr_names(r->cond, memo_name, &cm);
+		ck_expr_names(r->cond, memo_name, &c.cm);
 	int rc = -1;
-	for (; st->n_shaped < n_keys; st->n_shaped++)
-		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name,
-				    &st->in[st->n_shaped].shape) < 0)
-			goto nomem;
-	if (ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0)
-		goto nomem;
-	int by_shape = r->in[0].pat.shape_exact;
-	for (size_t i = 0; i < n_keys; i++) {
-		struct skey *k = &st->in[i];
-		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
-			continue;
-		if (by_shape && memo.v[k->shape] != 2)
-			continue;
-		struct match m = {0};
-		int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
-		if (hit < 0)
-			goto nomem;
-		if (!hit)
-			continue;
-		if (r->cond_per_key) { /* a key the condition rejects is left for later rules */
-			int v = cond_decide(st, r, &cm, &m.b);
-			if (v < 0) {
-				ck_binding_clear(&m.b);
-				rule_fail(st, r, k->name);
-				goto out;
-			}
-			if (!v) {
-				ck_binding_clear(&m.b);
-				continue;
-			}
-		}
-		if (*nm == cap) {
-			cap = cap ? cap * 2 : 64;
-			struct match *n = realloc(*ms, cap * sizeof *n);
-			if (!n) {
-				ck_binding_clear(&m.b);
-				goto nomem;
-			}
-			*ms = n;
-		}
-		(*ms)[(*nm)++] = m;
+	if (shape_inputs(st) < 0 || ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0) {
+		nomem(st->err);
+	} else if (r->in[0].pat.shape_exact) {
+		rc = collect_by_shape(st, &c, &memo, n_keys);
+	} else {
+		rc = 0;
+		for (size_t i = 0; i < n_keys && rc == 0; i++)
+			rc = collect_key(st, &c, i);
 	}
-	rc = 0;
-	goto out;
-nomem:
-	nomem(st->err);
-out:
 	ck_shape_memo_free(&memo);
-	cond_memo_free(&cm);
+	cond_memo_free(&c.cm);
 	return rc;
 }
 
@@ -983,6 +1056,9 @@ static void stage_free(struct stage *st)
 	ck_strmap_free(&st->in_map);
 	ck_strmap_free(&st->out_map);
 	ck_keyshapes_free(&st->shapes);
+	for (size_t i = 0; i < st->cap_of_shape; i++)
+		free(st->of_shape[i].i);
+	free(st->of_shape);
 	for (size_t i = 0; i < st->cfg.n; i++) {
 		free(st->cfg.name[i]);
 		ck_xval_free(&st->cfg.v[i]);

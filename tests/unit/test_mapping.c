@@ -192,6 +192,29 @@ static const struct ck_target *find(const struct ck_plan *p, const char *name)
 /* The shape memo may only skip keys the pattern does not match, and for a
  * shape-exact pattern its verdict is the real match's (the reference: the
  * matcher on the key itself). */
+/* The key with each non-empty all-digit segment written "0", computed
+ * character by character (the library works segment by segment). */
+static void ref_shape(const char *key, char *out)
+{
+	size_t k = 0, seg = 0;
+	int digits = 1;
+	for (size_t i = 0;; i++) {
+		char c = key[i];
+		if (c == '.' || !c) {
+			if (digits && k > seg)
+				k = seg, out[k++] = '0';
+			if (!c)
+				break;
+			out[k++] = '.';
+			seg = k, digits = 1;
+			continue;
+		}
+		digits &= c >= '0' && c <= '9';
+		out[k++] = c;
+	}
+	out[k] = '\0';
+}
+
 START_TEST(key_shapes)
 {
 	static const char *pats[] = {
@@ -205,7 +228,8 @@ START_TEST(key_shapes)
 	    "layers.0.q", "layers.12.q", "mlp.linear_fc1.weight", "mlp.linear_fc12.weight",
 	    "5.b", "05.b", "x.b", "h.11.attn.c_attn.bias", "x.1.2.3", "x.", "21", "2", "a1", "a.1b.c",
 	    "a.12.c", "fc.3x", "fc.x", "e7.w", "e.w", "1.2", "a..b", "a..7", "7", "0", "w", "0.q",
-	    "00.q", "9.007", "9.7", "t.q_5.z", "t.4_5.z", "t.q.z", "", ".", "..", "1..2"};
+	    "00.q", "9.007", "9.7", "t.q_5.z", "t.4_5.z", "t.q.z", "", ".", "..", "1..2",
+	    "12", ".5", "5.", "a.5", "5.a.66.b.777", "a1.2b.33"};
 	struct ck_keyshapes ks = {0};
 	size_t npat = sizeof pats / sizeof *pats, nkey = sizeof keys / sizeof *keys;
 	int exact = 0, skipped = 0;
@@ -218,6 +242,9 @@ START_TEST(key_shapes)
 		for (size_t k = 0; k < nkey; k++) {
 			uint32_t id;
 			ck_assert_int_eq(ck_keyshapes_id(&ks, keys[k], &id), 0);
+			char want[64];
+			ref_shape(keys[k], want);
+			ck_assert_str_eq(ks.shape[id], want);
 			struct ck_binding b;
 			int real = ck_pattern_match(&p, keys[k], &b);
 			ck_binding_clear(&b);
