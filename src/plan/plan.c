@@ -710,10 +710,16 @@ static int collect_key(struct stage *st, struct collect *c, size_t i)
 static int collect_by_shape(struct stage *st, struct collect *c, const struct ck_shape_memo *memo,
 			    size_t n_keys)
 {
-	size_t hits = 0, one = 0;
+	size_t hits = 0, one = 0, most = *c->nm;
 	for (size_t s = 0; s < memo->n && s < st->cap_of_shape; s++)
 		if (memo->v[s] == 2 && st->of_shape[s].n)
-			hits++, one = s;
+			hits++, one = s, most += st->of_shape[s].n;
+	if (most > c->cap) { /* room for every candidate at once: no doubling copies */
+		struct match *n = realloc(*c->ms, most * sizeof *n);
+		if (!n)
+			return nomem(st->err);
+		*c->ms = n, c->cap = most;
+	}
 	if (hits == 1) {
 		const struct key_list *l = &st->of_shape[one];
 		for (size_t j = 0; j < l->n && l->i[j] < n_keys; j++)
