@@ -9,6 +9,7 @@
 #include "ckpt/safetensors.h"
 #include "testutil.h"
 #include "util/json_lex.h"
+#include "util/json_plain.h"
 #include "util/json_strict.h"
 
 static int parses(const char *s, unsigned flags)
@@ -80,6 +81,33 @@ static int lex_string(const char *doc, size_t n, char *out, size_t cap)
 	ck_jlex_free(&p);
 	return rc;
 }
+
+/* The plain run ends exactly at the first byte that is not plain, wherever
+ * it lies in its word, whatever follows it (a 0x00 or 0x1f followed by 0x01
+ * makes the word tests flag the next byte too), against a byte by byte
+ * count. */
+START_TEST(plain_run_is_exact)
+{
+	static const unsigned char odd[] = {0x00, 0x01, 0x1f, '"', '\\', 0x80, 0xc3, 0xff};
+	static const unsigned char after[] = {'a', 0x01, 0x00, 0x21, 0x7f, '"'};
+	for (int len = 0; len <= 20; len++)
+		for (int at = 0; at <= len; at++)
+			for (size_t o = 0; o < sizeof odd; o++)
+				for (size_t f = 0; f < sizeof after; f++) {
+					char s[24];
+					memset(s, 'x', sizeof s);
+					if (at < len)
+						s[at] = (char)odd[o];
+					if (at + 1 < len)
+						s[at + 1] = (char)after[f];
+					size_t want = 0;
+					while (want < (size_t)len &&
+					       ck_json_plain_byte((unsigned char)s[want]))
+						want++;
+					ck_assert_uint_eq(ck_json_plain_run(s, (size_t)len), want);
+				}
+}
+END_TEST
 
 START_TEST(special_bytes_at_every_position)
 {
@@ -192,6 +220,7 @@ int main(void)
 	tcase_add_test(tc, trailing_garbage_refused);
 	tcase_add_test(tc, non_integer_numbers_refused);
 	tcase_add_test(tc, nul_and_utf8_refused);
+	tcase_add_test(tc, plain_run_is_exact);
 	tcase_add_test(tc, special_bytes_at_every_position);
 	tcase_add_test(tc, keys_are_case_sensitive);
 	tcase_add_test(tc, hundred_thousand_keys);
