@@ -1179,16 +1179,34 @@ static int rename_outputs(struct stage *st)
 
 /* Every key moves in, with room for intermediates, and about as many come
  * out: no doubling series, whose copies would each fault in fresh memory
- * (room never touched costs address space only). */
-static int stage_alloc(struct stage *st, size_t n_keys)
+ * (room never touched costs address space only). names: the inputs' name
+ * map when it exists already (the catalog's), else NULL. */
+static int stage_alloc(struct stage *st, size_t n_keys, const struct ck_strmap *names)
 {
 	st->cap_in = n_keys + n_keys / 4 + 16;
 	st->cap_out = n_keys + n_keys / 8 + 16;
 	if (!(st->in = malloc(st->cap_in * sizeof *st->in)) ||
 	    !(st->out = malloc(st->cap_out * sizeof *st->out)) ||
-	    ck_strmap_init(&st->in_map, n_keys) < 0 || ck_strmap_init(&st->out_map, n_keys) < 0)
+	    (names ? ck_strmap_copy(&st->in_map, names) : ck_strmap_init(&st->in_map, n_keys)) < 0 ||
+	    ck_strmap_init(&st->out_map, n_keys) < 0)
 		return nomem(st->err);
 	return 0;
+}
+
+/* Whether keys are the catalog's tensors, all, in its order, under their own
+ * names: then the catalog's name map, whose values are the entries' indices,
+ * is the stage's input map as it is (a 100k-key stage would put every name
+ * again, each a cache miss). */
+static int keys_are_catalog(const struct ck_mapping *m, const struct ck_catalog *cat,
+			    const struct skey *keys, size_t n)
+{
+	if (m->n_strip_prefixes || m->n_strip_segments || m->add_prefix || cat->logical ||
+	    n != cat->n_entries || cat->by_name.len != n)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (keys[i].leaf != i + 1)
+			return 0;
+	return 1;
 }
 
 int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
@@ -1202,7 +1220,8 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 	st.err = err;
 	st.warn = warn;
 	int rc = -1;
-	if (stage_alloc(&st, *n_keys) < 0)
+	int as_cat = keys_are_catalog(m, cat, *keys, *n_keys);
+	if (stage_alloc(&st, *n_keys, as_cat ? &cat->by_name : NULL) < 0)
 		goto out;
 	/* no renaming: each name moves into the stage as it is */
 	int plain = !m->n_strip_prefixes && !m->n_strip_segments && !m->add_prefix;
@@ -1211,6 +1230,11 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		char *name = plain ? k->name : rename_key(m, k->name);
 		if (plain)
 			k->name = NULL; /* moved into the stage */
+		if (as_cat) { /* in the map already, as input i */
+			st.in[st.n_in++] = (struct skey){.name = name, .v = k->v, .leaf = k->leaf};
+			k->v.p = NULL;
+			continue;
+		}
 		uint32_t prev;
 		int r = name ? key_add(&st.in, &st.n_in, &st.cap_in, &st.in_map, name, &k->v, 0,
 				       &prev, err)
