@@ -189,6 +189,9 @@ int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err)
 		int r = ck_strmap_put(&cat->by_name, cat->entries[i].t.name, (uint32_t)i, &other);
 		if (r < 0)
 			return ck_fail_sys(err, ENOMEM, "catalog");
+		if (r == 1 && cat->entries[other].file == cat->entries[i].file)
+			return ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"%s\"",
+				       cat->files[cat->entries[i].file].path, cat->entries[i].t.name);
 		if (r == 1)
 			return ck_fail(err, CK_E_SOURCE, "key \"%s\" is in both %s and %s",
 				       cat->entries[i].t.name,

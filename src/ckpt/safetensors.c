@@ -27,16 +27,16 @@ static int cmp_span(const void *a, const void *b)
 }
 
 /* Validate the JSON header text (N bytes) of a file whose data section is
- * data_size bytes long. */
+ * data_size bytes long; unique: as ck_st_header_json's. */
 static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, const char *what,
-			     struct ck_file_tensors *h, struct ck_err *err)
+			     int unique, struct ck_file_tensors *h, struct ck_err *err)
 {
 	memset(h, 0, sizeof *h);
 	h->header_len = n;
 	int rc = -1;
 	struct ck_st_span *raw = NULL;
 	struct span *spans = NULL;
-	if (ck_st_header_json(json, (size_t)n, what, h, &raw, err) < 0)
+	if (ck_st_header_json(json, (size_t)n, what, unique, h, &raw, err) < 0)
 		goto out;
 	spans = calloc(h->n_tensors ? h->n_tensors : 1, sizeof *spans);
 	if (!spans) {
@@ -50,6 +50,13 @@ static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, c
 	uint64_t pos = 0;
 	for (size_t i = 0; i < h->n_tensors; i++) {
 		const char *key = h->tensors[spans[i].idx].name;
+		if (i && spans[i].begin == spans[i - 1].begin &&
+		    !strcmp(key, h->tensors[spans[i - 1].idx].name)) {
+			/* a name given twice over the same bytes (the usual way a
+			 * key is repeated): said as what it is, not as an overlap */
+			ck_fail(err, CK_E_SOURCE, "%s: duplicate key \"%s\"", what, key);
+			goto out;
+		}
 		if (spans[i].begin != pos) {
 			ck_fail(err, CK_E_SOURCE,
 				"%s: tensor \"%s\": data_offsets begin at %llu but the previous "
@@ -125,7 +132,7 @@ int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
 	uint64_t n = 0;
 	if (check_prefix(buf, len, what, &n, err) < 0)
 		return -1;
-	return parse_header_json((const char *)buf + 8, n, len - 8 - n, what, out, err);
+	return parse_header_json((const char *)buf + 8, n, len - 8 - n, what, 1, out, err);
 }
 
 int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_file_tensors *out,
@@ -147,7 +154,7 @@ int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_file_t
 		return ck_fail_sys(err, -r, "%s: cannot read header", what);
 	}
 	json[n] = '\0';
-	r = parse_header_json(json, n, file_size - 8 - n, what, out, err);
+	r = parse_header_json(json, n, file_size - 8 - n, what, 0, out, err);
 	free(json);
 	return r;
 }

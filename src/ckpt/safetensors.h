@@ -18,7 +18,9 @@
 int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
 		       struct ck_file_tensors *out, struct ck_err *err);
 /* Read and validate the header of an open file of the given size; tensor
- * data is never read. */
+ * data is never read. A name given twice is refused only where its entries
+ * cover the same bytes: the catalog refuses every repeated name when it
+ * indexes all files' names at once (ck_catalog_index). */
 int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_file_tensors *out,
 		  struct ck_err *err);
 

@@ -222,7 +222,7 @@ static int tensor_entry(struct ck_jlex *p, struct ck_file_tensors *h, struct ck_
 	if (!(t->name = strdup(p->str)))
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	h->n_tensors++;
-	int r = ck_strmap_put(seen, t->name, 0, NULL);
+	int r = seen ? ck_strmap_put(seen, t->name, 0, NULL) : 0;
 	if (r < 0)
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	if (r > 0)
@@ -267,8 +267,8 @@ static int header_members(struct ck_jlex *p, struct ck_file_tensors *h, struct c
 	return 0;
 }
 
-int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_file_tensors *h,
-		      struct ck_st_span **spans, struct ck_err *err)
+int ck_st_header_json(const char *json, size_t n, const char *what, int unique,
+		      struct ck_file_tensors *h, struct ck_st_span **spans, struct ck_err *err)
 {
 	char ctx[600];
 	snprintf(ctx, sizeof ctx, "%s: header", what);
@@ -282,7 +282,7 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 	int rc = -1;
 	/* sized from the header (an entry takes 50 bytes or more), so a
 	 * 100,000-key file is not rehashed a dozen times on the way up */
-	if (ck_strmap_init(&seen, n / 64 < (1u << 20) ? n / 64 : (1u << 20)) < 0) {
+	if (unique && ck_strmap_init(&seen, n / 64 < (1u << 20) ? n / 64 : (1u << 20)) < 0) {
 		ck_fail_sys(err, ENOMEM, "%s", what);
 		goto out;
 	}
@@ -297,7 +297,7 @@ int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_fi
 		goto out;
 	}
 	p.i++;
-	if (header_members(&p, h, spans, &seen) < 0)
+	if (header_members(&p, h, spans, unique ? &seen : NULL) < 0)
 		goto out;
 	ck_jlex_ws(&p);
 	if (p.i != n) {

@@ -19,8 +19,9 @@ struct ck_st_span {
 };
 
 /* Fills h->tensors (unsorted; names owned), h->meta and *spans (malloc'd,
- * one per tensor). */
-int ck_st_header_json(const char *json, size_t n, const char *what, struct ck_file_tensors *h,
-		      struct ck_st_span **spans, struct ck_err *err);
+ * one per tensor). unique: refuse a tensor name given twice; 0 leaves that
+ * to the caller (a catalog checks all its files' names in one map). */
+int ck_st_header_json(const char *json, size_t n, const char *what, int unique,
+		      struct ck_file_tensors *h, struct ck_st_span **spans, struct ck_err *err);
 
 #endif

@@ -77,6 +77,38 @@ START_TEST(valid_edge_cases_accepted)
 }
 END_TEST
 
+/* A name given twice over different bytes: the entries tile the data, so
+ * only a check of the names finds it, in memory and through the catalog
+ * (which checks all its files' names at once), in the middle of others. */
+START_TEST(repeated_name_over_other_bytes_refused)
+{
+	const char *json = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+			   "\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]},"
+			   "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[12,16]},"
+			   "\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[16,24]}}";
+	size_t len;
+	unsigned char *img = st_image(json, 24, &len);
+	struct ck_file_tensors h;
+	struct ck_err err;
+	ck_assert_int_eq(ck_st_parse_buffer(img, len, "mem", &h, &err), -1);
+	ck_assert_msg(strstr(err.msg, "mem: duplicate key \"t\""), "%s", err.msg);
+	char *dir = tu_mkdtemp();
+	char *path = tu_path(dir, "rep.safetensors");
+	tu_write(path, img, len);
+	struct ck_catalog *cat = (void *)1;
+	ck_assert_int_eq(ck_catalog_open(path, &cat, &err), -1);
+	ck_assert_ptr_null(cat);
+	ck_assert_int_eq(err.kind, CK_E_SOURCE);
+	ck_assert_msg(strstr(err.msg, "duplicate key \"t\"") && strstr(err.msg, path), "%s",
+		      err.msg);
+	ck_assert_ptr_null(strchr(err.msg, '\n'));
+	free(img);
+	tu_rmtree(dir);
+	free(path);
+	free(dir);
+}
+END_TEST
+
 START_TEST(every_dtype_accepted)
 {
 	static const char *names[] = {"BOOL",	 "U8",	   "I8",	  "F8_E5M2",	 "F8_E4M3",
@@ -137,6 +169,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, malformed_class_refused, 0, (int)n_malformed_classes);
 	tcase_add_test(tc, valid_edge_cases_accepted);
+	tcase_add_test(tc, repeated_name_over_other_bytes_refused);
 	tcase_add_test(tc, every_dtype_accepted);
 	tcase_add_test(tc, writer_round_trip);
 	suite_add_tcase(s, tc);
