@@ -20,6 +20,7 @@ struct stage {
 	const struct ck_catalog *cat;
 	struct skey *in; /* the stage's inputs and intermediates */
 	size_t n_in, cap_in;
+	size_t n_borrowed; /* in[0 .. n_borrowed) name the catalog's own strings */
 	struct ck_strmap in_map;
 	struct skey *out;
 	size_t n_out, cap_out;
@@ -1057,6 +1058,8 @@ static int stage_params(struct stage *st)
 
 static void stage_free(struct stage *st)
 {
+	for (size_t i = 0; i < st->n_borrowed; i++)
+		st->in[i].name = NULL; /* the catalog's */
 	ck_plan_keys_free(st->in, st->n_in);
 	ck_plan_keys_free(st->out, st->n_out);
 	ck_strmap_free(&st->in_map);
@@ -1230,8 +1233,13 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		char *name = plain ? k->name : rename_key(m, k->name);
 		if (plain)
 			k->name = NULL; /* moved into the stage */
-		if (as_cat) { /* in the map already, as input i */
-			st.in[st.n_in++] = (struct skey){.name = name, .v = k->v, .leaf = k->leaf};
+		if (as_cat) { /* in the map already, as input i, under the catalog's
+			       * string for its name (one copy of 100k names less) */
+			st.in[st.n_in++] = (struct skey){.name = (char *)cat->entries[i].t.name,
+							 .v = k->v,
+							 .leaf = k->leaf};
+			st.n_borrowed = st.n_in;
+			free(name);
 			k->v.p = NULL;
 			continue;
 		}
