@@ -21,6 +21,10 @@ struct stage {
 	struct skey *in; /* the stage's inputs and intermediates */
 	size_t n_in, cap_in;
 	size_t n_borrowed; /* in[0 .. n_borrowed) name the catalog's own strings */
+	/* the catalog's name map when in[0 .. n_borrowed) are its entries in
+	 * its order (its values are their indices): in_map holds only the
+	 * names added after them */
+	const struct ck_strmap *cat_map;
 	struct ck_strmap in_map;
 	struct skey *out;
 	size_t n_out, cap_out;
@@ -273,11 +277,19 @@ static int key_value(const struct ck_catalog *cat, const struct skey *k, struct 
 	return k->leaf ? ck_plan_source_value(cat, k->leaf - 1, out, err) : ck_value_copy(out, &k->v, err);
 }
 
+/* The index of the input of that name; -1 when there is none. */
+static int input_index(const struct stage *st, const char *name, uint32_t *i)
+{
+	if (ck_strmap_get(&st->in_map, name, i) == 0)
+		return 0;
+	return st->cat_map ? ck_strmap_get(st->cat_map, name, i) : -1;
+}
+
 static int consume(struct stage *st, const struct ck_rule *r, const char *key, int want_share,
 		   struct skey **out)
 {
 	uint32_t i;
-	if (ck_strmap_get(&st->in_map, key, &i) < 0) {
+	if (input_index(st, key, &i) < 0) {
 		ck_fail(st->err, CK_E_MAPPING, "missing source key");
 		return rule_fail(st, r, key);
 	}
@@ -389,10 +401,11 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 	}
 	int interm = name[0] == '~';
 	uint32_t prev;
-	int rc = interm ? key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, &v.t,
-				  r->index, &prev, st->err)
-			: key_add(&st->out, &st->n_out, &st->cap_out, &st->out_map, name, &v.t,
-				  r->index, &prev, st->err);
+	int rc = interm && st->cat_map && ck_strmap_get(st->cat_map, name, &prev) == 0 ? 1
+		 : interm ? key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, &v.t,
+				    r->index, &prev, st->err)
+			  : key_add(&st->out, &st->n_out, &st->cap_out, &st->out_map, name, &v.t,
+				    r->index, &prev, st->err);
 	if (rc == 1) {
 		int other = interm ? st->in[prev].produced_by : st->out[prev].produced_by;
 		ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by %s %d)",
@@ -734,9 +747,11 @@ static int collect_by_shape(struct stage *st, struct collect *c, const struct ck
 	if (!bits)
 		return nomem(st->err);
 	for (size_t s = 0; s < memo->n && s < st->cap_of_shape; s++)
-		for (size_t j = 0; memo->v[s] == 2 && j < st->of_shape[s].n; j++)
-			if (st->of_shape[s].i[j] < n_keys)
-				bits[st->of_shape[s].i[j] / 64] |= 1ull << (st->of_shape[s].i[j] % 64);
+		for (size_t j = 0; memo->v[s] == 2 && j < st->of_shape[s].n; j++) {
+			uint32_t i = st->of_shape[s].i[j];
+			if (i < n_keys)
+				bits[i / 64] |= 1ull << (i % 64);
+		}
 	int rc = 0;
 	for (size_t w = 0; w <= n_keys / 64 && rc == 0; w++)
 		for (uint64_t b = bits[w]; b && rc == 0; b &= b - 1)
@@ -1183,14 +1198,15 @@ static int rename_outputs(struct stage *st)
 /* Every key moves in, with room for intermediates, and about as many come
  * out: no doubling series, whose copies would each fault in fresh memory
  * (room never touched costs address space only). names: the inputs' name
- * map when it exists already (the catalog's), else NULL. */
+ * map when it exists already (the catalog's, see cat_map), else NULL. */
 static int stage_alloc(struct stage *st, size_t n_keys, const struct ck_strmap *names)
 {
 	st->cap_in = n_keys + n_keys / 4 + 16;
 	st->cap_out = n_keys + n_keys / 8 + 16;
+	st->cat_map = names;
 	if (!(st->in = malloc(st->cap_in * sizeof *st->in)) ||
 	    !(st->out = malloc(st->cap_out * sizeof *st->out)) ||
-	    (names ? ck_strmap_copy(&st->in_map, names) : ck_strmap_init(&st->in_map, n_keys)) < 0 ||
+	    ck_strmap_init(&st->in_map, names ? 64 : n_keys) < 0 ||
 	    ck_strmap_init(&st->out_map, n_keys) < 0)
 		return nomem(st->err);
 	return 0;
@@ -1198,8 +1214,8 @@ static int stage_alloc(struct stage *st, size_t n_keys, const struct ck_strmap *
 
 /* Whether keys are the catalog's tensors, all, in its order, under their own
  * names: then the catalog's name map, whose values are the entries' indices,
- * is the stage's input map as it is (a 100k-key stage would put every name
- * again, each a cache miss). */
+ * finds them as the stage's inputs (a 100k-key stage would put every name
+ * in a map of its own again, each a cache miss, 4 MB of slots). */
 static int keys_are_catalog(const struct ck_mapping *m, const struct ck_catalog *cat,
 			    const struct skey *keys, size_t n)
 {
@@ -1212,6 +1228,55 @@ static int keys_are_catalog(const struct ck_mapping *m, const struct ck_catalog 
 	return 1;
 }
 
+/* The n keys become the stage's inputs (renamed as the mapping says); they
+ * are freed either way. 0 or -1 (err set). */
+static int stage_inputs(struct stage *st, struct skey *keys, size_t n)
+{
+	const struct ck_mapping *m = st->m;
+	const struct ck_catalog *cat = st->cat;
+	int as_cat = keys_are_catalog(m, cat, keys, n), rc = -1;
+	if (stage_alloc(st, n, as_cat ? &cat->by_name : NULL) < 0)
+		goto out;
+	/* no renaming: each name moves into the stage as it is */
+	int plain = !m->n_strip_prefixes && !m->n_strip_segments && !m->add_prefix;
+	for (size_t i = 0; i < n; i++) {
+		struct skey *k = &keys[i];
+		char *name = plain ? k->name : rename_key(m, k->name);
+		if (plain)
+			k->name = NULL; /* moved into the stage */
+		if (as_cat) { /* in the catalog's map already, as input i, under the
+			       * catalog's string for its name (one copy of 100k names
+			       * less) */
+			st->in[st->n_in++] = (struct skey){.name = (char *)cat->entries[i].t.name,
+							   .v = k->v,
+							   .leaf = k->leaf};
+			st->n_borrowed = st->n_in;
+			free(name);
+			k->v.p = NULL;
+			continue;
+		}
+		uint32_t prev;
+		int r = name ? key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, &k->v, 0,
+				       &prev, st->err)
+			     : nomem(st->err);
+		if (r == 1)
+			ck_fail(st->err, CK_E_MAPPING,
+				"%s: keys \"%s\" and \"%s\" both become \"%s\"", m->path,
+				plain ? st->in[prev].name : keys[prev].name, plain ? name : k->name,
+				name);
+		if (r != 0) {
+			free(name);
+			goto out;
+		}
+		st->in[st->n_in - 1].leaf = k->leaf;
+		k->v.p = NULL; /* moved into the stage */
+	}
+	rc = 0;
+out:
+	ck_plan_keys_free(keys, n);
+	return rc;
+}
+
 int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 		      struct ck_warnings *warn, struct ck_err *err)
@@ -1222,46 +1287,8 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 	st.cat = cat;
 	st.err = err;
 	st.warn = warn;
-	int rc = -1;
-	int as_cat = keys_are_catalog(m, cat, *keys, *n_keys);
-	if (stage_alloc(&st, *n_keys, as_cat ? &cat->by_name : NULL) < 0)
-		goto out;
-	/* no renaming: each name moves into the stage as it is */
-	int plain = !m->n_strip_prefixes && !m->n_strip_segments && !m->add_prefix;
-	for (size_t i = 0; i < *n_keys; i++) {
-		struct skey *k = &(*keys)[i];
-		char *name = plain ? k->name : rename_key(m, k->name);
-		if (plain)
-			k->name = NULL; /* moved into the stage */
-		if (as_cat) { /* in the map already, as input i, under the catalog's
-			       * string for its name (one copy of 100k names less) */
-			st.in[st.n_in++] = (struct skey){.name = (char *)cat->entries[i].t.name,
-							 .v = k->v,
-							 .leaf = k->leaf};
-			st.n_borrowed = st.n_in;
-			free(name);
-			k->v.p = NULL;
-			continue;
-		}
-		uint32_t prev;
-		int r = name ? key_add(&st.in, &st.n_in, &st.cap_in, &st.in_map, name, &k->v, 0,
-				       &prev, err)
-			     : nomem(err);
-		if (r == 1)
-			ck_fail(err, CK_E_MAPPING, "%s: keys \"%s\" and \"%s\" both become \"%s\"",
-				m->path, plain ? st.in[prev].name : (*keys)[prev].name,
-				plain ? name : k->name, name);
-		if (r != 0) {
-			free(name);
-			goto out;
-		}
-		st.in[st.n_in - 1].leaf = k->leaf;
-		k->v.p = NULL; /* moved into the stage */
-	}
-	rc = 0;
-out:
-	ck_plan_keys_free(*keys, *n_keys);
-	*keys = NULL;
+	int rc = stage_inputs(&st, *keys, *n_keys);
+	*keys = NULL; /* taken by the stage */
 	*n_keys = 0;
 	if (rc < 0) {
 		stage_free(&st);

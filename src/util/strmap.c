@@ -44,17 +44,6 @@ int ck_strmap_init(struct ck_strmap *m, size_t expected)
 	return m->slots ? 0 : -1;
 }
 
-int ck_strmap_copy(struct ck_strmap *dst, const struct ck_strmap *src)
-{
-	dst->slots = src->cap ? malloc(src->cap * sizeof *dst->slots) : NULL;
-	dst->cap = dst->slots ? src->cap : 0;
-	dst->len = dst->slots ? src->len : 0;
-	if (!dst->slots)
-		return src->cap ? -1 : 0;
-	memcpy(dst->slots, src->slots, src->cap * sizeof *dst->slots);
-	return 0;
-}
-
 void ck_strmap_free(struct ck_strmap *m)
 {
 	free(m->slots);

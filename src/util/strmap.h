@@ -22,9 +22,6 @@ struct ck_strmap {
 uint64_t ck_hash_str(const char *s);
 int ck_strmap_init(struct ck_strmap *m, size_t expected);
 void ck_strmap_free(struct ck_strmap *m);
-/* dst becomes a copy of src (the same keys, which neither owns): one copy of
- * the slots instead of a put per key. -1 on ENOMEM (dst empty). */
-int ck_strmap_copy(struct ck_strmap *dst, const struct ck_strmap *src);
 /* Insert key -> val. Returns 0 when inserted, 1 when the key was already
  * present (*existing gets its value, the map is unchanged), -1 on ENOMEM. */
 int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *existing);

@@ -10,7 +10,6 @@
 #include "ckpt/catalog.h"
 #include "util/natsort.h"
 #include "testutil.h"
-#include "util/strmap.h"
 
 static char *dir;
 
@@ -382,41 +381,6 @@ START_TEST(natural_sort_of_runs)
 }
 END_TEST
 
-/* A copied map answers every key as the original does, grows on its own,
- * and leaves the original as it was. */
-START_TEST(strmap_copy_is_independent)
-{
-	enum { N = 6100 }; /* 8192 slots: 100 more pass 3/4 */
-	static char keys[N + 100][16];
-	struct ck_strmap a, b, e = {0}, f;
-	ck_assert_int_eq(ck_strmap_init(&a, 16), 0);
-	for (int i = 0; i < N + 100; i++)
-		snprintf(keys[i], sizeof keys[i], "k.%d", i * 7);
-	for (int i = 0; i < N; i++)
-		ck_assert_int_eq(ck_strmap_put(&a, keys[i], (uint32_t)i, NULL), 0);
-	ck_assert_int_eq(ck_strmap_copy(&b, &a), 0);
-	ck_assert_uint_eq(b.len, N);
-	for (int i = 0; i < N + 100; i++) {
-		uint32_t v = 0;
-		ck_assert_int_eq(ck_strmap_get(&b, keys[i], &v), i < N ? 0 : -1);
-		if (i < N)
-			ck_assert_uint_eq(v, (uint32_t)i);
-	}
-	for (int i = N; i < N + 100; i++) /* past 3/4 full: the copy grows */
-		ck_assert_int_eq(ck_strmap_put(&b, keys[i], (uint32_t)i, NULL), 0);
-	uint32_t v;
-	ck_assert_int_eq(ck_strmap_get(&b, keys[N + 99], &v), 0);
-	ck_assert_uint_eq(v, N + 99);
-	ck_assert_int_eq(ck_strmap_get(&a, keys[N + 99], &v), -1);
-	ck_assert_uint_eq(a.len, N);
-	ck_assert_int_eq(ck_strmap_copy(&f, &e), 0); /* an empty map */
-	ck_assert_int_eq(ck_strmap_get(&f, "k.0", &v), -1);
-	ck_strmap_free(&a);
-	ck_strmap_free(&b);
-	ck_strmap_free(&f);
-}
-END_TEST
-
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -435,7 +399,6 @@ int main(void)
 	tcase_add_test(tc, config_loaded_and_validated);
 	tcase_add_test(tc, natural_order);
 	tcase_add_test(tc, natural_sort_of_runs);
-	tcase_add_test(tc, strmap_copy_is_independent);
 	tcase_add_test(tc, natural_sort_matches_comparator);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);

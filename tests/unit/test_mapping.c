@@ -268,6 +268,41 @@ START_TEST(key_shapes)
 }
 END_TEST
 
+/* Source keys are found in the catalog's own name map: one named like an
+ * intermediate ("~t") is consumed as any key, and an intermediate of that
+ * name is refused as produced twice, as with a map of the stage's own. */
+START_TEST(source_key_named_like_an_intermediate)
+{
+	char *d = tu_mkdtemp(), *path = tu_path(d, "model.safetensors");
+	static const struct tu_tensor t[] = {{"~t", CK_DT_F32, 1, {4}}, {"a", CK_DT_F32, 1, {2}}};
+	tu_write_st(path, t, 2);
+	struct ck_catalog *c;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	const char *ok = "{\"ckptfs_mapping\": 1, \"rules\": [{\"from\": \"~t\", \"to\": \"x\"},"
+			 " {\"from\": \"a\", \"to\": \"y\"}]}";
+	const char *bad = "{\"ckptfs_mapping\": 1, \"rules\": [{\"from\": \"a\", \"to\": \"~t\"},"
+			  " {\"from\": \"~t\", \"to\": \"b\"}]}";
+	struct ck_mapping *m;
+	struct ck_plan *p = NULL;
+	ck_assert_msg(ck_mapping_parse(ok, strlen(ok), "m.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(c, &m, 1, &p, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(ck_plan_find(p, "x")->v.shape[0], 4);
+	ck_assert_int_eq(ck_plan_find(p, "y")->v.shape[0], 2);
+	ck_plan_free(p);
+	ck_mapping_free(m);
+	ck_assert_msg(ck_mapping_parse(bad, strlen(bad), "m.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_int_eq(ck_plan_build(c, &m, 1, &p, &err), -1);
+	ck_assert_msg(strstr(err.msg, "target produced twice (also by the inputs of the stage"),
+		      "%s", err.msg);
+	ck_mapping_free(m);
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(path);
+	free(d);
+}
+END_TEST
+
 START_TEST(plans)
 {
 	struct ck_err err;
@@ -516,6 +551,7 @@ int main(void)
 	tcase_add_test(tc, plan_errors);
 	tcase_add_test(tc, builtin_errors);
 	tcase_add_test(tc, plans);
+	tcase_add_test(tc, source_key_named_like_an_intermediate);
 	tcase_add_test(tc, renames);
 	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, key_shapes);
