@@ -285,6 +285,15 @@ static int input_index(const struct stage *st, const char *name, uint32_t *i)
 	return st->cat_map ? ck_strmap_get(st->cat_map, name, i) : -1;
 }
 
+/* A new input (an intermediate) as key_add: 1 (*prev set) when an input of
+ * that name exists, in either map. */
+static int add_input(struct stage *st, char *name, struct ck_value *v, int rule, uint32_t *prev)
+{
+	if (st->cat_map && ck_strmap_get(st->cat_map, name, prev) == 0)
+		return 1;
+	return key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, v, rule, prev, st->err);
+}
+
 static int consume(struct stage *st, const struct ck_rule *r, const char *key, int want_share,
 		   struct skey **out)
 {
@@ -401,11 +410,9 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 	}
 	int interm = name[0] == '~';
 	uint32_t prev;
-	int rc = interm && st->cat_map && ck_strmap_get(st->cat_map, name, &prev) == 0 ? 1
-		 : interm ? key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, &v.t,
-				    r->index, &prev, st->err)
-			  : key_add(&st->out, &st->n_out, &st->cap_out, &st->out_map, name, &v.t,
-				    r->index, &prev, st->err);
+	int rc = interm ? add_input(st, name, &v.t, r->index, &prev)
+			: key_add(&st->out, &st->n_out, &st->cap_out, &st->out_map, name, &v.t,
+				  r->index, &prev, st->err);
 	if (rc == 1) {
 		int other = interm ? st->in[prev].produced_by : st->out[prev].produced_by;
 		ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by %s %d)",
@@ -656,7 +663,6 @@ static int shape_inputs(struct stage *st)
 		uint32_t id;
 		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name, &id) < 0)
 			return -1;
-		st->in[st->n_shaped].shape = id;
 		if (id >= st->cap_of_shape) {
 			size_t c = st->cap_of_shape ? st->cap_of_shape * 2 : 64;
 			while (c <= id)
@@ -701,10 +707,10 @@ static int collect_key(struct stage *st, struct collect *c, size_t i)
 		return hit < 0 ? nomem(st->err) : 0;
 	if (r->cond_per_key) { /* a key the condition rejects is left for later rules */
 		int v = cond_decide(st, r, &c->cm, &m.b);
-		if (v <= 0)
+		if (v <= 0) {
 			ck_binding_clear(&m.b);
-		if (v <= 0)
 			return v < 0 ? rule_fail(st, r, k->name) : 0;
+		}
 	}
 	if (*c->nm == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 64;

@@ -21,7 +21,6 @@ struct skey {
 	 * scalar ("step"), replicated on per-rank views */
 	char *param, *state;
 	int scalar;
-	uint32_t shape; /* the key's shape id in its stage (map/keyshape.h) */
 };
 
 struct ck_warnings {
