@@ -15,7 +15,7 @@ uint64_t ck_hash_str(const char *s)
  * 40-80 bytes and are hashed several times each while planning), mixed so
  * that the low bits, which pick the slot, depend on every byte. Not
  * ck_hash_str: that one is part of the served names and stays FNV-1a. */
-static uint32_t map_hash(const char *s)
+uint32_t ck_strmap_hash(const char *s)
 {
 	size_t n = strlen(s);
 	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
@@ -84,9 +84,14 @@ static int grow(struct ck_strmap *m)
 
 int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *existing)
 {
+	return ck_strmap_put_h(m, key, ck_strmap_hash(key), val, existing);
+}
+
+int ck_strmap_put_h(struct ck_strmap *m, const char *key, uint32_t h, uint32_t val,
+		    uint32_t *existing)
+{
 	if ((m->len + 1) * 4 > m->cap * 3 && grow(m) < 0)
 		return -1;
-	uint32_t h = map_hash(key);
 	size_t i = slot_of(m, key, h);
 	if (m->slots[i].key) {
 		if (existing)
@@ -100,11 +105,22 @@ int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *
 
 int ck_strmap_get(const struct ck_strmap *m, const char *key, uint32_t *val)
 {
+	return ck_strmap_get_h(m, key, ck_strmap_hash(key), val);
+}
+
+int ck_strmap_get_h(const struct ck_strmap *m, const char *key, uint32_t h, uint32_t *val)
+{
 	if (!m->cap)
 		return -1;
-	size_t i = slot_of(m, key, map_hash(key));
+	size_t i = slot_of(m, key, h);
 	if (!m->slots[i].key)
 		return -1;
 	*val = m->slots[i].val;
 	return 0;
+}
+
+void ck_strmap_prefetch(const struct ck_strmap *m, uint32_t h)
+{
+	if (m->cap)
+		__builtin_prefetch(&m->slots[h & (m->cap - 1)], 1);
 }

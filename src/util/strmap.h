@@ -28,4 +28,15 @@ int ck_strmap_put(struct ck_strmap *m, const char *key, uint32_t val, uint32_t *
 /* Returns 0 and sets *val when found, -1 when absent. */
 int ck_strmap_get(const struct ck_strmap *m, const char *key, uint32_t *val);
 
+/* The same with the key's hash computed once by the caller: a name looked
+ * up in two maps, or many inserted with the slot of a later one prefetched
+ * (a map of 100,000 names is a cache miss per probe; a run of prefetches
+ * overlaps them). h must be ck_strmap_hash(key). */
+uint32_t ck_strmap_hash(const char *key);
+int ck_strmap_put_h(struct ck_strmap *m, const char *key, uint32_t h, uint32_t val,
+		    uint32_t *existing);
+int ck_strmap_get_h(const struct ck_strmap *m, const char *key, uint32_t h, uint32_t *val);
+/* A hint only: the first slot key's probe would read. */
+void ck_strmap_prefetch(const struct ck_strmap *m, uint32_t h);
+
 #endif

@@ -86,6 +86,46 @@ START_TEST(key_in_two_files_refused)
 }
 END_TEST
 
+/* The name index hashes names ahead of the one it inserts (its slot
+ * prefetched): each of many names, from two files, is found by a lookup
+ * that hashes it afresh, and a repeat, in another file or the same, is
+ * refused. */
+START_TEST(index_of_many_names)
+{
+	enum { N = 120 }; /* tu_write_st writes at most 64 per file */
+	static char names[N + 1][16];
+	struct tu_tensor t[N + 1];
+	for (int i = 0; i <= N; i++) {
+		snprintf(names[i], sizeof names[i], "k.%d", i % N);
+		t[i] = (struct tu_tensor){names[i], CK_DT_F32, 1, {1 + i % 7}};
+	}
+	put_st("a.safetensors", t, N / 2);
+	put_st("b.safetensors", t + N / 2, N - N / 2);
+	struct ck_catalog *cat;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(dir, &cat, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(cat->n_entries, N);
+	for (int i = 0; i < N; i++) {
+		const struct ck_catalog_entry *e = ck_catalog_find(cat, names[i]);
+		ck_assert_msg(e && !strcmp(e->t.name, names[i]), "%s", names[i]);
+		ck_assert_int_eq(e->t.shape[0], 1 + i % 7);
+		ck_assert_str_eq(cat->files[e->file].name,
+				 i < N / 2 ? "a.safetensors" : "b.safetensors");
+	}
+	ck_assert_ptr_null(ck_catalog_find(cat, "k.120"));
+	ck_catalog_free(cat);
+	/* names[N] is "k.0" again */
+	put_st("b.safetensors", t + N / 2, N - N / 2 + 1);
+	expect_refused(dir, "key \"k.0\" is in both");
+	char *p = tu_path(dir, "b.safetensors");
+	unlink(p);
+	free(p);
+	t[N / 2] = t[N];
+	put_st("a.safetensors", t, N / 2 + 1);
+	expect_refused(dir, "a.safetensors: duplicate key \"k.0\"");
+}
+END_TEST
+
 START_TEST(empty_dir_refused)
 {
 	expect_refused(dir, "no *.safetensors (or torch.save *.bin) files");
@@ -389,6 +429,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, dir_without_index_merges_files);
 	tcase_add_test(tc, key_in_two_files_refused);
+	tcase_add_test(tc, index_of_many_names);
 	tcase_add_test(tc, empty_dir_refused);
 	tcase_add_test(tc, missing_source_refused);
 	tcase_add_test(tc, index_valid);
