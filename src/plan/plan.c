@@ -61,8 +61,8 @@ static int nomem(struct ck_err *err)
 	return ck_fail_sys(err, ENOMEM, "planning");
 }
 
-static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *map, char *name,
-		   struct ck_value *v, int rule, uint32_t *existing, struct ck_err *err)
+/* Room for one more key in *arr. */
+static int key_room(struct skey **arr, size_t *n, size_t *cap, struct ck_err *err)
 {
 	if (*n == *cap) {
 		size_t nc = *cap ? *cap * 2 : 64;
@@ -72,6 +72,14 @@ static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *
 		*arr = na;
 		*cap = nc;
 	}
+	return 0;
+}
+
+static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *map, char *name,
+		   struct ck_value *v, int rule, uint32_t *existing, struct ck_err *err)
+{
+	if (key_room(arr, n, cap, err) < 0)
+		return -1;
 	int r = ck_strmap_put(map, name, (uint32_t)*n, existing);
 	if (r < 0)
 		return nomem(err);
@@ -280,9 +288,10 @@ static int key_value(const struct ck_catalog *cat, const struct skey *k, struct 
 /* The index of the input of that name; -1 when there is none. */
 static int input_index(const struct stage *st, const char *name, uint32_t *i)
 {
-	if (ck_strmap_get(&st->in_map, name, i) == 0)
+	uint32_t h = ck_strmap_hash(name);
+	if (ck_strmap_get_h(&st->in_map, name, h, i) == 0)
 		return 0;
-	return st->cat_map ? ck_strmap_get(st->cat_map, name, i) : -1;
+	return st->cat_map ? ck_strmap_get_h(st->cat_map, name, h, i) : -1;
 }
 
 /* A new input (an intermediate) as key_add: 1 (*prev set) when an input of
@@ -294,11 +303,17 @@ static int add_input(struct stage *st, char *name, struct ck_value *v, int rule,
 	return key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, v, rule, prev, st->err);
 }
 
+/* No input known to bear the name: consume looks it up. */
+#define NO_HINT UINT32_MAX
+
+/* Take input key for rule r. hint: the input that a match found under this
+ * name, if any; it is checked by name, and a lookup in a 100k-name map is a
+ * cache miss per key that the plan's ~100,000 consumed keys pay otherwise. */
 static int consume(struct stage *st, const struct ck_rule *r, const char *key, int want_share,
-		   struct skey **out)
+		   uint32_t hint, struct skey **out)
 {
-	uint32_t i;
-	if (input_index(st, key, &i) < 0) {
+	uint32_t i = hint;
+	if ((i >= st->n_in || strcmp(st->in[i].name, key) != 0) && input_index(st, key, &i) < 0) {
 		ck_fail(st->err, CK_E_MAPPING, "missing source key");
 		return rule_fail(st, r, key);
 	}
@@ -324,9 +339,15 @@ static int consume(struct stage *st, const struct ck_rule *r, const char *key, i
 
 /* ---- one instance of a rule: bound captures, evaluate, emit outputs ---- */
 
-static int cmp_i64(const void *a, const void *b)
+/* A reduced capture's value and the input its match found (a hint). */
+struct rval {
+	int64_t v;
+	uint32_t key;
+};
+
+static int cmp_rval(const void *a, const void *b)
 {
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	int64_t x = ((const struct rval *)a)->v, y = ((const struct rval *)b)->v;
 	return x < y ? -1 : x > y;
 }
 
@@ -408,13 +429,15 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 		free(name);
 		return -1;
 	}
-	int interm = name[0] == '~';
 	uint32_t prev;
-	int rc = interm ? add_input(st, name, &v.t, r->index, &prev)
-			: key_add(&st->out, &st->n_out, &st->cap_out, &st->out_map, name, &v.t,
-				  r->index, &prev, st->err);
-	if (rc == 1) {
-		int other = interm ? st->in[prev].produced_by : st->out[prev].produced_by;
+	int rc;
+	if (name[0] != '~') { /* a target: a repeat is found once all are known */
+		rc = key_room(&st->out, &st->n_out, &st->cap_out, st->err);
+		if (rc == 0)
+			st->out[st->n_out++] = (struct skey){.name = name, .v = v.t,
+							     .produced_by = r->index};
+	} else if ((rc = add_input(st, name, &v.t, r->index, &prev)) == 1) {
+		int other = st->in[prev].produced_by;
 		ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by %s %d)",
 			other ? "rule" : "the inputs of the stage, rule", other);
 		rule_fail(st, r, name);
@@ -444,9 +467,10 @@ static int eval_lets(struct stage *st, const struct ck_rule *r, struct env *env)
 	return 0;
 }
 
-/* b binds every non-reduced capture; rvals are the reduced capture's values */
+/* b binds every non-reduced capture; rv are the reduced capture's values;
+ * hint: the input the match found for the first input, if not reduced */
 static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_binding *b,
-			const int64_t *rvals, int n_rvals)
+			const struct rval *rv, int n_rv, uint32_t hint)
 {
 	int rc = -1;
 	/* on the stack for the usual few (a plan runs ~100,000 instances) */
@@ -464,7 +488,7 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 	}
 	for (int i = 0; i < r->n_in; i++) {
 		int red = pat_reduced(r, &r->in[i].pat);
-		int cnt = red ? n_rvals : 1;
+		int cnt = red ? n_rv : 1;
 		if (red) {
 			inputs[i].kind = XV_LIST;
 			if (!(inputs[i].items = calloc((size_t)cnt, sizeof *inputs[i].items))) {
@@ -475,7 +499,7 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 		for (int j = 0; j < cnt; j++) {
 			char num[CK_FMT_INT_MAX], *key;
 			struct ck_binding bb; /* borrowed: b plus the reduced capture */
-			if (red && (ck_fmt_i64(num, rvals[j]),
+			if (red && (ck_fmt_i64(num, rv[j].v),
 				    ck_binding_borrow(&bb, b, r->reduce[0], num) < 0)) {
 				nomem(st->err);
 				goto out;
@@ -486,7 +510,8 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				goto out;
 			}
 			struct skey *k;
-			s = consume(st, r, key, r->share, &k);
+			uint32_t h = i ? NO_HINT : red ? rv[j].key : hint;
+			s = consume(st, r, key, r->share, h, &k);
 			free(key);
 			struct ck_xval *slot = red ? &inputs[i].items[inputs[i].n++] : &inputs[i];
 			if (s < 0)
@@ -551,6 +576,7 @@ struct match {
 	struct ck_binding b;
 	char *group; /* non-reduced capture values joined */
 	int64_t rval;
+	uint32_t key; /* the input it matched */
 };
 
 /* A reduction groups matches by their other captures: matches sorted by
@@ -701,7 +727,7 @@ static int collect_key(struct stage *st, struct collect *c, size_t i)
 	struct skey *k = &st->in[i];
 	if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
 		return 0;
-	struct match m = {0};
+	struct match m = {.key = (uint32_t)i};
 	int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
 	if (hit <= 0)
 		return hit < 0 ? nomem(st->err) : 0;
@@ -801,7 +827,7 @@ static int drop_matches(struct stage *st, const struct ck_rule *r, const struct 
 		struct skey *k;
 		if (ck_pattern_subst(&r->in[0].pat, &ms[i].b, &key, st->err) < 0)
 			return -1;
-		int s = consume(st, r, key, 1, &k);
+		int s = consume(st, r, key, 1, ms[i].key, &k);
 		free(key);
 		if (s < 0)
 			return -1;
@@ -839,7 +865,7 @@ static int reduction_keys(struct stage *st, const struct ck_rule *r, struct matc
 /* One group of a reduction: its reduced values must run 0..n-1; the rule
  * runs once with the group's other captures. */
 static int reduce_group(struct stage *st, const struct ck_rule *r, const struct match *first,
-			int64_t *vals, int n, int64_t want)
+			struct rval *vals, int n, int64_t want)
 {
 	if (want >= 0 && n != want) { /* "each" counts the reduced capture */
 		ck_fail(st->err, CK_E_MAPPING,
@@ -847,13 +873,13 @@ static int reduce_group(struct stage *st, const struct ck_rule *r, const struct 
 			r->reduce[0], n, (long long)want);
 		return rule_fail(st, r, NULL);
 	}
-	qsort(vals, (size_t)n, sizeof *vals, cmp_i64);
+	qsort(vals, (size_t)n, sizeof *vals, cmp_rval);
 	for (int j = 0; j < n; j++)
-		if (vals[j] != j) {
+		if (vals[j].v != j) {
 			ck_fail(st->err, CK_E_MAPPING,
 				"reduce over {%s}: values must run 0..%d without gaps or repeats, "
 				"found %lld at position %d",
-				r->reduce[0], n - 1, (long long)vals[j], j);
+				r->reduce[0], n - 1, (long long)vals[j].v, j);
 			return rule_fail(st, r, NULL);
 		}
 	struct ck_binding b = {0};
@@ -863,7 +889,7 @@ static int reduce_group(struct stage *st, const struct ck_rule *r, const struct 
 		    ck_binding_set(&b, first->b.name[j], first->b.val[j]) < 0)
 			rc = nomem(st->err);
 	if (rc == 0)
-		rc = run_instance(st, r, &b, vals, n);
+		rc = run_instance(st, r, &b, vals, n, NO_HINT);
 	ck_binding_clear(&b);
 	return rc;
 }
@@ -877,7 +903,7 @@ static int run_reduction(struct stage *st, const struct ck_rule *r, struct match
 		return -1;
 	struct ord_item *ord = malloc(nm * sizeof *ord);
 	size_t *runs = malloc(nm * 2 * sizeof *runs), nruns = 0;
-	int64_t *vals = malloc(nm * sizeof *vals);
+	struct rval *vals = malloc(nm * sizeof *vals);
 	int rc = !ord || !runs || !vals ? nomem(st->err) : 0;
 	for (size_t i = 0; rc == 0 && i < nm; i++)
 		ord[i] = (struct ord_item){ms[i].group, i};
@@ -894,7 +920,7 @@ static int run_reduction(struct stage *st, const struct ck_rule *r, struct match
 		size_t a = runs[2 * ri + 1];
 		int n = 0;
 		for (size_t j = a; j < nm && (j == a || !strcmp(ord[j].group, ord[a].group)); j++)
-			vals[n++] = ms[ord[j].i].rval;
+			vals[n++] = (struct rval){ms[ord[j].i].rval, ms[ord[j].i].key};
 		rc = reduce_group(st, r, &ms[runs[2 * ri]], vals, n, want);
 	}
 	free(vals);
@@ -1002,7 +1028,7 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 		rc = drop_matches(st, r, ms, nm);
 	} else if (rc == 0 && !r->n_reduce) {
 		for (size_t i = 0; i < nm && rc == 0; i++)
-			rc = run_instance(st, r, &ms[i].b, NULL, 0);
+			rc = run_instance(st, r, &ms[i].b, NULL, 0, ms[i].key);
 	} else if (rc == 0 && nm) {
 		rc = run_reduction(st, r, ms, nm, reduce_n);
 	}
@@ -1201,6 +1227,36 @@ static int rename_outputs(struct stage *st)
 	return rc;
 }
 
+/* The rules' targets in the stage's map of them, which is sized for them
+ * now (a fusing mapping makes a few hundred of 100,000 keys; a map sized
+ * for the keys would be 4 MB of slots zeroed for nothing): a name made
+ * twice is refused, naming both rules. Slots are prefetched a few names
+ * ahead, as in the catalog's index. */
+static int index_targets(struct stage *st)
+{
+	enum { AHEAD = 16 };
+	uint32_t h[AHEAD], prev;
+	ck_strmap_free(&st->out_map);
+	if (ck_strmap_init(&st->out_map, st->n_out) < 0)
+		return nomem(st->err);
+	for (size_t i = 0; i < st->n_out; i++) {
+		for (size_t j = i ? i + AHEAD - 1 : 0; j < i + AHEAD && j < st->n_out; j++) {
+			h[j % AHEAD] = ck_strmap_hash(st->out[j].name);
+			ck_strmap_prefetch(&st->out_map, h[j % AHEAD]);
+		}
+		const struct skey *o = &st->out[i];
+		int r = ck_strmap_put_h(&st->out_map, o->name, h[i % AHEAD], (uint32_t)i, &prev);
+		if (r < 0)
+			return nomem(st->err);
+		if (r == 1) {
+			ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by rule %d)",
+				st->out[prev].produced_by);
+			return rule_fail(st, &st->m->rules[o->produced_by - 1], o->name);
+		}
+	}
+	return 0;
+}
+
 /* Every key moves in, with room for intermediates, and about as many come
  * out: no doubling series, whose copies would each fault in fresh memory
  * (room never touched costs address space only). names: the inputs' name
@@ -1213,7 +1269,7 @@ static int stage_alloc(struct stage *st, size_t n_keys, const struct ck_strmap *
 	if (!(st->in = malloc(st->cap_in * sizeof *st->in)) ||
 	    !(st->out = malloc(st->cap_out * sizeof *st->out)) ||
 	    ck_strmap_init(&st->in_map, names ? 64 : n_keys) < 0 ||
-	    ck_strmap_init(&st->out_map, n_keys) < 0)
+	    ck_strmap_init(&st->out_map, 0) < 0)
 		return nomem(st->err);
 	return 0;
 }
@@ -1306,6 +1362,8 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 	for (int i = 0; i < m->n_rules; i++)
 		if (run_rule(&st, &m->rules[i]) < 0 || note_lint(&st, &m->rules[i]) < 0)
 			goto fail;
+	if (index_targets(&st) < 0)
+		goto fail;
 	enum ck_unused pol = m->unused != CK_UNUSED_DEFAULT ? m->unused
 			     : first			       ? CK_UNUSED_ERROR
 							       : CK_UNUSED_KEEP;

@@ -303,6 +303,86 @@ START_TEST(source_key_named_like_an_intermediate)
 }
 END_TEST
 
+/* A plan of one mapping text over catalog c: NULL with err on failure. */
+static struct ck_plan *plan_over(struct ck_catalog *c, const char *text, struct ck_err *err)
+{
+	struct ck_mapping *m;
+	struct ck_plan *p = NULL;
+	if (ck_mapping_parse(text, strlen(text), "m.json", &m, err) < 0)
+		return NULL;
+	ck_plan_build(c, &m, 1, &p, err);
+	ck_mapping_free(m);
+	return p;
+}
+
+static void expect_fail_over(struct ck_catalog *c, const char *text, const char *want)
+{
+	struct ck_err err;
+	struct ck_plan *p = plan_over(c, text, &err);
+	ck_assert_msg(p == NULL, "mapping accepted: %s", text);
+	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
+}
+
+/* A rule's instances take their first input at the key its match found,
+ * checked by name: a reduction stacks each group's keys in the order of the
+ * reduced value, and a key whose capture does not spell that value ("p.01"
+ * for 1) is missing, as a lookup finds it. Targets are indexed once all
+ * rules ran: a name made twice, by one rule or two, tens of names apart, is
+ * refused naming both rules, and so is a kept key a rule also makes. */
+START_TEST(instances_take_matched_keys)
+{
+	enum { L = 2, E = 30 };
+	static char names[L * E][24];
+	struct tu_tensor t[L * E];
+	for (int i = 0; i < L * E; i++) {
+		snprintf(names[i], sizeof names[i], "l.%d.e.%d.w", i / E, i % E);
+		t[i] = (struct tu_tensor){names[i], CK_DT_F32, 1, {2}};
+	}
+	static const struct tu_tensor pt[] = {{"p.0", CK_DT_F32, 1, {2}},
+					      {"p.01", CK_DT_F32, 1, {2}}};
+	char *d = tu_mkdtemp();
+	char *f1 = tu_path(d, "a.safetensors"), *f2 = tu_path(d, "b.safetensors");
+	tu_write_st(f1, t, L * E);
+	tu_write_st(f2, pt, 2);
+	struct ck_catalog *c;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	struct ck_plan *p = plan_over(c, "{" KEEP "\"rules\": [{\"from\": \"l.{L}.e.{E}.w\", "
+					 "\"reduce\": \"E\", \"to\": \"s.{L}\", "
+					 "\"expr\": \"stack(x, 0)\"}]}", &err);
+	ck_assert_msg(p, "%s", err.msg);
+	for (int l = 0; l < L; l++) {
+		char name[16];
+		snprintf(name, sizeof name, "s.%d", l);
+		const struct ck_target *tg = ck_plan_find(p, name);
+		ck_assert_msg(tg && tg->v.n == E, "%s", name);
+		for (int e = 0; e < E; e++) {
+			const struct ck_catalog_entry *src = ck_catalog_find(c, names[l * E + e]);
+			ck_assert_uint_eq(tg->v.p[e].src, (uint32_t)(src - c->entries));
+		}
+	}
+	ck_plan_free(p);
+	expect_fail_over(c, "{" KEEP "\"rules\": [{\"from\": \"p.{i}\", \"reduce\": \"i\", "
+			    "\"to\": \"q\", \"expr\": \"stack(x, 0)\"}]}",
+			 "key \"p.1\": missing source key");
+	expect_fail_over(c,
+			 "{" KEEP "\"rules\": [{\"from\": \"l.{L}.e.{E}.w\", \"to\": \"t.{E}\"}]}",
+			 "rule 1 (\"l.{L}.e.{E}.w\" -> \"t.{E}\"): key \"t.0\": target produced "
+			 "twice (also by rule 1)");
+	expect_fail_over(c, "{" KEEP "\"rules\": [{\"from\": \"l.{L}.e.{E}.w\", "
+			    "\"to\": \"a.{L}.{E}\"}, {\"from\": \"p.0\", \"to\": \"a.1.29\"}]}",
+			 "rule 2 (\"p.0\" -> \"a.1.29\"): key \"a.1.29\": target produced twice "
+			 "(also by rule 1)");
+	expect_fail_over(c, "{" KEEP "\"rules\": [{\"from\": \"p.0\", \"to\": \"p.01\"}]}",
+			 "unused key \"p.01\" is kept but rule 1 also produces it");
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(f1);
+	free(f2);
+	free(d);
+}
+END_TEST
+
 START_TEST(plans)
 {
 	struct ck_err err;
@@ -552,6 +632,7 @@ int main(void)
 	tcase_add_test(tc, builtin_errors);
 	tcase_add_test(tc, plans);
 	tcase_add_test(tc, source_key_named_like_an_intermediate);
+	tcase_add_test(tc, instances_take_matched_keys);
 	tcase_add_test(tc, renames);
 	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, key_shapes);
