@@ -179,26 +179,23 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, 
 	return 0;
 }
 
-/* How many names ahead ck_catalog_index hashes, its slot prefetched: the
- * slots of a 100,000-name map are a cache miss each, and this many misses
- * overlap instead of following one another. */
-#define INDEX_AHEAD 16
+static const char *entry_key(const void *cat, size_t i)
+{
+	return ((const struct ck_catalog *)cat)->entries[i].t.name;
+}
 
+/* The name map, its slots prefetched a few names ahead: the slots of a
+ * 100,000-name map are a cache miss each, and these overlap. */
 int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err)
 {
 	ck_natural_sort(cat->entries, cat->n_entries, sizeof *cat->entries, entry_name);
 	if (ck_strmap_init(&cat->by_name, cat->n_entries) < 0)
 		return ck_fail_sys(err, ENOMEM, "catalog");
-	uint32_t h[INDEX_AHEAD];
+	struct ck_strmap_window w;
 	for (size_t i = 0; i < cat->n_entries; i++) {
-		for (size_t j = i ? i + INDEX_AHEAD - 1 : 0; j < i + INDEX_AHEAD; j++)
-			if (j < cat->n_entries) {
-				h[j % INDEX_AHEAD] = ck_strmap_hash(cat->entries[j].t.name);
-				ck_strmap_prefetch(&cat->by_name, h[j % INDEX_AHEAD]);
-			}
+		uint32_t h = ck_strmap_ahead(&cat->by_name, &w, i, cat->n_entries, entry_key, cat);
 		uint32_t other;
-		int r = ck_strmap_put_h(&cat->by_name, cat->entries[i].t.name, h[i % INDEX_AHEAD],
-					(uint32_t)i, &other);
+		int r = ck_strmap_put_h(&cat->by_name, cat->entries[i].t.name, h, (uint32_t)i, &other);
 		if (r < 0)
 			return ck_fail_sys(err, ENOMEM, "catalog");
 		if (r == 1 && cat->entries[other].file == cat->entries[i].file)
@@ -289,6 +286,11 @@ static int list_weight_files(const char *dir, const char *suffix, char ***names,
 
 /* With an index, every listed key must be in the file it names, listed once,
  * and every key of those files must be listed, mapped to that file. */
+static const char *index_key(const void *idx, size_t i)
+{
+	return ((const struct ck_index *)idx)->entries[i].key;
+}
+
 static int check_against_index(const struct ck_catalog *cat, const struct ck_index *idx,
 			       const char *what, struct ck_err *err)
 {
@@ -296,15 +298,18 @@ static int check_against_index(const struct ck_catalog *cat, const struct ck_ind
 	if (!seen)
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	int rc = -1;
+	struct ck_strmap_window w; /* the lookups' misses overlap */
 	for (size_t i = 0; i < idx->n_entries; i++) {
-		const struct ck_catalog_entry *e = ck_catalog_find(cat, idx->entries[i].key);
+		uint32_t h = ck_strmap_ahead(&cat->by_name, &w, i, idx->n_entries, index_key, idx), k;
+		const char *key = idx->entries[i].key;
+		const struct ck_catalog_entry *e =
+			ck_strmap_get_h(&cat->by_name, key, h, &k) == 0 ? &cat->entries[k] : NULL;
 		const char *want = idx->files[idx->entries[i].file];
 		if (!e) {
 			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" is listed in %s but not in it", what,
 				idx->entries[i].key, want);
 			goto out;
 		}
-		size_t k = (size_t)(e - cat->entries);
 		if (seen[k / 8] >> (k % 8) & 1) {
 			ck_fail(err, CK_E_SOURCE, "%s: key \"%s\" listed twice in weight_map", what,
 				idx->entries[i].key);

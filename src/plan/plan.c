@@ -1232,20 +1232,22 @@ static int rename_outputs(struct stage *st)
  * for the keys would be 4 MB of slots zeroed for nothing): a name made
  * twice is refused, naming both rules. Slots are prefetched a few names
  * ahead, as in the catalog's index. */
+static const char *out_name(const void *st, size_t i)
+{
+	return ((const struct stage *)st)->out[i].name;
+}
+
 static int index_targets(struct stage *st)
 {
-	enum { AHEAD = 16 };
-	uint32_t h[AHEAD], prev;
+	uint32_t prev;
+	struct ck_strmap_window w;
 	ck_strmap_free(&st->out_map);
 	if (ck_strmap_init(&st->out_map, st->n_out) < 0)
 		return nomem(st->err);
 	for (size_t i = 0; i < st->n_out; i++) {
-		for (size_t j = i ? i + AHEAD - 1 : 0; j < i + AHEAD && j < st->n_out; j++) {
-			h[j % AHEAD] = ck_strmap_hash(st->out[j].name);
-			ck_strmap_prefetch(&st->out_map, h[j % AHEAD]);
-		}
+		uint32_t h = ck_strmap_ahead(&st->out_map, &w, i, st->n_out, out_name, st);
 		const struct skey *o = &st->out[i];
-		int r = ck_strmap_put_h(&st->out_map, o->name, h[i % AHEAD], (uint32_t)i, &prev);
+		int r = ck_strmap_put_h(&st->out_map, o->name, h, (uint32_t)i, &prev);
 		if (r < 0)
 			return nomem(st->err);
 		if (r == 1) {

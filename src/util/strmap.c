@@ -124,3 +124,14 @@ void ck_strmap_prefetch(const struct ck_strmap *m, uint32_t h)
 	if (m->cap)
 		__builtin_prefetch(&m->slots[h & (m->cap - 1)], 1);
 }
+
+uint32_t ck_strmap_ahead(const struct ck_strmap *m, struct ck_strmap_window *w, size_t i,
+			 size_t n, const char *(*name)(const void *ctx, size_t j), const void *ctx)
+{
+	for (size_t j = i ? i + CK_STRMAP_AHEAD - 1 : 0; j < i + CK_STRMAP_AHEAD && j < n; j++) {
+		uint32_t h = ck_strmap_hash(name(ctx, j));
+		w->h[j % CK_STRMAP_AHEAD] = h;
+		ck_strmap_prefetch(m, h);
+	}
+	return w->h[i % CK_STRMAP_AHEAD];
+}

@@ -39,4 +39,14 @@ int ck_strmap_get_h(const struct ck_strmap *m, const char *key, uint32_t h, uint
 /* A hint only: the first slot key's probe would read. */
 void ck_strmap_prefetch(const struct ck_strmap *m, uint32_t h);
 
+/* Keys 0..n-1 (name(ctx, j) gives key j) taken in order: ck_strmap_ahead
+ * returns key i's hash, having hashed the keys up to CK_STRMAP_AHEAD - 1
+ * past it and prefetched their slots. Call it for i = 0, 1, 2, ... */
+#define CK_STRMAP_AHEAD 16
+struct ck_strmap_window {
+	uint32_t h[CK_STRMAP_AHEAD];
+};
+uint32_t ck_strmap_ahead(const struct ck_strmap *m, struct ck_strmap_window *w, size_t i,
+			 size_t n, const char *(*name)(const void *ctx, size_t j), const void *ctx);
+
 #endif
