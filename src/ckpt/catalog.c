@@ -195,7 +195,8 @@ int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err)
 	for (size_t i = 0; i < cat->n_entries; i++) {
 		uint32_t h = ck_strmap_ahead(&cat->by_name, &w, i, cat->n_entries, entry_key, cat);
 		uint32_t other;
-		int r = ck_strmap_put_h(&cat->by_name, cat->entries[i].t.name, h, (uint32_t)i, &other);
+		int r = ck_strmap_put_h(&cat->by_name, cat->entries[i].t.name, h, (uint32_t)i,
+					&other);
 		if (r < 0)
 			return ck_fail_sys(err, ENOMEM, "catalog");
 		if (r == 1 && cat->entries[other].file == cat->entries[i].file)
@@ -300,7 +301,8 @@ static int check_against_index(const struct ck_catalog *cat, const struct ck_ind
 	int rc = -1;
 	struct ck_strmap_window w; /* the lookups' misses overlap */
 	for (size_t i = 0; i < idx->n_entries; i++) {
-		uint32_t h = ck_strmap_ahead(&cat->by_name, &w, i, idx->n_entries, index_key, idx), k;
+		uint32_t k, h = ck_strmap_ahead(&cat->by_name, &w, i, idx->n_entries, index_key,
+						idx);
 		const char *key = idx->entries[i].key;
 		const struct ck_catalog_entry *e =
 			ck_strmap_get_h(&cat->by_name, key, h, &k) == 0 ? &cat->entries[k] : NULL;

@@ -120,8 +120,8 @@ START_TEST(index_of_many_names)
 	for (int bad = 0; bad < 2; bad++) {
 		int o = snprintf(json, sizeof json, "{\"weight_map\": {");
 		for (int i = N - 1; i >= 0; i--)
-			o += snprintf(json + o, sizeof json - (size_t)o, "%s\"%s\": \"%s.safetensors\"",
-				      i == N - 1 ? "" : ", ", names[i],
+			o += snprintf(json + o, sizeof json - (size_t)o,
+				      "%s\"%s\": \"%s.safetensors\"", i == N - 1 ? "" : ", ", names[i],
 				      (i < N / 2) != (bad && i == 3) ? "a" : "b");
 		snprintf(json + o, sizeof json - (size_t)o, "}}");
 		put_str("model.safetensors.index.json", json);
