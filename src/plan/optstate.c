@@ -308,10 +308,10 @@ int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, in
 	}
 	size_t kept = 0;
 	for (size_t i = 0; i < *n; i++) {
-		if (is_state[i])
-			free((*keys)[i].name);
-		else
+		if (!is_state[i])
 			(*keys)[kept++] = (*keys)[i];
+		else if (!(*keys)[i].borrowed)
+			free((*keys)[i].name);
 	}
 	free(is_state);
 	*n = kept;

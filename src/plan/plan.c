@@ -20,10 +20,9 @@ struct stage {
 	const struct ck_catalog *cat;
 	struct skey *in; /* the stage's inputs and intermediates */
 	size_t n_in, cap_in;
-	size_t n_borrowed; /* in[0 .. n_borrowed) name the catalog's own strings */
-	/* the catalog's name map when in[0 .. n_borrowed) are its entries in
-	 * its order (its values are their indices): in_map holds only the
-	 * names added after them */
+	/* the catalog's name map when in[0 .. n) are its n entries in its
+	 * order (its values are their indices): in_map holds only the names
+	 * added after them */
 	const struct ck_strmap *cat_map;
 	struct ck_strmap in_map;
 	struct skey *out;
@@ -93,7 +92,8 @@ static int key_add(struct skey **arr, size_t *n, size_t *cap, struct ck_strmap *
 void ck_plan_keys_free(struct skey *k, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		free(k[i].name);
+		if (!k[i].borrowed)
+			free(k[i].name);
 		free(k[i].param);
 		free(k[i].state);
 		ck_value_free(&k[i].v);
@@ -1105,8 +1105,6 @@ static int stage_params(struct stage *st)
 
 static void stage_free(struct stage *st)
 {
-	for (size_t i = 0; i < st->n_borrowed; i++)
-		st->in[i].name = NULL; /* the catalog's */
 	ck_plan_keys_free(st->in, st->n_in);
 	ck_plan_keys_free(st->out, st->n_out);
 	ck_strmap_free(&st->in_map);
@@ -1306,16 +1304,17 @@ static int stage_inputs(struct stage *st, struct skey *keys, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		struct skey *k = &keys[i];
 		char *name = plain ? k->name : rename_key(m, k->name);
+		int borrowed = plain && k->borrowed;
 		if (plain)
 			k->name = NULL; /* moved into the stage */
 		if (as_cat) { /* in the catalog's map already, as input i, under the
-			       * catalog's string for its name (one copy of 100k names
-			       * less) */
+			       * catalog's string for its name */
 			st->in[st->n_in++] = (struct skey){.name = (char *)cat->entries[i].t.name,
 							   .v = k->v,
-							   .leaf = k->leaf};
-			st->n_borrowed = st->n_in;
-			free(name);
+							   .leaf = k->leaf,
+							   .borrowed = 1};
+			if (!borrowed)
+				free(name);
 			k->v.p = NULL;
 			continue;
 		}
@@ -1329,10 +1328,12 @@ static int stage_inputs(struct stage *st, struct skey *keys, size_t n)
 				plain ? st->in[prev].name : keys[prev].name, plain ? name : k->name,
 				name);
 		if (r != 0) {
-			free(name);
+			if (!borrowed)
+				free(name);
 			goto out;
 		}
 		st->in[st->n_in - 1].leaf = k->leaf;
+		st->in[st->n_in - 1].borrowed = (uint8_t)borrowed;
 		k->v.p = NULL; /* moved into the stage */
 	}
 	rc = 0;
@@ -1466,17 +1467,14 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 {
 	*out = NULL;
 	size_t n = cat->logical ? cat->n_logical : cat->n_entries;
-	struct skey *keys = calloc(n ? n : 1, sizeof *keys);
+	struct skey *keys = malloc((n ? n : 1) * sizeof *keys);
 	if (!keys)
 		return nomem(err);
-	for (size_t i = 0; i < n; i++) {
-		keys[i].leaf = (uint32_t)i + 1;
-		if (!(keys[i].name = strdup(cat->logical ? cat->logical[i].name
-							 : cat->entries[i].t.name))) {
-			ck_plan_keys_free(keys, i);
-			return nomem(err);
-		}
-	}
+	for (size_t i = 0; i < n; i++) /* named with the catalog's strings */
+		keys[i] = (struct skey){.name = cat->logical ? cat->logical[i].name
+							     : (char *)cat->entries[i].t.name,
+					.leaf = (uint32_t)i + 1,
+					.borrowed = 1};
 	struct ck_warnings warn = {NULL, 0};
 	struct ck_opt_split *os = NULL;
 	char *opt_template = NULL;
@@ -1500,7 +1498,10 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		}
 	}
 	for (size_t i = 0; i < n; i++) { /* targets that are source keys as they are */
-		if (keys[i].leaf && ck_plan_source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0) {
+		if (keys[i].borrowed && (keys[i].name = strdup(keys[i].name))) /* a target owns it */
+			keys[i].borrowed = 0;
+		if ((keys[i].borrowed && nomem(err)) ||
+		    (keys[i].leaf && ck_plan_source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0)) {
 			ck_plan_keys_free(keys, n);
 			ck_warnings_free(&warn);
 			free(opt_template);

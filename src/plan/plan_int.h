@@ -16,6 +16,9 @@ struct skey {
 	 * holds no pieces until a rule reads it or it becomes a target, so a
 	 * 100k-key plan does not hold every leaf and its copy at once */
 	uint32_t leaf;
+	/* name is the catalog's own string (a source key as it is), not
+	 * freed with the key: 100k names are not copied to be thrown away */
+	uint8_t borrowed;
 	/* a final target that is optimizer state: the parameter target it
 	 * follows and the state's name ("exp_avg"); scalar: a per-parameter
 	 * scalar ("step"), replicated on per-rank views */
