@@ -1498,16 +1498,17 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		}
 	}
 	for (size_t i = 0; i < n; i++) { /* targets that are source keys as they are */
-		if (keys[i].borrowed && (keys[i].name = strdup(keys[i].name))) /* a target owns it */
-			keys[i].borrowed = 0;
-		if ((keys[i].borrowed && nomem(err)) ||
-		    (keys[i].leaf && ck_plan_source_value(cat, keys[i].leaf - 1, &keys[i].v, err) < 0)) {
+		struct skey *k = &keys[i];
+		if (k->borrowed && (k->name = strdup(k->name))) /* a target owns its name */
+			k->borrowed = 0;
+		if ((k->borrowed && nomem(err)) ||
+		    (k->leaf && ck_plan_source_value(cat, k->leaf - 1, &k->v, err) < 0)) {
 			ck_plan_keys_free(keys, n);
 			ck_warnings_free(&warn);
 			free(opt_template);
 			return -1;
 		}
-		keys[i].leaf = 0;
+		k->leaf = 0;
 	}
 	struct ck_plan *p = calloc(1, sizeof *p);
 	struct ck_target *t = calloc(n ? n : 1, sizeof *t);
