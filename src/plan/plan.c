@@ -27,7 +27,7 @@ struct stage {
 	struct ck_strmap in_map;
 	struct skey *out;
 	size_t n_out, cap_out;
-	struct ck_strmap out_map;
+	struct ck_strmap out_map; /* built once the rules ran (index_targets) */
 	struct ck_keyshapes shapes; /* of in[0 .. n_shaped) */
 	size_t n_shaped;
 	/* in[] indices by shape id, ascending: a rule whose pattern decides by
@@ -1225,21 +1225,20 @@ static int rename_outputs(struct stage *st)
 	return rc;
 }
 
-/* The rules' targets in the stage's map of them, which is sized for them
- * now (a fusing mapping makes a few hundred of 100,000 keys; a map sized
- * for the keys would be 4 MB of slots zeroed for nothing): a name made
- * twice is refused, naming both rules. Slots are prefetched a few names
- * ahead, as in the catalog's index. */
 static const char *out_name(const void *st, size_t i)
 {
 	return ((const struct stage *)st)->out[i].name;
 }
 
+/* The rules' targets (all a rule's so far) in the stage's map of them,
+ * which is sized for them now (a fusing mapping makes a few hundred of
+ * 100,000 keys; a map sized for the keys would be 4 MB of slots zeroed for
+ * nothing): a name made twice is refused, naming both rules. Slots are
+ * prefetched a few names ahead, as in the catalog's index. */
 static int index_targets(struct stage *st)
 {
 	uint32_t prev;
 	struct ck_strmap_window w;
-	ck_strmap_free(&st->out_map);
 	if (ck_strmap_init(&st->out_map, st->n_out) < 0)
 		return nomem(st->err);
 	for (size_t i = 0; i < st->n_out; i++) {
@@ -1268,8 +1267,7 @@ static int stage_alloc(struct stage *st, size_t n_keys, const struct ck_strmap *
 	st->cat_map = names;
 	if (!(st->in = malloc(st->cap_in * sizeof *st->in)) ||
 	    !(st->out = malloc(st->cap_out * sizeof *st->out)) ||
-	    ck_strmap_init(&st->in_map, names ? 64 : n_keys) < 0 ||
-	    ck_strmap_init(&st->out_map, 0) < 0)
+	    ck_strmap_init(&st->in_map, names ? 64 : n_keys) < 0)
 		return nomem(st->err);
 	return 0;
 }
