@@ -151,13 +151,20 @@ static int build_groups(struct ck_plan *p, struct ck_err *err)
 	return 0;
 }
 
+static const char *nth_target_name(const void *p, size_t i)
+{
+	return ((const struct ck_plan *)p)->t[i].name;
+}
+
 int ck_plan_finish(struct ck_plan *p, struct ck_err *err)
 {
 	ck_natural_sort(p->t, p->n, sizeof *p->t, target_name);
 	if (ck_strmap_init(&p->by_name, p->n) < 0)
 		return nomem(err);
 	p->total_bytes = 0;
+	struct ck_strmap_window w; /* 91k names: the slots' misses overlap */
 	for (size_t i = 0; i < p->n; i++) {
+		uint32_t h = ck_strmap_ahead(&p->by_name, &w, i, p->n, nth_target_name, p);
 		struct ck_target *t = &p->t[i];
 		uint64_t bytes;
 		if (ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &bytes) < 0)
@@ -167,7 +174,7 @@ int ck_plan_finish(struct ck_plan *p, struct ck_err *err)
 		 * no piece covers, in whatever memory it is given */
 		t->holes = ck_value_has_holes(&t->v);
 		p->total_bytes += bytes;
-		if (ck_strmap_put(&p->by_name, t->name, (uint32_t)i, NULL) < 0)
+		if (ck_strmap_put_h(&p->by_name, t->name, h, (uint32_t)i, NULL) < 0)
 			return nomem(err);
 	}
 	return build_groups(p, err);
