@@ -296,7 +296,9 @@ static void step_box(const struct ck_catalog *cat, const struct step *s, struct 
 	b->sdt = p->fp4 ? CK_DT_F4_E2M1 : s->src->t.dtype;
 	b->ddt = s->tdt;
 	b->nc = p->n_casts;
-	memcpy(b->casts, p->casts, sizeof b->casts);
+	_Static_assert(CK_BOX_CASTS >= CK_MAX_CASTS, "a box holds a piece's casts");
+	for (int k = 0; k < p->n_casts; k++)
+		b->casts[k] = (enum ck_dtype)p->casts[k];
 	b->saturate = p->saturate;
 	b->shifted = p->shifted;
 	b->shift = p->shift;

@@ -967,7 +967,7 @@ int ck_value_cast(struct ck_value *v, enum ck_dtype to, int saturate, struct ck_
 				       CK_MAX_CASTS);
 		if (saturate)
 			q->saturate |= (uint8_t)(1u << q->n_casts);
-		q->casts[q->n_casts++] = to;
+		q->casts[q->n_casts++] = (uint8_t)to;
 	}
 	v->dtype = to;
 	return 0;

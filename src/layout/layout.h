@@ -33,6 +33,8 @@ struct ck_piece_scale {
 	int64_t base;
 };
 
+_Static_assert(CK_DT_COUNT <= 256, "a piece keeps its casts' dtypes in a byte each");
+
 struct ck_piece {
 	uint32_t src; /* catalog entry */
 	uint8_t n_casts;
@@ -42,7 +44,9 @@ struct ck_piece {
 	 * first; base and strides count nibbles (byte = element >> 1). Always
 	 * scaled (E8M0, one per 32 values), so never plain. */
 	uint8_t fp4;
-	enum ck_dtype casts[CK_MAX_CASTS]; /* applied in order after reading */
+	/* enum ck_dtype values, applied in order after reading (a byte each:
+	 * a 100k-key plan holds 100k pieces) */
+	uint8_t casts[CK_MAX_CASTS];
 	float shift;
 	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
 	int64_t stride[CK_MAX_DIMS]; /* source elements per step of each dim */
