@@ -21,9 +21,10 @@ struct skey {
 	uint8_t borrowed;
 	/* a final target that is optimizer state: the parameter target it
 	 * follows and the state's name ("exp_avg"); scalar: a per-parameter
-	 * scalar ("step"), replicated on per-rank views */
+	 * scalar ("step"), replicated on per-rank views (a byte, beside
+	 * borrowed: 128 bytes a key, not 136) */
+	uint8_t scalar;
 	char *param, *state;
-	int scalar;
 };
 
 struct ck_warnings {
