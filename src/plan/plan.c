@@ -1258,33 +1258,41 @@ static int index_targets(struct stage *st)
 
 /* Every key moves in, with room for intermediates, and about as many come
  * out: no doubling series, whose copies would each fault in fresh memory
- * (room never touched costs address space only). names: the inputs' name
- * map when it exists already (the catalog's, see cat_map), else NULL. */
-static int stage_alloc(struct stage *st, size_t n_keys, const struct ck_strmap *names)
+ * (room never touched costs address space only). *as_cat: the keys when
+ * they are the catalog's as they are (keys_are_catalog): the array becomes
+ * the inputs (NULL once it did), the catalog's map their map (cat_map). */
+static int stage_alloc(struct stage *st, size_t n_keys, struct skey **as_cat)
 {
 	st->cap_in = n_keys + n_keys / 4 + 16;
 	st->cap_out = n_keys + n_keys / 8 + 16;
-	st->cat_map = names;
-	if (!(st->in = malloc(st->cap_in * sizeof *st->in)) ||
-	    !(st->out = malloc(st->cap_out * sizeof *st->out)) ||
-	    ck_strmap_init(&st->in_map, names ? 64 : n_keys) < 0)
+	st->cat_map = *as_cat ? &st->cat->by_name : NULL;
+	if (!(st->in = realloc(*as_cat, st->cap_in * sizeof *st->in)))
+		return nomem(st->err);
+	if (*as_cat)
+		st->n_in = n_keys, *as_cat = NULL;
+	if (!(st->out = malloc(st->cap_out * sizeof *st->out)) ||
+	    ck_strmap_init(&st->in_map, st->cat_map ? 64 : n_keys) < 0)
 		return nomem(st->err);
 	return 0;
 }
 
-/* Whether keys are the catalog's tensors, all, in its order, under their own
- * names: then the catalog's name map, whose values are the entries' indices,
- * finds them as the stage's inputs (a 100k-key stage would put every name
- * in a map of its own again, each a cache miss, 4 MB of slots). */
+/* Whether keys are the catalog's tensors, all, in its order, under their
+ * own names (the catalog's strings), untouched by any rule: then they are
+ * the stage's inputs as they are, and the catalog's name map, whose values
+ * are the entries' indices, finds them (a 100k-key stage would copy every
+ * key and put every name in a map of its own, each a cache miss). */
 static int keys_are_catalog(const struct ck_mapping *m, const struct ck_catalog *cat,
 			    const struct skey *keys, size_t n)
 {
 	if (m->n_strip_prefixes || m->n_strip_segments || m->add_prefix || cat->logical ||
 	    n != cat->n_entries || cat->by_name.len != n)
 		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (keys[i].leaf != i + 1)
+	for (size_t i = 0; i < n; i++) {
+		const struct skey *k = &keys[i];
+		if (k->leaf != i + 1 || !k->borrowed || k->consumed_by || k->produced_by ||
+		    k->param || k->state || k->scalar)
 			return 0;
+	}
 	return 1;
 }
 
@@ -1293,10 +1301,15 @@ static int keys_are_catalog(const struct ck_mapping *m, const struct ck_catalog 
 static int stage_inputs(struct stage *st, struct skey *keys, size_t n)
 {
 	const struct ck_mapping *m = st->m;
-	const struct ck_catalog *cat = st->cat;
-	int as_cat = keys_are_catalog(m, cat, keys, n), rc = -1;
-	if (stage_alloc(st, n, as_cat ? &cat->by_name : NULL) < 0)
+	struct skey *as_cat = keys_are_catalog(m, st->cat, keys, n) ? keys : NULL;
+	int rc = -1;
+	if (stage_alloc(st, n, &as_cat) < 0) {
+		if (!as_cat && st->cat_map) /* it moved in */
+			keys = NULL, n = 0;
 		goto out;
+	}
+	if (st->cat_map) /* the keys are the inputs */
+		return 0;
 	/* no renaming: each name moves into the stage as it is */
 	int plain = !m->n_strip_prefixes && !m->n_strip_segments && !m->add_prefix;
 	for (size_t i = 0; i < n; i++) {
@@ -1305,17 +1318,6 @@ static int stage_inputs(struct stage *st, struct skey *keys, size_t n)
 		int borrowed = plain && k->borrowed;
 		if (plain)
 			k->name = NULL; /* moved into the stage */
-		if (as_cat) { /* in the catalog's map already, as input i, under the
-			       * catalog's string for its name */
-			st->in[st->n_in++] = (struct skey){.name = (char *)cat->entries[i].t.name,
-							   .v = k->v,
-							   .leaf = k->leaf,
-							   .borrowed = 1};
-			if (!borrowed)
-				free(name);
-			k->v.p = NULL;
-			continue;
-		}
 		uint32_t prev;
 		int r = name ? key_add(&st->in, &st->n_in, &st->cap_in, &st->in_map, name, &k->v, 0,
 				       &prev, st->err)
