@@ -285,13 +285,13 @@ static int list_weight_files(const char *dir, const char *suffix, char ***names,
 	return 0;
 }
 
-/* With an index, every listed key must be in the file it names, listed once,
- * and every key of those files must be listed, mapped to that file. */
 static const char *index_key(const void *idx, size_t i)
 {
 	return ((const struct ck_index *)idx)->entries[i].key;
 }
 
+/* With an index, every listed key must be in the file it names, listed once,
+ * and every key of those files must be listed, mapped to that file. */
 static int check_against_index(const struct ck_catalog *cat, const struct ck_index *idx,
 			       const char *what, struct ck_err *err)
 {
