@@ -49,6 +49,13 @@ int ck_io_read(struct ck_io *io, const struct ck_io_req *reqs, size_t n);
  * 0, or -EIO past the end of the file, or a negative errno. */
 int ck_io_pread_direct(int fd, void *dst, uint64_t len, uint64_t off, unsigned char *bounce,
 		       size_t cap);
+/* The same read without the copy: the aligned blocks around [off, off + len)
+ * are read into dst (aligned to CK_DIO_ALIGN, with room for
+ * ck_io_direct_room(off, len) bytes), and the wanted bytes start at the
+ * returned offset in dst; or -EIO past the end of the file, or -errno. The
+ * FUSE daemon answers from there (its reply takes a pointer, not a copy). */
+uint64_t ck_io_direct_room(uint64_t off, uint64_t len);
+long ck_io_pread_around(int fd, unsigned char *dst, uint64_t len, uint64_t off);
 /* Submit what is queued and wait for one completion, counting the SQEs the
  * kernel took in *accepted. A ring that fails for good is drained of the
  * `*accepted - completed` reads it holds and closed (pread from then on);

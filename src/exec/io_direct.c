@@ -106,6 +106,32 @@ int ck_io_pread_direct(int fd, void *dst, uint64_t len, uint64_t off, unsigned c
 	return 0;
 }
 
+uint64_t ck_io_direct_room(uint64_t off, uint64_t len)
+{
+	return align_up(off + len, CK_DIO_ALIGN) - align_down(off, CK_DIO_ALIGN);
+}
+
+long ck_io_pread_around(int fd, unsigned char *dst, uint64_t len, uint64_t off)
+{
+	uint64_t a = align_down(off, CK_DIO_ALIGN), need = off + len - a;
+	uint64_t asked = ck_io_direct_room(off, len), have = 0;
+	while (have < need) {
+		/* only the file's end makes a read short, so a read that
+		 * stops before the bytes asked for, or mid-block, is EIO */
+		if (have % CK_DIO_ALIGN)
+			return -EIO;
+		ssize_t got = pread(fd, dst + have, asked - have, (off_t)(a + have));
+		if (got < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0)
+			return -EIO;
+		have += (uint64_t)got;
+	}
+	return (long)(off - a);
+}
+
 static void submit(struct ck_io *io, struct piece *p, unsigned slot)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&io->ring);

@@ -36,50 +36,91 @@ static void pending_free(struct pending *p)
 	free(p);
 }
 
+#define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
+
+/* Where the O_DIRECT spans of one reply are read: `dio`, a pooled buffer
+ * they are read into aligned and answered from (no copy), and `bounce`, a
+ * second one taken only for spans that no longer fit, read through it and
+ * copied into the reply buffer. */
+struct dio_room {
+	unsigned char *dio, *bounce;
+	size_t used, cap;
+};
+
+/* Read direct span i of p; *at: where its bytes are then. zero_copy: an
+ * O_DIRECT span may stay in d->dio (else it is copied to buf + dst). 0 or
+ * an errno. */
+static int read_span(struct ck_bufpool *pool, const struct pending *p, size_t i,
+		     unsigned char *buf, struct dio_room *d, int zero_copy, const unsigned char **at)
+{
+	const struct ck_span *sp = &p->spans[i];
+	*at = buf + sp->dst;
+	if (!p->dodir[i]) /* shorter than catalogued: changed under us */
+		return ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]) < 0 ? EIO : 0;
+	uint64_t room = ck_io_direct_room(p->dpos[i], sp->len);
+	if (zero_copy && d->used + room <= d->cap) {
+		long in = ck_io_pread_around(p->dfd[i], d->dio + d->used, sp->len, p->dpos[i]);
+		if (in < 0)
+			return EIO;
+		*at = d->dio + d->used + in;
+		d->used += room; /* a multiple of CK_DIO_ALIGN: the next stays aligned */
+		return 0;
+	}
+	if (!d->bounce && !(d->bounce = ck_bufpool_get(pool, d->cap)))
+		return ENOMEM;
+	return ck_io_pread_direct(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i], d->bounce, d->cap) < 0
+		   ? EIO
+		   : 0;
+}
+
 /* Reply with literal, direct (file) and cache bytes in file order: the file
- * ranges are read into one pooled buffer (at their offsets in the reply),
- * everything else goes out straight from where it is (fuse_reply_iov). segs:
+ * ranges are read into one pooled buffer (at their offsets in the reply) or,
+ * read with O_DIRECT, into a second one at aligned places; everything else
+ * goes out straight from where it is (fuse_reply_iov). A reply of more
+ * pieces than writev takes is gathered into the first buffer instead: a
+ * reply the kernel refuses would leave its reader waiting for good. segs:
  * the cache's bytes for the other target spans, in order. */
 static void reply_direct(struct ckfs *fs, struct pending *p, const struct ck_seg *segs, size_t n)
 {
-	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
-	/* O_DIRECT spans pass through a second pooled buffer (aligned) */
-	unsigned char *bounce = p->n_odirect ? ck_bufpool_get(&fs->pool, fs->pool.size) : NULL;
 	size_t cnt = n;
 	for (size_t i = 0; i < p->n; i++)
 		cnt += p->spans[i].lit || p->dfd[i] >= 0;
+	int gather = cnt > MAX_IOV;
+	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
+	struct dio_room d = {NULL, NULL, 0, fs->pool.size};
+	if (p->n_odirect && !gather)
+		d.dio = ck_bufpool_get(&fs->pool, d.cap);
 	struct iovec stack[16];
-	struct iovec *iov = cnt <= 16 ? stack : malloc(cnt * sizeof *iov);
-	int err = !buf || !iov || (p->n_odirect && !bounce) ? ENOMEM : 0;
+	struct iovec *iov = gather ? NULL : cnt <= 16 ? stack : malloc(cnt * sizeof *iov);
+	int err = !buf || (!gather && !iov) || (p->n_odirect && !gather && !d.dio) ? ENOMEM : 0;
 	size_t k = 0, s = 0;
 	for (size_t i = 0; i < p->n && !err; i++) {
 		const struct ck_span *sp = &p->spans[i];
-		if (sp->lit) {
-			iov[k++] = (struct iovec){(void *)sp->lit, sp->len};
-		} else if (p->dfd[i] >= 0) {
-			int r = p->dodir[i] ? ck_io_pread_direct(p->dfd[i], buf + sp->dst, sp->len,
-								 p->dpos[i], bounce, fs->pool.size)
-					    : ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]);
-			if (r < 0)
-				err = EIO; /* shorter than catalogued: changed under us */
-			iov[k++] = (struct iovec){buf + sp->dst, sp->len};
-		} else {
-			for (; s < n && segs[s].dst < sp->dst + sp->len; s++)
+		const unsigned char *at = sp->lit;
+		if (p->dfd[i] >= 0)
+			err = read_span(&fs->pool, p, i, buf, &d, !gather, &at);
+		if (at && gather && at != buf + sp->dst)
+			memcpy(buf + sp->dst, at, sp->len); /* a literal */
+		else if (at && !gather)
+			iov[k++] = (struct iovec){(void *)at, sp->len};
+		for (; !at && s < n && segs[s].dst < sp->dst + sp->len; s++)
+			if (gather)
+				memcpy(buf + segs[s].dst, segs[s].p, segs[s].len);
+			else
 				iov[k++] = (struct iovec){(void *)segs[s].p, segs[s].len};
-		}
 	}
 	if (err)
 		fuse_reply_err(p->req, err);
+	else if (gather)
+		fuse_reply_buf(p->req, (const char *)buf, p->len);
 	else
 		fuse_reply_iov(p->req, iov, (int)k);
 	if (iov != stack)
 		free(iov);
 	ck_bufpool_put(&fs->pool, buf, p->len);
-	if (bounce)
-		ck_bufpool_put(&fs->pool, bounce, fs->pool.size);
+	ck_bufpool_put(&fs->pool, d.dio, d.cap);
+	ck_bufpool_put(&fs->pool, d.bounce, d.cap);
 }
-
-#define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
 
 /* Reply straight from cache memory and literal bytes (fuse_reply_iov: no
  * copy here). segs (target bytes) and the literal spans are each in file

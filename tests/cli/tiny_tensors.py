@@ -1,0 +1,130 @@
+"""Reads that cover thousands of tiny tensors at once, buffered and with
+`-o odirect`.
+
+The kernel asks a mount for 1 MiB at a time, and a flat file's 1 MiB may
+hold thousands of tensors of a few bytes, each read from its source file.
+The daemon answers such a read from one buffer instead of one piece per
+tensor (writev takes at most 1024: a refused reply would leave the reader
+waiting for good, so every read here runs in a child process with a
+deadline). With `-o odirect` the tensors are read as the aligned blocks
+around them and answered from where they landed; more than fit in one reply
+buffer go through a bounce buffer.
+
+The expectation is the source itself: every tensor of every flat file the
+mount serves, parsed by ckref's reader (written from the format, not from
+ckptfs), equals the bytes written into the source, and preads of
+`tensors/` files at unaligned offsets equal the same slices of them."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckref  # noqa: E402
+from mountlib import Mount, skip_unless_fuse  # noqa: E402
+
+DEADLINE = 120  # seconds for one child's reads; a refused reply hangs forever
+
+# the child: reads every listed file whole in 8 MiB reads (the kernel splits
+# them into 1 MiB requests) into the output directory, then preads at offsets
+READER = r"""
+import os, sys, json
+out, jobs = sys.argv[1], json.loads(sys.argv[2])
+for i, p in enumerate(jobs["whole"]):
+    fd = os.open(p, os.O_RDONLY)
+    with open(os.path.join(out, str(i)), "wb") as f:
+        while True:
+            b = os.read(fd, 8 << 20)
+            if not b:
+                break
+            f.write(b)
+    os.close(fd)
+got = []
+for p, off, n in jobs["at"]:
+    fd = os.open(p, os.O_RDONLY)
+    got.append(os.pread(fd, n, off).hex())
+    os.close(fd)
+json.dump(got, open(os.path.join(out, "at.json"), "w"))
+"""
+
+
+def tensors(rng, n, big):
+    """n tiny tensors (1-8 elements, U8 and I16: odd sizes and offsets) and
+    one of `big` bytes, which spans several 1 MiB requests."""
+    t = {}
+    for i in range(n):
+        k = int(rng.integers(1, 9))
+        dt, size = ("I16", 2) if i % 2 else ("U8", 1)
+        t[f"tiny.{i}"] = (dt, (k,), rng.integers(0, 256, k * size, dtype=np.uint8).tobytes())
+    t[f"big.{n}"] = ("U8", (big,), rng.integers(0, 256, big, dtype=np.uint8).tobytes())
+    return t
+
+
+def read_all(m, work, want):
+    """Every flat file at the mount's root and preads of tensors/ files, by
+    a child with a deadline. Returns the parsed flat files and the slices."""
+    flats = sorted(f for f in os.listdir(m.dir) if f.endswith(".safetensors"))
+    assert flats, os.listdir(m.dir)
+    at = []
+    for name in ("f0.tiny.7", "f0.tiny.2999", "f1.tiny.699", "f0.big.3000", "f1.big.700"):
+        raw = want[name][2]
+        for off in (0, 1, 4095, 4097, 1 << 20, len(raw) - 1):
+            if off < len(raw):
+                at.append((m.path("tensors", name), off, 70000))
+    out = tempfile.mkdtemp(dir=work)
+    jobs = json.dumps({"whole": [m.path(f) for f in flats], "at": at})
+    try:
+        subprocess.run([sys.executable, "-c", READER, out, jobs], check=True, timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"a read of the mount got no answer in {DEADLINE} s")
+    got = {}
+    for i in range(len(flats)):
+        got.update(ckref.read_safetensors(os.path.join(out, str(i))))
+    slices = json.load(open(os.path.join(out, "at.json")))
+    return got, [(p, off, n, bytes.fromhex(s)) for (p, off, n), s in zip(at, slices)]
+
+
+def check(m, work, want, what):
+    got, slices = read_all(m, work, want)
+    assert sorted(got) == sorted(want), f"{what}: keys differ"
+    bad = [k for k, (dt, shape, raw) in want.items()
+           if got[k][0] != dt or got[k][1] != shape or got[k][2].tobytes() != raw]
+    assert not bad, f"{what}: {len(bad)} tensors differ, first {bad[:3]}"
+    for p, off, n, b in slices:
+        raw = want[os.path.basename(p)][2]
+        assert b == raw[off:off + n], f"{what}: pread of {p} at {off}"
+
+
+def main():
+    skip_unless_fuse()
+    rng = np.random.default_rng(23)
+    work = tempfile.mkdtemp(prefix="ckptfs-tiny-")
+    try:
+        src = os.path.join(work, "src")
+        os.mkdir(src)
+        # one file whose first 1 MiB holds 3000 tensors (more pieces than
+        # writev takes), one with 700 (fewer, but more aligned blocks than
+        # one reply buffer holds)
+        want = {}
+        for i, (n, big) in enumerate([(3000, 3_000_001), (700, 2_500_003)]):
+            t = tensors(rng, n, big)
+            t = {f"f{i}.{k}": v for k, v in t.items()}
+            ckref.write_safetensors(os.path.join(src, f"model-0000{i + 1}-of-00002.safetensors"), t)
+            want.update(t)
+        with Mount(src) as m:
+            check(m, work, want, "buffered mount")
+        with Mount(src, opts="odirect") as m:
+            check(m, work, want, "odirect mount")
+            s = m.stats()
+            assert s["odirect_files"] == 2 and s["direct_reads"] > 0, s
+        print(f"tiny tensors: {len(want)} tensors, buffered and odirect, flat files and unaligned preads: ok")
+    finally:
+        shutil.rmtree(work)
+
+
+if __name__ == "__main__":
+    main()
