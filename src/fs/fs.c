@@ -218,6 +218,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct node p = fs_decode(fs, parent);
 	fuse_ino_t ino = 0;
 	uint32_t i;
+	__atomic_fetch_add(&fs->lookup_requests, 1, __ATOMIC_RELAXED);
 	if (p.k == N_TOP) {
 		for (size_t k = 0; !ino && k < fs->n_views; k++)
 			if (!strcmp(name, fs->views[k].dir))
@@ -355,10 +356,30 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
 	}
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+/* One entry of a READDIRPLUS reply: with its attributes, so the kernel keeps
+ * the entry and needs no LOOKUP when the file is opened (one round trip per
+ * file of a reader that lists, then reads every file). npy/ files answer
+ * without (ino 0: the kernel looks them up if they are opened), since their
+ * sizes need each file's header built, and so do dcp/'s, whose sizes need
+ * the subdirectory laid out (done on its first LOOKUP, not on a listing). */
+static size_t add_plus(fuse_req_t req, const struct ckfs *fs, char *buf, size_t room,
+		       const char *name, fuse_ino_t e, off_t next)
 {
-	(void)fi;
+	struct fuse_entry_param p;
+	memset(&p, 0, sizeof p);
+	struct node nd = fs_decode(fs, e);
+	p.attr.st_ino = e;
+	p.attr.st_mode = fs_is_dir(nd.k) ? S_IFDIR : S_IFREG;
+	if (nd.k != N_NPY && !(nd.k == N_FILE && nd.i >= nd.v->n_roots)) {
+		p.ino = e;
+		p.attr_timeout = p.entry_timeout = nd.k == N_STATS ? 0 : TIMEOUT;
+		fill_attr(fs, e, nd, &p.attr);
+	}
+	return fuse_add_direntry_plus(req, buf, room, name, &p, next);
+}
+
+static void list_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
+{
 	struct ckfs *fs = fuse_req_userdata(req);
 	struct node d = fs_decode(fs, ino);
 	if (!fs_is_dir(d.k)) {
@@ -378,13 +399,28 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		memset(&st, 0, sizeof st);
 		st.st_ino = e;
 		st.st_mode = fs_is_dir(fs_decode(fs, e).k) ? S_IFDIR : S_IFREG;
-		size_t n = fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
+		size_t n = plus ? add_plus(req, fs, buf + used, size - used, name, e, (off_t)(i + 1))
+				: fuse_add_direntry(req, buf + used, size - used, name, &st, (off_t)(i + 1));
 		if (n > size - used)
 			break;
 		used += n;
 	}
 	fuse_reply_buf(req, buf, used);
 	free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	(void)fi;
+	list_dir(req, ino, size, off, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	(void)fi;
+	list_dir(req, ino, size, off, 1);
 }
 
 char *fs_stats_json(struct ckfs *fs, size_t *len)
@@ -404,16 +440,17 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		", \"cache_peak_bytes\": %" PRIu64 ", \"read_errors\": %" PRIu64 ", \"evaluations_in_flight\": %" PRIu64
 		", \"direct_reads\": %" PRIu64 ", \"prefetches\": %" PRIu64
 		", \"odirect_files\": %" PRIu64
-		", \"open_requests\": %" PRIu64 ", \"io\": \"%s\", \"device\": \"%.100s\""
+		", \"open_requests\": %" PRIu64 ", \"lookup_requests\": %" PRIu64 ", \"io\": \"%s\", \"device\": \"%.100s\""
 		", \"gpu_reads\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 "}",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.serve.cache.cache_size,
 		s.cache_evictions, s.cache_dropped, s.cache_recycled, s.cache_peak_bytes, s.read_errors,
 		s.evaluations_in_flight, s.direct_reads, s.prefetches, s.odirect_files,
 		__atomic_load_n(&fs->open_requests, __ATOMIC_RELAXED),
+		__atomic_load_n(&fs->lookup_requests, __ATOMIC_RELAXED),
 		fs->o.serve.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
 		fs->srv->gpu ? ck_gpu_name(fs->srv->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
-	/* 20 numbers of at most 20 digits and a 100-byte name fit with room (942 bytes) */
+	/* 21 numbers of at most 20 digits and a 100-byte name fit with room (955 bytes) */
 	if (n < 0 || n >= STATS_LEN - 1) {
 		free(buf);
 		return NULL;
@@ -705,6 +742,7 @@ static const struct fuse_lowlevel_ops ops = {
 	.lookup = op_lookup,
 	.getattr = op_getattr,
 	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
 	.open = op_open,
 	.release = op_release,
 	.read = fs_op_read,

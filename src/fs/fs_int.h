@@ -52,7 +52,8 @@ struct ckfs {
 	/* the kernel opens files without asking (FUSE_NO_OPEN_SUPPORT): the
 	 * first OPEN is answered ENOSYS, and no OPEN or RELEASE follows */
 	int no_open;
-	uint64_t open_requests; /* OPENs answered (atomic) */
+	uint64_t open_requests;	  /* OPENs answered (atomic) */
+	uint64_t lookup_requests; /* LOOKUPs answered (atomic) */
 };
 
 enum kind { N_NONE, N_TOP, N_ROOT, N_TENSORS, N_META, N_STATS, N_PLAN, N_NPYDIR, N_TARGET, N_NPY,

@@ -92,10 +92,16 @@ with tempfile.TemporaryDirectory() as d:
     # the daemon (one OPEN answered ENOSYS, then none, and no RELEASE), and a
     # re-read is served from the page cache the opens keep; stats.json stays
     # live (a fresh snapshot per read, one size); -o direct_io keeps opens
+    # A listing answers with each file's attributes (READDIRPLUS), so the
+    # opens after it cost no LOOKUP each (stats.json, whose entry does not
+    # stay cached, costs one per read of it), and the sizes it gave are true
     with Mount(srcs["llama"], [mp("llama-hf-to-megatron.json")]) as m:
         names = sorted(os.listdir(m.path("tensors")))
+        s0 = m.stats()
         first = {n: open(m.path("tensors", n), "rb").read() for n in names}
         s1 = m.stats()
+        assert len(names) > 10 and s1["lookup_requests"] - s0["lookup_requests"] <= 2, (len(names), s0, s1)
+        assert all(os.stat(m.path("tensors", n)).st_size == len(first[n]) for n in names)
         again = {n: open(m.path("tensors", n), "rb").read() for n in names}
         s2 = m.stats()
         assert again == first and s1["open_requests"] <= 1 and s2["open_requests"] == s1["open_requests"], (s1, s2)
