@@ -141,8 +141,12 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 		st->st_size = (off_t)fs_file(&nd)->v->size;
 	else if (nd.k == N_TOPFILE)
 		st->st_size = (off_t)fs->srv->top_files[nd.i].v->size;
-	else if (nd.k == N_PLAN)
-		st->st_size = (off_t)nd.v->plan_json_len;
+	else if (nd.k == N_PLAN) {
+		const char *json;
+		size_t len = 0;
+		ck_tree_plan_json(nd.v, &json, &len); /* else size 0: ENOMEM */
+		st->st_size = (off_t)len;
+	}
 	else if (nd.k == N_TARGET)
 		st->st_size = (off_t)nd.v->plan->t[nd.i].nbytes;
 	else if (nd.k == N_NPY) {
@@ -361,7 +365,8 @@ static int dir_entry(const struct ckfs *fs, fuse_ino_t ino, struct node d, size_
  * file of a reader that lists, then reads every file). npy/ files answer
  * without (ino 0: the kernel looks them up if they are opened), since their
  * sizes need each file's header built, and so do dcp/'s, whose sizes need
- * the subdirectory laid out (done on its first LOOKUP, not on a listing). */
+ * the subdirectory laid out, and plan.json, built on first use: done on
+ * their LOOKUP, not on a listing. */
 static size_t add_plus(fuse_req_t req, const struct ckfs *fs, char *buf, size_t room,
 		       const char *name, fuse_ino_t e, off_t next)
 {
@@ -370,7 +375,7 @@ static size_t add_plus(fuse_req_t req, const struct ckfs *fs, char *buf, size_t 
 	struct node nd = fs_decode(fs, e);
 	p.attr.st_ino = e;
 	p.attr.st_mode = fs_is_dir(nd.k) ? S_IFDIR : S_IFREG;
-	if (nd.k != N_NPY && !(nd.k == N_FILE && nd.i >= nd.v->n_roots)) {
+	if (nd.k != N_NPY && nd.k != N_PLAN && !(nd.k == N_FILE && nd.i >= nd.v->n_roots)) {
 		p.ino = e;
 		p.attr_timeout = p.entry_timeout = nd.k == N_STATS ? 0 : TIMEOUT;
 		fill_attr(fs, e, nd, &p.attr);

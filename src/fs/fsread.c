@@ -249,7 +249,12 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (nd.k == N_PLAN) {
-		fs_reply_slice(req, nd.v->plan_json, nd.v->plan_json_len, size, off);
+		const char *json;
+		size_t n;
+		if (ck_tree_plan_json(nd.v, &json, &n) < 0)
+			fuse_reply_err(req, ENOMEM);
+		else
+			fs_reply_slice(req, json, n, size, off);
 		return;
 	}
 	if (nd.k != N_FILE && nd.k != N_TOPFILE && nd.k != N_TARGET && nd.k != N_NPY) {

@@ -359,9 +359,13 @@ int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t le
 
 const char *ckptfs_plan_json(const ckptfs *h, size_t *len)
 {
+	const char *json = NULL;
+	size_t n = 0;
+	if (h)
+		ck_tree_plan_json(h->tree, &json, &n); /* NULL when out of memory */
 	if (len)
-		*len = h ? h->tree->plan_json_len : 0;
-	return h ? h->tree->plan_json : NULL;
+		*len = n;
+	return json;
 }
 
 void ckptfs_get_stats(ckptfs *h, struct ckptfs_stats *s, size_t size)

@@ -130,7 +130,8 @@ int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t le
 
 /* The plan as JSON: targets with their groups and flat offsets, the groups'
  * source ranges, the files (the same document as a mount's
- * .ckptfs/plan.json). *len gets its length. */
+ * .ckptfs/plan.json), built on the first call; NULL when out of memory.
+ * *len gets its length. */
 const char *ckptfs_plan_json(const ckptfs *h, size_t *len);
 
 struct ckptfs_stats {

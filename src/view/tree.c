@@ -66,7 +66,7 @@ static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct 
 	return 0;
 }
 
-static char *build_plan_json(const struct ck_tree *fs, const struct ck_tree_opts *o, size_t *len)
+static char *build_plan_json(const struct ck_tree *fs, size_t *len)
 {
 	const struct ck_plan *p = fs->plan;
 	char *buf = NULL;
@@ -74,7 +74,7 @@ static char *build_plan_json(const struct ck_tree *fs, const struct ck_tree_opts
 	if (!f)
 		return NULL;
 	fprintf(f, "{\"source\": ");
-	ck_json_fput_str(f, o->source);
+	ck_json_fput_str(f, fs->plan_source);
 	fprintf(f, ", \"format\": \"%s\", \"flat_header_bytes\": %" PRIu64 ", \"targets\": [",
 		p->cat->format, fs->flat.header_len);
 	for (size_t i = 0; i < p->n; i++) {
@@ -91,11 +91,12 @@ static char *build_plan_json(const struct ck_tree *fs, const struct ck_tree_opts
 		fprintf(f, "], \"bytes\": %" PRIu64 ", \"group\": %" PRIu32 ", \"flat_offset\": %" PRIu64
 			   ", \"direct\": %s}",
 			t->nbytes, t->group, fs->flat.off[i],
-			!o->no_direct && ck_plan_direct_offset(fs->plan, (uint32_t)i) >= 0 ? "true"
-											   : "false");
+			!fs->plan_no_direct && ck_plan_direct_offset(fs->plan, (uint32_t)i) >= 0
+			    ? "true"
+			    : "false");
 	}
 	fprintf(f, "\n], \"pytorch_model_bin\": {\"crc32\": %s, \"omitted\": [",
-		o->zip_crc ? "true" : "false");
+		fs->plan_zip_crc ? "true" : "false");
 	for (size_t k = 0; k < fs->zip.n_omitted; k++) {
 		const struct ck_target *t = &p->t[fs->zip.omitted[k]];
 		fprintf(f, "%s\n  {\"name\": ", k ? "," : "");
@@ -206,15 +207,32 @@ int ck_tree_sub_ready(const struct ck_tree *cv, struct ck_err *err)
 	return rc;
 }
 
+int ck_tree_plan_json(const struct ck_tree *cv, const char **json, size_t *len)
+{
+	struct ck_tree *v = (struct ck_tree *)cv; /* made mutable for plan.json alone */
+	pthread_mutex_lock(&v->plan_mu);
+	if (!v->plan_json)
+		v->plan_json = build_plan_json(v, &v->plan_json_len);
+	*json = v->plan_json;
+	*len = v->plan_json ? v->plan_json_len : 0;
+	pthread_mutex_unlock(&v->plan_mu);
+	return *json ? 0 : -ENOMEM;
+}
+
 int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err *err)
 {
+	if (pthread_mutex_init(&v->plan_mu, NULL) != 0)
+		return ck_fail_sys(err, ENOMEM, "mount");
+	v->plan_mu_ok = 1;
+	v->plan_zip_crc = o->zip_crc;
+	v->plan_no_direct = o->no_direct;
+	if (!(v->plan_source = strdup(o->source ? o->source : "")))
+		return ck_fail_sys(err, ENOMEM, "mount");
 	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0 ||
 	    (o->dcp && build_dcp(v, o, err) < 0))
 		return -1;
-	if (!(v->plan_json = build_plan_json(v, o, &v->plan_json_len)))
-		return ck_fail_sys(err, ENOMEM, "plan.json");
 	/* the files are laid out over the tree's targets; the cache reads the
-	 * union plan's (plan.json, built above, keeps the tree's numbers) */
+	 * union plan's (plan.json uses neither numbering) */
 	ck_vfile_renumber(&v->flat.v, v->cache_idx);
 	ck_vfile_renumber(&v->zip.v, v->cache_idx);
 	for (size_t k = 0; k < v->shards.n; k++)
@@ -262,6 +280,9 @@ void ck_tree_free(struct ck_tree *v)
 		free(v->roots[k].name);
 	free(v->roots);
 	free(v->plan_json);
+	free(v->plan_source);
+	if (v->plan_mu_ok)
+		pthread_mutex_destroy(&v->plan_mu);
 	for (size_t k = 0; k < v->n_sub; k++)
 		free(v->sub[k].name);
 	ck_dcp_out_free(&v->dcp);

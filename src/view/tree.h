@@ -56,8 +56,15 @@ struct ck_tree {
 	 * (UINT32_MAX: served as it is); NULL: none widened */
 	const uint32_t *npy_wide;
 	struct ck_strmap by_name, npy_by_name;
+	/* .ckptfs/plan.json, built on its first use (ck_tree_plan_json) under
+	 * plan_mu from the options kept here: a 100k-key plan's is 14 MB that
+	 * a mount would otherwise write and hold before anyone asks for it */
 	char *plan_json;
 	size_t plan_json_len;
+	char *plan_source;
+	int plan_zip_crc, plan_no_direct;
+	int plan_mu_ok; /* plan_mu initialised (a tree that failed to build may not have it) */
+	pthread_mutex_t plan_mu;
 	/* dcp/ (-o dcp): .metadata and __0_0.distcp; torch_dist/ (-o torch_dist)
 	 * adds metadata.json and common.pt; n_sub 0 without either */
 	struct ck_dcp_out dcp;
@@ -79,6 +86,10 @@ void ck_tree_free(struct ck_tree *v);
  * tree is otherwise immutable; its dcp/ is built once, under its lock, by
  * whichever reader needs it first. Thread-safe. */
 int ck_tree_sub_ready(const struct ck_tree *v, struct ck_err *err);
+
+/* plan.json: *json and *len, built on the first call (thread-safe); 0, or
+ * -ENOMEM (the next call tries again). */
+int ck_tree_plan_json(const struct ck_tree *v, const char **json, size_t *len);
 
 /* npy/NAME.npy of target i, built on demand (a few hundred bytes, so a
  * 100k-key tree holds none): the NumPy 1.0 header, then the tensor's bytes

@@ -283,6 +283,27 @@ with tempfile.TemporaryDirectory() as d:
             assert read_random(m.path("tensors", k)) == raw, k
         assert m.stats()["read_errors"] == 0
 
+    # plan.json is built on its first use, not at mount: 12,288 expert
+    # tensors' plan (about 2 MB of JSON) enters the daemon's memory when the
+    # file is first looked up, not when the mount starts or .ckptfs/ is
+    # listed, and then says what the library's plan says of every target
+    moe = os.path.join(d, "moe")
+    ckref.run(MKCKPT, "--model", "mixtral", "--experts", "128", "--layers", "32", "--sparse", moe)
+    with Mount(moe, [mp("mixtral-hf-to-fused-experts.json")]) as m:
+        def rss():
+            with open(f"/proc/{m.proc.pid}/status") as f:
+                return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) * 1024
+        assert sorted(os.listdir(m.path(".ckptfs"))) == ["plan.json", "stats.json"]
+        before = rss()
+        size = os.stat(m.path(".ckptfs", "plan.json")).st_size
+        raw = open(m.path(".ckptfs", "plan.json"), "rb").read()
+        grown = rss() - before
+        plan = json.loads(raw)
+        assert len(raw) == size > 1 << 20 and grown > size * 0.8, (size, len(raw), grown)
+        names = sorted(os.listdir(m.path("tensors")))
+        assert sorted(t["file"] for t in plan["targets"]) == [f"tensors/{n}" for n in names]
+        assert all(t["bytes"] == os.stat(m.path(t["file"])).st_size for t in plan["targets"])
+
     # without -f: returns once live, usable at once; fusermount3 -u ends it
     mnt = tempfile.mkdtemp(prefix="ckptfs-d-")
     p = subprocess.run([CKPTFS, "mount", srcs["gpt2"], mnt], capture_output=True, text=True, timeout=60)

@@ -150,7 +150,14 @@ START_TEST(flat_file_and_plan_json)
 	ck_assert_int_eq(check_st(root_file(&t, "model.safetensors"), seen), (int)plan->n);
 	ck_assert_ptr_nonnull(root_file(&t, "pytorch_model.bin"));
 	ck_assert_ptr_null(root_file(&t, "model.safetensors.index.json")); /* not asked for */
-	cJSON *pj = cJSON_ParseWithLength(t.plan_json, t.plan_json_len);
+	ck_assert_ptr_null(t.plan_json); /* built on first use, not with the tree */
+	const char *json = NULL;
+	size_t len = 0;
+	ck_assert_int_eq(ck_tree_plan_json(&t, &json, &len), 0);
+	const char *again = NULL;
+	ck_assert_int_eq(ck_tree_plan_json(&t, &again, &len), 0);
+	ck_assert_ptr_eq(again, json); /* once */
+	cJSON *pj = cJSON_ParseWithLength(json, len);
 	ck_assert_ptr_nonnull(pj);
 	cJSON *targets = cJSON_GetObjectItem(pj, "targets");
 	ck_assert_int_eq(cJSON_GetArraySize(targets), (int)plan->n);
