@@ -10,7 +10,9 @@ deadline). With `-o odirect` the tensors are read as the aligned blocks
 around them and answered from where they landed; more than fit in one reply
 buffer go through a bounce buffer.
 
-The expectation is the source itself: every tensor of every flat file the
+A cast view of 3000 tiny tensors is answered from the cache the same way.
+
+The expectation is the source itself (numpy's F16 -> F32 for the cast): every tensor of every flat file the
 mount serves, parsed by ckref's reader (written from the format, not from
 ckptfs), equals the bytes written into the source, and preads of
 `tensors/` files at unaligned offsets equal the same slices of them."""
@@ -70,7 +72,8 @@ def read_all(m, work, want):
     flats = sorted(f for f in os.listdir(m.dir) if f.endswith(".safetensors"))
     assert flats, os.listdir(m.dir)
     at = []
-    for name in ("f0.tiny.7", "f0.tiny.2999", "f1.tiny.699", "f0.big.3000", "f1.big.700"):
+    for name in [k for k in ("f0.tiny.7", "f0.tiny.2999", "f1.tiny.699", "f0.big.3000", "f1.big.700",
+                              "h.7", "h.2999") if k in want]:
         raw = want[name][2]
         for off in (0, 1, 4095, 4097, 1 << 20, len(raw) - 1):
             if off < len(raw):
@@ -121,7 +124,23 @@ def main():
             check(m, work, want, "odirect mount")
             s = m.stats()
             assert s["odirect_files"] == 2 and s["direct_reads"] > 0, s
-        print(f"tiny tensors: {len(want)} tensors, buffered and odirect, flat files and unaligned preads: ok")
+        # evaluated, not read from the source: 3000 F16 tensors cast to F32
+        # come from the cache, more pieces than writev takes in one read too
+        src16 = os.path.join(work, "f16")
+        os.mkdir(src16)
+        f16 = {f"h.{i}": ("F16", (int(k),), rng.standard_normal(k).astype(np.float16).tobytes())
+               for i, k in enumerate(rng.integers(1, 9, 3000))}
+        ckref.write_safetensors(os.path.join(src16, "model.safetensors"), f16)
+        cast = os.path.join(work, "to-f32.json")
+        with open(cast, "w") as f:
+            json.dump({"rules": [{"from": "{k:path}", "to": "{k}", "expr": "x.to(F32)"}]}, f)
+        as_f32 = {k: ("F32", shape, np.frombuffer(raw, np.float16).astype(np.float32).tobytes())
+                  for k, (_, shape, raw) in f16.items()}
+        with Mount(src16, [cast]) as m:
+            check(m, work, as_f32, "cast mount")
+            assert m.stats()["groups_evaluated"] > 0 and m.stats()["direct_reads"] == 0, m.stats()
+        print(f"tiny tensors: {len(want)} tensors, buffered and odirect, flat files and unaligned preads; "
+              f"{len(f16)} cast from the cache: ok")
     finally:
         shutil.rmtree(work)
 
