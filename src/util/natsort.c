@@ -62,11 +62,15 @@ int ck_natural_cmp(const char *a, const char *b)
  * end of the encoding, past its NUL */
 static char *encode(const char *s, char *o)
 {
-	while (*s) {
-		if (!is_digit(*s)) {
-			*o++ = *s++;
-			continue;
-		}
+	for (;;) {
+		/* the bytes up to the next digit, found by libc's vectorised scan
+		 * (a key is mostly letters and dots: byte by byte, this loop was
+		 * 5% of planning a 100k-key checkpoint) */
+		size_t plain = strcspn(s, "0123456789");
+		memcpy(o, s, plain);
+		o += plain, s += plain;
+		if (!*s)
+			break;
 		while (*s == '0' && is_digit(s[1]))
 			s++;
 		size_t len = 0;
