@@ -69,6 +69,17 @@ START_TEST(valid_edge_cases_accepted)
 	ck_file_tensors_free(&h);
 	free(img);
 
+	/* in offset order but for the last pair: still sorted before the tiling check */
+	json = "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+	       "\"c\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]},"
+	       "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}";
+	img = st_image(json, 12, &len);
+	ck_assert_msg(ck_st_parse_buffer(img, len, "late", &h, &err) == 0, "%s", err.msg);
+	ck_assert_str_eq(h.tensors[1].name, "b");
+	ck_assert_str_eq(h.tensors[2].name, "c");
+	ck_file_tensors_free(&h);
+	free(img);
+
 	img = st_image("{}", 0, &len); /* no tensors at all */
 	ck_assert_int_eq(ck_st_parse_buffer(img, len, "empty", &h, &err), 0);
 	ck_assert_uint_eq(h.n_tensors, 0);
