@@ -15,23 +15,6 @@ int ck_jlex_syntax(struct ck_jlex *p)
 	return ck_fail(p->err, CK_E_SOURCE, "%s: invalid JSON near offset %zu", p->ctx, p->i);
 }
 
-void ck_jlex_ws(struct ck_jlex *p)
-{
-	while (p->i < p->n && (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' ||
-			       p->s[p->i] == '\r'))
-		p->i++;
-}
-
-int ck_jlex_eat(struct ck_jlex *p, char c)
-{
-	ck_jlex_ws(p);
-	if (p->i < p->n && p->s[p->i] == c) {
-		p->i++;
-		return 1;
-	}
-	return 0;
-}
-
 int ck_jlex_peek(struct ck_jlex *p, char c)
 {
 	ck_jlex_ws(p);
