@@ -146,8 +146,7 @@ static void fill_attr(const struct ckfs *fs, fuse_ino_t ino, struct node nd, str
 		size_t len = 0;
 		ck_tree_plan_json(nd.v, &json, &len); /* else size 0: ENOMEM */
 		st->st_size = (off_t)len;
-	}
-	else if (nd.k == N_TARGET)
+	} else if (nd.k == N_TARGET)
 		st->st_size = (off_t)nd.v->plan->t[nd.i].nbytes;
 	else if (nd.k == N_NPY) {
 		struct ck_vfile npy;
