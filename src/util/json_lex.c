@@ -67,9 +67,7 @@ int ck_jlex_string(struct ck_jlex *p)
 	if (p->i >= p->n || p->s[p->i] != '"')
 		return ck_jlex_syntax(p);
 	p->i++;
-	p->str_len = 0;
-	if (put(p, "", 0) < 0)
-		return -1;
+	p->str_len = 0; /* the first run's put terminates it, even when empty */
 	for (;;) {
 		size_t run = p->i;
 		for (;;) { /* plain bytes, and UTF-8 the scan has checked */
