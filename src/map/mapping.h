@@ -21,6 +21,10 @@ enum ck_opt_mode { CK_OPT_DEFAULT, CK_OPT_TEMPLATE, CK_OPT_DROP, CK_OPT_NONE };
 struct ck_named_pat {
 	char *name;
 	struct ck_pattern pat;
+	/* an input its rule's expressions and lets name exactly once, in a rule
+	 * without "for" (each evaluated once per instance): the evaluation may
+	 * take the instance's value instead of copying it */
+	int once;
 };
 
 struct ck_named_expr {

@@ -231,9 +231,15 @@ static int env_lookup(void *vctx, const char *name, struct ck_xval *out, struct 
 	for (int i = e->n_lets - 1; i >= 0; i--)
 		if (!strcmp(e->r->let[i].name, name))
 			return ck_xval_copy(out, &e->lets[i], err);
-	for (int i = 0; i < e->r->n_in; i++)
-		if (!strcmp(e->r->in[i].name, name))
+	for (int i = 0; i < e->r->n_in; i++) {
+		if (strcmp(e->r->in[i].name, name))
+			continue;
+		if (!e->r->in[i].once)
 			return ck_xval_copy(out, &e->inputs[i], err);
+		*out = e->inputs[i]; /* its only use: taken, not copied */
+		e->inputs[i] = (struct ck_xval){0};
+		return 0;
+	}
 	const char *cap = e->b ? ck_binding_get(e->b, name) : NULL;
 	if (cap) {
 		memset(out, 0, sizeof *out);

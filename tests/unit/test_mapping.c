@@ -323,6 +323,70 @@ static void expect_fail_over(struct ck_catalog *c, const char *text, const char 
 	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
 }
 
+/* An input that its rule's expressions and lets name once, in a rule
+ * without "for", is taken by the evaluation instead of copied; named twice
+ * (in one expression, in a let and the expression, or by two outputs), or in
+ * a "for" rule (its expression runs once per value), it is copied, and every
+ * use sees the whole value. */
+START_TEST(inputs_used_once_are_taken)
+{
+	static const struct tu_tensor t[] = {{"a.0", CK_DT_F32, 2, {2, 3}},
+					     {"b.0", CK_DT_F32, 2, {2, 3}},
+					     {"c.0", CK_DT_F32, 2, {2, 3}},
+					     {"d.0", CK_DT_F32, 2, {2, 3}},
+					     {"e.0", CK_DT_F32, 2, {2, 3}}};
+	const char *text =
+		"{\"rules\": ["
+		"{\"from\": \"a.{n}\", \"to\": \"once.{n}\", \"expr\": \"x.t()\"},"
+		"{\"from\": \"b.{n}\", \"to\": \"twice.{n}\", \"expr\": \"cat([x, x], 0)\"},"
+		"{\"from\": \"c.{n}\", \"to\": \"let.{n}\", \"let\": {\"y\": \"x.t()\"},"
+		" \"expr\": \"cat([y.t(), x], 1)\"},"
+		"{\"from\": \"d.{n}\", \"to\": {\"p\": \"o1.{n}\", \"q\": \"o2.{n}\"},"
+		" \"expr\": {\"p\": \"x\", \"q\": \"x.to(BF16)\"}},"
+		"{\"from\": \"e.{n}\", \"for\": {\"i\": 2}, \"to\": \"row.{n}.{i}\","
+		" \"expr\": \"x[i]\"}]}";
+	struct ck_mapping *m;
+	struct ck_err err;
+	ck_assert_msg(ck_mapping_parse(text, strlen(text), "m.json", &m, &err) == 0, "%s", err.msg);
+	const int want[] = {1, 0, 0, 0, 0};
+	for (int k = 0; k < 5; k++)
+		ck_assert_msg(m->rules[k].in[0].once == want[k], "rule %d", k + 1);
+	ck_mapping_free(m);
+
+	char *d = tu_mkdtemp();
+	char *f = tu_path(d, "m.safetensors");
+	tu_write_st(f, t, 5);
+	struct ck_catalog *c;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	struct ck_plan *p = plan_over(c, text, &err);
+	ck_assert_msg(p, "%s", err.msg);
+	const struct {
+		const char *name, *src;
+		int64_t rows, cols;
+		size_t pieces;
+	} out[] = {{"once.0", "a.0", 3, 2, 1}, {"twice.0", "b.0", 4, 3, 2}, {"let.0", "c.0", 2, 6, 2},
+		   {"o1.0", "d.0", 2, 3, 1},   {"o2.0", "d.0", 2, 3, 1},    {"row.0.1", "e.0", 3, 0, 1}};
+	for (size_t k = 0; k < sizeof out / sizeof *out; k++) {
+		const struct ck_target *tg = ck_plan_find(p, out[k].name);
+		ck_assert_msg(tg, "%s missing", out[k].name);
+		ck_assert_int_eq(tg->v.shape[0], out[k].rows);
+		if (out[k].cols)
+			ck_assert_int_eq(tg->v.shape[1], out[k].cols);
+		ck_assert_uint_eq(tg->v.n, out[k].pieces);
+		uint32_t src = (uint32_t)(ck_catalog_find(c, out[k].src) - c->entries);
+		for (size_t i = 0; i < tg->v.n; i++)
+			ck_assert_uint_eq(tg->v.p[i].src, src);
+	}
+	ck_assert_int_eq(ck_plan_find(p, "o2.0")->v.dtype, CK_DT_BF16);
+	ck_assert_ptr_nonnull(ck_plan_find(p, "row.0.0"));
+	ck_plan_free(p);
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(f);
+	free(d);
+}
+END_TEST
+
 /* A rule's instances take their first input at the key its match found,
  * checked by name: a reduction stacks each group's keys in the order of the
  * reduced value, and a key whose capture does not spell that value ("p.01"
@@ -633,6 +697,7 @@ int main(void)
 	tcase_add_test(tc, plans);
 	tcase_add_test(tc, source_key_named_like_an_intermediate);
 	tcase_add_test(tc, instances_take_matched_keys);
+	tcase_add_test(tc, inputs_used_once_are_taken);
 	tcase_add_test(tc, renames);
 	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, key_shapes);
