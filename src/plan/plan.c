@@ -902,11 +902,13 @@ static int run_reduction(struct stage *st, const struct ck_rule *r, struct match
 		     : 0;
 	for (size_t i = 0; rc == 0 && i < nm; i++) {
 		int got = ck_strmap_put(&groups, ms[i].group, ng, &gid[i]);
-		if (got < 0)
+		if (got < 0) {
 			rc = nomem(st->err);
-		else if (got == 0)
+			break;
+		}
+		if (got == 0) /* a new group */
 			first[ng] = i, gid[i] = ng++;
-		start[gid[i] + 1] += rc == 0;
+		start[gid[i] + 1]++;
 	}
 	for (uint32_t g = 0; rc == 0 && g < ng; g++)
 		start[g + 1] += start[g];
