@@ -232,7 +232,8 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 	    (o->dcp && build_dcp(v, o, err) < 0))
 		return -1;
 	/* the files are laid out over the tree's targets; the cache reads the
-	 * union plan's (plan.json, built on first use, reads the tree's targets, not the files' spans) */
+	 * union plan's (plan.json, built on first use, reads the tree's
+	 * targets, not the files' spans) */
 	ck_vfile_renumber(&v->flat.v, v->cache_idx);
 	ck_vfile_renumber(&v->zip.v, v->cache_idx);
 	for (size_t k = 0; k < v->shards.n; k++)
