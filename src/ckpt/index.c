@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "../util/json_lex.h"
-#include "../util/json_strict.h"
 #include "../util/strmap.h"
 
 int ck_plain_file_name(const char *name)
@@ -100,9 +99,8 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 		   struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
-	if (ck_json_scan(json, len, 0, CK_E_SOURCE, what, err) < 0)
-		return -1;
-	struct ck_jlex p = {json, len, 0, what, what, err, NULL, 0, 0};
+	/* the reader checks UTF-8, NUL bytes and \u0000 as it goes */
+	struct ck_jlex p = {.s = json, .n = len, .what = what, .ctx = what, .err = err};
 	struct ck_strmap files = {0};
 	int rc = -1, have_wm = 0;
 	if (ck_strmap_init(&files, 16) < 0) {
@@ -145,8 +143,9 @@ int ck_index_parse(const char *json, size_t len, const char *what, struct ck_ind
 	}
 	ck_jlex_ws(&p);
 	if (p.i != len) {
-		ck_fail(err, CK_E_SOURCE, "%s: trailing data after the JSON value at offset %zu", what,
-			p.i);
+		if (ck_jlex_bad_byte(&p) == 0)
+			ck_fail(err, CK_E_SOURCE, "%s: trailing data after the JSON value at offset %zu",
+				what, p.i);
 		goto out;
 	}
 	if (!have_wm) {

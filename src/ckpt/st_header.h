@@ -1,11 +1,12 @@
 /* The safetensors header's JSON, parsed in one pass straight into tensor
  * records: no tree, no allocation per value but each name. (A 100,000-key
  * header costs milliseconds instead of the ~70 MB of nodes a general JSON
- * tree takes.) It runs after json_strict's raw-text scan (UTF-8, NUL,
- * "\u0000", integer-only numbers), so the text is known to hold only exact
- * integers; it enforces JSON syntax and the header schema with the same
- * messages as before: duplicate keys, duplicate known fields, missing
- * fields, wrong types. Tensor data offsets are left relative (begin, end). */
+ * tree takes.) The streaming reader refuses, as it reads, what cJSON would
+ * let through (UTF-8, NUL, "\u0000", and numbers other than exact integers),
+ * so the text is walked once; this enforces JSON syntax and the header
+ * schema with the same messages as before: duplicate keys, duplicate known
+ * fields, missing fields, wrong types. Tensor data offsets are left relative
+ * (begin, end). */
 #ifndef CK_ST_HEADER_H
 #define CK_ST_HEADER_H
 

@@ -1,6 +1,7 @@
 #include "json_lex.h"
 
 #include "json_plain.h"
+#include "json_strict.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,8 +11,22 @@
 #define MAX_NEST 1000 /* cJSON's nesting limit */
 
 
+int ck_jlex_bad_byte(struct ck_jlex *p)
+{
+	const unsigned char *s = (const unsigned char *)p->s;
+	if (p->i >= p->n)
+		return 0;
+	if (s[p->i] == 0)
+		return ck_fail(p->err, CK_E_SOURCE, "%s: NUL byte at offset %zu", p->ctx, p->i);
+	if (s[p->i] >= 0x80 && !ck_utf8_seq(s + p->i, p->n - p->i))
+		return ck_fail(p->err, CK_E_SOURCE, "%s: invalid UTF-8 at offset %zu", p->ctx, p->i);
+	return 0;
+}
+
 int ck_jlex_syntax(struct ck_jlex *p)
 {
+	if (ck_jlex_bad_byte(p) < 0)
+		return -1;
 	return ck_fail(p->err, CK_E_SOURCE, "%s: invalid JSON near offset %zu", p->ctx, p->i);
 }
 
@@ -59,8 +74,8 @@ static int hex4(struct ck_jlex *p, unsigned *v)
 	return 0;
 }
 
-/* A string at p->i (after whitespace) into p->str. The scan has checked
- * UTF-8 and NUL; here: escapes and control characters. */
+/* A string at p->i (after whitespace) into p->str: escapes decoded, UTF-8
+ * checked, control characters, NUL and "\u0000" refused. */
 int ck_jlex_string(struct ck_jlex *p)
 {
 	ck_jlex_ws(p);
@@ -70,11 +85,15 @@ int ck_jlex_string(struct ck_jlex *p)
 	p->str_len = 0; /* the first run's put terminates it, even when empty */
 	for (;;) {
 		size_t run = p->i;
-		for (;;) { /* plain bytes, and UTF-8 the scan has checked */
+		for (;;) { /* plain bytes and whole UTF-8 sequences */
 			p->i += ck_json_plain_run(p->s + p->i, p->n - p->i);
 			if (p->i >= p->n || (unsigned char)p->s[p->i] < 0x80)
 				break;
-			p->i++;
+			size_t l = ck_utf8_seq((const unsigned char *)p->s + p->i, p->n - p->i);
+			if (!l)
+				return ck_fail(p->err, CK_E_SOURCE, "%s: invalid UTF-8 at offset %zu",
+					       p->ctx, p->i);
+			p->i += l;
 		}
 		if (put(p, p->s + run, p->i - run) < 0)
 			return -1;
@@ -95,7 +114,9 @@ int ck_jlex_string(struct ck_jlex *p)
 		case 'r': c = '\r'; break;
 		case 't': c = '\t'; break;
 		case 'u': c = 0; break;
-		default: return ck_jlex_syntax(p); /* found by fuzzing: "\<NUL>" once read past a table */
+		default: /* found by fuzzing: "\<NUL>" once read past a table */
+			p->i--; /* the error names the byte */
+			return ck_jlex_syntax(p);
 		}
 		if (e != 'u') {
 			if (put(p, &c, 1) < 0)
@@ -103,8 +124,14 @@ int ck_jlex_string(struct ck_jlex *p)
 			continue;
 		}
 		unsigned cp, lo;
-		if (e != 'u' || hex4(p, &cp) < 0)
+		size_t esc = p->i - 2;
+		if (hex4(p, &cp) < 0)
 			return ck_jlex_syntax(p);
+		if (cp == 0)
+			return ck_fail(p->err, CK_E_SOURCE,
+				       "%s: string with \\u0000 at offset %zu (NUL would truncate the "
+				       "name)",
+				       p->ctx, esc);
 		if (cp >= 0xD800 && cp <= 0xDBFF) { /* a surrogate pair */
 			if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
 				return ck_jlex_syntax(p);
@@ -132,8 +159,46 @@ int ck_jlex_string(struct ck_jlex *p)
 	}
 }
 
-/* An integer token (the scan allowed no other numbers); *is_num = 0 when the
- * value is not a number at all (the caller decides what that means). */
+/* The error of a number at start whose digits end at k: a fraction or
+ * exponent (with ints_only) or a value above 2^53. */
+static int number_error(struct ck_jlex *p, size_t start, size_t k)
+{
+	const char *s = p->s;
+	if (p->ints_only && k < p->n && (s[k] == '.' || s[k] == 'e' || s[k] == 'E'))
+		return ck_fail(p->err, CK_E_SOURCE,
+			       "%s: number at offset %zu is not an integer literal", p->ctx, start);
+	return ck_fail(p->err, CK_E_SOURCE,
+		       "%s: integer at offset %zu exceeds 2^53 and cannot be represented exactly",
+		       p->ctx, start);
+}
+
+/* The digits of an integer at *j (after its sign; the first is a digit):
+ * no leading zeros, at most 2^53, and with ints_only no fraction or exponent
+ * after them. start: where the number began, for the messages. */
+static int int_digits(struct ck_jlex *p, size_t start, size_t *j, uint64_t *v)
+{
+	const char *s = p->s;
+	size_t k = *j, n = p->n;
+	if (s[k] == '0' && k + 1 < n && s[k + 1] >= '0' && s[k + 1] <= '9') {
+		p->i = k + 1;
+		return ck_jlex_syntax(p); /* leading zeros */
+	}
+	/* 16 digits cannot wrap 64 bits, and a longer run (whose value
+	 * wrapped, harmlessly: unsigned) is too big anyway */
+	size_t first = k;
+	uint64_t x = 0;
+	while (k < n && (unsigned)(s[k] - '0') < 10)
+		x = x * 10 + (uint64_t)(s[k++] - '0');
+	if (k - first > 16 || x > (uint64_t)CK_JSON_MAX_EXACT_INT ||
+	    (p->ints_only && k < n && (s[k] == '.' || (s[k] | 0x20) == 'e')))
+		return number_error(p, start, k);
+	*j = k;
+	*v = x;
+	return 0;
+}
+
+/* An integer token; *is_num = 0 when the value is not a number at all (the
+ * caller decides what that means). */
 int ck_jlex_int(struct ck_jlex *p, int64_t *v, int *is_num)
 {
 	ck_jlex_ws(p);
@@ -144,13 +209,11 @@ int ck_jlex_int(struct ck_jlex *p, int64_t *v, int *is_num)
 		*is_num = 0;
 		return 0;
 	}
-	if (p->s[j] == '0' && j + 1 < p->n && p->s[j + 1] >= '0' && p->s[j + 1] <= '9')
-		return ck_jlex_syntax(p); /* leading zeros */
-	int64_t x = 0;
-	while (j < p->n && p->s[j] >= '0' && p->s[j] <= '9')
-		x = x * 10 + (p->s[j++] - '0'); /* at most 2^53: the scan said so */
+	uint64_t x;
+	if (int_digits(p, p->i, &j, &x) < 0)
+		return -1;
 	p->i = j;
-	*v = neg ? -x : x;
+	*v = neg ? -(int64_t)x : (int64_t)x;
 	*is_num = 1;
 	return 0;
 }
@@ -164,15 +227,17 @@ static int skip_container(struct ck_jlex *p, char close, int depth)
 	if (ck_jlex_eat(p, close))
 		return 0;
 	do {
-		if (close == '}' && (ck_jlex_string(p) < 0 || !ck_jlex_eat(p, ':')))
-			return p->err->msg[0] ? -1 : ck_jlex_syntax(p);
+		if (close == '}' && ck_jlex_string(p) < 0)
+			return -1;
+		if (close == '}' && !ck_jlex_eat(p, ':'))
+			return ck_jlex_syntax(p);
 		if (ck_jlex_skip(p, depth + 1) < 0)
 			return -1;
 	} while (ck_jlex_eat(p, ','));
 	return ck_jlex_eat(p, close) ? 0 : ck_jlex_syntax(p);
 }
 
-/* Any JSON number, consumed without its value:
+/* Any JSON number (with ints_only, an integer), consumed without its value:
  * -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
 static int skip_number(struct ck_jlex *p)
 {
@@ -181,6 +246,13 @@ static int skip_number(struct ck_jlex *p)
 	j += j < n && s[j] == '-';
 	if (j >= n || s[j] < '0' || s[j] > '9')
 		return ck_jlex_syntax(p);
+	if (p->ints_only) {
+		uint64_t v;
+		if (int_digits(p, p->i, &j, &v) < 0)
+			return -1;
+		p->i = j;
+		return 0;
+	}
 	if (s[j] == '0')
 		j++;
 	else

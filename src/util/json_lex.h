@@ -1,8 +1,11 @@
 /* A strict streaming JSON reader for large documents read once (safetensors
  * headers, weight-map indexes): values are read in place or skipped, no tree
- * is built. Callers run ck_json_scan over the text first: it has checked
- * UTF-8, NUL bytes and \\u0000, and (ck_jlex_int) that numbers are integers
- * below 2^53. Errors go to err; a syntax error reads
+ * is built. It refuses by itself what cJSON would let through (the checks of
+ * ck_json_scan, made as the bytes are read, so the text is walked once):
+ * invalid UTF-8, NUL bytes, "\u0000" in a string, and with ints_only any
+ * number that is not an integer literal of at most 2^53. Everything it
+ * accepts was looked at by one of those rules: a document is accepted only
+ * when it was read to its end. Errors go to err; a syntax error reads
  * "CTX: invalid JSON near offset N". */
 #ifndef CK_JSON_LEX_H
 #define CK_JSON_LEX_H
@@ -20,9 +23,14 @@ struct ck_jlex {
 	struct ck_err *err;
 	char *str; /* the last string read, decoded and NUL-terminated */
 	size_t str_len, str_cap;
+	int ints_only; /* numbers: integer literals, |v| <= 2^53 */
 };
 
 int ck_jlex_syntax(struct ck_jlex *p); /* -1, err set */
+/* -1 with the scan's message ("NUL byte", "invalid UTF-8") when the byte at
+ * p->i is one the scan refuses, else 0: for errors at an unexpected byte, so
+ * they name what is wrong with it. */
+int ck_jlex_bad_byte(struct ck_jlex *p);
 
 /* Inline: a 100k-key header calls these a few million times, and as calls
  * they were 5% of planning over it. */
@@ -57,8 +65,9 @@ int ck_jlex_key(struct ck_jlex *p, char **key);
  * "WHAT: " not_string, not_string a format taking the key. 0 or -1. */
 int ck_jlex_string_map(struct ck_jlex *p, int (*member)(void *ctx, char *key, const char *value),
 		       void *ctx, const char *not_string);
-/* An integer (the scan was CK_JSON_INTEGERS_ONLY); *is_num = 0, nothing
- * consumed, when the next value is not a number. 0 or -1. */
+/* An integer, |v| <= 2^53 (a fraction or exponent fails with ints_only);
+ * *is_num = 0, nothing consumed, when the next value is not a number. 0 or
+ * -1. */
 int ck_jlex_int(struct ck_jlex *p, int64_t *v, int *is_num);
 /* Skip one value of any kind; depth: the nesting so far (1000 at most). */
 int ck_jlex_skip(struct ck_jlex *p, int depth);

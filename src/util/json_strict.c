@@ -11,36 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid.
- * Rejects overlong forms, surrogates and code points above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned c = s[0];
-	if (c < 0x80)
-		return 1;
-	size_t len;
-	unsigned cp, min;
-	if ((c & 0xE0) == 0xC0) {
-		len = 2, cp = c & 0x1F, min = 0x80;
-	} else if ((c & 0xF0) == 0xE0) {
-		len = 3, cp = c & 0x0F, min = 0x800;
-	} else if ((c & 0xF8) == 0xF0) {
-		len = 4, cp = c & 0x07, min = 0x10000;
-	} else {
-		return 0;
-	}
-	if (len > n)
-		return 0;
-	for (size_t i = 1; i < len; i++) {
-		if ((s[i] & 0xC0) != 0x80)
-			return 0;
-		cp = (cp << 6) | (s[i] & 0x3F);
-	}
-	if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-		return 0;
-	return len;
-}
-
 /* Scan the raw text: UTF-8, no NUL byte, no "\u0000" escape, and (with
  * CK_JSON_INTEGERS_ONLY) only exact integer number tokens. */
 static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kind,
@@ -79,7 +49,7 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 					i += 2;
 					continue;
 				}
-				size_t l = utf8_seq(s + i, len - i);
+				size_t l = ck_utf8_seq(s + i, len - i);
 				if (!l)
 					return ck_fail(err, kind, "%s: invalid UTF-8 at offset %zu",
 						       what, i);
@@ -111,7 +81,7 @@ static int scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kin
 					       what, start);
 			continue;
 		}
-		size_t l = c < 0x80 ? 1 : utf8_seq(s + i, len - i);
+		size_t l = c < 0x80 ? 1 : ck_utf8_seq(s + i, len - i);
 		if (!l)
 			return ck_fail(err, kind, "%s: invalid UTF-8 at offset %zu", what, i);
 		i += l;

@@ -28,7 +28,9 @@ cJSON *ck_json_parse(const char *buf, size_t len, unsigned flags, enum ck_errkin
 		     const char *what, struct ck_err *err);
 
 /* Only the raw-text checks of ck_json_parse (UTF-8, NUL, "\u0000", integer
- * literals with CK_JSON_INTEGERS_ONLY), for parsers of their own. */
+ * literals with CK_JSON_INTEGERS_ONLY). The streaming reader (json_lex.h)
+ * makes the same checks as it reads; the tests and fuzz targets hold it to
+ * this scan. */
 int ck_json_scan(const char *buf, size_t len, unsigned flags, enum ck_errkind kind,
 		 const char *what, struct ck_err *err);
 

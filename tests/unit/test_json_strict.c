@@ -1,12 +1,15 @@
 /* The places where cJSON is lenient and ckptfs must not be. */
 #include <check.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../malformed.h"
 #include "ckpt/catalog.h"
+#include "ckpt/index.h"
 #include "ckpt/safetensors.h"
+#include "ckpt/st_header.h"
 #include "testutil.h"
 #include "util/json_lex.h"
 #include "util/json_plain.h"
@@ -71,10 +74,9 @@ END_TEST
 /* The scan and the streaming reader skip plain bytes eight at a time: a byte
  * that needs a look must be seen at every position of a word, before and
  * after the first whole word of a string. */
-static int lex_string(const char *doc, size_t n, char *out, size_t cap)
+static int lex_string(const char *doc, size_t n, char *out, size_t cap, struct ck_err *err)
 {
-	struct ck_err err;
-	struct ck_jlex p = {.s = doc, .n = n, .what = "t", .ctx = "t", .err = &err};
+	struct ck_jlex p = {.s = doc, .n = n, .what = "t", .ctx = "t", .err = err};
 	int rc = ck_jlex_string(&p);
 	if (rc == 0)
 		snprintf(out, cap, "%s", p.str);
@@ -109,9 +111,12 @@ START_TEST(plain_run_is_exact)
 }
 END_TEST
 
+/* The reader does the scan's checks itself (the header is walked once): it
+ * must refuse what the scan refuses, with the scan's message, wherever the
+ * byte lies relative to the eight-byte steps. */
 START_TEST(special_bytes_at_every_position)
 {
-	struct ck_err err;
+	struct ck_err err, lerr;
 	for (int at = 0; at < 24; at++) {
 		char doc[64], want[64], got[64];
 		/* "aaa<x>bbb", x at position at of the string */
@@ -122,15 +127,20 @@ START_TEST(special_bytes_at_every_position)
 		} c[] = {
 			{"\x01", 1, 0, NULL},	/* a raw control byte: JSON refuses it */
 			{"\xff", 0, 0, NULL},	/* never UTF-8 */
+			{"\xc3(", 0, 0, NULL}, /* a lead byte without its continuation */
+			{"\xe0\x80\xaf", 0, 0, NULL}, /* overlong */
 			{"\0", 0, 0, NULL},	/* NUL */
+			{"\\\0", 0, 0, NULL}, /* NUL escaped */
 			{"\\n", 1, 1, "\n"}, /* an escape */
-			{"\\u0000", 0, 1, NULL},
+			{"\\u0000", 0, 0, NULL},
 			{"\xc3\xa9", 1, 1, "\xc3\xa9"}, /* U+00E9 */
 			{"\\\"", 1, 1, "\""},
 			{"\x7f", 1, 1, "\x7f"},
 		};
 		for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
 			size_t il = c[k].ins[0] ? strlen(c[k].ins) : 1, n = 0;
+			if (c[k].ins[0] == '\\' && !c[k].ins[1])
+				il = 2; /* backslash, NUL */
 			doc[n++] = '"';
 			memset(doc + n, 'a', (size_t)at), n += (size_t)at;
 			memcpy(doc + n, c[k].ins, il), n += il;
@@ -139,10 +149,10 @@ START_TEST(special_bytes_at_every_position)
 			ck_assert_msg((ck_json_scan(doc, n, 0, CK_E_SOURCE, "t", &err) == 0) ==
 					      c[k].scan_ok,
 				      "scan, case %zu at %d", k, at);
-			if (!c[k].scan_ok)
-				continue;
-			int lex = lex_string(doc, n, got, sizeof got);
+			int lex = lex_string(doc, n, got, sizeof got, &lerr);
 			ck_assert_msg((lex == 0) == c[k].lex_ok, "reader, case %zu at %d", k, at);
+			if (!c[k].scan_ok)
+				ck_assert_str_eq(lerr.msg, err.msg);
 			if (!c[k].lex_ok)
 				continue;
 			snprintf(want, sizeof want, "%.*s%s%.*s", at, "aaaaaaaaaaaaaaaaaaaaaaaa",
@@ -150,6 +160,160 @@ START_TEST(special_bytes_at_every_position)
 			ck_assert_str_eq(got, want);
 		}
 	}
+}
+END_TEST
+
+/* Bytes that make or break a header: structure, number syntax, escapes,
+ * NUL and UTF-8 lead, continuation and never-valid bytes. */
+static const char mutant_bytes[] = {'"', '\\', '{', '}', '[', ']', ',', ':', '.', 'e', 'E', '-',
+				    '0', '1', '9', 'u', 'n', ' ', '\0', '\x1f', '\x7f', '\x80',
+				    '\xbf', '\xc0', '\xc3', '\xe0', '\xed', '\xf4', '\xf5', '\xff'};
+
+/* One byte of doc (n bytes), in a quarter of the calls two or three,
+ * replaced, inserted or deleted, or a
+ * "\u0000" or a digit run put in; returns the new length (cap: room). */
+static size_t mutate(char *doc, size_t n, size_t cap, unsigned *seed)
+{
+	int edits = rand_r(seed) % 4 ? 1 : 2 + rand_r(seed) % 2;
+	for (int e = 0; e < edits && n + 16 < cap; e++) {
+		size_t at = (size_t)rand_r(seed) % (n + 1);
+		char b = mutant_bytes[(size_t)rand_r(seed) % sizeof mutant_bytes];
+		switch (rand_r(seed) % 5) {
+		case 0:
+			if (at < n)
+				doc[at] = b;
+			break;
+		case 1:
+			memmove(doc + at + 1, doc + at, n - at), doc[at] = b, n++;
+			break;
+		case 2:
+			if (at < n)
+				memmove(doc + at, doc + at + 1, n - at - 1), n--;
+			break;
+		case 3:
+			memmove(doc + at + 6, doc + at, n - at), memcpy(doc + at, "\\u0000", 6);
+			n += 6;
+			break;
+		default: { /* 2^53 + 1, or a shorter run */
+			size_t k = rand_r(seed) % 2 ? 16 : 3;
+			memmove(doc + at + k, doc + at, n - at), memcpy(doc + at, "9007199254740993", k);
+			n += k;
+			break;
+		}
+		}
+	}
+	return n;
+}
+
+/* Differential: thousands of mutants of a header and an index that use every
+ * feature (metadata, escapes, non-ASCII names, unknown fields holding every
+ * kind of value). Whatever a reader accepts, the scan and the strict cJSON
+ * parse accept too; whatever the scan refuses, the reader refuses. Both
+ * outcomes must occur often, or the mutants test nothing. */
+START_TEST(reader_refuses_what_the_scan_refuses)
+{
+	static const char *const base[2] = {
+		"{\"__metadata__\":{\"format\":\"pt\",\"note\":\"caf\\u00e9 \\\"q\\\" \xc3\xa9\"},"
+		"\"a.w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24],"
+		"\"x\":[15,{\"k\":-0,\"t\":true,\"f\":false,\"n\":null,\"s\":\"\\ud83d\\ude00\"}]},"
+		"\"b\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[24,28]}}  ",
+		"{\"metadata\":{\"total_size\":1.5e3,\"n\":[-2,0.25,{}]},"
+		"\"weight_map\":{\"a.w\":\"m-1.safetensors\",\"b\xc3\xa9\":\"m\\u00e9.safetensors\"}}\n",
+	};
+	for (int which = 0; which < 2; which++) {
+		unsigned seed = 12345u + (unsigned)which;
+		int accepted = 0, refused = 0, scan_refused = 0;
+		for (int round = 0; round < 20000; round++) {
+			char doc[1024];
+			size_t n = strlen(base[which]);
+			memcpy(doc, base[which], n);
+			if (round)
+				n = mutate(doc, n, sizeof doc, &seed);
+			struct ck_err err, serr;
+			int ok;
+			if (which == 0) {
+				struct ck_file_tensors h;
+				struct ck_st_span *spans = NULL;
+				memset(&h, 0, sizeof h);
+				ok = ck_st_header_json(doc, n, "t", 1, &h, &spans, &err) == 0;
+				ck_file_tensors_free(&h);
+				free(spans);
+			} else {
+				struct ck_index idx;
+				ok = ck_index_parse(doc, n, "t", &idx, &err) == 0;
+				if (ok)
+					ck_index_free(&idx);
+			}
+			unsigned flags = which == 0 ? CK_JSON_INTEGERS_ONLY : 0;
+			int scan_ok = ck_json_scan(doc, n, flags, CK_E_SOURCE, "t", &serr) == 0;
+			ck_assert_msg(round || ok, "the unmutated document: %s", err.msg);
+			if (ok) {
+				cJSON *j = ck_json_parse(doc, n, flags, CK_E_SOURCE, "t", &serr);
+				ck_assert_msg(scan_ok && j, "round %d accepted what %s", round,
+					      serr.msg);
+				cJSON_Delete(j);
+			}
+			accepted += ok;
+			refused += !ok;
+			scan_refused += !scan_ok;
+		}
+		ck_assert_msg(accepted > 1000 && refused > 1000 && scan_refused > 1000,
+			      "document %d: %d accepted, %d refused, %d refused by the scan", which,
+			      accepted, refused, scan_refused);
+	}
+}
+END_TEST
+
+/* Integers of every length from 1 to 20 digits, a non-digit at every
+ * position, against strtoull: the reader checks the 2^53 bound once, after
+ * the digits, and refuses a run of more than 16 (whose value wrapped). */
+START_TEST(integers_read_exactly)
+{
+	unsigned seed = 7;
+	for (int len = 1; len <= 20; len++)
+		for (int stop = 0; stop <= len; stop++)
+			for (int rep = 0; rep < 20; rep++) {
+				char doc[40];
+				int k = 0;
+				doc[k++] = '[';
+				if (rep & 1)
+					doc[k++] = '-';
+				int d0 = k;
+				for (int i = 0; i < len; i++)
+					doc[k++] = (char)('0' + (i == 0 ? 1 + rand_r(&seed) % 9
+								       : rand_r(&seed) % 10));
+				if (rep == 2) /* the largest exact values and one above */
+					memcpy(doc + d0, len == 16 ? "9007199254740992" : "9007199254740993",
+					       len == 16 || len == 17 ? (size_t)16 : 0);
+				if (stop < len) /* a byte just outside 0-9, or a letter */
+					doc[d0 + stop] = "/:aA"[rand_r(&seed) % 4];
+				doc[k++] = ']';
+				doc[k] = '\0';
+				struct ck_err err;
+				struct ck_jlex p = {.s = doc, .n = (size_t)k, .what = "t", .ctx = "t",
+						    .err = &err, .ints_only = 1};
+				int64_t v = 0;
+				int isnum = 0;
+				ck_assert(ck_jlex_eat(&p, '['));
+				int rc = ck_jlex_int(&p, &v, &isnum);
+				char *end;
+				errno = 0;
+				unsigned long long ref = strtoull(doc + d0, &end, 10);
+				int ref_num = doc[d0] >= '0' && doc[d0] <= '9'; /* no strtoull spaces */
+				if (!ref_num) {
+					ck_assert_int_eq(rc, 0);
+					ck_assert_msg(isnum == 0, "%s", doc);
+					continue;
+				}
+				int lead0 = doc[d0] == '0' && end - (doc + d0) > 1;
+				if (errno || ref > (1ull << 53) || lead0) {
+					ck_assert_msg(rc < 0, "%s read as %lld", doc, (long long)v);
+					continue;
+				}
+				ck_assert_msg(rc == 0 && isnum, "%s: %s", doc, err.msg);
+				ck_assert_int_eq(v, (rep & 1) ? -(int64_t)ref : (int64_t)ref);
+				ck_assert_uint_eq(p.i, (size_t)(end - doc));
+			}
 }
 END_TEST
 
@@ -222,6 +386,8 @@ int main(void)
 	tcase_add_test(tc, nul_and_utf8_refused);
 	tcase_add_test(tc, plain_run_is_exact);
 	tcase_add_test(tc, special_bytes_at_every_position);
+	tcase_add_test(tc, reader_refuses_what_the_scan_refuses);
+	tcase_add_test(tc, integers_read_exactly);
 	tcase_add_test(tc, keys_are_case_sensitive);
 	tcase_add_test(tc, hundred_thousand_keys);
 	suite_add_tcase(s, tc);
