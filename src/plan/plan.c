@@ -860,7 +860,14 @@ static int reduce_group(struct stage *st, const struct ck_rule *r, const struct 
 			r->reduce[0], n, (long long)want);
 		return rule_fail(st, r, NULL);
 	}
-	qsort(vals, (size_t)n, sizeof *vals, cmp_rval);
+	/* matches arrive in the catalog's natural order, so the values
+	 * normally run 0..n-1 already (128 qsorts of 520 experts were 1.6% of
+	 * planning a 100k-key MoE); sorted only when they do not */
+	int in_order = 0;
+	while (in_order < n && vals[in_order].v == in_order)
+		in_order++;
+	if (in_order < n)
+		qsort(vals, (size_t)n, sizeof *vals, cmp_rval);
 	for (int j = 0; j < n; j++)
 		if (vals[j].v != j) {
 			ck_fail(st->err, CK_E_MAPPING,

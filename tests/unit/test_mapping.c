@@ -613,6 +613,37 @@ START_TEST(renames)
 END_TEST
 
 /* "each": every layer / expert a count names must be there, and no other. */
+/* A reduction's values are checked whatever order they arrive in: "+1"
+ * reads as 1 and sorts before "1", a repeat. */
+START_TEST(reduction_refuses_repeats)
+{
+	char *d = tu_mkdtemp();
+	static const struct tu_tensor t[] = {
+		{"y.+1.w", CK_DT_BF16, 2, {3, 4}},
+		{"y.1.w", CK_DT_BF16, 2, {3, 4}},
+		{"y.0.w", CK_DT_BF16, 2, {3, 4}},
+	};
+	char *path = tu_path(d, "model.safetensors");
+	tu_write_st(path, t, sizeof t / sizeof *t);
+	free(path);
+	struct ck_err err;
+	struct ck_catalog *mine, *keep = cat;
+	ck_assert_msg(ck_catalog_open(d, &mine, &err) == 0, "%s", err.msg);
+	ck_assert_str_eq(mine->entries[0].t.name, "y.+1.w"); /* before "y.0.w" */
+	cat = mine;
+	const char *m = "{\"rules\": [{\"from\": \"y.{E}.w\", \"reduce\": \"E\", \"to\": \"s\","
+			" \"expr\": \"stack(x, 0)\"}]}";
+	ck_assert_ptr_null(plan_of(&m, 1, &err));
+	ck_assert_msg(strstr(err.msg, "values must run 0..2 without gaps or repeats, found 1 at "
+				      "position 2"),
+		      "%s", err.msg);
+	cat = keep;
+	ck_catalog_free(mine);
+	tu_rmtree(d);
+	free(d);
+}
+END_TEST
+
 START_TEST(each_counts)
 {
 	struct ck_err err;
@@ -700,6 +731,7 @@ int main(void)
 	tcase_add_test(tc, inputs_used_once_are_taken);
 	tcase_add_test(tc, renames);
 	tcase_add_test(tc, each_counts);
+	tcase_add_test(tc, reduction_refuses_repeats);
 	tcase_add_test(tc, key_shapes);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
