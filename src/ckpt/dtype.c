@@ -46,11 +46,17 @@ size_t ck_dtype_size(enum ck_dtype dt)
 
 enum ck_dtype ck_dtype_parse(const char *s, int *subbyte)
 {
+	/* once per tensor of 100k: the weights' usual types first, then the
+	 * table, first byte first (a walk to BF16 was 2% of planning) */
+	static const enum ck_dtype usual[] = {CK_DT_BF16, CK_DT_F32, CK_DT_F16};
 	if (subbyte)
 		*subbyte = 0;
+	for (size_t k = 0; k < sizeof usual / sizeof *usual; k++)
+		if (strcmp(s, dtypes[usual[k]].name) == 0)
+			return usual[k];
 	for (int i = 1; i < CK_DT_COUNT; i++) /* never an internal one (size 0) */
 		if (dtypes[i].size && s[0] == dtypes[i].name[0] && strcmp(s, dtypes[i].name) == 0)
-			return (enum ck_dtype)i; /* (the first byte first: once per tensor of 100k) */
+			return (enum ck_dtype)i;
 	for (size_t i = 0; i < sizeof subbyte_names / sizeof *subbyte_names; i++)
 		if (subbyte && strcmp(s, subbyte_names[i]) == 0)
 			*subbyte = 1;

@@ -339,6 +339,50 @@ START_TEST(keys_are_case_sensitive)
 }
 END_TEST
 
+/* The header reader matches the three field names in the raw text; any
+ * other spelling of them must mean the same, and near-misses nothing. */
+START_TEST(field_names_in_any_spelling)
+{
+	static const struct {
+		const char *json;
+		const char *err; /* NULL: parses, one F32 [2] tensor */
+	} c[] = {
+		{"{\"t\":{\"dt\\u0079pe\":\"F32\",\"sh\\u0061pe\":[2],\"data_offsets\":[0,8]}}", NULL},
+		{"{\"t\":{\"\\u0064ata_offsets\":[0,8],\"shape\":[2],\"dtype\":\"F32\"}}", NULL},
+		{"{\"t\":{\"dtypes\":\"F64\",\"dtype\":\"F32\",\"shapes\":[3],\"shape\":[2],"
+		 "\"data_offset\":[0,4],\"data_offsets\":[0,8],\"d\":1,\"s\":2}}",
+		 NULL},
+		{"{\"t\":{\"dtype\":\"F32\",\"dt\\u0079pe\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+		 "duplicate field \"dtype\""},
+		{"{\"t\":{\"dtyp\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+		 "missing field \"dtype\""},
+		{"{\"t\":{\"shape\" :[2], \"data_offsets\"\n:[0,8],\"dtype\"\t: \"F32\"}}", NULL},
+		{"{\"t\":{\"shape\"[2]}}", "invalid JSON"},
+		{"{\"t\":{\"dtype", "invalid JSON"},
+		{"{\"t\":{\"d", "invalid JSON"},
+	};
+	for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+		size_t len;
+		unsigned char *img = st_image(c[k].json, 8, &len);
+		struct ck_file_tensors h;
+		struct ck_err err;
+		int rc = ck_st_parse_buffer(img, len, "f", &h, &err);
+		if (!c[k].err) {
+			ck_assert_msg(rc == 0, "case %zu: %s", k, err.msg);
+			ck_assert_uint_eq(h.n_tensors, 1);
+			ck_assert_int_eq(h.tensors[0].dtype, CK_DT_F32);
+			ck_assert_int_eq(h.tensors[0].ndim, 1);
+			ck_assert_int_eq(h.tensors[0].shape[0], 2);
+			ck_file_tensors_free(&h);
+		} else {
+			ck_assert_msg(rc < 0 && strstr(err.msg, c[k].err), "case %zu: %s", k,
+				      rc < 0 ? err.msg : "parsed");
+		}
+		free(img);
+	}
+}
+END_TEST
+
 /* 100,000 keys, parsed and catalogued; with an O(n^2) lookup (cJSON's object
  * lookup per key) this runs for minutes and hits the test timeout. */
 START_TEST(hundred_thousand_keys)
@@ -389,6 +433,7 @@ int main(void)
 	tcase_add_test(tc, reader_refuses_what_the_scan_refuses);
 	tcase_add_test(tc, integers_read_exactly);
 	tcase_add_test(tc, keys_are_case_sensitive);
+	tcase_add_test(tc, field_names_in_any_spelling);
 	tcase_add_test(tc, hundred_thousand_keys);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
