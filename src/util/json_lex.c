@@ -1,7 +1,6 @@
 #include "json_lex.h"
 
 #include "json_plain.h"
-#include "json_strict.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -159,11 +158,14 @@ int ck_jlex_string(struct ck_jlex *p)
 	}
 }
 
-/* The error of a number at start whose digits end at k: a fraction or
- * exponent (with ints_only) or a value above 2^53. */
-static int number_error(struct ck_jlex *p, size_t start, size_t k)
+int ck_jlex_number_error(struct ck_jlex *p, size_t first, size_t k)
 {
 	const char *s = p->s;
+	size_t start = first - (first > 0 && s[first - 1] == '-');
+	if (s[first] == '0' && k - first > 1) {
+		p->i = first + 1;
+		return ck_jlex_syntax(p); /* leading zeros */
+	}
 	if (p->ints_only && k < p->n && (s[k] == '.' || s[k] == 'e' || s[k] == 'E'))
 		return ck_fail(p->err, CK_E_SOURCE,
 			       "%s: number at offset %zu is not an integer literal", p->ctx, start);
@@ -171,53 +173,6 @@ static int number_error(struct ck_jlex *p, size_t start, size_t k)
 		       "%s: integer at offset %zu exceeds 2^53 and cannot be represented exactly",
 		       p->ctx, start);
 }
-
-/* The digits of an integer at *j (after its sign; the first is a digit):
- * no leading zeros, at most 2^53, and with ints_only no fraction or exponent
- * after them. start: where the number began, for the messages. */
-static int int_digits(struct ck_jlex *p, size_t start, size_t *j, uint64_t *v)
-{
-	const char *s = p->s;
-	size_t k = *j, n = p->n;
-	if (s[k] == '0' && k + 1 < n && s[k + 1] >= '0' && s[k + 1] <= '9') {
-		p->i = k + 1;
-		return ck_jlex_syntax(p); /* leading zeros */
-	}
-	/* 16 digits cannot wrap 64 bits, and a longer run (whose value
-	 * wrapped, harmlessly: unsigned) is too big anyway */
-	size_t first = k;
-	uint64_t x = 0;
-	while (k < n && (unsigned)(s[k] - '0') < 10)
-		x = x * 10 + (uint64_t)(s[k++] - '0');
-	if (k - first > 16 || x > (uint64_t)CK_JSON_MAX_EXACT_INT ||
-	    (p->ints_only && k < n && (s[k] == '.' || (s[k] | 0x20) == 'e')))
-		return number_error(p, start, k);
-	*j = k;
-	*v = x;
-	return 0;
-}
-
-/* An integer token; *is_num = 0 when the value is not a number at all (the
- * caller decides what that means). */
-int ck_jlex_int(struct ck_jlex *p, int64_t *v, int *is_num)
-{
-	ck_jlex_ws(p);
-	size_t j = p->i;
-	int neg = j < p->n && p->s[j] == '-';
-	j += (size_t)neg;
-	if (j >= p->n || p->s[j] < '0' || p->s[j] > '9') {
-		*is_num = 0;
-		return 0;
-	}
-	uint64_t x;
-	if (int_digits(p, p->i, &j, &x) < 0)
-		return -1;
-	p->i = j;
-	*v = neg ? -(int64_t)x : (int64_t)x;
-	*is_num = 1;
-	return 0;
-}
-
 
 /* [v, v, ...] or {"k": v, ...}, values skipped */
 static int skip_container(struct ck_jlex *p, char close, int depth)
@@ -247,11 +202,9 @@ static int skip_number(struct ck_jlex *p)
 	if (j >= n || s[j] < '0' || s[j] > '9')
 		return ck_jlex_syntax(p);
 	if (p->ints_only) {
-		uint64_t v;
-		if (int_digits(p, p->i, &j, &v) < 0)
-			return -1;
-		p->i = j;
-		return 0;
+		int64_t v;
+		int isnum;
+		return ck_jlex_int(p, &v, &isnum); /* a number: the digit is there */
 	}
 	if (s[j] == '0')
 		j++;
