@@ -81,6 +81,7 @@ struct ck_cache {
 	atomic_uchar *file_changed; /* per source file, set once and logged */
 	atomic_int logged_errors;
 	int64_t *direct; /* per target: file offset of its bytes, or -1 (see ck_cache_direct) */
+	unsigned char *stream; /* per target: ck_plan_streamable (NULL: none is) */
 	uint32_t *next_eval; /* per target: the next evaluated target of another group, or n */
 	atomic_uint_fast64_t direct_reads;
 	/* contexts of callers evaluating into their own memory (ck_cache_eval_into) */
@@ -773,6 +774,8 @@ int ck_cache_eval_into(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t le
 	if (c->o.delay_ms)
 		usleep(c->o.delay_ms * 1000u);
 	int r = ck_engine_read(&x->ctx, t, off, len, dst, err);
+	if (r < 0)
+		log_msg(c, err->msg);
 	pthread_mutex_lock(&c->mu);
 	x->next = c->spare;
 	c->spare = x;
@@ -781,6 +784,11 @@ int ck_cache_eval_into(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t le
 	pthread_mutex_unlock(&c->mu);
 	atomic_fetch_add(&c->streamed, 1);
 	return r;
+}
+
+int ck_cache_streamable(const struct ck_cache *c, uint32_t t)
+{
+	return c->stream && c->stream[t];
 }
 
 int ck_cache_is_direct(const struct ck_cache *c, uint32_t t)
@@ -847,7 +855,18 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 		for (size_t t = 0; t < plan->n; t++)
 			c->direct[t] = ck_plan_direct_offset(plan, (uint32_t)t);
 	}
+	if (!o->no_stream && !o->gpu) {
+		if (!(c->stream = malloc(plan->n ? plan->n : 1))) {
+			free(c->direct);
+			free(c->file_changed);
+			free(c);
+			return ck_fail_sys(err, ENOMEM, "cache");
+		}
+		for (size_t t = 0; t < plan->n; t++)
+			c->stream[t] = (unsigned char)ck_plan_streamable(plan, (uint32_t)t);
+	}
 	if (build_next_eval(c) < 0) {
+		free(c->stream);
 		free(c->direct);
 		free(c->file_changed);
 		free(c);
@@ -927,6 +946,7 @@ void ck_cache_free(struct ck_cache *c)
 	ck_engine_fini(&c->eng);
 	free(c->file_changed);
 	free(c->direct);
+	free(c->stream);
 	free(c->next_eval);
 	free(c);
 }

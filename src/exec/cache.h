@@ -31,6 +31,7 @@ struct ck_cache_opts {
 	int odirect;	   /* read sources with O_DIRECT (ck_engine_open_direct), renames
 			      included (see ck_cache_direct) */
 	int no_prefetch;   /* do not evaluate the next group ahead of a reader */
+	int no_stream;	   /* no target is streamable (see ck_cache_streamable) */
 	int drop_served;   /* readers keep what they were given (a kernel page cache):
 			      chunks served whole go first (see note_served) */
 	struct ck_gpu *gpu; /* CUDA backend, a lane per evaluator (NULL: CPU) */
@@ -86,6 +87,11 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 int ck_cache_direct(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len, int *fd,
 		    uint64_t *pos, int *odirect);
 int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
+/* 1 when a read of target t is best evaluated on its own into the reader's
+ * buffer (ck_cache_eval_into) rather than through cache chunks: its window
+ * reads about its own bytes of source (ck_plan_streamable), and the CPU
+ * evaluates (-o no_stream and the CUDA backend turn it off). */
+int ck_cache_streamable(const struct ck_cache *c, uint32_t t);
 /* Evaluate [off, off+len) of t straight into dst on the caller's thread
  * (a context from the cache's spares), after the same source-change check:
  * no cache entry and no copy, for a reader that consumes large ranges once

@@ -442,19 +442,19 @@ char *fs_stats_json(struct ckfs *fs, size_t *len)
 		", \"cache_size\": %" PRIu64 ", \"cache_evictions\": %" PRIu64
 		", \"cache_dropped\": %" PRIu64 ", \"cache_recycled\": %" PRIu64
 		", \"cache_peak_bytes\": %" PRIu64 ", \"read_errors\": %" PRIu64 ", \"evaluations_in_flight\": %" PRIu64
-		", \"direct_reads\": %" PRIu64 ", \"prefetches\": %" PRIu64
+		", \"direct_reads\": %" PRIu64 ", \"streamed_reads\": %" PRIu64 ", \"prefetches\": %" PRIu64
 		", \"odirect_files\": %" PRIu64
 		", \"open_requests\": %" PRIu64 ", \"lookup_requests\": %" PRIu64 ", \"io\": \"%s\", \"device\": \"%.100s\""
 		", \"gpu_reads\": %" PRIu64 ", \"gpu_bytes\": %" PRIu64 "}",
 		s.source_bytes_read, s.read_requests, s.groups_evaluated, s.regions_evaluated,
 		s.cache_hits, s.cache_misses, s.cache_bytes, fs->o.serve.cache.cache_size,
 		s.cache_evictions, s.cache_dropped, s.cache_recycled, s.cache_peak_bytes, s.read_errors,
-		s.evaluations_in_flight, s.direct_reads, s.prefetches, s.odirect_files,
+		s.evaluations_in_flight, s.direct_reads, s.streamed_reads, s.prefetches, s.odirect_files,
 		__atomic_load_n(&fs->open_requests, __ATOMIC_RELAXED),
 		__atomic_load_n(&fs->lookup_requests, __ATOMIC_RELAXED),
 		fs->o.serve.cache.use_uring && !ck_cache_uring_fell_back(fs->cache) ? "io_uring" : "pread",
 		fs->srv->gpu ? ck_gpu_name(fs->srv->gpu) : "cpu", s.gpu_reads, s.gpu_bytes);
-	/* 21 numbers of at most 20 digits and a 100-byte name fit with room (955 bytes) */
+	/* 22 numbers of at most 20 digits and a 100-byte name fit with room (995 bytes) */
 	if (n < 0 || n >= STATS_LEN - 1) {
 		free(buf);
 		return NULL;

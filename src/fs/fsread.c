@@ -178,6 +178,46 @@ static void read_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 	pending_free(p);
 }
 
+/* A read whose evaluated spans are all streamable (ck_cache_streamable) is
+ * answered on this FUSE thread: each span is evaluated straight into one
+ * pooled reply buffer, beside the file and literal bytes. Its window reads
+ * about its own bytes of source, where the cache would evaluate the whole
+ * group first (a random 4 KiB read: 0.04 ms instead of 4.4), and nothing is
+ * held. The thread works for one request's bytes, as a direct read does; it
+ * never waits for another evaluation. */
+static int all_streamable(struct ckfs *fs, const struct pending *p, const struct ck_span *rest,
+			  size_t nr)
+{
+	if (p->n_odirect)
+		return 0;
+	for (size_t i = 0; i < nr; i++)
+		if (!ck_cache_streamable(fs->cache, rest[i].target))
+			return 0;
+	return 1;
+}
+
+static void reply_streamed(struct ckfs *fs, struct pending *p)
+{
+	unsigned char *buf = ck_bufpool_get(&fs->pool, p->len);
+	int err = buf ? 0 : ENOMEM;
+	for (size_t i = 0; i < p->n && !err; i++) {
+		const struct ck_span *sp = &p->spans[i];
+		struct ck_err e;
+		if (sp->lit)
+			memcpy(buf + sp->dst, sp->lit, sp->len);
+		else if (p->dfd[i] >= 0) /* short: the file shrank under the mount */
+			err = ck_pread_full(p->dfd[i], buf + sp->dst, sp->len, p->dpos[i]) < 0 ? EIO : 0;
+		else if (ck_cache_eval_into(fs->cache, sp->target, sp->off, sp->len, buf + sp->dst,
+					    &e) < 0)
+			err = e.sys_errno == ENOMEM ? ENOMEM : EIO;
+	}
+	if (err)
+		fuse_reply_err(p->req, err);
+	else
+		fuse_reply_buf(p->req, (const char *)buf, p->len);
+	ck_bufpool_put(&fs->pool, buf, p->len);
+}
+
 void fs_reply_slice(fuse_req_t req, const char *data, size_t len, size_t size, off_t off)
 {
 	if ((size_t)off >= len)
@@ -308,6 +348,12 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (nr == 0 && p->n_direct) { /* all from the source files, and literals */
 		reply_direct(fs, p, NULL, 0);
+		free(rest);
+		pending_free(p);
+		return;
+	}
+	if (all_streamable(fs, p, rest, (size_t)nr)) {
+		reply_streamed(fs, p);
 		free(rest);
 		pending_free(p);
 		return;

@@ -79,8 +79,9 @@ const char *ckptfs_version(void);
  *   set=NAME=VALUE               a config.json value as the mappings see it
  *                                (an integer or true/false; repeatable)
  *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring odirect
- *   no_direct no_prefetch max_shard_size=SIZE part_size=SIZE zip_crc npy_f32
- *   gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto gpu_mem=SIZE gpu_min=SIZE
+ *   no_direct no_prefetch no_stream max_shard_size=SIZE part_size=SIZE
+ *   zip_crc npy_f32 gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto
+ *   gpu_mem=SIZE gpu_min=SIZE
  *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none dcp torch_dist eval_delay_ms=N
  *                       as `ckptfs mount -o` (its "serving options", see
  *                       ckptfs(1))
@@ -141,7 +142,10 @@ struct ckptfs_stats {
 	uint64_t cache_hits, cache_misses, cache_bytes, cache_evictions;
 	uint64_t direct_reads; /* reads answered from the source file itself */
 	uint64_t gpu_reads, gpu_bytes;
-	uint64_t streamed_reads; /* reads of 1 MiB or more evaluated straight into the caller's buffer */
+	/* reads evaluated straight into the caller's buffer: of 1 MiB or more, or
+	 * of a target whose reads are streamed (a cast, fused blocks; no_stream
+	 * turns those off) */
+	uint64_t streamed_reads;
 };
 /* Counters since open. size: sizeof(struct ckptfs_stats) as the caller
  * knows it (later versions only add fields at the end). */

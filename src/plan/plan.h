@@ -83,6 +83,12 @@ void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
  * cast-free range of one source file (a rename: reads are answered from the
  * file itself), or -1. */
 int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t);
+/* 1 when any window of a target's output can be evaluated on its own for
+ * about the cost of its own bytes: every piece reads its source in output
+ * order, innermost dimension contiguous (casts, renames with a cast, fused
+ * and sliced blocks; not transposes, block scales, quantized sources or
+ * outputs, padding). */
+int ck_plan_streamable(const struct ck_plan *plan, uint32_t t);
 /* Keep the parameters (which 1), the optimizer state (2) or both (0). */
 int ck_plan_keep_state(struct ck_plan *p, int which, struct ck_err *err);
 /* Cast every floating-point target to dt (convert --dtype). */

@@ -380,6 +380,40 @@ int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t)
 	return (int64_t)(src->offset + (uint64_t)p->base * ck_dtype_size(src->dtype));
 }
 
+/* Each source element a piece reads lies after the one before it in output
+ * order, and the innermost varying dimension reads consecutive elements: a
+ * window of output rows then reads about its own bytes of source. */
+static int piece_in_order(const struct ck_piece *p, int ndim)
+{
+	int64_t inner = 0; /* source elements one step of the dimensions inside spans */
+	for (int d = ndim - 1; d >= 0; d--) {
+		int64_t e = p->hi[d] - p->lo[d];
+		if (e <= 1)
+			continue;
+		if (inner ? p->stride[d] < inner : p->stride[d] != 1)
+			return 0;
+		if (p->stride[d] > INT64_MAX / e)
+			return 0;
+		inner = p->stride[d] * e;
+	}
+	return 1;
+}
+
+int ck_plan_streamable(const struct ck_plan *plan, uint32_t t)
+{
+	const struct ck_target *tg = &plan->t[t];
+	const struct ck_value *v = &tg->v;
+	if (!v->n || tg->holes || !tg->nbytes || tg->qtype)
+		return 0;
+	for (size_t i = 0; i < v->n; i++) {
+		const struct ck_piece *p = &v->p[i];
+		if (p->sc || p->fp4 || plan->cat->entries[p->src].t.quant ||
+		    !piece_in_order(p, v->ndim))
+			return 0;
+	}
+	return 1;
+}
+
 int ck_plan_widen(const struct ck_plan *p, int (*widens)(enum ck_dtype), enum ck_dtype to,
 		  struct ck_plan **out, uint32_t **of, struct ck_err *err)
 {

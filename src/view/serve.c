@@ -43,7 +43,8 @@ static int size_opt(const char *how, const char *opt, const char *val, uint64_t 
 enum {
 	S_ZIP_CRC = 1, S_NPY_F32, S_NO_DIRECT, S_NO_PREFETCH, S_NO_URING, S_DCP, S_TORCH_DIST,
 	S_CACHE_SIZE, S_CHUNK, S_GROUP_MAX, S_MAX_SHARD, S_PART_SIZE, S_GPU_MEM, S_GPU_MIN,
-	S_THREADS, S_EVAL_DELAY, S_GGUF_DEQUANT, S_GGUF, S_GGUF_PRE, S_GGUF_VOCAB, S_DEVICE, S_ODIRECT
+	S_THREADS, S_EVAL_DELAY, S_GGUF_DEQUANT, S_GGUF, S_GGUF_PRE, S_GGUF_VOCAB, S_DEVICE, S_ODIRECT,
+	S_NO_STREAM
 };
 
 const struct ck_serve_optdef ck_serve_optdefs[] = {
@@ -74,6 +75,10 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
 	{S_NO_DIRECT, "no_direct", NULL,
 	 "evaluate renamed tensors through the cache too (default: they are read straight from "
 	 "their source file)"},
+	{S_NO_STREAM, "no_stream", NULL,
+	 "evaluate every read through the cache (default: a read of a tensor whose bytes come "
+	 "from its sources in order, a cast or fused blocks, is evaluated straight into its "
+	 "reply)"},
 	{S_NO_PREFETCH, "no_prefetch", NULL,
 	 "do not evaluate the next group ahead of a reader that starts a tensor (default: one "
 	 "group ahead, within half the cache)"},
@@ -137,6 +142,7 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 	case S_NPY_F32: o->npy_f32 = 1; return 1;
 	case S_NO_DIRECT: o->cache.no_direct = 1; return 1;
 	case S_NO_PREFETCH: o->cache.no_prefetch = 1; return 1;
+	case S_NO_STREAM: o->cache.no_stream = 1; return 1;
 	case S_NO_URING: o->cache.use_uring = 0; return 1;
 	case S_ODIRECT: o->cache.odirect = 1; return 1;
 	case S_DCP:
@@ -337,7 +343,7 @@ int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, u
 						 s->plan->t[sp->target].name);
 		} else if (r < 0) {
 			rc = ck_fail_sys(err, -r, "%s: its source changed", s->plan->t[sp->target].name);
-		} else if (sp->len >= CK_STREAM_MIN) {
+		} else if (sp->len >= CK_STREAM_MIN || ck_cache_streamable(s->cache, sp->target)) {
 			rc = ck_cache_eval_into(s->cache, sp->target, sp->off, sp->len, buf + sp->dst, err);
 		} else { /* through the cache, at most `batch` bytes held at once */
 			for (uint64_t o = 0; o < sp->len && rc == 0;) {
@@ -557,9 +563,16 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 	size_t n = v->n_ranks ? v->n_ranks : 1;
 	if (!(s->trees = calloc(n, sizeof *s->trees)))
 		return ck_fail_sys(err, ENOMEM, "serve");
-	struct ck_tree_opts to = {source, o->max_shard_size, o->part_size, o->zip_crc,
-				  o->cache.no_direct, s->gguf ? "model.gguf" : NULL,
-				  s->gguf ? &s->gguf->file : NULL, v->n_ranks ? 0 : o->dcp, 0};
+	struct ck_tree_opts to = {.source = source,
+				  .max_shard_size = o->max_shard_size,
+				  .part_size = o->part_size,
+				  .zip_crc = o->zip_crc,
+				  .no_direct = o->cache.no_direct,
+				  /* the CUDA backend evaluates through the cache */
+				  .no_stream = o->cache.no_stream || o->device.kind != CK_DEV_CPU,
+				  .extra_name = s->gguf ? "model.gguf" : NULL,
+				  .extra = s->gguf ? &s->gguf->file : NULL,
+				  .dcp = v->n_ranks ? 0 : o->dcp};
 	if (!o->dcp && o->dcp_lazy && !v->n_ranks && !v->world)
 		to.dcp = to.dcp_lazy = 1;
 	for (size_t k = 0; k < n; k++, s->n_trees++) {
@@ -601,6 +614,8 @@ int ck_served_start(struct ck_served *s, const struct ck_serve_opts *o,
 		log(log_ctx, note);
 	co.gpu = s->gpu;
 	co.gpu_min = o->device.gpu_min;
+	/* as plan.json says: the CUDA backend (or auto) evaluates through the cache */
+	co.no_stream |= o->device.kind != CK_DEV_CPU;
 	if (ck_cache_new(s->plan, &co, &s->cache, err) < 0 || (o->zip_crc && zip_crcs(s, err) < 0))
 		return -1;
 	return 0;

@@ -101,11 +101,13 @@ void ck_served_close(struct ck_served *s);
 /* Spans of evaluated targets from this size are evaluated straight into
  * the caller's buffer on its thread (no cache entry, no copy): a reader of
  * large ranges consumes them once, and fresh cache memory costs page
- * faults. Smaller spans go through the cache (shared, reused). */
+ * faults. Smaller spans do too when their target is streamable (a window
+ * reads its own source bytes: ck_cache_streamable); the rest go through the
+ * cache (shared, reused). */
 #define CK_STREAM_MIN (1u << 20)
 
 /* Bytes of a read into buf: literal spans are copied, direct spans read
- * from their source file, large spans evaluated into buf, the rest through
+ * from their source file, large and streamable spans evaluated into buf, the rest through
  * the cache, at most batch bytes (> 0) of it in flight at once; the caller
  * waits. spans in ck_vfile_spans' format, dst relative to buf. Returns 0 or
  * -1 with err (CK_E_SYS: a failed source read, errno kept). Thread-safe. */

@@ -88,12 +88,12 @@ static char *build_plan_json(const struct ck_tree *fs, size_t *len)
 		fprintf(f, ", \"dtype\": \"%s\", \"shape\": [", ck_dtype_name(t->v.dtype));
 		for (int d = 0; d < t->v.ndim; d++)
 			fprintf(f, "%s%" PRId64, d ? ", " : "", t->v.shape[d]);
+		int direct = !fs->plan_no_direct && ck_plan_direct_offset(fs->plan, (uint32_t)i) >= 0;
+		int streamed = !direct && !fs->plan_no_stream && ck_plan_streamable(fs->plan, (uint32_t)i);
 		fprintf(f, "], \"bytes\": %" PRIu64 ", \"group\": %" PRIu32 ", \"flat_offset\": %" PRIu64
-			   ", \"direct\": %s}",
-			t->nbytes, t->group, fs->flat.off[i],
-			!fs->plan_no_direct && ck_plan_direct_offset(fs->plan, (uint32_t)i) >= 0
-			    ? "true"
-			    : "false");
+			   ", \"direct\": %s, \"streamed\": %s}",
+			t->nbytes, t->group, fs->flat.off[i], direct ? "true" : "false",
+			streamed ? "true" : "false");
 	}
 	fprintf(f, "\n], \"pytorch_model_bin\": {\"crc32\": %s, \"omitted\": [",
 		fs->plan_zip_crc ? "true" : "false");
@@ -226,6 +226,7 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 	v->plan_mu_ok = 1;
 	v->plan_zip_crc = o->zip_crc;
 	v->plan_no_direct = o->no_direct;
+	v->plan_no_stream = o->no_stream;
 	if (!(v->plan_source = strdup(o->source ? o->source : "")))
 		return ck_fail_sys(err, ENOMEM, "mount");
 	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0 ||

@@ -27,6 +27,7 @@ struct ck_tree_opts {
 	uint64_t part_size;	 /* per-rank views: model-rank-R-part-P.safetensors */
 	int zip_crc;
 	int no_direct; /* every target through the cache (plan.json says which are direct) */
+	int no_stream; /* no read evaluated into its reply (plan.json says which are) */
 	/* one more root file, laid out by its owner in the cache's numbering
 	 * (model.gguf), or NULL */
 	const char *extra_name;
@@ -62,7 +63,7 @@ struct ck_tree {
 	char *plan_json;
 	size_t plan_json_len;
 	char *plan_source;
-	int plan_zip_crc, plan_no_direct;
+	int plan_zip_crc, plan_no_direct, plan_no_stream;
 	int plan_mu_ok; /* plan_mu initialised (a tree that failed to build may not have it) */
 	pthread_mutex_t plan_mu;
 	/* dcp/ (-o dcp): .metadata and __0_0.distcp; torch_dist/ (-o torch_dist)

@@ -338,23 +338,34 @@ with tempfile.TemporaryDirectory() as d:
     print("npy_f32: np.load of widened BF16 and FP8 files equals an independent decode")
 
     # the widening is a planned cast: on the identity view of a BF16 source
-    # (renames, read from the file) npy/ reads evaluate the F32 copy alone,
-    # and tensors/ stays a straight file read
+    # (renames, read from the file) npy/ reads evaluate the F32 copy alone
+    # (a cast: read by read into the replies, nothing cached; through the
+    # cache with no_stream, one group), and tensors/ stays a straight file read
     src_w = ckref.read_checkpoint_dir(srcs["llama"])
     key = "model.layers.0.mlp.down_proj.weight"
     dt, shape, arr = src_w[key]
     assert dt == "BF16"
-    with Mount(srcs["llama"], [], "npy_f32,no_prefetch,direct_io") as m:
-        a = np.load(m.path("npy", key + ".npy"))
-        assert a.dtype == np.float32 and a.tobytes() == ckref.as_f32(dt, arr).tobytes()
-        s = m.stats()
-        assert s["groups_evaluated"] == 1 and s["cache_bytes"] == a.nbytes, s
-        assert open(m.path("tensors", key), "rb").read() == arr.tobytes()
-        s2 = m.stats()
-        assert s2["direct_reads"] > s["direct_reads"] and s2["cache_bytes"] == s["cache_bytes"], s2
-        with open(m.path("npy", "lm_head.weight.npy"), "rb", buffering=0) as f:
-            assert f.read(4) == b"\x93NUM"  # the header alone evaluates nothing
-        assert m.stats()["groups_evaluated"] == 1
+    for opts, streamed in [("npy_f32,no_prefetch,direct_io", True),
+                           ("npy_f32,no_prefetch,direct_io,no_stream", False)]:
+        with Mount(srcs["llama"], [], opts) as m:
+            a = np.load(m.path("npy", key + ".npy"))
+            assert a.dtype == np.float32 and a.tobytes() == ckref.as_f32(dt, arr).tobytes()
+            s = m.stats()
+            if streamed:
+                assert s["streamed_reads"] > 0 and s["groups_evaluated"] == 0, s
+                assert s["cache_bytes"] == 0, s
+            else:
+                assert s["groups_evaluated"] == 1 and s["cache_bytes"] == a.nbytes, s
+                assert s["streamed_reads"] == 0, s
+            assert open(m.path("tensors", key), "rb").read() == arr.tobytes()
+            s2 = m.stats()
+            assert s2["direct_reads"] > s["direct_reads"] and s2["cache_bytes"] == s["cache_bytes"], s2
+            assert s2["streamed_reads"] == s["streamed_reads"], s2
+            with open(m.path("npy", "lm_head.weight.npy"), "rb", buffering=0) as f:
+                assert f.read(4) == b"\x93NUM"  # the header alone evaluates nothing
+            s3 = m.stats()
+            assert s3["groups_evaluated"] == s["groups_evaluated"], s3
+            assert s3["streamed_reads"] == s["streamed_reads"], s3
     print("npy_f32: a widened file evaluates its F32 copy alone; the BF16 rename stays a file read")
 
     # one daemon for two ranks: each rankR/npy/ widens that rank's shard

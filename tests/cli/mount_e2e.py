@@ -79,6 +79,7 @@ with tempfile.TemporaryDirectory() as d:
             assert s["groups_evaluated"] == evaluated_groups(plan), s
             assert s["read_errors"] == 0 and (s["cache_hits"] > 0) == (evaluated_groups(plan) > 0), s
             assert (s["direct_reads"] > 0) == any(t["direct"] for t in plan["targets"]), s
+            assert (s["streamed_reads"] > 0) == any(t["streamed"] for t in plan["targets"]), s
     print(f"{len(cases)} views: tensors/ and model.safetensors equal convert")
 
     # -o direct_io: no page cache, every read answered by the daemon, same bytes
@@ -122,10 +123,11 @@ with tempfile.TemporaryDirectory() as d:
         assert m.stats()["io"] == "pread"
 
     # laziness: listing, stat and xattrs evaluate nothing; one read, one group
-    # (no_prefetch: the group after a started tensor is not evaluated ahead)
+    # (no_prefetch: the group after a started tensor is not evaluated ahead;
+    # no_stream: reads go through the cache, whose groups this counts)
     maps = [mp("llama-hf-to-megatron.json")]
     view = json.loads(ckref.run(CKPTFS, "inspect", srcs["llama"], "--mapping", maps[0], "--json").stdout)
-    with Mount(srcs["llama"], maps, "no_prefetch") as m:
+    with Mount(srcs["llama"], maps, "no_prefetch,no_stream") as m:
         for name in os.listdir(m.path("tensors")):
             p = m.path("tensors", name)
             os.stat(p)
@@ -184,9 +186,33 @@ with tempfile.TemporaryDirectory() as d:
         erofs(lambda: os.setxattr(p, "user.x", b"1"))
         erofs(lambda: os.removexattr(p, "user.ckptfs.dtype"))
 
+    # streamed reads (the default): a tensor whose pieces read their sources
+    # in order (the fused QKV: blocks of q, k and v rows) is evaluated read by
+    # read into the reply, on its own: a 4 KiB read reads its 4 KiB of source
+    # and evaluates no group (the cache, above, evaluated all three sources);
+    # a transposed tensor (GPT-2's Conv1D as Linear) is not streamed and still
+    # evaluates its group
+    conv2 = expected(os.path.join(d, "conv2"))
+    with Mount(srcs["llama"], maps, "no_prefetch") as m:
+        t = next(t for t in m.plan()["targets"] if t["name"] == name)
+        assert t["streamed"] and not t["direct"], t
+        for off in (0, 8192, t["bytes"] - 4096):
+            assert read_random(m.path("tensors", name), off, 4096) == conv2[name][off:off + 4096], off
+        s = m.stats()
+        assert s["groups_evaluated"] == 0 and s["cache_bytes"] == 0, s
+        assert s["streamed_reads"] == 3 and s["source_bytes_read"] == 3 * 4096, s
+    with Mount(srcs["gpt2"], [mp("gpt2-conv1d-to-linear.json")], "no_prefetch") as m:
+        plan = m.plan()
+        tr = [t for t in plan["targets"] if not t["direct"] and not t["streamed"]]
+        assert tr, "the Conv1D view has transposed weights"
+        want4 = expected(os.path.join(d, "conv4"))
+        assert read_random(m.path("tensors", tr[0]["name"])) == want4[tr[0]["name"]]
+        s = m.stats()
+        assert s["groups_evaluated"] == 1 and s["streamed_reads"] == 0, s
+
     # prefetch: starting an evaluated tensor evaluates the next evaluated group
     # in plan order ahead of the reader, once; reading it then hits the cache
-    with Mount(srcs["llama"], maps) as m:
+    with Mount(srcs["llama"], maps, "no_stream") as m:
         plan = m.plan()
         evaluated = [t for t in plan["targets"] if not t["direct"]]
         first = evaluated[0]
@@ -205,7 +231,7 @@ with tempfile.TemporaryDirectory() as d:
 
     # a cache far smaller than the model still serves correct bytes
     want = expected(os.path.join(d, "conv2"))
-    with Mount(srcs["llama"], maps, "cache_size=16KiB,chunk=4KiB,group_max=0") as m:
+    with Mount(srcs["llama"], maps, "cache_size=16KiB,chunk=4KiB,group_max=0,no_stream") as m:
         check_view(m, want)
         s = m.stats()
         assert s["cache_evictions"] > 0 and s["regions_evaluated"] > 0, s
@@ -228,8 +254,8 @@ with tempfile.TemporaryDirectory() as d:
               "--vocab", "1000", "--dtype", "F32", big)
     ckref.convert(CKPTFS, big, os.path.join(d, "big-meg"), maps)
     want = expected(os.path.join(d, "big-meg"))
-    for opts, drops in [("cache_size=64MiB,chunk=2MiB,no_prefetch", True),
-                        ("cache_size=64MiB,chunk=2MiB,no_prefetch,direct_io", False)]:
+    for opts, drops in [("cache_size=64MiB,chunk=2MiB,no_prefetch,no_stream", True),
+                        ("cache_size=64MiB,chunk=2MiB,no_prefetch,direct_io,no_stream", False)]:
         with Mount(big, maps, opts) as m:
             for k, raw in want.items():
                 with open(m.path("tensors", k), "rb") as f:
@@ -249,6 +275,7 @@ with tempfile.TemporaryDirectory() as d:
     ckref.run(MKCKPT, "--model", "llama", "--shards", "3", cp)
     idx = json.load(open(os.path.join(cp, "model.safetensors.index.json")))["weight_map"]
     m = Mount(cp, expect_errors=True)
+    ms = Mount(cp, maps, expect_errors=True)  # its reads are streamed (the same check)
     victim = "model-00003-of-00003.safetensors"
     bad = next(k for k, f in idx.items() if f == victim)
     good = next(k for k, f in idx.items() if f != victim)
@@ -264,6 +291,17 @@ with tempfile.TemporaryDirectory() as d:
     log = m.close()
     changed = [l for l in log.splitlines() if "changed after mount" in l]
     assert len(changed) == 1 and victim in changed[0], log  # logged once, with the file
+    plan = ms.plan()
+    sv = next(t for t in plan["targets"] if t["streamed"] and
+              any(x["file"] == victim for x in plan["groups"][t["group"]]["sources"]))
+    try:
+        read_random(ms.path("tensors", sv["name"]))
+        raise AssertionError("a streamed read of a truncated source succeeded")
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    assert ms.stats()["read_errors"] >= 1
+    log = ms.close()
+    assert sum(victim in l for l in log.splitlines() if "changed after mount" in l) == 1, log
 
     # a source replaced by rename, or deleted: the descriptor held since mount
     # keeps serving the original bytes (snapshot semantics)

@@ -93,9 +93,10 @@ class Mount:
 
 
 def evaluated_groups(plan):
-    """Groups that a full read evaluates: those with a target that is not
-    direct (renames are read straight from their source file)."""
-    return len({t["group"] for t in plan["targets"] if not t["direct"]})
+    """Groups that a full read evaluates through the cache: those with a
+    target that is neither direct (renames are read straight from their
+    source file) nor streamed (evaluated into each read's reply)."""
+    return len({t["group"] for t in plan["targets"] if not t["direct"] and not t["streamed"]})
 
 
 def read_random(path, off=0, n=None):

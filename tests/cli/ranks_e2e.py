@@ -329,13 +329,14 @@ with tempfile.TemporaryDirectory() as d:
         from mountlib import Mount
         singles = []
         for r in range(4):
-            with Mount(src, [MAP], "no_direct", extra=["--mesh", "tp=4", "--rank", str(r)]) as m:
+            with Mount(src, [MAP], "no_direct,no_stream", extra=["--mesh", "tp=4", "--rank", str(r)]) as m:
                 for k in os.listdir(m.path("tensors")):
                     read_random(m.path("tensors", k))
                 singles.append(m.stats()["source_bytes_read"])
-        # no_direct: every tensor through the shared cache (renames would
-        # otherwise be read straight from the source, per rank)
-        with Mount(src, [MAP], "no_direct", extra=["--mesh", "tp=4", "--ranks", "0-3"]) as m:
+        # no_direct, no_stream: every tensor through the shared cache (renames
+        # would otherwise be read straight from the source, and casts and
+        # fused blocks evaluated into each read's reply, per rank)
+        with Mount(src, [MAP], "no_direct,no_stream", extra=["--mesh", "tp=4", "--ranks", "0-3"]) as m:
             assert sorted(os.listdir(m.dir)) == [f"rank{r}" for r in range(4)]
             union_bytes = 0
             seen = {}

@@ -124,8 +124,8 @@ def main():
             check(m, work, want, "odirect mount")
             s = m.stats()
             assert s["odirect_files"] == 2 and s["direct_reads"] > 0, s
-        # evaluated, not read from the source: 3000 F16 tensors cast to F32
-        # come from the cache, more pieces than writev takes in one read too
+        # evaluated, not read from the source: 3000 F16 tensors cast to F32,
+        # more pieces than writev takes in one read too
         src16 = os.path.join(work, "f16")
         os.mkdir(src16)
         f16 = {f"h.{i}": ("F16", (int(k),), rng.standard_normal(k).astype(np.float16).tobytes())
@@ -136,11 +136,20 @@ def main():
             json.dump({"rules": [{"from": "{k:path}", "to": "{k}", "expr": "x.to(F32)"}]}, f)
         as_f32 = {k: ("F32", shape, np.frombuffer(raw, np.float16).astype(np.float32).tobytes())
                   for k, (_, shape, raw) in f16.items()}
+        # by default each cast is evaluated straight into its read's reply
+        # (streamed: 3000 evaluations into one reply); -o no_stream sends
+        # them through the cache, its pieces gathered into one reply
         with Mount(src16, [cast]) as m:
             check(m, work, as_f32, "cast mount")
-            assert m.stats()["groups_evaluated"] > 0 and m.stats()["direct_reads"] == 0, m.stats()
+            s = m.stats()
+            assert s["streamed_reads"] >= len(f16) and s["groups_evaluated"] == 0, s
+            assert s["direct_reads"] == 0, s
+        with Mount(src16, [cast], "no_stream") as m:
+            check(m, work, as_f32, "cast mount, no_stream")
+            s = m.stats()
+            assert s["groups_evaluated"] > 0 and s["streamed_reads"] == 0, s
         print(f"tiny tensors: {len(want)} tensors, buffered and odirect, flat files and unaligned preads; "
-              f"{len(f16)} cast from the cache: ok")
+              f"{len(f16)} cast, streamed and from the cache: ok")
     finally:
         shutil.rmtree(work)
 

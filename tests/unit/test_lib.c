@@ -251,6 +251,29 @@ START_TEST(t_values)
 }
 END_TEST
 
+/* A small read of a cast (b32: streamable) is evaluated straight into the
+ * caller's buffer, nothing cached; with no_stream it goes through the cache.
+ * A small read of a transpose (a_t) goes through the cache either way. */
+START_TEST(t_streamed)
+{
+	for (int no_stream = 0; no_stream <= 1; no_stream++) {
+		ckptfs *h = open_ok(no_stream ? "no_stream" : NULL, NULL);
+		unsigned char buf[2048];
+		struct ckptfs_stats s;
+		check_range(h, (size_t)ckptfs_find(h, "b32"), 3, 1001, buf);
+		ckptfs_get_stats(h, &s, sizeof s);
+		ck_assert_uint_eq(s.streamed_reads, no_stream ? 0 : 1);
+		uint64_t held = s.cache_bytes;
+		ck_assert(no_stream ? held > 0 : held == 0);
+		check_range(h, (size_t)ckptfs_find(h, "a_t"), 3, 1001, buf);
+		ckptfs_get_stats(h, &s, sizeof s);
+		ck_assert_uint_eq(s.streamed_reads, no_stream ? 0 : 1);
+		ck_assert_uint_gt(s.cache_bytes, held);
+		ckptfs_close(h);
+	}
+}
+END_TEST
+
 /* model.safetensors through the library: its header parsed here, each
  * tensor's bytes against the expectation. */
 START_TEST(t_flat_file)
@@ -413,6 +436,7 @@ int main(void)
 	tcase_add_test(tc, t_open_errors);
 	tcase_add_test(tc, t_metadata);
 	tcase_add_test(tc, t_values);
+	tcase_add_test(tc, t_streamed);
 	tcase_add_test(tc, t_flat_file);
 	tcase_add_test(tc, t_npy_files);
 	tcase_add_test(tc, t_threads);
