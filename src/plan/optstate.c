@@ -26,18 +26,31 @@ static int split_last(const char *rest, enum ck_opt_form f, struct ck_opt_key *k
 	return 1;
 }
 
+/* Megatron's distributed-optimizer buffers: "optimizer.distributed.*", or
+ * a key naming per_bucket_numel anywhere. Every key of every checkpoint is
+ * asked: the first byte first, and strchr from one 'p' to the next. */
+static int is_dist_buffer(const char *key)
+{
+	if (key[0] == 'o' && has_prefix(key, "optimizer.distributed."))
+		return 1;
+	for (const char *q = strchr(key, 'p'); q; q = strchr(q + 1, 'p'))
+		if (!strncmp(q, "per_bucket_numel", 16))
+			return 1;
+	return 0;
+}
+
 int ck_opt_classify(const char *key, struct ck_opt_key *k, struct ck_err *err)
 {
-	if (has_prefix(key, "optimizer.distributed.") || strstr(key, "per_bucket_numel"))
+	if (is_dist_buffer(key))
 		return ck_fail(err, CK_E_MAPPING,
 			       "\"%s\" is Megatron's distributed-optimizer buffer (flattened per "
 			       "bucket, many parameters in one tensor): only the per-parameter "
 			       "layout can be mapped (torch_dist saved with sharding_type "
 			       "fully_sharded_model_space: optimizer.state.exp_avg.<param>)",
 			       key);
-	if (has_prefix(key, "state."))
+	if (key[0] == 's' && has_prefix(key, "state."))
 		return split_last(key + 6, CK_OPTF_FLAT, k);
-	if (!has_prefix(key, "optimizer.state."))
+	if (key[0] != 'o' || !has_prefix(key, "optimizer.state."))
 		return 0;
 	const char *rest = key + 16;
 	for (size_t i = 0; i < sizeof megatron_states / sizeof *megatron_states; i++) {
@@ -289,7 +302,7 @@ int ck_opt_take(const struct ck_catalog *cat, struct ck_mapping *const *maps, in
 	if (!n_maps || mode == CK_OPT_NONE)
 		return 0;
 	for (size_t i = 0; i < cat->left_out.n; i++) /* legacy buckets hold lists of sizes */
-		if (strstr(cat->left_out.e[i].key, "per_bucket_numel"))
+		if (is_dist_buffer(cat->left_out.e[i].key))
 			return ck_fail(err, CK_E_MAPPING,
 				       "%s: \"%s\" belongs to Megatron's legacy distributed-optimizer "
 				       "file (flattened per-bucket buffers): only the per-parameter "
