@@ -553,6 +553,14 @@ static int top_dcp(struct ck_served *s, const struct ck_view *v, int torch_dist,
 	return 0;
 }
 
+/* Reads are never streamed with -o no_stream, nor when the CUDA backend
+ * may evaluate (cuda or auto: it works through the cache): plan.json's
+ * "streamed" and the cache follow this one rule. */
+static int no_stream(const struct ck_serve_opts *o)
+{
+	return o->cache.no_stream || o->device.kind != CK_DEV_CPU;
+}
+
 int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
 		      const char *source, const struct ck_serve_opts *o, struct ck_err *err)
 {
@@ -568,8 +576,7 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 				  .part_size = o->part_size,
 				  .zip_crc = o->zip_crc,
 				  .no_direct = o->cache.no_direct,
-				  /* the CUDA backend evaluates through the cache */
-				  .no_stream = o->cache.no_stream || o->device.kind != CK_DEV_CPU,
+				  .no_stream = no_stream(o),
 				  .extra_name = s->gguf ? "model.gguf" : NULL,
 				  .extra = s->gguf ? &s->gguf->file : NULL,
 				  .dcp = v->n_ranks ? 0 : o->dcp};
@@ -614,8 +621,7 @@ int ck_served_start(struct ck_served *s, const struct ck_serve_opts *o,
 		log(log_ctx, note);
 	co.gpu = s->gpu;
 	co.gpu_min = o->device.gpu_min;
-	/* as plan.json says: the CUDA backend (or auto) evaluates through the cache */
-	co.no_stream |= o->device.kind != CK_DEV_CPU;
+	co.no_stream = no_stream(o); /* as plan.json says */
 	if (ck_cache_new(s->plan, &co, &s->cache, err) < 0 || (o->zip_crc && zip_crcs(s, err) < 0))
 		return -1;
 	return 0;
