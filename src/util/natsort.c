@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel.h"
+
 static int is_digit(char c)
 {
 	return c >= '0' && c <= '9';
@@ -95,37 +97,80 @@ struct enc {
 	size_t pos;
 };
 
-static int cmp_enc(const void *x, const void *y)
+static int cmp_enc(const struct enc *a, const struct enc *b)
 {
-	const struct enc *a = x, *b = y;
 	int c = strcmp(a->key, b->key);
 	return c ? c : strcmp(a->name, b->name);
 }
 
-/* Sort e by cmp_enc. Records that arrive as a few ascending runs (a plan's
- * targets come out rule by rule, each rule's in source order) are merged run
- * by run, about n log2(runs) compares where a merge sort spends n log2(n);
- * counting stops, and qsort sorts, once there are more than MAX_RUNS. */
-#define MAX_RUNS 1024
+/* Sorting is a natural merge sort: the ascending runs the records arrive in
+ * (a catalog's names come file by file, each file's in its writer's order;
+ * a plan's targets rule by rule) are merged pairwise, level by level, about
+ * n log2(runs) compares. Each level's merges are tasks for ck_parallel_for;
+ * a level with fewer merges than threads cuts each merge into pieces at the
+ * output positions where both inputs can be split (its co-ranks), so the
+ * last level, one merge of everything, runs on every thread too. */
+struct merge {
+	const struct enc *a, *b; /* the two sorted inputs */
+	size_t na, nb;
+	struct enc *out;
+	size_t k0, k1; /* this piece: out[k0, k1) */
+};
 
-/* start[0..runs): where each run begins, start[runs] == n; the result ends
- * in e (t: room for n) */
-static void merge_runs(struct enc *e, struct enc *t, size_t n, size_t *start, size_t runs)
+/* How many of out[0, k) come from a: the i with a[0, i) and b[0, k - i)
+ * the first k of a stable merge (ties from a). */
+static size_t co_rank(const struct merge *m, size_t k)
+{
+	size_t lo = k > m->nb ? k - m->nb : 0, hi = k < m->na ? k : m->na;
+	while (lo < hi) { /* i < hi <= na and j = k - i >= 1 */
+		size_t i = lo + (hi - lo) / 2, j = k - i;
+		if (cmp_enc(&m->b[j - 1], &m->a[i]) >= 0)
+			lo = i + 1;
+		else
+			hi = i;
+	}
+	return lo;
+}
+
+static void merge_piece(void *ctx, size_t t)
+{
+	const struct merge *m = (const struct merge *)ctx + t;
+	size_t i = co_rank(m, m->k0), ie = co_rank(m, m->k1);
+	size_t j = m->k0 - i, je = m->k1 - ie, o = m->k0;
+	while (i < ie && j < je) /* ties from a: stable */
+		m->out[o++] = cmp_enc(&m->b[j], &m->a[i]) < 0 ? m->b[j++] : m->a[i++];
+	while (i < ie)
+		m->out[o++] = m->a[i++];
+	while (j < je)
+		m->out[o++] = m->b[j++];
+}
+
+/* Pieces smaller than this are not worth a thread's time. */
+#define MIN_PIECE 4096
+
+/* start[0..runs): where each run begins; the result ends in e (t: room for
+ * n, ms: room for runs + threads merges). One level: runs r and r + 1 merge
+ * into run r / 2. */
+static void merge_runs(struct enc *e, struct enc *t, size_t n, size_t *start, size_t runs,
+		       struct merge *ms, int threads)
 {
 	struct enc *from = e, *to = t;
 	while (runs > 1) {
-		size_t k = 0;
-		for (size_t r = 0; r < runs; r += 2) { /* runs r and r + 1 (if any) */
-			size_t a = start[r], m = start[r + 1], b = r + 2 <= runs ? start[r + 2] : n;
-			size_t i = a, j = m, o = a;
-			while (i < m && j < b) /* ties from the left: stable */
-				to[o++] = cmp_enc(&from[j], &from[i]) < 0 ? from[j++] : from[i++];
-			while (i < m)
-				to[o++] = from[i++];
-			while (j < b)
-				to[o++] = from[j++];
+		size_t pairs = (runs + 1) / 2, nm = 0, k = 0;
+		size_t cut = pairs < (size_t)threads ? ((size_t)threads + pairs - 1) / pairs : 1;
+		for (size_t r = 0; r < runs; r += 2) {
+			size_t a = start[r], mid = r + 1 < runs ? start[r + 1] : n,
+			       b = r + 2 <= runs ? start[r + 2] : n;
+			struct merge m = {from + a, from + mid, mid - a, b - mid, to + a, 0, 0};
+			size_t len = b - a, pieces = len / cut >= MIN_PIECE ? cut : 1;
+			for (size_t p = 0; p < pieces; p++) {
+				ms[nm] = m;
+				ms[nm].k0 = len * p / pieces;
+				ms[nm++].k1 = len * (p + 1) / pieces;
+			}
 			start[k++] = a;
 		}
+		ck_parallel_for(nm, threads, merge_piece, ms);
 		start[k] = n;
 		runs = k;
 		struct enc *x = from;
@@ -135,26 +180,32 @@ static void merge_runs(struct enc *e, struct enc *t, size_t n, size_t *start, si
 		memcpy(e, from, n * sizeof *e);
 }
 
-static void sort_enc(struct enc *e, size_t n)
+/* -1: no memory (e unchanged) */
+static int sort_enc(struct enc *e, size_t n, int threads)
 {
-	size_t start[MAX_RUNS + 1], runs = 1;
-	start[0] = 0;
-	for (size_t i = 1; i < n && runs <= MAX_RUNS; i++)
-		if (cmp_enc(&e[i - 1], &e[i]) > 0) {
-			if (runs < MAX_RUNS)
-				start[runs] = i;
-			runs++;
-		}
+	size_t runs = 1;
+	for (size_t i = 1; i < n; i++)
+		runs += cmp_enc(&e[i - 1], &e[i]) > 0;
 	if (runs == 1)
-		return;
-	struct enc *t = runs <= MAX_RUNS ? malloc(n * sizeof *t) : NULL;
-	if (!t) {
-		qsort(e, n, sizeof *e, cmp_enc);
-		return;
+		return 0;
+	size_t *start = malloc((runs + 1) * sizeof *start);
+	struct enc *t = malloc(n * sizeof *t);
+	struct merge *ms = malloc((runs + (size_t)threads) * sizeof *ms);
+	int rc = -1;
+	if (start && t && ms) {
+		size_t k = 0;
+		start[k++] = 0;
+		for (size_t i = 1; i < n; i++)
+			if (cmp_enc(&e[i - 1], &e[i]) > 0)
+				start[k++] = i;
+		start[runs] = n;
+		merge_runs(e, t, n, start, runs, ms, threads);
+		rc = 0;
 	}
-	start[runs] = n;
-	merge_runs(e, t, n, start, runs);
+	free(start);
 	free(t);
+	free(ms);
+	return rc;
 }
 
 static int cmp_plain(const void *x, const void *y, void *name)
@@ -165,50 +216,50 @@ static int cmp_plain(const void *x, const void *y, void *name)
 	return c ? c : strcmp(a, b);
 }
 
-void ck_natural_sort(void *base, size_t n, size_t size, const char *(*name)(const void *rec))
+/* Records [lo, hi) encoded into a buffer of their own, so that slices are
+ * encoded on threads of their own. The buffers are allocated by the
+ * caller's thread: another thread allocates from an arena of its own,
+ * whose first touches fault page by page. */
+struct slice {
+	size_t lo, hi;
+	char *buf; /* room for every encoding; NULL: no memory */
+};
+
+struct sort_job {
+	const unsigned char *r;
+	size_t size;
+	const char *(*name)(const void *rec);
+	struct enc *e;
+	struct slice *s;
+};
+
+static void encode_slice(void *ctx, size_t k)
 {
-	if (n < 2)
-		return;
-	unsigned char *r = base;
-	struct enc *e = malloc(n * sizeof *e);
-	size_t cap = 0, used = 0;
-	char *buf = NULL;
-	for (size_t i = 0; e && i < n; i++) {
-		const char *nm = name(r + i * size);
-		size_t len = strlen(nm);
-		if (used > (SIZE_MAX - 1) / 6 || len > (SIZE_MAX - 1) / 6 - used) {
-			free(buf);
-			buf = NULL;
-			break;
-		}
-		if (used + 6 * len + 1 > cap) {
-			size_t c = cap ? cap : 4096;
-			while (c < used + 6 * len + 1)
-				c = c > SIZE_MAX / 2 ? used + 6 * len + 1 : 2 * c;
-			char *nb = realloc(buf, c);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				break;
-			}
-			buf = nb, cap = c;
-		}
-		e[i] = (struct enc){NULL, nm, used}; /* key: an offset until buf stops moving */
-		used = (size_t)(encode(nm, buf + used) - buf);
+	const struct sort_job *j = ctx;
+	char *o = j->s[k].buf;
+	for (size_t i = j->s[k].lo; i < j->s[k].hi; i++) {
+		const char *nm = j->name(j->r + i * j->size);
+		j->e[i] = (struct enc){o, nm, i};
+		o = encode(nm, o);
 	}
-	unsigned char *tmp = buf ? malloc(size) : NULL;
-	if (!tmp) { /* no memory for the fast way: compare in place */
-		free(e);
-		free(buf);
-		qsort_r(base, n, size, cmp_plain, &name);
-		return;
+}
+
+/* A slice's buffer: 6 bytes per name byte and a NUL (see encode). */
+static char *slice_buf(const struct sort_job *j, const struct slice *s)
+{
+	size_t need = 0;
+	for (size_t i = s->lo; i < s->hi; i++) {
+		size_t len = strlen(j->name(j->r + i * j->size));
+		if (len > (SIZE_MAX - 1) / 6 || 6 * len + 1 > SIZE_MAX - need)
+			return NULL;
+		need += 6 * len + 1;
 	}
-	for (size_t i = 0; i < n; i++) {
-		e[i].key = buf + e[i].pos;
-		e[i].pos = i;
-	}
-	sort_enc(e, n);
-	/* record e[i].pos goes to slot i: follow each cycle once */
+	return malloc(need ? need : 1);
+}
+
+/* Move record e[i].pos to slot i for every i: each cycle once. */
+static void permute(unsigned char *r, size_t size, struct enc *e, size_t n, unsigned char *tmp)
+{
 	for (size_t i = 0; i < n; i++) {
 		if (e[i].pos == i || e[i].pos == SIZE_MAX)
 			continue;
@@ -223,7 +274,44 @@ void ck_natural_sort(void *base, size_t n, size_t size, const char *(*name)(cons
 		memcpy(r + j * size, tmp, size);
 		e[j].pos = SIZE_MAX;
 	}
+}
+
+#define MAX_SLICES 64
+
+void ck_natural_sort_threads(void *base, size_t n, size_t size,
+			     const char *(*name)(const void *rec), int threads)
+{
+	if (n < 2)
+		return;
+	if (threads < 1)
+		threads = 1;
+	if (threads > MAX_SLICES)
+		threads = MAX_SLICES;
+	size_t ns = (size_t)threads < n ? (size_t)threads : n;
+	struct slice s[MAX_SLICES] = {{0}};
+	for (size_t k = 0; k < ns; k++)
+		s[k] = (struct slice){n * k / ns, n * (k + 1) / ns, NULL};
+	struct sort_job j = {base, size, name, malloc(n * sizeof *j.e), s};
+	int ok = j.e != NULL;
+	for (size_t k = 0; k < ns; k++)
+		ok = ok && (s[k].buf = slice_buf(&j, &s[k])) != NULL;
+	if (ok)
+		ck_parallel_for(ns, threads, encode_slice, &j);
+	unsigned char *tmp = ok ? malloc(size) : NULL;
+	if (tmp && sort_enc(j.e, n, threads) == 0)
+		permute(base, size, j.e, n, tmp);
+	else /* no memory for the fast way: compare in place */
+		qsort_r(base, n, size, cmp_plain, &name);
 	free(tmp);
-	free(buf);
-	free(e);
+	for (size_t k = 0; k < ns; k++)
+		free(s[k].buf);
+	free(j.e);
+}
+
+/* Below this many records a thread costs more than it saves. */
+#define MIN_THREADED 16384
+
+void ck_natural_sort(void *base, size_t n, size_t size, const char *(*name)(const void *rec))
+{
+	ck_natural_sort_threads(base, n, size, name, n >= MIN_THREADED ? ck_cpu_count() : 1);
 }

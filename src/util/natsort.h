@@ -13,5 +13,9 @@ int ck_natural_cmp(const char *a, const char *b);
  * ties (equal as numbers, e.g. "07" and "7") by strcmp: a total order, so
  * the result does not depend on the input order. */
 void ck_natural_sort(void *base, size_t n, size_t size, const char *(*name)(const void *rec));
+/* The same on up to `threads` threads (ck_natural_sort: the CPUs, for
+ * 16,384 records or more): the result does not depend on how many. */
+void ck_natural_sort_threads(void *base, size_t n, size_t size,
+			     const char *(*name)(const void *rec), int threads);
 
 #endif

@@ -416,8 +416,8 @@ START_TEST(natural_sort_matches_comparator)
 }
 END_TEST
 
-/* Records that arrive as ascending runs are merged run by run (more than
- * 1024 runs: sorted another way): run counts on both sides of the limit. */
+/* Records that arrive as ascending runs are merged run by run: run counts
+ * from one to every record (runs of 3 here; 1024 was once a limit). */
 START_TEST(natural_sort_of_runs)
 {
 	static const size_t runs[] = {1, 2, 3, 17, 1023, 1024, 1025, 3000};
@@ -444,6 +444,49 @@ START_TEST(natural_sort_of_runs)
 }
 END_TEST
 
+/* On threads: names that arrive as runs of every length (one record to
+ * thousands), with repeats and leading zeros, sorted on 1..6 threads, each
+ * against qsort with the reference comparator. 40,000 records: merges long
+ * enough to be cut into pieces at their co-ranks, so every thread count
+ * splits the last merges differently; ties must stay in input order. */
+START_TEST(natural_sort_on_threads)
+{
+	size_t n = 40000;
+	struct named *in = calloc(n, sizeof *in), *a = calloc(n, sizeof *a),
+		     *b = calloc(n, sizeof *b);
+	ck_assert_ptr_nonnull(in);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	unsigned seed = 777;
+	size_t run_left = 0, base = 0;
+	for (size_t i = 0; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		if (!run_left) { /* a new ascending run, of 1 to ~8000 records */
+			run_left = 1 + (seed >> 8) % (i % 3 ? 40 : 8000);
+			base = (seed >> 4) % 5000;
+		}
+		run_left--;
+		base += (seed >> 20) % 3; /* steps of 0: repeated names */
+		snprintf(in[i].name, sizeof in[i].name, "l.%s%zu.%c", seed % 7 ? "" : "0", base,
+			 (char)('a' + (int)((seed >> 12) % 2)));
+		in[i].payload = (int)i;
+	}
+	memcpy(b, in, n * sizeof *in);
+	qsort(b, n, sizeof *b, cmp_named_ref);
+	for (int threads = 1; threads <= 6; threads++) {
+		memcpy(a, in, n * sizeof *in);
+		ck_natural_sort_threads(a, n, sizeof *a, named_name, threads);
+		same_order(a, b, n);
+		for (size_t i = 1; i < n; i++) /* ties: a stable sort keeps input order */
+			if (!strcmp(a[i].name, a[i - 1].name))
+				ck_assert_int_lt(a[i - 1].payload, a[i].payload);
+	}
+	free(in);
+	free(a);
+	free(b);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -464,6 +507,7 @@ int main(void)
 	tcase_add_test(tc, natural_order);
 	tcase_add_test(tc, natural_sort_of_runs);
 	tcase_add_test(tc, natural_sort_matches_comparator);
+	tcase_add_test(tc, natural_sort_on_threads);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
