@@ -3,7 +3,9 @@
  * (low-level API, 1 MiB requests, raised bdi readahead, keep_cache, long
  * timeouts, a multi-threaded loop, reply buffers reused from the same pool
  * as ckptfs' direct reads). Whatever it costs is the cost of FUSE alone.
- *   passthrough SRCDIR MOUNTPOINT [-f]            */
+ * --delay-us N makes every lookup, open and read wait N us first: a network
+ * filesystem's round trip, for timing what ckptfs does on one.
+ *   passthrough SRCDIR MOUNTPOINT [-f] [--delay-us N]            */
 #define FUSE_USE_VERSION 312
 #include <dirent.h>
 #include <errno.h>
@@ -25,7 +27,14 @@ struct pt {
 	char **names;
 	size_t n;
 	struct ck_bufpool pool;
+	unsigned delay_us; /* before each lookup, open and read */
 };
+
+static void round_trip(const struct pt *pt)
+{
+	if (pt->delay_us)
+		usleep(pt->delay_us);
+}
 
 static int path_of(const struct pt *pt, fuse_ino_t ino, char *out)
 {
@@ -67,6 +76,7 @@ static void pt_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct pt *pt = fuse_req_userdata(req);
 	struct fuse_entry_param e;
 	memset(&e, 0, sizeof e);
+	round_trip(pt);
 	for (size_t i = 0; parent == FUSE_ROOT_ID && i < pt->n; i++)
 		if (!strcmp(pt->names[i], name)) {
 			e.ino = i + 2;
@@ -115,6 +125,7 @@ static void pt_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void pt_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	char full[PATH_MAX];
+	round_trip(fuse_req_userdata(req));
 	if ((fi->flags & O_ACCMODE) != O_RDONLY) {
 		fuse_reply_err(req, EROFS);
 		return;
@@ -134,6 +145,7 @@ static void pt_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	(void)ino;
 	struct pt *pt = fuse_req_userdata(req);
+	round_trip(pt);
 	char *buf = ck_bufpool_get(&pt->pool, size);
 	ssize_t n = buf ? pread((int)fi->fh, buf, size, off) : -1;
 	if (n < 0)
@@ -163,8 +175,18 @@ static const struct fuse_lowlevel_ops ops = {
 int main(int argc, char **argv)
 {
 	static struct pt pt; /* lives for the whole process: the daemon's context */
-	if (argc < 3 || !realpath(argv[1], pt.src) || !realpath(argv[2], pt.mnt)) {
-		fprintf(stderr, "usage: passthrough SRCDIR MOUNTPOINT [-f]\n");
+	int fg = 0, bad = argc < 3 || !realpath(argv[1], pt.src) || !realpath(argv[2], pt.mnt);
+	for (int i = 3; !bad && i < argc; i++) {
+		char *end = NULL;
+		if (!strcmp(argv[i], "-f"))
+			fg = 1;
+		else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc)
+			pt.delay_us = (unsigned)strtoul(argv[++i], &end, 10), bad = !end || *end;
+		else
+			bad = 1;
+	}
+	if (bad) {
+		fprintf(stderr, "usage: passthrough SRCDIR MOUNTPOINT [-f] [--delay-us N]\n");
 		return 2;
 	}
 	DIR *d = opendir(pt.src);
@@ -186,7 +208,6 @@ int main(int argc, char **argv)
 	struct fuse_session *se = fuse_session_new(&args, &ops, sizeof ops, &pt);
 	if (!se || fuse_set_signal_handlers(se) != 0 || fuse_session_mount(se, pt.mnt) != 0)
 		return 1;
-	int fg = argc > 3 && !strcmp(argv[3], "-f");
 	if (fuse_daemonize(fg) != 0)
 		return 1;
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();

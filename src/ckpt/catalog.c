@@ -14,7 +14,6 @@
 #include "dcp.h"
 #include "gguf.h"
 #include "index.h"
-#include "readers.h"
 #include "../util/natsort.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
@@ -64,39 +63,6 @@ const struct ck_catalog_entry *ck_catalog_find(const struct ck_catalog *cat, con
 	return ck_strmap_get(&cat->by_name, name, &i) == 0 ? &cat->entries[i] : NULL;
 }
 
-/* Open one weights file (following symlinks: the Hugging Face cache keeps
- * snapshots as links into blobs/) and parse its header. */
-int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
-			 struct ck_err *err)
-{
-	struct ck_source_file *f = &cat->files[cat->n_files];
-	memset(f, 0, sizeof *f);
-	f->fd = -1;
-	const char *base = strrchr(name, '/');
-	f->name = strdup(dir || !base ? name : base + 1);
-	f->path = dir ? ck_path_join(dir, name) : strdup(name);
-	if (!f->name || !f->path) {
-		free(f->name);
-		free(f->path);
-		return ck_fail_sys(err, ENOMEM, "%s", name);
-	}
-	cat->n_files++;
-	f->fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-	if (f->fd < 0)
-		return errno == ENOENT ? ck_fail(err, CK_E_SOURCE, "%s: file does not exist", f->path)
-				       : ck_fail_sys(err, errno, "%s: cannot open", f->path);
-	struct stat st;
-	if (fstat(f->fd, &st) < 0)
-		return ck_fail_sys(err, errno, "%s: cannot stat", f->path);
-	if (!S_ISREG(st.st_mode))
-		return ck_fail(err, CK_E_SOURCE, "%s: not a regular file", f->path);
-	/* O_NONBLOCK only guarded the open against FIFOs; reads must block. */
-	fcntl(f->fd, F_SETFL, fcntl(f->fd, F_GETFL) & ~O_NONBLOCK);
-	f->size = (uint64_t)st.st_size;
-	f->mtime = st.st_mtim;
-	return 0;
-}
-
 /* A safetensors file begins with its header length (8 bytes, little
  * endian) and the header's '{' (whitespace allowed before it). */
 int ck_looks_safetensors(const unsigned char *p, size_t n, uint64_t size)
@@ -127,30 +93,6 @@ const char *ck_sniff_other(const unsigned char *p, size_t n)
 	if (n >= 1 && p[0] == 0x08)
 		return "possibly an ONNX or TensorFlow protobuf: not supported";
 	return NULL;
-}
-
-static int add_file(struct ck_catalog *cat, int dirfd, const char *dir, const char *name,
-		    struct ck_file_tensors *hdr, struct ck_err *err)
-{
-	if (ck_catalog_open_file(cat, dirfd, dir, name, err) < 0)
-		return -1;
-	struct ck_source_file *f = &cat->files[cat->n_files - 1];
-	unsigned char head[512] = {0};
-	size_t nh = f->size < sizeof head ? (size_t)f->size : sizeof head;
-	if (ck_pread_full(f->fd, head, nh, 0) < 0)
-		return ck_fail_sys(err, EIO, "%s: cannot read", f->path);
-	const struct ck_file_reader *rd = ck_file_reader_for(head, nh, f->size, f->path, err);
-	size_t before = cat->left_out.total;
-	if (!rd || rd->read(cat, f, hdr, err) < 0)
-		return -1;
-	const char *fmt = rd->format;
-	cat->n_skipped += cat->left_out.total - before;
-	if (!cat->format)
-		cat->format = fmt;
-	else if (strcmp(cat->format, fmt))
-		cat->format = "mixed";
-	f->header_len = hdr->header_len;
-	return 0;
 }
 
 /* Move a file's tensors into the catalog, refusing a key already present. */
@@ -406,15 +348,9 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 		ck_fail_sys(err, ENOMEM, "%s", dir);
 		goto out;
 	}
-	for (size_t i = 0; i < n_names; i++) {
-		struct ck_file_tensors hdr = {0};
-		int r = add_file(cat, dirfd, dir, names[i], &hdr, err);
-		if (r == 0)
-			r = ck_catalog_add_entries(cat, &hdr, (uint32_t)i, err);
-		ck_file_tensors_free(&hdr);
-		if (r < 0)
-			goto out;
-	}
+	int threads = cat->read_threads ? cat->read_threads : ck_catalog_read_threads(n_names);
+	if (ck_catalog_read_files(cat, dirfd, dir, names, n_names, threads, err) < 0)
+		goto out;
 	if (ck_catalog_index(cat, err) < 0)
 		goto out;
 	if (have_index && check_against_index(cat, &idx, index_path, err) < 0)
@@ -438,11 +374,8 @@ static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *er
 	cat->files = calloc(1, sizeof *cat->files);
 	if (!cat->files)
 		return ck_fail_sys(err, ENOMEM, "%s", path);
-	struct ck_file_tensors hdr = {0};
-	int r = add_file(cat, AT_FDCWD, NULL, path, &hdr, err);
-	if (r == 0)
-		r = ck_catalog_add_entries(cat, &hdr, 0, err);
-	ck_file_tensors_free(&hdr);
+	char *const one[] = {(char *)path};
+	int r = ck_catalog_read_files(cat, AT_FDCWD, NULL, one, 1, 1, err);
 	if (r == 0)
 		r = ck_catalog_index(cat, err);
 	if (r == 0) {
@@ -517,12 +450,19 @@ static int open_any_dir(struct ck_catalog *cat, const char *dir, struct ck_err *
 
 int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *err)
 {
+	return ck_catalog_open_threads(source, 0, out, err);
+}
+
+int ck_catalog_open_threads(const char *source, int threads, struct ck_catalog **out,
+			    struct ck_err *err)
+{
 	*out = NULL;
 	struct ck_catalog *cat = calloc(1, sizeof *cat);
 	if (!cat || !(cat->source = strdup(source))) {
 		free(cat);
 		return ck_fail_sys(err, ENOMEM, "%s", source);
 	}
+	cat->read_threads = threads;
 	struct stat st;
 	int r;
 	if (stat(source, &st) < 0)

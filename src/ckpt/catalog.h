@@ -67,11 +67,17 @@ struct ck_catalog {
 	size_t n_logical;
 	size_t n_skipped; /* non-tensor values left out (bytes items, ints, ...) */
 	struct ck_leftout left_out; /* the same, with their keys and what they are */
+	int read_threads; /* threads reading a directory's headers; 0: see below */
 };
 
 /* Open a source: a .safetensors file, or a directory of them with or without
  * model.safetensors.index.json. */
 int ck_catalog_open(const char *source, struct ck_catalog **out, struct ck_err *err);
+/* The same with a directory's files opened and their headers read on up to
+ * `threads` threads (ck_catalog_open: ck_catalog_read_threads); the catalog
+ * and any error do not depend on how many. */
+int ck_catalog_open_threads(const char *source, int threads, struct ck_catalog **out,
+			    struct ck_err *err);
 void ck_catalog_free(struct ck_catalog *cat);
 const struct ck_catalog_entry *ck_catalog_find(const struct ck_catalog *cat, const char *name);
 
@@ -82,6 +88,13 @@ int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, con
 			 struct ck_err *err);
 int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, uint32_t file,
 			   struct ck_err *err);
+/* Open names[0..n) (in dirfd; dir: the paths' prefix, NULL for paths given
+ * whole) into cat->files (room for n) and add their tensors as entries of
+ * file i, the headers read on up to `threads` threads; the first file in
+ * order that fails is the error. The default thread count for n files: */
+int ck_catalog_read_files(struct ck_catalog *cat, int dirfd, const char *dir, char *const *names,
+			  size_t n, int threads, struct ck_err *err);
+int ck_catalog_read_threads(size_t n_files);
 int ck_catalog_index(struct ck_catalog *cat, struct ck_err *err);
 
 /* Format detection by content: whether the first n bytes of a file of the

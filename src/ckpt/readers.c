@@ -59,10 +59,10 @@ static int read_st(struct ck_catalog *cat, const struct ck_source_file *f,
 }
 
 static const struct ck_file_reader readers[] = {
-	{"pytorch", probe_zip, read_zip}, /* torch.save's zip (PyTorch >= 1.6) */
-	{"gguf", probe_gguf, read_gguf},
-	{"pytorch-legacy", probe_legacy, read_legacy}, /* torch.save before 1.6 */
-	{"safetensors", ck_looks_safetensors, read_st},
+	{"pytorch", probe_zip, read_zip, 0}, /* torch.save's zip (PyTorch >= 1.6) */
+	{"gguf", probe_gguf, read_gguf, 0},
+	{"pytorch-legacy", probe_legacy, read_legacy, 0}, /* torch.save before 1.6 */
+	{"safetensors", ck_looks_safetensors, read_st, 1},
 };
 
 const struct ck_file_reader *ck_file_reader_for(const unsigned char *head, size_t n, uint64_t size,

@@ -17,6 +17,9 @@ struct ck_file_reader {
 	/* the file's tensors (and, for some, cat->meta or cat->left_out) */
 	int (*read)(struct ck_catalog *cat, const struct ck_source_file *f,
 		    struct ck_file_tensors *out, struct ck_err *err);
+	/* read touches nothing of the catalog (cat may be NULL): it may run on
+	 * any thread, beside other files' reads */
+	int any_thread;
 };
 
 /* The reader for a file by its first bytes: never NULL (what no probe

@@ -487,6 +487,131 @@ START_TEST(natural_sort_on_threads)
 }
 END_TEST
 
+/* Two catalogs of the same source: the same files, entries and format. */
+static void same_catalog(const struct ck_catalog *a, const struct ck_catalog *b)
+{
+	ck_assert_uint_eq(a->n_files, b->n_files);
+	for (size_t i = 0; i < a->n_files; i++) {
+		ck_assert_str_eq(a->files[i].name, b->files[i].name);
+		ck_assert_uint_eq(a->files[i].size, b->files[i].size);
+		ck_assert_uint_eq(a->files[i].header_len, b->files[i].header_len);
+	}
+	ck_assert_uint_eq(a->n_entries, b->n_entries);
+	for (size_t i = 0; i < a->n_entries; i++) {
+		const struct ck_catalog_entry *x = &a->entries[i], *y = &b->entries[i];
+		ck_assert_str_eq(x->t.name, y->t.name);
+		ck_assert_uint_eq(x->file, y->file);
+		ck_assert_uint_eq(x->t.offset, y->t.offset);
+		ck_assert_uint_eq(x->t.nbytes, y->t.nbytes);
+		ck_assert_int_eq(x->t.dtype, y->t.dtype);
+	}
+	ck_assert_str_eq(a->format, b->format);
+	ck_assert_uint_eq(a->total_bytes, b->total_bytes);
+}
+
+#define SHARDS 12
+
+/* shard i of SHARDS: three tensors of its own */
+static void put_shard(int i)
+{
+	char n[3][24], file[40];
+	for (int k = 0; k < 3; k++)
+		snprintf(n[k], sizeof n[k], "layers.%d.w%d", i, k);
+	const struct tu_tensor t[3] = {{n[0], CK_DT_F32, 2, {i + 1, 3}},
+				       {n[1], CK_DT_BF16, 1, {7}},
+				       {n[2], CK_DT_U8, 0, {0}}};
+	snprintf(file, sizeof file, "s%02d.safetensors", i);
+	put_st(file, t, 3);
+}
+
+static char *shard_path(int i)
+{
+	char file[40];
+	snprintf(file, sizeof file, "s%02d.safetensors", i);
+	return tu_path(dir, file);
+}
+
+/* Ways a shard can be broken, each refused by a different check (open,
+ * stat, the format sniff, the header parse, a key in two files). */
+static void break_shard(int i, int how)
+{
+	char *p = shard_path(i);
+	remove(p); /* a file, or the directory an earlier break made */
+	switch (how) {
+	case 0: { /* a header cut short */
+		static const char cut[] = "\x13\0\0\0\0\0\0\0{\"x\":{\"dtype\":\"F32\"";
+		tu_write(p, cut, sizeof cut - 1);
+		break;
+	}
+	case 1:
+		ck_assert_int_eq(mkfifo(p, 0600), 0);
+		break;
+	case 2:
+		ck_assert_int_eq(symlink("nowhere.safetensors", p), 0);
+		break;
+	case 3: {
+		static const char npy[] = "\x93NUMPY\x01\x00 not a checkpoint, an array";
+		tu_write(p, npy, sizeof npy - 1);
+		break;
+	}
+	case 4: /* a directory under the name */
+		ck_assert_int_eq(mkdir(p, 0700), 0);
+		break;
+	default: { /* a key of shard 0 again */
+		const struct tu_tensor t[1] = {{"layers.0.w1", CK_DT_BF16, 1, {7}}};
+		tu_write_st(p, t, 1);
+	}
+	}
+	free(p);
+}
+
+/* Opening a directory of shards with its headers read on threads gives the
+ * catalog of reading them one by one, and a broken directory the same
+ * error (the first broken file in order): directories with 0, 1 and 2
+ * broken shards in every way, with and without an index. */
+START_TEST(headers_on_threads_read_as_in_order)
+{
+	unsigned seed = 99;
+	for (int round = 0; round < 40; round++) {
+		tu_rmtree(dir);
+		ck_assert_int_eq(mkdir(dir, 0700), 0);
+		for (int i = 0; i < SHARDS; i++)
+			put_shard(i);
+		if (round % 2) { /* an index that lists every shard's keys */
+			char idx[8192];
+			size_t o = (size_t)snprintf(idx, sizeof idx, "{\"weight_map\":{");
+			for (int i = 0; i < SHARDS; i++)
+				for (int k = 0; k < 3; k++)
+					o += (size_t)snprintf(idx + o, sizeof idx - o,
+							      "%s\"layers.%d.w%d\":\"s%02d.safetensors\"",
+							      i || k ? "," : "", i, k, i);
+			snprintf(idx + o, sizeof idx - o, "}}");
+			put_str("model.safetensors.index.json", idx);
+		}
+		int broken = round < 2 ? 0 : 1 + (int)(rand_r(&seed) % 2);
+		for (int b = 0; b < broken; b++)
+			break_shard(1 + (int)(rand_r(&seed) % (SHARDS - 1)), rand_r(&seed) % 6);
+		struct ck_catalog *one, *many;
+		struct ck_err e1, e2;
+		int r1 = ck_catalog_open_threads(dir, 1, &one, &e1);
+		for (int threads = 2; threads <= 8; threads *= 2) {
+			int r2 = ck_catalog_open_threads(dir, threads, &many, &e2);
+			ck_assert_msg(r1 == r2, "round %d, %d threads: %s / %s", round, threads,
+				      r1 ? e1.msg : "ok", r2 ? e2.msg : "ok");
+			if (r1 == 0) {
+				same_catalog(one, many);
+				ck_catalog_free(many);
+			} else {
+				ck_assert_str_eq(e1.msg, e2.msg);
+			}
+		}
+		ck_assert_msg((r1 == 0) == (broken == 0), "round %d: %s", round, r1 ? e1.msg : "ok");
+		if (r1 == 0)
+			ck_catalog_free(one);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -504,6 +629,7 @@ int main(void)
 	tcase_add_test(tc, hf_cache_symlinks_followed);
 	tcase_add_test(tc, non_regular_refused);
 	tcase_add_test(tc, config_loaded_and_validated);
+	tcase_add_test(tc, headers_on_threads_read_as_in_order);
 	tcase_add_test(tc, natural_order);
 	tcase_add_test(tc, natural_sort_of_runs);
 	tcase_add_test(tc, natural_sort_matches_comparator);
