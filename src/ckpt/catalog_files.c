@@ -38,7 +38,10 @@ static int open_source(struct ck_source_file *f, int dirfd, const char *dir, con
 	f->fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (f->fd < 0)
 		return errno == ENOENT ? ck_fail(err, CK_E_SOURCE, "%s: file does not exist", f->path)
-				       : ck_fail_sys(err, errno, "%s: cannot open", f->path);
+				       : ck_fail_sys(err, errno, "%s: cannot open%s", f->path,
+						     errno == EMFILE ? " (one descriptor per source "
+								       "file: raise ulimit -n)"
+								     : "");
 	struct stat st;
 	if (fstat(f->fd, &st) < 0)
 		return ck_fail_sys(err, errno, "%s: cannot stat", f->path);
@@ -176,14 +179,20 @@ int ck_catalog_read_files(struct ck_catalog *cat, int dirfd, const char *dir, ch
 		return read_in_order(cat, dirfd, dir, names, n, err);
 	struct ahead_job j = {a, names, dirfd, dir};
 	ck_parallel_for(n, threads, read_ahead, &j);
+	/* Out of descriptors, which file failed depends on which thread came
+	 * first (later files may hold an earlier one's): open again in order,
+	 * so that the one named is the one that fails in order. */
+	int again = 0;
+	for (size_t i = 0; i < n; i++)
+		again |= a[i].rc < 0 && (a[i].err.sys_errno == EMFILE || a[i].err.sys_errno == ENFILE);
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
-		if (rc == 0)
+		if (rc == 0 && !again)
 			rc = take(cat, &a[i], i, err);
 		ahead_free(&a[i]);
 	}
 	free(a);
-	return rc;
+	return again ? read_in_order(cat, dirfd, dir, names, n, err) : rc;
 }
 
 int ck_catalog_read_threads(size_t n_files)

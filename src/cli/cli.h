@@ -23,6 +23,7 @@ extern const struct ck_cli_verb ck_verb_check_mapping;
 int ck_cli_report(const struct ck_err *err);
 /* Allocator settings for large plans (heap.c); call first thing in main. */
 void ck_heap_tune(void);
+void ck_raise_fd_limit(void); /* soft RLIMIT_NOFILE to the hard one */
 
 /* Consume argv[*i] (and its value) if it is one of struct ck_view_args's:
  * returns 1 (consumed), 0 (not ours) or -1 (bad value, err set). */

@@ -60,6 +60,7 @@ int ck_cli_report(const struct ck_err *err)
 int main(int argc, char **argv)
 {
 	ck_heap_tune();
+	ck_raise_fd_limit();
 	const char *self = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	if (!strcmp(self, "mount.fuse.ckptfs") || !strcmp(self, "mount.ckptfs"))
 		return ck_mount_helper(argc, argv); /* as mount(8)'s helper */

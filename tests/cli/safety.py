@@ -15,12 +15,15 @@
   --json exactly;
 - a pickle naming os.system (as a global and as a call) is listed by inspect
   as left out and never run; a pickle of dicts shared 60 levels deep is
-  refused instead of walking 2^60 paths."""
+  refused instead of walking 2^60 paths;
+- 300 shards open under a soft descriptor limit of 64, and under a hard one
+  the error names the same shard every time."""
 import hashlib
 import io
 import json
 import os
 import pickle
+import resource
 import shutil
 import struct
 import subprocess
@@ -290,6 +293,34 @@ def pickles(d):
     print("pickles: os.system listed and never run; a shared-dict amplification refused")
 
 
+def many_shards(d):
+    """A descriptor per source file: 300 shards open with a soft limit of 64
+    (raised to the hard one), and with a hard limit of 64 the error names the
+    first shard in order that gets none, the same one every time (the headers
+    are read on threads), and says what to raise."""
+    src = os.path.join(d, "many")
+    os.mkdir(src)
+    for i in range(300):
+        hdr = json.dumps({f"layers.{i}.w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+        with open(os.path.join(src, f"s{i:03d}.safetensors"), "wb") as f:
+            f.write(struct.pack("<Q", len(hdr)) + hdr + bytes(4))
+
+    def limited(soft, hard):
+        return subprocess.run([CKPTFS, "inspect", src], capture_output=True, text=True, timeout=60,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    p = limited(64, hard if hard != resource.RLIM_INFINITY else 4096)
+    assert p.returncode == 0 and "300 tensors" in p.stdout and "from 300 files" in p.stdout, p.stderr
+    first = None
+    for _ in range(5):
+        p = limited(64, 64)
+        one_line_error(p, 1, "Too many open files")
+        assert "raise ulimit -n" in p.stderr and "/s0" in p.stderr, p.stderr
+        first = first or p.stderr
+        assert p.stderr == first, (first, p.stderr)
+    print("300 shards: open under a soft limit of 64; a hard limit of 64 names the same shard every time")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ckptfs-safety-")
     try:
@@ -300,6 +331,7 @@ def main():
         fifos(d, src)
         injection(d)
         pickles(d)
+        many_shards(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -612,6 +613,29 @@ START_TEST(headers_on_threads_read_as_in_order)
 }
 END_TEST
 
+/* Out of file descriptors: threads that opened later files must not take
+ * the descriptors an earlier file would have had, so the file named is the
+ * one that fails in order, every time. */
+START_TEST(out_of_descriptors_names_the_file_in_order)
+{
+	for (int i = 0; i < 700; i++) /* past the fd table's growth at 256 and 512 */
+		put_shard(i);
+	struct rlimit was;
+	ck_assert_int_eq(getrlimit(RLIMIT_NOFILE, &was), 0);
+	struct rlimit low = {600, was.rlim_max};
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+	struct ck_catalog *cat;
+	struct ck_err want, got;
+	ck_assert_int_eq(ck_catalog_open_threads(dir, 1, &cat, &want), -1);
+	ck_assert_msg(strstr(want.msg, "Too many open files"), "%s", want.msg);
+	for (int round = 0; round < 30; round++) {
+		ck_assert_int_eq(ck_catalog_open_threads(dir, 8, &cat, &got), -1);
+		ck_assert_str_eq(got.msg, want.msg);
+	}
+	ck_assert_int_eq(setrlimit(RLIMIT_NOFILE, &was), 0);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -630,6 +654,7 @@ int main(void)
 	tcase_add_test(tc, non_regular_refused);
 	tcase_add_test(tc, config_loaded_and_validated);
 	tcase_add_test(tc, headers_on_threads_read_as_in_order);
+	tcase_add_test(tc, out_of_descriptors_names_the_file_in_order);
 	tcase_add_test(tc, natural_order);
 	tcase_add_test(tc, natural_sort_of_runs);
 	tcase_add_test(tc, natural_sort_matches_comparator);
