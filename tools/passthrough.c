@@ -180,8 +180,12 @@ int main(int argc, char **argv)
 		char *end = NULL;
 		if (!strcmp(argv[i], "-f"))
 			fg = 1;
-		else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc)
-			pt.delay_us = (unsigned)strtoul(argv[++i], &end, 10), bad = !end || *end;
+		else if (!strcmp(argv[i], "--delay-us") && i + 1 < argc && argv[i + 1][0] >= '0' &&
+			 argv[i + 1][0] <= '9') {
+			unsigned long us = strtoul(argv[++i], &end, 10);
+			bad = *end || us > 10000000; /* at most 10 s */
+			pt.delay_us = (unsigned)us;
+		}
 		else
 			bad = 1;
 	}
