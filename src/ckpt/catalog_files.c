@@ -64,11 +64,15 @@ int ck_catalog_open_file(struct ck_catalog *cat, int dirfd, const char *dir, con
 	return r;
 }
 
-/* The reader of an open file, by its first bytes; NULL with err set. */
-static const struct ck_file_reader *reader_of(const struct ck_source_file *f, struct ck_err *err)
+#define HEAD_BYTES 512
+
+/* The reader of an open file, by its first bytes (head: room for
+ * HEAD_BYTES, zero-filled past the file's end); NULL with err set. */
+static const struct ck_file_reader *reader_of(const struct ck_source_file *f,
+					      unsigned char *head, struct ck_err *err)
 {
-	unsigned char head[512] = {0};
-	size_t nh = f->size < sizeof head ? (size_t)f->size : sizeof head;
+	memset(head, 0, HEAD_BYTES);
+	size_t nh = f->size < HEAD_BYTES ? (size_t)f->size : HEAD_BYTES;
 	if (ck_pread_full(f->fd, head, nh, 0) < 0) {
 		ck_fail_sys(err, EIO, "%s: cannot read", f->path);
 		return NULL;
@@ -97,10 +101,11 @@ static int read_in_order(struct ck_catalog *cat, int dirfd, const char *dir,
 	for (size_t i = 0; i < n; i++) {
 		struct ck_file_tensors hdr = {0};
 		const struct ck_file_reader *rd = NULL;
+		unsigned char head[HEAD_BYTES];
 		size_t before = cat->left_out.total;
 		int r = ck_catalog_open_file(cat, dirfd, dir, names[i], err);
 		struct ck_source_file *f = r == 0 ? &cat->files[cat->n_files - 1] : NULL;
-		if (f && (!(rd = reader_of(f, err)) || rd->read(cat, f, &hdr, err) < 0))
+		if (f && (!(rd = reader_of(f, head, err)) || rd->read(cat, f, &hdr, err) < 0))
 			r = -1;
 		if (r == 0) {
 			note_file(cat, f, rd, &hdr, before);
@@ -130,14 +135,29 @@ struct ahead_job {
 	const char *dir;
 };
 
+/* Headers larger than this are read in order, one at a time: a thread
+ * each would hold up to 16 of them at once, and a header may be 100 MB (a
+ * 100,000-key one is 12.7 MB, a shard's well under 1 MB). */
+#define AHEAD_MAX_HEADER (16u << 20)
+
+/* A safetensors file's header length (its first 8 bytes, little endian). */
+static uint64_t st_header_len(const unsigned char *head)
+{
+	uint64_t n = 0;
+	for (int b = 7; b >= 0; b--)
+		n = n << 8 | head[b];
+	return n;
+}
+
 static void read_ahead(void *ctx, size_t i)
 {
 	const struct ahead_job *j = ctx;
 	struct ahead *a = &j->a[i];
+	unsigned char head[HEAD_BYTES];
 	a->rc = open_source(&a->f, j->dirfd, j->dir, j->names[i], &a->err);
-	if (a->rc == 0 && !(a->rd = reader_of(&a->f, &a->err)))
+	if (a->rc == 0 && !(a->rd = reader_of(&a->f, head, &a->err)))
 		a->rc = -1;
-	if (a->rc == 0 && a->rd->any_thread) {
+	if (a->rc == 0 && a->rd->any_thread && st_header_len(head) <= AHEAD_MAX_HEADER) {
 		a->rc = a->rd->read(NULL, &a->f, &a->hdr, &a->err);
 		a->read = 1;
 	}

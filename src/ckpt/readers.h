@@ -18,7 +18,8 @@ struct ck_file_reader {
 	int (*read)(struct ck_catalog *cat, const struct ck_source_file *f,
 		    struct ck_file_tensors *out, struct ck_err *err);
 	/* read touches nothing of the catalog (cat may be NULL): it may run on
-	 * any thread, beside other files' reads */
+	 * any thread, beside other files' reads (the safetensors reader, whose
+	 * header length catalog_files.c reads to bound what threads hold) */
 	int any_thread;
 };
 

@@ -1,6 +1,7 @@
 /* Opening sources: directories with and without an index, index rules,
  * symlinks (the Hugging Face cache layout), config.json. */
 #include <check.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -636,6 +637,51 @@ START_TEST(out_of_descriptors_names_the_file_in_order)
 }
 END_TEST
 
+/* A shard whose header is larger than threads read (16 MiB: a 17 MiB
+ * metadata string) is read in order among shards read on threads: the same
+ * catalog; cut short, the same error. */
+START_TEST(large_header_among_shards)
+{
+	for (int i = 0; i < SHARDS; i++)
+		put_shard(i);
+	size_t pad = 17u << 20;
+	const char *entry = "},\"big.w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]}}";
+	size_t json = strlen("{\"__metadata__\":{\"pad\":\"") + pad + 1 + strlen(entry);
+	unsigned char *img = malloc(8 + json + 2);
+	ck_assert_ptr_nonnull(img);
+	for (int b = 0; b < 8; b++)
+		img[b] = (unsigned char)((uint64_t)json >> (8 * b));
+	size_t o = 8;
+	o += (size_t)sprintf((char *)img + o, "{\"__metadata__\":{\"pad\":\"");
+	memset(img + o, 'p', pad);
+	o += pad;
+	img[o++] = '"';
+	memcpy(img + o, entry, strlen(entry));
+	o += strlen(entry);
+	img[o++] = 1, img[o++] = 2;
+	char *big = tu_path(dir, "s05b.safetensors");
+	for (int cut = 0; cut < 2; cut++) {
+		tu_write(big, img, cut ? o - 20 : o); /* cut: the header runs past the end */
+		struct ck_catalog *one, *many;
+		struct ck_err e1, e2;
+		int r1 = ck_catalog_open_threads(dir, 1, &one, &e1);
+		int r2 = ck_catalog_open_threads(dir, 4, &many, &e2);
+		ck_assert_int_eq(r1, cut ? -1 : 0);
+		ck_assert_int_eq(r2, r1);
+		if (cut) {
+			ck_assert_str_eq(e1.msg, e2.msg);
+			continue;
+		}
+		ck_assert_ptr_nonnull(ck_catalog_find(many, "big.w"));
+		same_catalog(one, many);
+		ck_catalog_free(one);
+		ck_catalog_free(many);
+	}
+	free(big);
+	free(img);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -655,6 +701,7 @@ int main(void)
 	tcase_add_test(tc, config_loaded_and_validated);
 	tcase_add_test(tc, headers_on_threads_read_as_in_order);
 	tcase_add_test(tc, out_of_descriptors_names_the_file_in_order);
+	tcase_add_test(tc, large_header_among_shards);
 	tcase_add_test(tc, natural_order);
 	tcase_add_test(tc, natural_sort_of_runs);
 	tcase_add_test(tc, natural_sort_matches_comparator);
