@@ -45,26 +45,67 @@ static void copy_strided(const unsigned char *src, int64_t ss, size_t es, unsign
 	}
 }
 
+/* Elements at a time in the casts below: a loop of a fixed count the
+ * compiler vectorises at -O2 (GCC 12's cheap cost model leaves a loop of
+ * unknown count scalar: BF16 -> F32 ran at 5 GB/s of output, blocked at 20). */
+#define CAST_BLOCK 8
+
+static void bf16_to_f32_run(const unsigned char *src, unsigned char *dst, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
+		uint16_t h[CAST_BLOCK];
+		uint32_t u[CAST_BLOCK];
+		memcpy(h, src + 2 * i, sizeof h);
+		for (int k = 0; k < CAST_BLOCK; k++)
+			u[k] = (uint32_t)h[k] << 16;
+		memcpy(dst + 4 * i, u, sizeof u);
+	}
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, src + 2 * i, 2);
+		uint32_t u = (uint32_t)h << 16;
+		memcpy(dst + 4 * i, &u, 4);
+	}
+}
+
+/* Round to nearest even, NaN to the quiet NaN: ck_f32_to_bf16 without
+ * saturation, branch-free so that a block of them vectorises. */
+static inline uint16_t f32_bits_to_bf16(uint32_t u)
+{
+	uint16_t r = (uint16_t)((u + ((u >> 16) & 1) + 0x7FFF) >> 16);
+	return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : r;
+}
+
+static void f32_to_bf16_run(const unsigned char *src, unsigned char *dst, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
+		uint32_t u[CAST_BLOCK];
+		uint16_t h[CAST_BLOCK];
+		memcpy(u, src + 4 * i, sizeof u);
+		for (int k = 0; k < CAST_BLOCK; k++)
+			h[k] = f32_bits_to_bf16(u[k]);
+		memcpy(dst + 2 * i, h, sizeof h);
+	}
+	for (; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, src + 4 * i, 4);
+		uint16_t h = f32_bits_to_bf16(u);
+		memcpy(dst + 2 * i, &h, 2);
+	}
+}
+
 /* The common single casts, as tight loops the compiler can vectorise. */
 static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 		     unsigned char *dst, int64_t n)
 {
 	if (s == CK_DT_BF16 && d == CK_DT_F32) {
-		for (int64_t i = 0; i < n; i++) {
-			uint16_t h;
-			memcpy(&h, src + 2 * i, 2);
-			uint32_t u = (uint32_t)h << 16;
-			memcpy(dst + 4 * i, &u, 4);
-		}
+		bf16_to_f32_run(src, dst, n);
 		return 1;
 	}
 	if (s == CK_DT_F32 && d == CK_DT_BF16) {
-		for (int64_t i = 0; i < n; i++) {
-			float f;
-			memcpy(&f, src + 4 * i, 4);
-			uint16_t h = ck_f32_to_bf16(f, 0);
-			memcpy(dst + 2 * i, &h, 2);
-		}
+		f32_to_bf16_run(src, dst, n);
 		return 1;
 	}
 	if (s == CK_DT_F16 && d == CK_DT_F32) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern/cpu.h"
 #include "kern/fpconv.h"
 #include "testutil.h"
 
@@ -339,6 +340,72 @@ START_TEST(mxfp4_codes_match_definition)
 }
 END_TEST
 
+/* The engine's blocked cast loops (kern/cpu.c: eight elements at a time,
+ * then one at a time) against the element conversions the sweeps above
+ * hold to the oracle: every BF16 code, and F32 patterns with every high
+ * half beside the low halves where rounding turns (0, 1, 0x7FFF, 0x8000,
+ * 0x8001, 0xFFFF and two more), in runs of every length 0..40 from every
+ * byte offset 0..3 of the buffers, so that block and tail both meet every
+ * value. */
+START_TEST(cast_runs_match_elements)
+{
+	static const uint16_t low[] = {0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234, 0xBEEF};
+	size_t nv = 65536 * (sizeof low / sizeof *low);
+	uint32_t *f = malloc(nv * 4);
+	uint16_t *b = malloc(65536 * 2);
+	unsigned char *in = malloc(nv * 4 + 8), *out = malloc(nv * 4 + 8);
+	ck_assert(f && b && in && out);
+	for (size_t i = 0; i < nv; i++)
+		f[i] = (uint32_t)(i / (sizeof low / sizeof *low)) << 16 | low[i % (sizeof low / sizeof *low)];
+	for (uint32_t c = 0; c < 65536; c++)
+		b[c] = (uint16_t)c;
+	const enum ck_dtype to_bf16 = CK_DT_BF16, to_f32 = CK_DT_F32;
+	/* the whole sweep in one run (length not a multiple of 8: minus 3) */
+	memcpy(in + 1, f, nv * 4);
+	ck_cpu_convert_run(in + 1, 1, CK_DT_F32, &to_bf16, 1, 0, out + 3, (int64_t)nv - 3);
+	for (size_t i = 0; i + 3 < nv; i++) {
+		uint16_t got, want = ck_f32_to_bf16(ck_bits_f32(f[i]), 0);
+		memcpy(&got, out + 3 + 2 * i, 2);
+		ck_assert_msg(got == want, "F32 %08x -> BF16 %04x, element says %04x", f[i], got, want);
+	}
+	memcpy(in + 2, b, 65536 * 2);
+	ck_cpu_convert_run(in + 2, 1, CK_DT_BF16, &to_f32, 1, 0, out + 1, 65536);
+	for (uint32_t c = 0; c < 65536; c++) {
+		uint32_t got;
+		memcpy(&got, out + 1 + 4 * c, 4);
+		ck_assert_uint_eq(got, ck_f32_bits(ck_bf16_to_f32((uint16_t)c)));
+	}
+	/* short runs at every offset: blocks and tails of every length */
+	for (int len = 0; len <= 40; len++)
+		for (int off = 0; off < 4; off++) {
+			size_t at = (size_t)(len * 7919 + off * 104729) % (nv - 64);
+			memcpy(in + off, f + at, (size_t)len * 4);
+			memset(out, 0xAB, (size_t)len * 2 + 8);
+			ck_cpu_convert_run(in + off, 1, CK_DT_F32, &to_bf16, 1, 0, out + off, len);
+			for (int i = 0; i < len; i++) {
+				uint16_t got;
+				memcpy(&got, out + off + 2 * i, 2);
+				ck_assert_uint_eq(got, ck_f32_to_bf16(ck_bits_f32(f[at + (size_t)i]), 0));
+			}
+			ck_assert_uint_eq(out[off + 2 * len], 0xAB); /* nothing past the run */
+			memset(out, 0xAB, (size_t)len * 4 + 8);
+			ck_cpu_convert_run(in + off, 1, CK_DT_BF16, &to_f32, 1, 0, out + off, len);
+			for (int i = 0; i < len; i++) {
+				uint16_t h;
+				uint32_t got;
+				memcpy(&h, in + off + 2 * i, 2);
+				memcpy(&got, out + off + 4 * i, 4);
+				ck_assert_uint_eq(got, (uint32_t)h << 16);
+			}
+			ck_assert_uint_eq(out[off + 4 * len], 0xAB);
+		}
+	free(f);
+	free(b);
+	free(in);
+	free(out);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fpconv");
@@ -347,6 +414,7 @@ int main(void)
 	tcase_add_loop_test(tc, narrow_formats_match_oracle, 0, 4);
 	tcase_add_test(tc, every_half_code_round_trips);
 	tcase_add_test(tc, mxfp4_codes_match_definition);
+	tcase_add_test(tc, cast_runs_match_elements);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
 	tcase_set_timeout(ex, 1800);
