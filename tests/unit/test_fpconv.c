@@ -341,15 +341,17 @@ START_TEST(mxfp4_codes_match_definition)
 END_TEST
 
 /* The engine's blocked cast loops (kern/cpu.c: eight elements at a time,
- * then one at a time) against the element conversions the sweeps above
- * hold to the oracle: every BF16 code, and F32 patterns with every high
- * half beside the low halves where rounding turns (0, 1, 0x7FFF, 0x8000,
- * 0x8001, 0xFFFF and two more), in runs of every length 0..40 from every
- * byte offset 0..3 of the buffers, so that block and tail both meet every
- * value. */
+ * then one at a time; BF16 <-> F32, BF16 and F32 -> F16) against the element
+ * conversions the sweeps above hold to the oracle: every BF16 code, and F32
+ * patterns with every high
+ * half beside the low halves where rounding to BF16 or F16 turns
+ * (0x7FFF-0x8001, 0x0FFF-0x1001, 0x2FFF-0x3001, 0xF000: 65520), in runs of every
+ * length 0..40 from every byte offset 0..3 of the buffers, so that block and
+ * tail both meet every value. */
 START_TEST(cast_runs_match_elements)
 {
-	static const uint16_t low[] = {0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234, 0xBEEF};
+	static const uint16_t low[] = {0,      1,      0x0FFF, 0x1000, 0x1001, 0x2FFF, 0x3000,
+				       0x3001, 0x7FFF, 0x8000, 0x8001, 0xF000, 0xFFFF, 0x1234, 0xBEEF};
 	size_t nv = 65536 * (sizeof low / sizeof *low);
 	uint32_t *f = malloc(nv * 4);
 	uint16_t *b = malloc(65536 * 2);
@@ -359,7 +361,7 @@ START_TEST(cast_runs_match_elements)
 		f[i] = (uint32_t)(i / (sizeof low / sizeof *low)) << 16 | low[i % (sizeof low / sizeof *low)];
 	for (uint32_t c = 0; c < 65536; c++)
 		b[c] = (uint16_t)c;
-	const enum ck_dtype to_bf16 = CK_DT_BF16, to_f32 = CK_DT_F32;
+	const enum ck_dtype to_bf16 = CK_DT_BF16, to_f32 = CK_DT_F32, to_f16 = CK_DT_F16;
 	/* the whole sweep in one run (length not a multiple of 8: minus 3) */
 	memcpy(in + 1, f, nv * 4);
 	ck_cpu_convert_run(in + 1, 1, CK_DT_F32, &to_bf16, 1, 0, out + 3, (int64_t)nv - 3);
@@ -368,12 +370,24 @@ START_TEST(cast_runs_match_elements)
 		memcpy(&got, out + 3 + 2 * i, 2);
 		ck_assert_msg(got == want, "F32 %08x -> BF16 %04x, element says %04x", f[i], got, want);
 	}
+	ck_cpu_convert_run(in + 1, 1, CK_DT_F32, &to_f16, 1, 0, out + 3, (int64_t)nv - 3);
+	for (size_t i = 0; i + 3 < nv; i++) {
+		uint16_t got, want = ck_f32_to_f16(ck_bits_f32(f[i]), 0);
+		memcpy(&got, out + 3 + 2 * i, 2);
+		ck_assert_msg(got == want, "F32 %08x -> F16 %04x, element says %04x", f[i], got, want);
+	}
 	memcpy(in + 2, b, 65536 * 2);
 	ck_cpu_convert_run(in + 2, 1, CK_DT_BF16, &to_f32, 1, 0, out + 1, 65536);
 	for (uint32_t c = 0; c < 65536; c++) {
 		uint32_t got;
 		memcpy(&got, out + 1 + 4 * c, 4);
 		ck_assert_uint_eq(got, ck_f32_bits(ck_bf16_to_f32((uint16_t)c)));
+	}
+	ck_cpu_convert_run(in + 2, 1, CK_DT_BF16, &to_f16, 1, 0, out + 1, 65536);
+	for (uint32_t c = 0; c < 65536; c++) {
+		uint16_t got, want = ck_f32_to_f16(ck_bf16_to_f32((uint16_t)c), 0);
+		memcpy(&got, out + 1 + 2 * c, 2);
+		ck_assert_msg(got == want, "BF16 %04x -> F16 %04x, element says %04x", c, got, want);
 	}
 	/* short runs at every offset: blocks and tails of every length */
 	for (int len = 0; len <= 40; len++)
@@ -398,6 +412,15 @@ START_TEST(cast_runs_match_elements)
 				ck_assert_uint_eq(got, (uint32_t)h << 16);
 			}
 			ck_assert_uint_eq(out[off + 4 * len], 0xAB);
+			memset(out, 0xAB, (size_t)len * 2 + 8);
+			ck_cpu_convert_run(in + off, 1, CK_DT_BF16, &to_f16, 1, 0, out + off, len);
+			for (int i = 0; i < len; i++) {
+				uint16_t h, got;
+				memcpy(&h, in + off + 2 * i, 2);
+				memcpy(&got, out + off + 2 * i, 2);
+				ck_assert_uint_eq(got, ck_f32_to_f16(ck_bf16_to_f32(h), 0));
+			}
+			ck_assert_uint_eq(out[off + 2 * len], 0xAB);
 		}
 	free(f);
 	free(b);
