@@ -205,6 +205,68 @@ static inline float elem_in(const struct ck_box *b, const unsigned char *p, floa
 	return b->shifted ? ck_elem_shift(v, b->shift) : v;
 }
 
+/* F8_E4M3 elements times (or over) one scale, to F32 or BF16: a block of
+ * eight decodes every case (normal, subnormal m * 2^-9, NaN) and selects,
+ * scales, and rounds, which GCC vectorises; the tail by the element path.
+ * DeepSeek-V3's FP8 weights dequantised this way ran at ~0.17 GB/s of
+ * output per core one element at a time (each through a dtype switch). The
+ * results are the element path's to the bit: the same F32 operations, and
+ * NaN made canonical before the store (to_bf16 maps every NaN to 0x7FC0). */
+static void e4m3_scaled_run(const unsigned char *src, float sv, int divide, int to_bf16,
+			    unsigned char *dst, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
+		uint32_t sign[CAST_BLOCK], bits[CAST_BLOCK], sub[CAST_BLOCK];
+		float m[CAST_BLOCK], v[CAST_BLOCK];
+		for (int k = 0; k < CAST_BLOCK; k++) {
+			sign[k] = (uint32_t)(src[i + k] & 0x80) << 24;
+			m[k] = (float)(int32_t)(src[i + k] & 7) * (1.0f / 512.0f); /* subnormal */
+		}
+		memcpy(sub, m, sizeof sub);
+		for (int k = 0; k < CAST_BLOCK; k++) {
+			uint32_t x = src[i + k], e = (x >> 3) & 0xF;
+			uint32_t b = e ? sign[k] | ((e + 120) << 23) | ((x & 7) << 20) : sub[k] ^ sign[k];
+			bits[k] = (x & 0x7F) == 0x7F ? sign[k] | 0x7FC00000u : b;
+		}
+		memcpy(v, bits, sizeof v);
+		if (divide)
+			for (int k = 0; k < CAST_BLOCK; k++)
+				v[k] = v[k] / sv;
+		else
+			for (int k = 0; k < CAST_BLOCK; k++)
+				v[k] = v[k] * sv;
+		memcpy(bits, v, sizeof bits);
+		if (to_bf16) {
+			uint16_t h[CAST_BLOCK];
+			for (int k = 0; k < CAST_BLOCK; k++)
+				h[k] = f32_bits_to_bf16(bits[k]);
+			memcpy(dst + 2 * i, h, sizeof h);
+		} else {
+			for (int k = 0; k < CAST_BLOCK; k++)
+				bits[k] = (bits[k] & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : bits[k];
+			memcpy(dst + 4 * i, bits, sizeof bits);
+		}
+	}
+	const enum ck_dtype out = to_bf16 ? CK_DT_BF16 : CK_DT_F32;
+	for (; i < n; i++)
+		ck_elem_finish(ck_elem_scaled(ck_e4m3_to_f32(src[i]), sv, divide), &out, 1, 0,
+			       dst + (size_t)i * (to_bf16 ? 2 : 4));
+}
+
+/* Whether box_row's scaled runs take e4m3_scaled_run: F8_E4M3 read and
+ * written contiguously, no shift, at most one cast (to F32 or BF16), not
+ * saturating. 1 to BF16, 2 to F32, 0 no. */
+static int e4m3_fast(const struct ck_box *b, int64_t ss, int64_t ds)
+{
+	if (b->sdt != CK_DT_F8_E4M3 || !b->scaled || b->shifted || ss != 1 || ds != 1 ||
+	    b->nc > 1 || (b->saturate & 1))
+		return 0;
+	if (b->nc == 0 || b->casts[0] == CK_DT_F32)
+		return 2;
+	return b->casts[0] == CK_DT_BF16 ? 1 : 0;
+}
+
 /* One row of a box: n elements, source stride ss, output stride ds. */
 static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss,
 		    const unsigned char *scale, unsigned char *dst, int64_t ds,
@@ -227,11 +289,17 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 	if (scst == 0)
 		blk = n + ph; /* one scale for the whole row */
 	size_t scs = b->scaled ? ck_dtype_size(b->scdt) : 0;
+	int fast = e4m3_fast(b, ss, ds);
 	for (int64_t i = 0; i < n;) {
 		int64_t q = (i + ph) / blk, end = (q + 1) * blk - ph;
 		if (end > n)
 			end = n;
 		float sv = b->scaled ? ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt) : 1.0f;
+		if (fast) {
+			e4m3_scaled_run(src + i, sv, b->divide, fast == 1, dst + i * (int64_t)des,
+					end - i);
+			i = end;
+		}
 		for (; i < end; i++)
 			ck_elem_finish(elem_in(b, src + i * ss * (int64_t)ses, sv), b->casts, b->nc,
 				       b->saturate, dst + i * ds * (int64_t)des);

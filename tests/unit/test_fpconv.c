@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern/box.h"
 #include "kern/cpu.h"
 #include "kern/fpconv.h"
 #include "testutil.h"
@@ -429,6 +430,59 @@ START_TEST(cast_runs_match_elements)
 }
 END_TEST
 
+/* Block-scaled FP8 (DeepSeek-V3's weights): rows of F8_E4M3 times, or over,
+ * one F32 scale per block, to BF16 and F32, through the engine's box path
+ * (blocks of eight, kern/cpu.c) against the element path's operations on
+ * the element conversions the oracle holds: every E4M3 code under scales
+ * that keep, underflow, overflow, zero, NaN and infinity, blocks of 1, 7
+ * and 128 elements starting at phases 0 and 5, runs of every length 0..40
+ * and of 1024. */
+START_TEST(fp8_scaled_runs_match_elements)
+{
+	static const float scales[] = {1.0f, 0.5f, 3.7f, -2.0f, 1e-30f, 1e38f, 0.0f, -0.0f,
+				       INFINITY, NAN, 2.2e-3f, 448.0f, -1e-3f, 7.0f, 1e-40f, 65504.0f};
+	unsigned char src[1024], out[4096 + 8];
+	for (int i = 0; i < 1024; i++)
+		src[i] = (unsigned char)((i * 167 + i / 256) & 0xFF); /* every code, four times */
+	const enum ck_dtype outs[2] = {CK_DT_BF16, CK_DT_F32};
+	static const int blocks[] = {1, 7, 128}, phases[] = {0, 5};
+	for (int divide = 0; divide < 2; divide++)
+		for (int o = 0; o < 2; o++)
+			for (int bi = 0; bi < 3; bi++)
+				for (int pi = 0; pi < 2; pi++)
+					for (int len = 0; len <= 41; len++) {
+						int n = len == 41 ? 1024 : len, blk = blocks[bi], ph = phases[pi];
+						int need = (n + ph) / blk + 1; /* scales the run reaches */
+						float sc[1100];
+						for (int q = 0; q < need; q++)
+							sc[q] = scales[(q + len + bi) % 16];
+						struct ck_box b;
+						memset(&b, 0, sizeof b);
+						b.ndim = 1, b.ext[0] = n, b.sstride[0] = 1, b.dstride[0] = 1;
+						b.sdt = CK_DT_F8_E4M3, b.ddt = outs[o], b.nc = 1, b.casts[0] = outs[o];
+						b.scaled = 1, b.divide = divide, b.scdt = CK_DT_F32;
+						b.sblock[0] = blk, b.sphase[0] = ph, b.scstride[0] = 1;
+						size_t es = o ? 4 : 2;
+						memset(out, 0xAB, sizeof out);
+						if (n)
+							ck_cpu_convert_box(&b, src, (const unsigned char *)sc, out);
+						for (int i = 0; i < n; i++) {
+							float v = ck_e4m3_to_f32(src[i]), s = sc[(i + ph) / blk];
+							float r = divide ? v / s : v * s;
+							uint32_t want = r != r ? 0x7FC00000u : ck_f32_bits(r), got = 0;
+							if (!o)
+								want = ck_f32_to_bf16(ck_bits_f32(want), 0);
+							memcpy(&got, out + (size_t)i * es, es);
+							ck_assert_msg(got == want,
+								      "E4M3 %02x %s %g -> %x, want %x (%s, block %d, phase %d, n %d)",
+								      src[i], divide ? "/" : "*", (double)s, got, want,
+								      o ? "F32" : "BF16", blk, ph, n);
+						}
+						ck_assert_uint_eq(out[(size_t)n * es], 0xAB);
+					}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fpconv");
@@ -438,6 +492,7 @@ int main(void)
 	tcase_add_test(tc, every_half_code_round_trips);
 	tcase_add_test(tc, mxfp4_codes_match_definition);
 	tcase_add_test(tc, cast_runs_match_elements);
+	tcase_add_test(tc, fp8_scaled_runs_match_elements);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
 	tcase_set_timeout(ex, 1800);
