@@ -96,6 +96,55 @@ static void f32_to_bf16_run(const unsigned char *src, unsigned char *dst, int64_
 	}
 }
 
+/* F16 to F32 bits (ck_f16_to_f32) for a block of eight, every case computed
+ * and selected: normal, subnormal (m * 2^-24, exact in F32), infinity and
+ * NaN with its payload kept. */
+static void f16_block_bits(const unsigned char *src, uint32_t *bits)
+{
+	uint16_t h[CAST_BLOCK];
+	uint32_t sub[CAST_BLOCK];
+	float m[CAST_BLOCK];
+	memcpy(h, src, sizeof h);
+	for (int k = 0; k < CAST_BLOCK; k++)
+		m[k] = (float)(int32_t)(h[k] & 0x3FF) * 0x1p-24f;
+	memcpy(sub, m, sizeof sub);
+	for (int k = 0; k < CAST_BLOCK; k++) {
+		uint32_t x = h[k], sign = (x & 0x8000) << 16, e = (x >> 10) & 0x1F;
+		uint32_t man = (x & 0x3FF) << 13;
+		uint32_t b = e ? sign | ((e + 112) << 23) | man : sign | sub[k];
+		bits[k] = e == 0x1F ? sign | 0x7F800000u | man : b;
+	}
+}
+
+/* F16 to F32 or (through F32, as the element path) to BF16. */
+static void f16_run(const unsigned char *src, int to_bf16, unsigned char *dst, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
+		uint32_t bits[CAST_BLOCK];
+		f16_block_bits(src + 2 * i, bits);
+		if (to_bf16) {
+			uint16_t o[CAST_BLOCK];
+			for (int k = 0; k < CAST_BLOCK; k++)
+				o[k] = f32_bits_to_bf16(bits[k]);
+			memcpy(dst + 2 * i, o, sizeof o);
+		} else {
+			memcpy(dst + 4 * i, bits, sizeof bits);
+		}
+	}
+	for (; i < n; i++) {
+		uint16_t h;
+		memcpy(&h, src + 2 * i, 2);
+		float f = ck_f16_to_f32(h);
+		if (to_bf16) {
+			uint16_t o = ck_f32_to_bf16(f, 0);
+			memcpy(dst + 2 * i, &o, 2);
+		} else {
+			memcpy(dst + 4 * i, &f, 4);
+		}
+	}
+}
+
 /* ck_f32_to_f16(f, 0) from the bits u of f, a = u & 0x7FFFFFFF and t the
  * bits of |f| + 0.5f (the subnormal result's rounding, as there), with every
  * case computed and selected: a block of these vectorises. a has its sign
@@ -163,13 +212,8 @@ static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 		f32_to_bf16_run(src, dst, n);
 		return 1;
 	}
-	if (s == CK_DT_F16 && d == CK_DT_F32) {
-		for (int64_t i = 0; i < n; i++) {
-			uint16_t h;
-			memcpy(&h, src + 2 * i, 2);
-			float f = ck_f16_to_f32(h);
-			memcpy(dst + 4 * i, &f, 4);
-		}
+	if (s == CK_DT_F16 && (d == CK_DT_F32 || d == CK_DT_BF16)) {
+		f16_run(src, d == CK_DT_BF16, dst, n);
 		return 1;
 	}
 	if ((s == CK_DT_BF16 || s == CK_DT_F32) && d == CK_DT_F16) {

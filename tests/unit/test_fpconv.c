@@ -342,13 +342,13 @@ START_TEST(mxfp4_codes_match_definition)
 END_TEST
 
 /* The engine's blocked cast loops (kern/cpu.c: eight elements at a time,
- * then one at a time; BF16 <-> F32, BF16 and F32 -> F16) against the element
- * conversions the sweeps above hold to the oracle: every BF16 code, and F32
- * patterns with every high
- * half beside the low halves where rounding to BF16 or F16 turns
- * (0x7FFF-0x8001, 0x0FFF-0x1001, 0x2FFF-0x3001, 0xF000: 65520), in runs of every
- * length 0..40 from every byte offset 0..3 of the buffers, so that block and
- * tail both meet every value. */
+ * then one at a time; BF16 <-> F32, BF16 and F32 -> F16, F16 -> F32 and
+ * BF16) against the element conversions the sweeps above hold to the
+ * oracle: every BF16 and F16 code, and F32 patterns with every high half
+ * beside the low halves where rounding to BF16 or F16 turns (0x7FFF-0x8001,
+ * 0x0FFF-0x1001, 0x2FFF-0x3001, 0xF000: 65520), in runs of every length
+ * 0..40 from every byte offset 0..3 of the buffers, so that block and tail
+ * both meet every value. */
 START_TEST(cast_runs_match_elements)
 {
 	static const uint16_t low[] = {0,      1,      0x0FFF, 0x1000, 0x1001, 0x2FFF, 0x3000,
@@ -384,6 +384,20 @@ START_TEST(cast_runs_match_elements)
 		memcpy(&got, out + 1 + 4 * c, 4);
 		ck_assert_uint_eq(got, ck_f32_bits(ck_bf16_to_f32((uint16_t)c)));
 	}
+	/* every F16 code (b's) to F32 and to BF16 */
+	ck_cpu_convert_run(in + 2, 1, CK_DT_F16, &to_f32, 1, 0, out + 1, 65536);
+	for (uint32_t c = 0; c < 65536; c++) {
+		uint32_t got;
+		memcpy(&got, out + 1 + 4 * c, 4);
+		ck_assert_msg(got == ck_f32_bits(ck_f16_to_f32((uint16_t)c)), "F16 %04x -> %08x", c,
+			      got);
+	}
+	ck_cpu_convert_run(in + 2, 1, CK_DT_F16, &to_bf16, 1, 0, out + 1, 65536);
+	for (uint32_t c = 0; c < 65536; c++) {
+		uint16_t got;
+		memcpy(&got, out + 1 + 2 * c, 2);
+		ck_assert_uint_eq(got, ck_f32_to_bf16(ck_f16_to_f32((uint16_t)c), 0));
+	}
 	ck_cpu_convert_run(in + 2, 1, CK_DT_BF16, &to_f16, 1, 0, out + 1, 65536);
 	for (uint32_t c = 0; c < 65536; c++) {
 		uint16_t got, want = ck_f32_to_f16(ck_bf16_to_f32((uint16_t)c), 0);
@@ -411,6 +425,16 @@ START_TEST(cast_runs_match_elements)
 				memcpy(&h, in + off + 2 * i, 2);
 				memcpy(&got, out + off + 4 * i, 4);
 				ck_assert_uint_eq(got, (uint32_t)h << 16);
+			}
+			ck_assert_uint_eq(out[off + 4 * len], 0xAB);
+			memset(out, 0xAB, (size_t)len * 4 + 8);
+			ck_cpu_convert_run(in + off, 1, CK_DT_F16, &to_f32, 1, 0, out + off, len);
+			for (int i = 0; i < len; i++) {
+				uint16_t h;
+				uint32_t got;
+				memcpy(&h, in + off + 2 * i, 2);
+				memcpy(&got, out + off + 4 * i, 4);
+				ck_assert_uint_eq(got, ck_f32_bits(ck_f16_to_f32(h)));
 			}
 			ck_assert_uint_eq(out[off + 4 * len], 0xAB);
 			memset(out, 0xAB, (size_t)len * 2 + 8);
