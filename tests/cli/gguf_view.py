@@ -464,9 +464,66 @@ def run_all(d, rng, lib):
         assert r < 1e-3 and same, f"{arch}: llama.cpp vs torch {r:.2e}, greedy same {same}"
         print(f"{arch}: every tensor exact; llama.cpp's logits {r:.1e} relative to torch, same greedy")
 
+    quantizer_corners(d, rng, lib)
     gemma(d, rng, lib)
     sentencepiece(d, src, lib)
     hostile(d, src)
+
+
+def hostile_blocks(n, rng):
+    """n blocks of 32 F32 values that corner a quantizer: exact .5 ties
+    (largest magnitude 127, so the scale is 1), the largest magnitude first or
+    last and repeated with both signs, zeros of both signs, subnormals,
+    scales whose inverse is coarse or infinite, NaN and infinities among
+    ordinary values, the largest floats, random bit patterns (every class)
+    and random values from 2^-140 to 2^120."""
+    b = (rng.integers(-32768, 32768, (n, 32)) / 256).astype(np.float32)
+    b[0] = np.arange(32) * 4 - 62 + np.where(np.arange(32) % 3, 0.5, -0.5)
+    b[0, 31] = 127
+    b[1] = np.where(np.arange(32) % 2, 0.0, -0.0)
+    b[2, 3], b[2, 20] = -8 * np.abs(b[2]).max(), 8 * np.abs(b[2]).max()
+    b[3] = (np.arange(32) - 16) * np.float32(1e-45)
+    b[4] = (np.arange(32) - 16) * np.float32(3e-39)
+    special = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, 1.1754942e-38,
+                        3.4028235e38, -3.4028235e38, 0.49999997, -0.49999997, 0.5, 1.5, -2.5],
+                       np.float32)
+    k = 5
+    for v in special:
+        for at in (0, 13, 31):
+            b[k, at] = v
+            k += 1
+    bits = rng.integers(0, 2 ** 32, (n - k) // 2 * 32, dtype=np.uint64).astype(np.uint32)
+    b[k:k + len(bits) // 32] = bits.view(np.float32).reshape(-1, 32)
+    k += len(bits) // 32
+    scale = np.ldexp(np.float32(1), rng.integers(-140, 121, (n - k, 1))).astype(np.float32)
+    b[k:] = (rng.standard_normal((n - k, 32)) * scale).astype(np.float32)
+    return b
+
+
+def quantizer_corners(d, rng, lib):
+    """One weight filled with hostile_blocks, quantized by the Q8_0 and Q4_0
+    views, byte for byte against ggml_quantize_chunk of the same floats."""
+    os.makedirs(os.path.join(d, "q"))
+    src, cfg, w = make_model(os.path.join(d, "q"), "llama", rng)
+    name = "model.layers.0.mlp.down_proj.weight"
+    rows, cols = w[name].shape
+    with np.errstate(all="ignore"):
+        w[name] = hostile_blocks(rows * cols // 32, rng).reshape(rows, cols)
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
+    for ft in ("Q8_0", "Q4_0"):
+        with Mount(src, opts=f"gguf={ft},gguf_vocab=none") as m:
+            _, infos, tensors = read_gguf(m.path("model.gguf"))
+        t = {n: t for n, _, t, _ in infos}["blk.0.ffn_down.weight"]
+        assert t == TYPES[ft], (ft, t)
+        want = ggml_quantize(lib, t, w[name])
+        got = tensors["blk.0.ffn_down.weight"]
+        qb = BLOCK[t][1]
+        bad = [i for i in range(len(want) // qb) if got[i * qb:(i + 1) * qb] != want[i * qb:(i + 1) * qb]]
+        assert not bad, f"{ft}: {len(bad)} blocks differ from ggml's, first {bad[0]}: " \
+            f"{w[name].reshape(-1, 32)[bad[0]]}"
+    print(f"{rows * cols // 32} hostile blocks (ties, NaN, infinities, subnormals, random bits): "
+          "Q8_0 and Q4_0 as ggml_quantize_chunk makes them")
 
 
 def gemma(d, rng, lib):

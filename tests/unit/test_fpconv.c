@@ -7,7 +7,8 @@
  * the 2^32 F32 bit patterns converts to each format (both modes) as the
  * oracle says; that sweep walks the positive floats in order beside the
  * sorted table of representable values (one step of the oracle per float),
- * on every core. */
+ * on every core. The casts in runs and the GGUF block quantizers are held to
+ * the element path and to ggml's reference quantizers transcribed. */
 #include <check.h>
 #include <math.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@
 #include "kern/box.h"
 #include "kern/cpu.h"
 #include "kern/fpconv.h"
+#include "kern/ggml.h"
 #include "testutil.h"
 
 struct fmt {
@@ -507,6 +509,148 @@ START_TEST(fp8_scaled_runs_match_elements)
 }
 END_TEST
 
+/* ggml's reference quantizers, transcribed from quantize_row_q8_0_ref and
+ * quantize_row_q4_0_ref (ggml-quants.c): the running MAX macro, libm's
+ * roundf, the scale stored as F16 (ck_f32_to_f16: every_f32_matches_oracle
+ * checks it), and a float's conversion to int8_t as x86 compiles it
+ * (cvttss2si to 32 bits, low byte; NaN and out-of-range give 0x80000000). */
+#define REF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define REF_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+static int8_t ref_i8(float v)
+{
+	return fabsf(v) < 2147483648.0f ? (int8_t)(uint8_t)((uint32_t)(int32_t)v & 0xFF) : 0;
+}
+
+static void ref_q8_0(const float *x, unsigned char *y)
+{
+	float amax = 0.0f;
+	for (int j = 0; j < 32; j++)
+		amax = REF_MAX(amax, fabsf(x[j]));
+	const float d = amax / ((1 << 7) - 1);
+	const float id = d ? 1.0f / d : 0.0f;
+	uint16_t h = ck_f32_to_f16(d, 0);
+	memcpy(y, &h, 2);
+	for (int j = 0; j < 32; j++)
+		y[2 + j] = (unsigned char)ref_i8(roundf(x[j] * id));
+}
+
+static void ref_q4_0(const float *x, unsigned char *y)
+{
+	float amax = 0.0f, max = 0.0f;
+	for (int j = 0; j < 32; j++) {
+		const float v = x[j];
+		if (amax < fabsf(v)) {
+			amax = fabsf(v);
+			max = v;
+		}
+	}
+	const float d = max / -8;
+	const float id = d ? 1.0f / d : 0.0f;
+	uint16_t h = ck_f32_to_f16(d, 0);
+	memcpy(y, &h, 2);
+	for (int j = 0; j < 16; j++) {
+		const float x0 = x[j] * id, x1 = x[16 + j] * id;
+		const uint8_t xi0 = (uint8_t)REF_MIN(15, ref_i8(x0 + 8.5f));
+		const uint8_t xi1 = (uint8_t)REF_MIN(15, ref_i8(x1 + 8.5f));
+		y[2 + j] = xi0;
+		y[2 + j] |= (unsigned char)(xi1 << 4);
+	}
+}
+
+/* Block k of the adversarial set: ties at every half (scale 1), values a
+ * hair below a half, the largest magnitude first, last, repeated with both
+ * signs, zeros of both signs, subnormals, scales whose inverse overflows or
+ * underflows, NaN and infinities at the ends and in the middle, the largest
+ * floats; then blocks of random bits (every class of float) and random
+ * values at scales 2^-140 .. 2^120. */
+static void quant_block(int k, uint64_t *rng, float *x)
+{
+	static const float special[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f,
+					-1e-45f, 1.1754942e-38f, 3.4028235e38f, -3.4028235e38f,
+					0.49999997f, -0.49999997f, 0.5f, -0.5f, 1.5f, -2.5f, 127.0f};
+	const int ns = (int)(sizeof special / sizeof *special);
+	for (int j = 0; j < 32; j++)
+		x[j] = 0.0f;
+	switch (k) {
+	case 0: /* x * id == x: every .5 tie and its neighbours */
+		for (int j = 0; j < 31; j++)
+			x[j] = (float)(j * 4 - 62) + (j % 3 ? 0.5f : -0.5f);
+		x[31] = 127.0f;
+		return;
+	case 1:
+		for (int j = 0; j < 32; j++)
+			x[j] = j % 2 ? 0.0f : -0.0f; /* ggml's max stays +0: the scale is -0 */
+		return;
+	case 2: /* -8 * scale first, +8 * scale later: Q4_0 keeps the first */
+		for (int j = 0; j < 32; j++)
+			x[j] = (float)(j % 9) - 4.5f;
+		x[3] = -8.0f, x[20] = 8.0f;
+		return;
+	case 3:
+		for (int j = 0; j < 32; j++)
+			x[j] = (float)(j % 7) - 3.0f;
+		x[30] = 8.0f, x[5] = -8.0f, x[31] = -8.0f;
+		return;
+	case 4: /* subnormals only: the scale underflows to zero */
+		for (int j = 0; j < 32; j++)
+			x[j] = (float)(j - 16) * 1e-45f;
+		return;
+	case 5: /* a scale that is subnormal: its inverse is coarse or infinite */
+		for (int j = 0; j < 32; j++)
+			x[j] = (float)(j - 16) * 3e-39f;
+		return;
+	}
+	uint32_t r = (uint32_t)(*rng >> 32);
+	if (k < 6 + 4 * ns) { /* one special value among random ones, 4 places */
+		for (int j = 0; j < 32; j++)
+			x[j] = (float)((int)((*rng = *rng * 6364136223846793005ull + 1442695040888963407ull) >> 40 & 0xFFFF) - 32768) / 256.0f;
+		static const int at[] = {0, 13, 31, 16};
+		x[at[(k - 6) % 4]] = special[(k - 6) / 4];
+		return;
+	}
+	for (int j = 0; j < 32; j++) {
+		*rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+		r = (uint32_t)(*rng >> 32);
+		if (k % 2)
+			x[j] = ck_bits_f32(r);
+		else
+			x[j] = ldexpf((float)(int32_t)r / 2147483648.0f, k % 261 - 140);
+	}
+}
+
+START_TEST(ggml_quantizers_match_reference)
+{
+	enum { N = 40000 };
+	float *x = malloc(N * 32 * sizeof *x);
+	unsigned char *got = malloc(N * 34 + 1), want[34];
+	ck_assert(x && got);
+	uint64_t rng = 0x9E3779B97F4A7C15ull;
+	for (int k = 0; k < N; k++)
+		quant_block(k, &rng, x + 32 * k);
+	for (int q4 = 0; q4 < 2; q4++) {
+		size_t bs = q4 ? 18 : 34;
+		got[N * bs] = 0xAB;
+		ck_assert_int_eq(ck_ggml_quant(q4 ? CK_GGML_Q4_0 : CK_GGML_Q8_0, x, N, got), 0);
+		ck_assert_uint_eq(got[N * bs], 0xAB);
+		for (int k = 0; k < N; k++) {
+			if (q4)
+				ref_q4_0(x + 32 * k, want);
+			else
+				ref_q8_0(x + 32 * k, want);
+			for (size_t b = 0; b < bs; b++)
+				ck_assert_msg(got[k * bs + b] == want[b],
+					      "%s block %d byte %zu: %02x, ggml's %02x (block starts %a %a)",
+					      q4 ? "Q4_0" : "Q8_0", k, b, got[k * bs + b], want[b],
+					      (double)x[32 * k], (double)x[32 * k + 1]);
+		}
+	}
+	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_K, x, 1, got), -1);
+	free(x);
+	free(got);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fpconv");
@@ -517,6 +661,7 @@ int main(void)
 	tcase_add_test(tc, mxfp4_codes_match_definition);
 	tcase_add_test(tc, cast_runs_match_elements);
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
+	tcase_add_test(tc, ggml_quantizers_match_reference);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
 	tcase_set_timeout(ex, 1800);
