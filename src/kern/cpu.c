@@ -376,6 +376,77 @@ static void box_row_fp4(const struct ck_box *b, const unsigned char *src, int64_
 	}
 }
 
+/* A transposing box (the source contiguous along the output's second-last
+ * dim, strided along its last) read row by row touches a new cache line,
+ * often a new page, for every element: GPT-2's Conv1D weights as Linear ran
+ * at less than half the identity view's speed. Such a box goes in tiles: a
+ * tile's source lines (TILE_LINE bytes along the second-last dim, for
+ * TILE_COLS elements of the last) are gathered into a scratch block once,
+ * then each of its output rows is cast from there as a contiguous run:
+ * 1.5-5x faster on this VM's 2-core EPYC from 768x3072 F32 to 4096x4096 and
+ * 2048x8192 BF16 (with or without a cast). Source rows of 2 KiB or less
+ * stay on the row path, whose lines the next rows reuse from L2 (256x256
+ * and 512x512 F32 were 10-40% slower tiled). Unscaled boxes only (a scaled
+ * row's blocks would need its position). */
+#define TILE_LINE 64
+#define TILE_COLS 256
+#define TILE_MIN_STRIDE 2048
+
+static int tiles_apply(const struct ck_box *b)
+{
+	int last = b->ndim - 1;
+	return last >= 1 && !b->scaled && !b->shifted && b->sdt != CK_DT_F4_E2M1 &&
+	       b->dstride[last] == 1 && b->sstride[last - 1] == 1 && b->ext[last - 1] > 1 &&
+	       b->sstride[last] * (int64_t)ck_dtype_size(b->sdt) > TILE_MIN_STRIDE;
+}
+
+/* rows x cols elements of es bytes: element (t, k) of the tile from
+ * src[t + k * ss] to tile[t * TILE_COLS + k]. es a constant in each call, so
+ * the copies are single moves. */
+static inline void gather(unsigned char *tile, const unsigned char *src, int64_t ss,
+			  size_t es, int64_t rows, int64_t cols)
+{
+	for (int64_t k = 0; k < cols; k++) {
+		/* the next tile's line beside this one (a prefetch never faults) */
+		__builtin_prefetch(src + (size_t)(k * ss) * es + TILE_LINE);
+		for (int64_t t = 0; t < rows; t++)
+			memcpy(tile + (size_t)(t * TILE_COLS + k) * es, src + (size_t)(t + k * ss) * es,
+			       es);
+	}
+}
+
+static void gather_any(unsigned char *tile, const unsigned char *src, int64_t ss, size_t es,
+		       int64_t rows, int64_t cols)
+{
+	switch (es) {
+	case 1: gather(tile, src, ss, 1, rows, cols); break;
+	case 2: gather(tile, src, ss, 2, rows, cols); break;
+	case 4: gather(tile, src, ss, 4, rows, cols); break;
+	default: gather(tile, src, ss, es, rows, cols); break;
+	}
+}
+
+/* The box's last two dims in tiles; so and dof place the outer index. */
+static void tiles_2d(const struct ck_box *b, const unsigned char *src, unsigned char *dst)
+{
+	unsigned char tile[TILE_LINE * TILE_COLS];
+	int last = b->ndim - 1;
+	size_t ses = ck_dtype_size(b->sdt), des = ck_dtype_size(b->ddt);
+	int64_t rows_max = (int64_t)(TILE_LINE / ses), ss = b->sstride[last];
+	int64_t nr = b->ext[last - 1], nk = b->ext[last], drow = b->dstride[last - 1];
+	for (int64_t i0 = 0; i0 < nr; i0 += rows_max) {
+		int64_t rows = nr - i0 < rows_max ? nr - i0 : rows_max;
+		for (int64_t k0 = 0; k0 < nk; k0 += TILE_COLS) {
+			int64_t cols = nk - k0 < TILE_COLS ? nk - k0 : TILE_COLS;
+			gather_any(tile, src + (size_t)(i0 + k0 * ss) * ses, ss, ses, rows, cols);
+			for (int64_t t = 0; t < rows; t++)
+				ck_cpu_convert_run(tile + (size_t)(t * TILE_COLS) * ses, 1, b->sdt,
+						   b->casts, b->nc, b->saturate,
+						   dst + (size_t)((i0 + t) * drow + k0) * des, cols);
+		}
+	}
+}
+
 void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 			const unsigned char *scale, unsigned char *dst)
 {
@@ -390,23 +461,26 @@ void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 			box_row(b, src, 1, scale, dst, 1, 1);
 		return;
 	}
+	int tiles = tiles_apply(b), inner = tiles ? last - 1 : last; /* dims walked here */
 	int64_t idx[CK_MAX_DIMS] = {0};
 	for (;;) {
 		int64_t so = 0, dof = 0, sco = 0;
-		for (int d = 0; d < last; d++) {
+		for (int d = 0; d < inner; d++) {
 			so += b->sstride[d] * idx[d];
 			dof += b->dstride[d] * idx[d];
 			if (b->scaled)
 				sco += b->scstride[d] * ((idx[d] + b->sphase[d]) / b->sblock[d]);
 		}
-		if (fp4)
+		if (tiles)
+			tiles_2d(b, src + so * (int64_t)ses, dst + dof * (int64_t)des);
+		else if (fp4)
 			box_row_fp4(b, src, b->snib + so, b->sstride[last], scale + sco * (int64_t)scs,
 				    dst + dof * (int64_t)des, b->dstride[last], b->ext[last]);
 		else
 			box_row(b, src + so * (int64_t)ses, b->sstride[last],
 				scale ? scale + sco * (int64_t)scs : NULL, dst + dof * (int64_t)des,
 				b->dstride[last], b->ext[last]);
-		int d = last - 1;
+		int d = inner - 1;
 		while (d >= 0 && ++idx[d] == b->ext[d]) {
 			idx[d] = 0;
 			d--;

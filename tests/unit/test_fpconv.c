@@ -651,6 +651,101 @@ START_TEST(ggml_quantizers_match_reference)
 }
 END_TEST
 
+/* One element of a transposed box, computed from the box's definition: the
+ * source element's bytes, or its value through one cast by the element
+ * functions (every_f32_matches_oracle and every_half_code_round_trips hold
+ * those to the oracle). */
+static void box_elem_ref(enum ck_dtype sdt, int nc, enum ck_dtype to, const unsigned char *p,
+			 unsigned char *out)
+{
+	size_t es = ck_dtype_size(sdt);
+	if (!nc) {
+		memcpy(out, p, es);
+		return;
+	}
+	float f;
+	uint16_t h;
+	if (sdt == CK_DT_F32) {
+		memcpy(&f, p, 4);
+	} else {
+		memcpy(&h, p, 2);
+		f = sdt == CK_DT_BF16 ? ck_bf16_to_f32(h) : ck_f16_to_f32(h);
+	}
+	if (to == CK_DT_F32) {
+		memcpy(out, &f, 4);
+		return;
+	}
+	h = to == CK_DT_BF16 ? ck_f32_to_bf16(f, 0) : ck_f32_to_f16(f, 0);
+	memcpy(out, &h, 2);
+}
+
+/* Transposing boxes (the source contiguous along the output's second-last
+ * dim, strided along its last, as x.t() of a Linear weight makes them):
+ * 1-, 2-, 4- and 8-byte elements, copies and casts, row strides on both
+ * sides wider than the box, an outer dim, and extents around the tile edges
+ * (one line of source, 256 columns), source rows at, under and over the
+ * tiles' 2 KiB threshold, every element against the box's
+ * definition and every padding byte of the output untouched. */
+START_TEST(transposed_boxes_match_elements)
+{
+	static const struct {
+		enum ck_dtype sdt, to; /* to == sdt: a copy */
+	} kinds[] = {{CK_DT_F32, CK_DT_F32},  {CK_DT_BF16, CK_DT_BF16}, {CK_DT_U8, CK_DT_U8},
+		     {CK_DT_I64, CK_DT_I64},  {CK_DT_BF16, CK_DT_F32},  {CK_DT_F32, CK_DT_BF16},
+		     {CK_DT_F16, CK_DT_F32},  {CK_DT_F32, CK_DT_F16},   {CK_DT_C64, CK_DT_C64}};
+	static const int64_t cols[] = {1, 256, 257, 520};
+	/* bytes between source rows: at, under and over the tiles' threshold */
+	static const int64_t sbytes_row[] = {2048, 1000, 2056, 4100};
+	uint64_t rng = 12345;
+	for (size_t ki = 0; ki < sizeof kinds / sizeof *kinds; ki++)
+		for (int ri = 0; ri < 5; ri++)
+			for (int ci = 0; ci < 4; ci++) {
+				enum ck_dtype sdt = kinds[ki].sdt, to = kinds[ki].to;
+				size_t ses = ck_dtype_size(sdt), des = ck_dtype_size(to);
+				int64_t line = 64 / (int64_t)ses; /* a tile's rows */
+				const int64_t rows[] = {2, line - 1, line, line + 1, 2 * line + 3};
+				int nc = to != sdt, outer = 1 + (ri + ci) % 2;
+				int64_t nr = rows[ri], nk = cols[ci];
+				int64_t ss = sbytes_row[(ri + ci + ki) % 4] / (int64_t)ses;
+				if (ss < nr)
+					ss = nr;
+				int64_t drow = nk + 3, dout = nr * drow + 5, sout = nk * ss + 7;
+				size_t sbytes = (size_t)(outer * sout) * ses, dbytes = (size_t)(outer * dout) * des;
+				unsigned char *src = malloc(sbytes), *dst = malloc(dbytes), *want = malloc(dbytes);
+				ck_assert(src && dst && want);
+				for (size_t i = 0; i + 8 <= sbytes; i += 8) {
+					rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+					memcpy(src + i, &rng, 8);
+				}
+				memset(dst, 0xAB, dbytes);
+				memset(want, 0xAB, dbytes);
+				struct ck_box b;
+				memset(&b, 0, sizeof b);
+				b.ndim = 3, b.sdt = sdt, b.ddt = to, b.nc = nc, b.casts[0] = to;
+				b.ext[0] = outer, b.ext[1] = nr, b.ext[2] = nk;
+				b.sstride[0] = sout, b.sstride[1] = 1, b.sstride[2] = ss;
+				b.dstride[0] = dout, b.dstride[1] = drow, b.dstride[2] = 1;
+				for (int64_t o = 0; o < outer; o++)
+					for (int64_t i = 0; i < nr; i++)
+						for (int64_t k = 0; k < nk; k++)
+							box_elem_ref(sdt, nc, to,
+								     src + (size_t)(o * sout + i + k * ss) * ses,
+								     want + (size_t)(o * dout + i * drow + k) * des);
+				ck_cpu_convert_box(&b, src, NULL, dst);
+				for (size_t i = 0; i < dbytes; i++)
+					ck_assert_msg(dst[i] == want[i],
+						      "%s -> %s, %d x %lld x %lld, source rows %lld apart: "
+						      "byte %zu is %02x, not %02x",
+						      ck_dtype_name(sdt), ck_dtype_name(to), outer,
+						      (long long)nr, (long long)nk, (long long)ss, i, dst[i],
+						      want[i]);
+				free(src);
+				free(dst);
+				free(want);
+			}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("fpconv");
@@ -662,6 +757,7 @@ int main(void)
 	tcase_add_test(tc, cast_runs_match_elements);
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
 	tcase_add_test(tc, ggml_quantizers_match_reference);
+	tcase_add_test(tc, transposed_boxes_match_elements);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
 	tcase_set_timeout(ex, 1800);
