@@ -646,6 +646,64 @@ static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* How many of a job's entries from i on to evaluate in one engine read:
+ * the consecutive chunks of one target that ck_engine_read_span asks to
+ * read together (a large transposed source is read once per read), else 1. */
+static size_t batch_len(const struct ck_cache *c, const struct job *j, size_t i)
+{
+	const struct entry *e = j->ents[i];
+	uint64_t span = ck_engine_read_span(&c->eng, e->target), bytes = e->len;
+	size_t k = 1;
+	while (i + k < j->n && j->ents[i + k]->target == e->target &&
+	       j->ents[i + k]->chunk == e->chunk + k && bytes + j->ents[i + k]->len <= span)
+		bytes += j->ents[i + k++]->len;
+	return k;
+}
+
+/* Bytes [off, off + len) of target t into dst; a failure logged. */
+static int eval_span(struct ck_cache *c, struct ck_eval_ctx *ctx, uint32_t t, uint64_t off,
+		     uint64_t len, unsigned char *dst)
+{
+	struct ck_err err;
+	if (target_sources_changed(c, t))
+		return -EIO;
+	if (ck_engine_read(ctx, t, off, len, dst, &err) == 0)
+		return 0;
+	if (atomic_fetch_add(&c->logged_errors, 1) < 16)
+		log_msg(c, err.msg);
+	return err.sys_errno ? -err.sys_errno : -EIO;
+}
+
+/* Entries i .. i+k-1 of a job (batch_len) evaluated into their chunks: one
+ * by one, or in one read through a staging buffer copied out. */
+static void eval_entries(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j, size_t i,
+			 size_t k)
+{
+	uint64_t total = 0;
+	int failed = 0;
+	for (size_t b = 0; b < k; b++) {
+		struct entry *e = j->ents[i + b];
+		total += e->len;
+		if (!(e->data = alloc_chunk(c, e->len, &e->mapped)))
+			failed = -ENOMEM;
+	}
+	unsigned char *stage = k > 1 && !failed ? malloc(total) : NULL;
+	struct entry *e0 = j->ents[i];
+	if (stage)
+		failed = eval_span(c, ctx, e0->target, e0->chunk * c->o.chunk, total, stage);
+	for (size_t b = 0, at = 0; b < k; at += j->ents[i + b]->len, b++) {
+		struct entry *e = j->ents[i + b];
+		if (failed)
+			e->failed = failed;
+		else if (stage)
+			memcpy(e->data, stage + at, e->len);
+		else if ((e->failed = eval_span(c, ctx, e->target, e->chunk * c->o.chunk, e->len,
+						e->data)) < 0 && k > 1)
+			failed = e->failed; /* the rest of the batch fails alike */
+	}
+	free(stage);
+}
+
 /* Evaluate a job's entries in order (the chunk that was asked for first),
  * each published as soon as it is ready: a reader of the first chunk of a
  * group is answered while the rest of the group is still being evaluated. */
@@ -670,22 +728,14 @@ static void run_job(struct ck_cache *c, struct ck_eval_ctx *ctx, struct job *j)
 		nanosleep(&ts, NULL);
 	}
 	int unpaced = !c->o.drop_served;
-	for (size_t i = 0; i < j->n; i++) {
+	for (size_t i = 0; i < j->n;) {
 		if (!unpaced && i >= PACE_AHEAD)
 			pace(c, j, i, &unpaced);
-		struct entry *e = j->ents[i];
-		struct ck_err err;
-		if (!(e->data = alloc_chunk(c, e->len, &e->mapped)))
-			e->failed = -ENOMEM;
-		else if (target_sources_changed(c, e->target))
-			e->failed = -EIO;
-		else if (ck_engine_read(ctx, e->target, e->chunk * c->o.chunk, e->len, e->data,
-					&err) < 0) {
-			e->failed = err.sys_errno ? -err.sys_errno : -EIO;
-			if (atomic_fetch_add(&c->logged_errors, 1) < 16)
-				log_msg(c, err.msg);
-		}
-		publish(c, j, i);
+		size_t k = batch_len(c, j, i);
+		eval_entries(c, ctx, j, i, k);
+		for (size_t b = 0; b < k; b++)
+			publish(c, j, i + b);
+		i += k;
 	}
 	pthread_mutex_lock(&c->mu);
 	c->in_flight--;
@@ -881,6 +931,8 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 	c->lru.lnext = c->lru.lprev = &c->lru;
 	c->served.lnext = c->served.lprev = &c->served;
 	ck_engine_init(&c->eng, plan, o->use_uring);
+	if (o->window_max)
+		c->eng.window_max = o->window_max;
 	c->eng.gpu = o->gpu;
 	if (o->gpu_min)
 		c->eng.gpu_min = o->gpu_min;

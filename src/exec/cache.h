@@ -26,6 +26,7 @@ struct ck_cache_opts {
 	int threads;	    /* evaluator threads */
 	int use_uring;
 	unsigned delay_ms; /* test hook: sleep before each evaluation */
+	uint64_t window_max; /* test hook: the engine's window (0: CK_WINDOW_MAX) */
 	unsigned pace_wait_ms; /* how long a paced job waits for its reader to progress; 0: 50 ms */
 	int no_direct;	   /* evaluate every target, renames too (see ck_cache_direct) */
 	int odirect;	   /* read sources with O_DIRECT (ck_engine_open_direct), renames

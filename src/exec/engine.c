@@ -157,6 +157,24 @@ struct wshape {
 	int64_t run, nruns;
 };
 
+/* Whether every gap between the runs is under CK_COALESCE_GAP, so that
+ * read_window's requests would merge into one read of the whole window
+ * anyway. Read whole, the window is kept (window_get) and the next step of
+ * the same source finds it: a transpose evaluated chunk by chunk (a few
+ * source columns per chunk, every row) read the whole source tensor again
+ * for every chunk, 5x its bytes for Llama's gate_proj as an EasyDeL kernel. */
+static int runs_coalesce(const struct step *s, const struct wshape *w, size_t ses)
+{
+	int64_t reach = w->run; /* elements from a run's start to its block's end */
+	for (int j = w->k; j < w->nd; j++) {
+		int64_t st = s->p->stride[w->dims[j]], n = s->hi[w->dims[j]] - s->lo[w->dims[j]];
+		if ((uint64_t)(st - reach) * ses >> s->p->fp4 >= CK_COALESCE_GAP)
+			return 0;
+		reach += st * (n - 1);
+	}
+	return w->nd > w->k;
+}
+
 static void window_shape(const struct step *s, int64_t wlo, int64_t whi, struct wshape *w)
 {
 	size_t ses = ck_dtype_size(s->src->t.dtype);
@@ -178,7 +196,8 @@ static void window_shape(const struct step *s, int64_t wlo, int64_t whi, struct 
 	 * read of the whole window beats thousands of requests. */
 	int dense = (uint64_t)(whi - wlo) <= (uint64_t)w->nruns * (uint64_t)w->run * 2;
 	w->whole = w->nruns == 1 || w->nruns > 65536 ||
-		   (dense && ((uint64_t)w->run * ses >> s->p->fp4) < CK_COALESCE_GAP);
+		   (dense && ((uint64_t)w->run * ses >> s->p->fp4) < CK_COALESCE_GAP) ||
+		   runs_coalesce(s, w, ses);
 }
 
 /* The file bytes [*b0, *b0 + *n) of source elements [wlo, whi). */
@@ -343,24 +362,60 @@ static int grow(unsigned char **buf, size_t *cap, size_t need, const char *what,
 	return 0;
 }
 
+/* Bytes [a0, a1) of catalog file `file` into da and [e0, e1) into de
+ * (either may be empty), for window_get. */
+static int read_spans(struct ck_eval_ctx *c, uint32_t file, uint64_t a0, uint64_t a1,
+		      unsigned char *da, uint64_t e0, uint64_t e1, unsigned char *de,
+		      const char *what, const char *tname, struct ck_err *err)
+{
+	const struct ck_catalog *cat = c->eng->plan->cat;
+	struct reqlist l = {c->reqs, 0, c->reqs_cap};
+	if ((a1 > a0 && push_req(c, &l, file, a0, a1 - a0, da, err) < 0) ||
+	    (e1 > e0 && push_req(c, &l, file, e0, e1 - e0, de, err) < 0))
+		return -1;
+	atomic_fetch_add(&c->eng->source_bytes_read, (a1 - a0) + (e1 - e0));
+	atomic_fetch_add(&c->eng->read_requests, l.n);
+	int r = c->eng->dry_run ? 0 : ck_io_read(&c->io, l.r, l.n);
+	if (r < 0)
+		return ck_fail_sys(err, -r, "%s: reading %s \"%s\"", cat->files[file].path,
+				   what, tname);
+	return 1;
+}
+
 /* Bytes [b0, b0 + n) of catalog file `file` into the window w (*at: where
  * they start). What w already holds is not read again: contained, *at points
- * into it; overlapping by half or more (a window read whole), the overlap is
- * copied into the spare and only the rest read. Otherwise all n bytes are
- * read here when whole is set; when not, nothing is read (returns 0: the
- * caller reads its runs into *at) and w forgets what it held. */
+ * into it; starting inside it and reaching past its end, the window is
+ * extended in place up to window_max (a transpose evaluated
+ * chunk by chunk reads a few more source columns of every row per step: its
+ * windows overlap all but a few bytes, and the window held shrank to each
+ * step's, so Llama's gate_proj as an EasyDeL kernel read 8x its bytes);
+ * overlapping by half or more otherwise, the overlap is copied into the
+ * spare and only the rest read. Otherwise all n bytes are read here when
+ * whole is set; when not, nothing is read (returns 0: the caller reads its
+ * runs into *at) and w forgets what it held. */
 static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file, uint64_t b0,
 		      size_t n, int whole, unsigned char **at, const char *what,
 		      const char *tname, struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
-	uint64_t b1 = b0 + n;
+	uint64_t b1 = b0 + n, wend = w->off + w->len;
 	int same = w->valid && w->cat == cat && w->file == file;
 	uint64_t o0 = same && w->off > b0 ? w->off : b0;
-	uint64_t o1 = same && w->off + w->len < b1 ? w->off + w->len : b1;
+	uint64_t o1 = same && wend < b1 ? wend : b1;
 	if (same && whole && o0 == b0 && o1 == b1) {
 		*at = w->buf + (b0 - w->off);
 		return 1;
+	}
+	if (same && whole && b0 >= w->off && b0 < wend && b1 - w->off <= c->eng->window_max) {
+		size_t len = (size_t)(b1 - w->off), room = len + len / 8; /* room to extend again */
+		if (room > c->eng->window_max)
+			room = len > c->eng->window_max ? len : c->eng->window_max;
+		if (len > w->cap && grow(&w->buf, &w->cap, room, what, err) < 0)
+			return -1;
+		w->len = len;
+		*at = w->buf + (b0 - w->off);
+		return read_spans(c, file, wend, b1, w->buf + (wend - w->off), 0, 0, NULL, what,
+				  tname, err);
 	}
 	int reuse = same && whole && o1 > o0 && (o1 - o0) * 2 >= n;
 	if (!reuse)
@@ -382,17 +437,7 @@ static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file,
 	*at = w->buf;
 	if (!whole)
 		return 0;
-	struct reqlist l = {c->reqs, 0, c->reqs_cap};
-	if ((o0 > b0 && push_req(c, &l, file, b0, o0 - b0, w->buf, err) < 0) ||
-	    (b1 > o1 && push_req(c, &l, file, o1, b1 - o1, w->buf + (o1 - b0), err) < 0))
-		return -1;
-	atomic_fetch_add(&c->eng->source_bytes_read, (o0 - b0) + (b1 - o1));
-	atomic_fetch_add(&c->eng->read_requests, l.n);
-	int r = c->eng->dry_run ? 0 : ck_io_read(&c->io, l.r, l.n);
-	if (r < 0)
-		return ck_fail_sys(err, -r, "%s: reading %s \"%s\"", cat->files[file].path,
-				   what, tname);
-	return 1;
+	return read_spans(c, file, b0, o0, w->buf, o1, b1, w->buf + (o1 - b0), what, tname, err);
 }
 
 static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
@@ -552,6 +597,19 @@ int ck_engine_gpu_worth(const struct ck_target *t)
 		if (!ck_piece_plain(p) ||
 		    (last >= 0 && p->hi[last] - p->lo[last] > 1 && p->stride[last] != 1))
 			return 1;
+	}
+	return 0;
+}
+
+uint64_t ck_engine_read_span(const struct ck_engine *e, uint32_t ti)
+{
+	const struct ck_target *t = &e->plan->t[ti];
+	int last = t->v.ndim - 1;
+	for (size_t i = 0; i < t->v.n && !t->qtype; i++) {
+		const struct ck_piece *p = &t->v.p[i];
+		if (last >= 0 && p->hi[last] - p->lo[last] > 1 && p->stride[last] != 1 &&
+		    e->plan->cat->entries[p->src].t.nbytes > e->window_max)
+			return e->window_max;
 	}
 	return 0;
 }

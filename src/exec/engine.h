@@ -86,6 +86,13 @@ void ck_eval_ctx_free(struct ck_eval_ctx *c);
  * casts, scales or transposes); copies, slices and concatenation do not. */
 int ck_engine_gpu_worth(const struct ck_target *t);
 
+/* Bytes of t worth evaluating in one ck_engine_read, 0 for no preference.
+ * A piece that transposes a source tensor larger than the window re-reads
+ * the source for every read (each needs a few columns of every row, and the
+ * window cannot hold them all): several cache chunks read at once divide
+ * that by their number. */
+uint64_t ck_engine_read_span(const struct ck_engine *e, uint32_t t);
+
 /* Fill dst with bytes [off, off+len) of target t (C order, little endian).
  * Returns 0, or -1 with err (a source read failure is CK_E_SYS with errno). */
 int ck_engine_read(struct ck_eval_ctx *c, uint32_t t, uint64_t off, uint64_t len, void *dst,

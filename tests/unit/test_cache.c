@@ -23,6 +23,7 @@
 
 enum { R = 64, C = 4096 }; /* big and other: F32 [R, C], 1 MiB each */
 enum { W = 1024, WP = 1536 }; /* wide: F32 [W, C], 16 MiB; padded to WP rows */
+enum { NR = 4096, NC = 512 };  /* narrow: F32 [NR, NC], 8 MiB */
 
 static char *dir, *path;
 static struct ck_catalog *cat;
@@ -33,7 +34,8 @@ static unsigned char *file;
  *   gate, up  = other.chunk(2, 1)       (column halves: one group of two)
  *   keep      = keep                    (a rename: read from the source)
  *   wt, pz    = wide.t(), pad(wide, 0, WP) (one group; pz ends in 8 MiB of zeros)
- *   zz        = wide2.t()               (its own group, after wt's in plan order) */
+ *   zz        = wide2.t()               (its own group, after wt's in plan order)
+ *   nt        = narrow.t()              (rows of 2 KiB: each chunk's runs merge) */
 static const char *MAP =
 	"{\"unused\": \"drop\", \"rules\": ["
 	"{\"from\": \"big\", \"to\": \"tr\", \"expr\": \"x.t()\"},"
@@ -42,7 +44,8 @@ static const char *MAP =
 	"{\"from\": \"keep\", \"to\": \"keep\"},"
 	"{\"from\": \"wide\", \"to\": {\"wt\": \"wt\", \"pz\": \"pz\"},"
 	" \"expr\": {\"wt\": \"x.t()\", \"pz\": \"pad(x, 0, 1536)\"}},"
-	"{\"from\": \"wide2\", \"to\": \"zz\", \"expr\": \"x.t()\"}]}";
+	"{\"from\": \"wide2\", \"to\": \"zz\", \"expr\": \"x.t()\"},"
+	"{\"from\": \"narrow\", \"to\": \"nt\", \"expr\": \"x.t()\"}]}";
 
 static void setup(void)
 {
@@ -51,9 +54,10 @@ static void setup(void)
 					     {"keep", CK_DT_F32, 2, {33, 77}},
 					     {"other", CK_DT_F32, 2, {R, C}},
 					     {"wide", CK_DT_F32, 2, {W, C}},
-					     {"wide2", CK_DT_F32, 2, {W, C}}};
+					     {"wide2", CK_DT_F32, 2, {W, C}},
+					     {"narrow", CK_DT_F32, 2, {NR, NC}}};
 	path = tu_path(dir, "model.safetensors");
-	tu_write_st(path, t, 5);
+	tu_write_st(path, t, 6);
 	size_t len;
 	file = tu_read(path, &len);
 	struct ck_err err;
@@ -98,6 +102,8 @@ static unsigned char want(const char *name, uint64_t j)
 	}
 	if (!strcmp(name, "wt") || !strcmp(name, "zz")) /* wt[k][r] = wide[r][k] */
 		return src(name[0] == 'w' ? "wide" : "wide2")[((e % W) * C + e / W) * 4 + b];
+	if (!strcmp(name, "nt")) /* nt[k][r] = narrow[r][k] */
+		return src("narrow")[((e % NR) * NC + e / NR) * 4 + b];
 	if (!strcmp(name, "pz")) /* wide's rows, then zero rows */
 		return j < (uint64_t)W * C * 4 ? src("wide")[j] : 0;
 	return src(name)[j];
@@ -488,6 +494,27 @@ START_TEST(regions_read_ahead)
 }
 END_TEST
 
+/* A transposed source larger than the engine's window, with rows short
+ * enough that a chunk's runs merge into whole-window reads: every chunk
+ * would read the whole source (128 chunks, 1 GiB for 8 MiB); consecutive
+ * chunks of the group are evaluated a window's worth at a time, so the
+ * source is read once per 16 chunks. Every byte right. */
+START_TEST(large_transpose_read_in_batches)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){
+		.cache_size = 64 << 20, .chunk = 64 << 10, .group_max = 64 << 20, .threads = 1,
+		.no_prefetch = 1, .window_max = 1 << 20});
+	check_range(c, "nt", 0, plan->t[tidx("nt")].nbytes);
+	struct ck_cache_stats s;
+	ck_cache_get_stats(c, &s);
+	uint64_t src_bytes = (uint64_t)NR * NC * 4, batches = src_bytes / (64 << 10) / 16;
+	ck_assert_msg(s.source_bytes_read <= (batches + 1) * src_bytes,
+		      "%llu source bytes read for an %llu-byte transpose",
+		      (unsigned long long)s.source_bytes_read, (unsigned long long)src_bytes);
+	ck_cache_free(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -504,6 +531,7 @@ int main(void)
 	tcase_add_test(tc, group_paced_to_its_reader);
 	tcase_add_test(tc, prefetch_paced_behind_a_busy_reader);
 	tcase_add_test(tc, regions_read_ahead);
+	tcase_add_test(tc, large_transpose_read_in_batches);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }

@@ -216,6 +216,76 @@ START_TEST(small_window_same_bytes)
 }
 END_TEST
 
+/* A transpose read chunk by chunk, as the cache evaluates a group: each
+ * chunk needs a few source columns of every row, and with rows under 4 KiB
+ * the runs merge into one read of the window. That window is kept and
+ * extended to the next chunk's, so the whole target costs its source bytes
+ * once (it cost them once per chunk: 64 chunks, 64x). Values against the
+ * file's bytes transposed; F32 and BF16 -> F32, chunks ending mid-row. */
+START_TEST(chunked_transpose_reads_source_once)
+{
+	char *d = tu_mkdtemp(), *path = tu_path(d, "model.safetensors");
+	static const struct tu_tensor t[] = {{"w", CK_DT_F32, 2, {900, 1000}},
+					     {"h", CK_DT_BF16, 2, {700, 1900}}};
+	tu_write_st(path, t, 2);
+	size_t len;
+	unsigned char *img = tu_read(path, &len);
+	struct ck_err err;
+	struct ck_catalog *tc;
+	ck_assert_msg(ck_catalog_open(d, &tc, &err) == 0, "%s", err.msg);
+	const char *map = "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\"},"
+			  "{\"from\": \"h\", \"to\": \"ht\", \"expr\": \"x.t().to(F32)\"}]}";
+	struct ck_mapping *m;
+	struct ck_plan *p;
+	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(tc, &m, 1, &p, &err) == 0, "%s", err.msg);
+	ck_mapping_free(m);
+	static const char *const src[] = {"w", "h"}, *const tgt[] = {"wt", "ht"};
+	for (int i = 0; i < 2; i++) {
+		const struct ck_catalog_entry *se = ck_catalog_find(tc, src[i]);
+		int64_t rows = se->t.shape[0], cols = se->t.shape[1];
+		size_t ses = ck_dtype_size(se->t.dtype), n = (size_t)(rows * cols) * 4;
+		struct ck_engine e;
+		ck_engine_init(&e, p, 1);
+		struct ck_eval_ctx c;
+		ck_eval_ctx_init(&c, &e);
+		float *out = malloc(n);
+		ck_assert_ptr_nonnull(out);
+		for (size_t off = 0; off < n; off += 57344) /* 56 KiB: chunks end mid-row */
+			ck_assert_msg(ck_engine_read(&c, (uint32_t)(ck_plan_find(p, tgt[i]) - p->t), off,
+						     n - off < 57344 ? n - off : 57344,
+						     (unsigned char *)out + off, &err) == 0,
+				      "%s", err.msg);
+		uint64_t read = atomic_load(&e.source_bytes_read);
+		ck_assert_msg(read == (uint64_t)(rows * cols) * ses, "%s: %llu source bytes read for %llu",
+			      tgt[i], (unsigned long long)read,
+			      (unsigned long long)((uint64_t)(rows * cols) * ses));
+		const unsigned char *sb = img + se->t.offset;
+		for (int64_t k = 0; k < cols; k++)
+			for (int64_t r = 0; r < rows; r++) {
+				float want;
+				if (ses == 4) {
+					memcpy(&want, sb + 4 * (r * cols + k), 4);
+				} else {
+					uint16_t h;
+					memcpy(&h, sb + 2 * (r * cols + k), 2);
+					want = ck_bf16_to_f32(h);
+				}
+				ck_assert(memcmp(&out[k * rows + r], &want, 4) == 0);
+			}
+		free(out);
+		ck_eval_ctx_free(&c);
+		ck_engine_fini(&e);
+	}
+	ck_plan_free(p);
+	ck_catalog_free(tc);
+	free(img);
+	tu_rmtree(d);
+	free(path);
+	free(d);
+}
+END_TEST
+
 /* A source truncated after planning: EIO for the reads that need it. */
 START_TEST(truncated_source_is_eio)
 {
@@ -364,6 +434,7 @@ int main(void)
 	tcase_add_loop_test(tc, odirect_reads_any_range, 0, 2);
 	tcase_add_test(tc, regions_read_only_what_they_need);
 	tcase_add_test(tc, small_window_same_bytes);
+	tcase_add_test(tc, chunked_transpose_reads_source_once);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, gpu_policy_keeps_copies_on_cpu);
