@@ -333,7 +333,8 @@ def shape_rows(work, hidden, layers, R, full):
     if full:
         subjects += [("flat", lambda: Ckptfs(src), flat),
                      ("gguf16", lambda: Ckptfs(src, opts="gguf=F16,gguf_vocab=none"), gguf),
-                     ("gguf8", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf)]
+                     ("gguf8", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf),
+                     ("easydel", lambda: Ckptfs(src, [os.path.join(MAPS, "llama-hf-to-easydel.json")]), every)]
     first = {k: [] for k, _, _ in subjects}
     for r in range(R):
         # the order turned round every other round: in a fixed order, two
@@ -349,6 +350,7 @@ def shape_rows(work, hidden, layers, R, full):
         row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
         row("ckptfs model.gguf F16, first read vs ceiling", first["gguf16"], ceiling)
         row("ckptfs model.gguf Q8_0, first read vs ceiling", first["gguf8"], ceiling)
+        row("ckptfs EasyDeL view (Linear weights transposed), first read vs ceiling", first["easydel"], ceiling)
 
     # second reads (kernel page cache, keep_cache): every file again, per-file
     # round trips included (75 files for 8 layers against the source's few)
