@@ -409,13 +409,15 @@ static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file,
 	if (same && whole && b0 >= w->off && b0 < wend && b1 - w->off <= c->eng->window_max) {
 		size_t len = (size_t)(b1 - w->off), room = len + len / 8; /* room to extend again */
 		if (room > c->eng->window_max)
-			room = len > c->eng->window_max ? len : c->eng->window_max;
+			room = (size_t)c->eng->window_max; /* >= len */
 		if (len > w->cap && grow(&w->buf, &w->cap, room, what, err) < 0)
 			return -1;
 		w->len = len;
 		*at = w->buf + (b0 - w->off);
-		return read_spans(c, file, wend, b1, w->buf + (wend - w->off), 0, 0, NULL, what,
-				  tname, err);
+		int r = read_spans(c, file, wend, b1, w->buf + (wend - w->off), 0, 0, NULL, what,
+				   tname, err);
+		w->valid = r > 0; /* a failed read leaves nothing to find again */
+		return r;
 	}
 	int reuse = same && whole && o1 > o0 && (o1 - o0) * 2 >= n;
 	if (!reuse)
@@ -437,7 +439,9 @@ static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file,
 	*at = w->buf;
 	if (!whole)
 		return 0;
-	return read_spans(c, file, b0, o0, w->buf, o1, b1, w->buf + (o1 - b0), what, tname, err);
+	int r = read_spans(c, file, b0, o0, w->buf, o1, b1, w->buf + (o1 - b0), what, tname, err);
+	w->valid = r > 0;
+	return r;
 }
 
 static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)

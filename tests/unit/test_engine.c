@@ -83,7 +83,8 @@ static const char *MAP =
 	" \"share\": true},"
 	"{\"from\": \"b16\", \"to\": \"e4s\", \"expr\": \"x.t().to(F8_E4M3, 1)\", \"share\": true},"
 	"{\"from\": \"b16\", \"to\": \"e4\", \"expr\": \"x.t().to(F8_E4M3)\", \"share\": true},"
-	"{\"from\": \"b16\", \"to\": \"wide\", \"expr\": \"x.to(F32)\", \"share\": true}]}";
+	"{\"from\": \"b16\", \"to\": \"wide\", \"expr\": \"x.to(F32)\", \"share\": true},"
+	"{\"from\": \"other\", \"to\": \"ob\", \"expr\": \"x.to(BF16)\", \"share\": true}]}";
 
 /* Loop index bit 1: read the source with O_DIRECT, and make sure it is. */
 static void maybe_direct(struct ck_engine *e, int loop)
@@ -305,6 +306,12 @@ START_TEST(truncated_source_is_eio)
 	ck_assert_ptr_nonnull(strstr(err.msg, "reading tensor \"other\""));
 	/* other tensors are still served */
 	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "rows"), 0, 4096, buf, &err), 0);
+	/* a window whose read failed is not found again: the last 50 elements
+	 * of ob lie in the window of the 4 KiB before them, and past the end */
+	uint64_t ob = (uint64_t)R * C * 2;
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "ob"), ob - 4096, 4096, buf, &err), -1);
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "ob"), ob - 100, 100, buf, &err), -1);
+	ck_assert_int_eq(err.sys_errno, 5 /* EIO */);
 	free(path);
 	ck_eval_ctx_free(&c);
 	ck_engine_fini(&e);
