@@ -434,7 +434,7 @@ static void gather_any(unsigned char *tile, const unsigned char *src, int64_t ss
 	}
 }
 
-/* The box's last two dims in tiles; so and dof place the outer index. */
+/* The box's last two dims in tiles (src and dst already at the outer index). */
 static void tiles_2d(const struct ck_box *b, const unsigned char *src, unsigned char *dst)
 {
 	unsigned char tile[TILE_LINE * TILE_COLS];
