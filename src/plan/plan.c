@@ -8,6 +8,7 @@
 #include "../map/keyshape.h"
 #include "../util/json_strict.h"
 #include "../util/numfmt.h"
+#include "../util/parallel.h"
 #include "shard.h"
 
 #include <errno.h>
@@ -51,6 +52,10 @@ struct stage {
 	struct ck_err *err;
 	struct ck_lint lint;	   /* the current rule's first ambiguity */
 	struct ck_warnings *warn; /* where a rule's lint goes */
+	int threads;		   /* for a rule's instances: 0 as many as pay */
+	/* a worker's copy of the stage (run_instances): the shared parts are
+	 * read only, and the outputs its instances make wait in *pend */
+	struct pending *pend;
 };
 
 /* ---- helpers ---- */
@@ -196,7 +201,7 @@ static int cached_config_value(struct stage *st, const char *name, struct ck_xva
 	if (st->cfg.map.cap && ck_strmap_get(&st->cfg.map, name, &i) == 0)
 		return st->cfg.v[i].kind == XV_NONE ? 1 : ck_xval_copy(out, &st->cfg.v[i], err);
 	int r = ck_config_value(st->cat->config, name, out, err);
-	if (r >= 0)
+	if (r >= 0 && !st->pend) /* a worker leaves the cache as it is */
 		remember_config(st, name, r == 0 ? out : NULL);
 	return r;
 }
@@ -331,14 +336,17 @@ static int consume(struct stage *st, const struct ck_rule *r, const char *key, i
 			k->produced_by);
 		return rule_fail(st, r, key);
 	}
-	if (k->consumed_by && k->consumed_by != r->index && !want_share) {
+	/* atomic: the rule's instances may run on several threads, which all
+	 * write the same value (an earlier rule's was written before them) */
+	int by = __atomic_load_n(&k->consumed_by, __ATOMIC_RELAXED);
+	if (by && by != r->index && !want_share) {
 		ck_fail(st->err, CK_E_MAPPING,
 			"already consumed by rule %d (add \"share\": true to use a source twice)",
-			k->consumed_by);
+			by);
 		return rule_fail(st, r, key);
 	}
-	if (!k->consumed_by)
-		k->consumed_by = r->index;
+	if (!by)
+		__atomic_store_n(&k->consumed_by, r->index, __ATOMIC_RELAXED);
 	*out = k;
 	return 0;
 }
@@ -403,6 +411,61 @@ static int bind_lets(struct stage *st, const struct ck_rule *r, const struct ck_
 	return 0;
 }
 
+/* A rule's output: a target, or an intermediate input of later rules.
+ * name and v are taken either way. */
+static int add_output(struct stage *st, const struct ck_rule *r, char *name, struct ck_value *v)
+{
+	uint32_t prev;
+	int rc;
+	if (name[0] != '~') { /* a target: a repeat is found once all are known */
+		rc = key_room(&st->out, &st->n_out, &st->cap_out, st->err);
+		if (rc == 0)
+			st->out[st->n_out++] = (struct skey){.name = name, .v = *v,
+							     .produced_by = r->index};
+	} else if ((rc = add_input(st, name, v, r->index, &prev)) == 1) {
+		int other = st->in[prev].produced_by;
+		ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by %s %d)",
+			other ? "rule" : "the inputs of the stage, rule", other);
+		rule_fail(st, r, name);
+	}
+	if (rc != 0) {
+		ck_value_free(v);
+		free(name);
+		return -1;
+	}
+	return 0;
+}
+
+/* Outputs a worker's instances made, in order, and how its run ended. */
+struct pending {
+	struct pend_out {
+		char *name;
+		struct ck_value v;
+	} *o;
+	size_t n, cap;
+	size_t a, b; /* its instances */
+	int rc;
+	struct ck_err err;
+	struct ck_lint lint;
+};
+
+static int pend_push(struct stage *st, char *name, struct ck_value *v)
+{
+	struct pending *p = st->pend;
+	if (p->n == p->cap) {
+		size_t c = p->cap ? 2 * p->cap : 8;
+		struct pend_out *o = realloc(p->o, c * sizeof *o);
+		if (!o) {
+			ck_value_free(v);
+			free(name);
+			return nomem(st->err);
+		}
+		p->o = o, p->cap = c;
+	}
+	p->o[p->n++] = (struct pend_out){name, *v};
+	return 0;
+}
+
 static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct ck_binding *b,
 		       struct env *env)
 {
@@ -435,25 +498,9 @@ static int emit_output(struct stage *st, const struct ck_rule *r, int k, struct 
 		free(name);
 		return -1;
 	}
-	uint32_t prev;
-	int rc;
-	if (name[0] != '~') { /* a target: a repeat is found once all are known */
-		rc = key_room(&st->out, &st->n_out, &st->cap_out, st->err);
-		if (rc == 0)
-			st->out[st->n_out++] = (struct skey){.name = name, .v = v.t,
-							     .produced_by = r->index};
-	} else if ((rc = add_input(st, name, &v.t, r->index, &prev)) == 1) {
-		int other = st->in[prev].produced_by;
-		ck_fail(st->err, CK_E_MAPPING, "target produced twice (also by %s %d)",
-			other ? "rule" : "the inputs of the stage, rule", other);
-		rule_fail(st, r, name);
-	}
-	if (rc != 0) {
-		ck_xval_free(&v);
-		free(name);
-		return -1;
-	}
-	return 0;
+	if (st->pend)
+		return pend_push(st, name, &v.t);
+	return add_output(st, r, name, &v.t);
 }
 
 /* Evaluate the rule's lets in order into env (freeing earlier values). */
@@ -888,6 +935,116 @@ static int reduce_group(struct stage *st, const struct ck_rule *r, const struct 
 	return rc;
 }
 
+/* ---- a rule's instances on several threads ---- */
+
+/* Instance i of a rule on stage st (the stage, or a worker's copy). */
+typedef int (*instance_fn)(struct stage *st, const void *ctx, size_t i);
+
+/* Below this many matched keys a rule's instances run on the caller's
+ * thread: starting threads would cost more than they save. */
+#define PAR_MIN_KEYS 4096
+/* Pieces per thread: instances differ in cost (a layer's experts, a norm) */
+#define PAR_PIECES 8
+
+struct par {
+	const struct stage *st;
+	instance_fn fn;
+	const void *ctx;
+	struct pending *piece;
+};
+
+/* One piece of the instances on a copy of the stage whose outputs, error
+ * and lint stay its own; it stops at its first error, as one thread
+ * would have. */
+static void par_piece(void *vctx, size_t t)
+{
+	struct par *p = vctx;
+	struct pending *pc = &p->piece[t];
+	struct stage w = *p->st;
+	w.err = &pc->err;
+	w.lint.msg[0] = '\0';
+	w.pend = pc;
+	for (size_t i = pc->a; i < pc->b && pc->rc == 0; i++)
+		pc->rc = p->fn(&w, p->ctx, i);
+	pc->lint = w.lint;
+}
+
+/* How many threads rule r's n instances over nm matched keys run on. Its
+ * intermediates stay on one thread: another instance of the rule could
+ * look one up before it is added (and is refused by name that way). */
+static int instance_threads(const struct stage *st, const struct ck_rule *r, size_t n, size_t nm)
+{
+	if (st->threads == 1 || n < 2)
+		return 1;
+	for (int k = 0; k < r->n_out; k++)
+		if (r->out[k].pat.text[0] == '~')
+			return 1;
+	if (st->threads > 1)
+		return st->threads;
+	return nm >= PAR_MIN_KEYS ? ck_cpu_count() : 1;
+}
+
+/* Run fn on instances [0, n), in order on one thread, or in pieces on
+ * several whose outputs are then added piece by piece: the stage ends as
+ * one thread leaves it, its error the first one met in instance order. */
+static int run_instances(struct stage *st, const struct ck_rule *r, size_t n, size_t nm,
+			 instance_fn fn, const void *ctx)
+{
+	int threads = instance_threads(st, r, n, nm);
+	if (threads <= 1) {
+		for (size_t i = 0; i < n; i++)
+			if (fn(st, ctx, i) < 0)
+				return -1;
+		return 0;
+	}
+	size_t np = (size_t)threads * PAR_PIECES < n ? (size_t)threads * PAR_PIECES : n;
+	struct pending *pc = calloc(np, sizeof *pc);
+	if (!pc)
+		return nomem(st->err);
+	for (size_t t = 0; t < np; t++)
+		pc[t].a = n * t / np, pc[t].b = n * (t + 1) / np;
+	struct par p = {st, fn, ctx, pc};
+	ck_parallel_for(np, threads, par_piece, &p);
+	int rc = 0;
+	for (size_t t = 0; t < np; t++) {
+		for (size_t j = 0; j < pc[t].n; j++) {
+			if (rc == 0) {
+				rc = add_output(st, r, pc[t].o[j].name, &pc[t].o[j].v);
+			} else {
+				free(pc[t].o[j].name);
+				ck_value_free(&pc[t].o[j].v);
+			}
+		}
+		free(pc[t].o);
+		if (rc == 0 && pc[t].rc < 0) {
+			*st->err = pc[t].err;
+			rc = -1;
+		}
+		if (rc == 0 && !st->lint.msg[0])
+			st->lint = pc[t].lint;
+	}
+	free(pc);
+	return rc;
+}
+
+/* A reduction's groups: group g's values are vals[start[g - 1], start[g])
+ * (from 0 for the first) */
+struct groups {
+	const struct ck_rule *r;
+	const struct match *ms;
+	const size_t *first, *start;
+	struct rval *vals;
+	int64_t want;
+};
+
+static int group_instance(struct stage *st, const void *ctx, size_t g)
+{
+	const struct groups *gs = ctx;
+	size_t a = g ? gs->start[g - 1] : 0;
+	return reduce_group(st, gs->r, &gs->ms[gs->first[g]], gs->vals + a,
+			    (int)(gs->start[g] - a), gs->want);
+}
+
 /* Reduction: group matches by the other captures, each group one run of
  * the rule, taken in the order of its first match. Groups are numbered by a
  * map in that order and the matches placed by counting: linear, where
@@ -921,13 +1078,11 @@ static int run_reduction(struct stage *st, const struct ck_rule *r, struct match
 		start[g + 1] += start[g];
 	for (size_t i = 0; rc == 0 && i < nm; i++) /* in match order within a group */
 		order[start[gid[i]]++] = i;
-	for (uint32_t g = 0; rc == 0 && g < ng; g++) {
-		size_t a = g ? start[g - 1] : 0; /* start[g] moved to the group's end */
-		int n = 0;
-		for (size_t j = a; j < start[g]; j++)
-			vals[n++] = (struct rval){ms[order[j]].rval, ms[order[j]].key};
-		rc = reduce_group(st, r, &ms[first[g]], vals, n, want);
-	}
+	for (size_t j = 0; rc == 0 && j < nm; j++) /* start[g] moved to the group's end */
+		vals[j] = (struct rval){ms[order[j]].rval, ms[order[j]].key};
+	struct groups gs = {r, ms, first, start, vals, want};
+	if (rc == 0)
+		rc = run_instances(st, r, ng, nm, group_instance, &gs);
 	ck_strmap_free(&groups);
 	free(gid);
 	free(first);
@@ -1001,6 +1156,18 @@ static int check_each(struct stage *st, const struct ck_rule *r, const struct ma
 	return rc;
 }
 
+/* A rule without reduction: an instance per match. */
+struct matches {
+	const struct ck_rule *r;
+	struct match *ms; /* each instance's own binding */
+};
+
+static int match_instance(struct stage *st, const void *ctx, size_t i)
+{
+	const struct matches *m = ctx;
+	return run_instance(st, m->r, &m->ms[i].b, NULL, 0, m->ms[i].key);
+}
+
 static int run_rule(struct stage *st, const struct ck_rule *r)
 {
 	if (r->cond && !r->cond_per_key) {
@@ -1035,8 +1202,8 @@ static int run_rule(struct stage *st, const struct ck_rule *r)
 	} else if (rc == 0 && r->drop) {
 		rc = drop_matches(st, r, ms, nm);
 	} else if (rc == 0 && !r->n_reduce) {
-		for (size_t i = 0; i < nm && rc == 0; i++)
-			rc = run_instance(st, r, &ms[i].b, NULL, 0, ms[i].key);
+		struct matches one = {r, ms};
+		rc = run_instances(st, r, nm, nm, match_instance, &one);
 	} else if (rc == 0 && nm) {
 		rc = run_reduction(st, r, ms, nm, reduce_n);
 	}
@@ -1354,7 +1521,15 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 		      struct ck_warnings *warn, struct ck_err *err)
 {
+	return ck_plan_run_stage_threads(m, first, lenient, 0, cat, keys, n_keys, warn, err);
+}
+
+int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient, int threads,
+			      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
+			      struct ck_warnings *warn, struct ck_err *err)
+{
 	struct stage st = {0};
+	st.threads = threads;
 	st.lenient = lenient;
 	st.m = m;
 	st.cat = cat;
@@ -1473,6 +1648,12 @@ int ck_plan_source_value(const struct ck_catalog *cat, uint32_t i, struct ck_val
 int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		  struct ck_plan **out, struct ck_err *err)
 {
+	return ck_plan_build_threads(cat, maps, n_maps, 0, out, err);
+}
+
+int ck_plan_build_threads(const struct ck_catalog *cat, struct ck_mapping *const *maps,
+			  int n_maps, int threads, struct ck_plan **out, struct ck_err *err)
+{
 	*out = NULL;
 	size_t n = cat->logical ? cat->n_logical : cat->n_entries;
 	struct skey *keys = malloc((n ? n : 1) * sizeof *keys);
@@ -1491,7 +1672,8 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
 		return -1;
 	}
 	for (int s = 0; s < n_maps; s++)
-		if (ck_plan_run_stage(maps[s], s == 0, 0, cat, &keys, &n, &warn, err) < 0) {
+		if (ck_plan_run_stage_threads(maps[s], s == 0, 0, threads, cat, &keys, &n, &warn,
+					      err) < 0) {
 			ck_warnings_free(&warn);
 			ck_opt_free(os);
 			return -1;

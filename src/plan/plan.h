@@ -56,15 +56,22 @@ struct ck_plan {
 	char *opt_template;
 };
 
-/* Build the plan for maps applied in order (none: the identity view).
- * Fails with CK_E_MAPPING and a message naming the mapping file, the rule
- * and the key; nothing is read. */
 /* A config.json value as expressions see it: top level, else under
  * text_config or quantization_config; booleans and integers as XV_INT,
  * strings, lists of integers. 1 when absent (or null), -1 with err. */
 int ck_config_value(const cJSON *cfg, const char *name, struct ck_xval *out, struct ck_err *err);
+/* Build the plan for maps applied in order (none: the identity view).
+ * Fails with CK_E_MAPPING and a message naming the mapping file, the rule
+ * and the key; nothing is read. A rule matching 4,096 keys or more runs
+ * its instances on short-lived threads, one per CPU of the affinity mask,
+ * joined before the rule's outputs are added in instance order: the plan,
+ * its warnings and its first error are those of one thread. */
 int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		  struct ck_plan **out, struct ck_err *err);
+/* The same on `threads` threads for every rule with two instances or more
+ * (1: one thread; 0: as ck_plan_build). */
+int ck_plan_build_threads(const struct ck_catalog *cat, struct ck_mapping *const *maps,
+			  int n_maps, int threads, struct ck_plan **out, struct ck_err *err);
 void ck_plan_free(struct ck_plan *p);
 const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name);
 /* Recompute sizes and dependency groups after targets' layouts changed. */

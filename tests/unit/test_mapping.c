@@ -716,6 +716,141 @@ START_TEST(each_counts)
 }
 END_TEST
 
+/* A rule's instances on several threads (ck_plan_build_threads) give the
+ * plan one thread gives: the same targets in the same order with the same
+ * layouts, the same warnings, and on failure the error of the first
+ * instance that fails. The model: 8 layers of 24 experts and attention. */
+#define TL 8
+#define TE 24
+static char *threads_dir(void)
+{
+	char *d = tu_mkdtemp();
+	static char names[TL * (TE * 3 + 2)][48];
+	static struct tu_tensor t[TL * (TE * 3 + 2)];
+	size_t n = 0;
+	for (int l = 0; l < TL; l++) {
+		for (int e = 0; e < TE; e++)
+			for (int w = 1; w <= 3; w++) {
+				snprintf(names[n], sizeof names[n], "layers.%d.experts.%d.w%d", l, e, w);
+				t[n] = (struct tu_tensor){names[n], CK_DT_BF16, 2, {3, 4}};
+				n++;
+			}
+		snprintf(names[n], sizeof names[n], "layers.%d.q", l);
+		t[n] = (struct tu_tensor){names[n], CK_DT_F32, 2, {8, 4}};
+		n++;
+		snprintf(names[n], sizeof names[n], "layers.%d.norm", l);
+		t[n] = (struct tu_tensor){names[n], CK_DT_F16, 1, {4}};
+		n++;
+	}
+	char *p = tu_path(d, "model.safetensors");
+	tu_write_st(p, t, n);
+	free(p);
+	p = tu_path(d, "config.json");
+	tu_write_str(p, "{\"num_hidden_layers\": 8, \"num_local_experts\": 24, \"hidden_size\": 4}");
+	free(p);
+	return d;
+}
+
+static struct ck_plan *plan_threads(const struct ck_catalog *c, const char *text, int threads,
+				    struct ck_err *err)
+{
+	struct ck_mapping *m;
+	struct ck_plan *p = NULL;
+	ck_assert_msg(ck_mapping_parse(text, strlen(text), "m.json", &m, err) == 0, "%s", err->msg);
+	ck_plan_build_threads(c, &m, 1, threads, &p, err);
+	ck_mapping_free(m);
+	return p;
+}
+
+#define MOE_RULES                                                                                   \
+	"{\"from\": {\"w1\": \"layers.{L}.experts.{E}.w1\", \"w3\": \"layers.{L}.experts.{E}.w3\"},"  \
+	" \"reduce\": \"E\", \"each\": {\"L\": \"num_hidden_layers\", \"E\": \"num_local_experts\"}," \
+	" \"to\": \"moe.{L}.w13\", \"expr\": \"cat([stack(w1, 0), stack(w3, 0)], 1)\"},"             \
+	"{\"from\": \"layers.{L}.experts.{E}.w2\", \"reduce\": \"E\", \"to\": \"moe.{L}.w2\","         \
+	" \"expr\": \"stack(x, 0).to(F32)\"}"
+
+START_TEST(threads_plan_as_one_thread)
+{
+	char *d = threads_dir();
+	struct ck_catalog *c;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	const char *text = "{\"unused\": \"keep\", \"rules\": [" MOE_RULES ","
+			   "{\"from\": {\"q\": \"layers.{L}.q\", \"n\": \"layers.0.norm\"},"
+			   " \"to\": \"attn.{L}.q\","
+			   " \"expr\": \"cat([q.view(hidden_size, -1), n.to(F32).view(4, 1)], 1)\"}]}";
+	struct ck_plan *one = plan_threads(c, text, 1, &err);
+	ck_assert_msg(one, "%s", err.msg);
+	/* w13, w2, q and the norms kept but layer 0's, which every q instance
+	 * takes (on several threads at once) */
+	ck_assert_uint_eq(one->n, TL * 4 - 1);
+	ck_assert_uint_eq(one->n_warnings, 1); /* cat of equal parts, unchecked */
+	for (int threads = 2; threads <= 5; threads++) {
+		struct ck_plan *p = plan_threads(c, text, threads, &err);
+		ck_assert_msg(p, "%d threads: %s", threads, err.msg);
+		ck_assert_uint_eq(p->n, one->n);
+		for (size_t i = 0; i < one->n; i++) {
+			ck_assert_str_eq(p->t[i].name, one->t[i].name);
+			ck_assert_int_eq(p->t[i].rule, one->t[i].rule);
+			ck_assert_uint_eq(p->t[i].group, one->t[i].group);
+			ck_assert_msg(ck_value_equal(&p->t[i].v, &one->t[i].v), "%s: layout differs",
+				      one->t[i].name);
+		}
+		ck_assert_uint_eq(p->n_warnings, one->n_warnings);
+		ck_assert_str_eq(p->warnings[0], one->warnings[0]);
+		ck_plan_free(p);
+	}
+	/* the layouts are the ones written: w13 of layer 5 stacks w1 then w3
+	 * of experts 0..23 (pieces in order, each its own source key) */
+	const struct ck_target *w13 = find(one, "moe.5.w13");
+	ck_assert_int_eq(w13->v.shape[0], TE);
+	ck_assert_int_eq(w13->v.shape[1], 6);
+	ck_assert_uint_eq(w13->v.n, 2 * TE);
+	for (int k = 0; k < 2 * TE; k++) {
+		char want[48];
+		snprintf(want, sizeof want, "layers.5.experts.%d.w%d", k % TE, k < TE ? 1 : 3);
+		ck_assert_str_eq(c->entries[w13->v.p[k].src].t.name, want);
+	}
+	ck_plan_free(one);
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(d);
+}
+END_TEST
+
+START_TEST(threads_fail_as_one_thread)
+{
+	char *d = threads_dir();
+	struct ck_catalog *c;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	/* instances of layers 2 and 5 fail (a negative narrow), and of a
+	 * reduction layers 3 and 7: one thread stops at the first */
+	const char *texts[][2] = {
+		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"a.{L}\","
+		 " \"expr\": \"x.narrow(0, 0, 8 - (L % 3) * 5)\"}]}",
+		 "key \"a.2\""},
+		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
+		 " \"reduce\": \"E\", \"to\": \"s.{L}\","
+		 " \"expr\": \"stack(x, 0).narrow(0, 0, 24 - (L % 4) * 9)\"}]}",
+		 "key \"s.3\""},
+	};
+	for (size_t k = 0; k < sizeof texts / sizeof *texts; k++) {
+		struct ck_err one;
+		ck_assert_ptr_null(plan_threads(c, texts[k][0], 1, &one));
+		ck_assert_msg(strstr(one.msg, texts[k][1]), "%s", one.msg);
+		for (int threads = 2; threads <= 8; threads++) {
+			ck_assert_ptr_null(plan_threads(c, texts[k][0], threads, &err));
+			ck_assert_int_eq(err.kind, one.kind);
+			ck_assert_str_eq(err.msg, one.msg);
+		}
+	}
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(d);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mapping");
@@ -733,6 +868,8 @@ int main(void)
 	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, reduction_refuses_repeats);
 	tcase_add_test(tc, key_shapes);
+	tcase_add_test(tc, threads_plan_as_one_thread);
+	tcase_add_test(tc, threads_fail_as_one_thread);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
