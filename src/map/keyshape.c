@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/parallel.h"
+
 static int is_digit(char c)
 {
 	return c >= '0' && c <= '9';
@@ -69,6 +71,64 @@ int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
 out:
 	if (s != stack)
 		free(s);
+	return rc;
+}
+
+struct shape_piece {
+	size_t a, b;
+	struct ck_keyshapes local; /* the piece's shapes, numbered as it met them */
+	int rc;
+};
+
+struct shape_job {
+	const char *(*key)(const void *ctx, size_t i);
+	const void *ctx;
+	uint32_t *ids;
+	struct shape_piece *p;
+};
+
+static void shape_piece(void *vj, size_t t)
+{
+	const struct shape_job *j = vj;
+	struct shape_piece *p = &j->p[t];
+	for (size_t i = p->a; i < p->b && p->rc == 0; i++)
+		p->rc = ck_keyshapes_id(&p->local, j->key(j->ctx, i), &j->ids[i]);
+}
+
+/* Pieces per thread: a few, so that one slow to start costs little. */
+#define SHAPE_PIECES 4
+
+int ck_keyshapes_ids(struct ck_keyshapes *ks, size_t n, const char *(*key)(const void *ctx, size_t i),
+		     const void *ctx, uint32_t *ids, int threads)
+{
+	if (threads <= 1 || n < 2) {
+		for (size_t i = 0; i < n; i++)
+			if (ck_keyshapes_id(ks, key(ctx, i), &ids[i]) < 0)
+				return -1;
+		return 0;
+	}
+	size_t np = (size_t)threads * SHAPE_PIECES < n ? (size_t)threads * SHAPE_PIECES : n;
+	struct shape_piece *p = calloc(np, sizeof *p);
+	if (!p)
+		return -1;
+	for (size_t t = 0; t < np; t++)
+		p[t].a = n * t / np, p[t].b = n * (t + 1) / np;
+	struct shape_job j = {key, ctx, ids, p};
+	ck_parallel_for(np, threads, shape_piece, &j);
+	int rc = 0;
+	for (size_t t = 0; t < np; t++) {
+		/* a piece's shapes in the order it met them: the order one
+		 * thread meets them in, the pieces being in key order */
+		uint32_t *to = rc == 0 ? malloc((p[t].local.n ? p[t].local.n : 1) * sizeof *to) : NULL;
+		rc = rc == 0 && to && p[t].rc == 0 ? 0 : -1;
+		for (size_t s = 0; rc == 0 && s < p[t].local.n; s++)
+			rc = ck_keyshapes_id(ks, p[t].local.shape[s], &to[s]);
+		for (size_t i = p[t].a; rc == 0 && i < p[t].b; i++)
+			ids[i] = to[ids[i]];
+		free(to);
+		ck_keyshapes_free(&p[t].local);
+	}
+	free(p);
 	return rc;
 }
 

@@ -22,6 +22,12 @@ struct ck_keyshapes {
 
 /* The id of key's shape (a new shape gets the next id). -1 on ENOMEM. */
 int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id);
+/* ids[i] = the id of key(ctx, i)'s shape for every i in [0, n), new shapes
+ * numbered in order of first appearance as ck_keyshapes_id in a loop would;
+ * on up to `threads` threads (pieces shaped into maps of their own, whose
+ * shapes then join ks in order). -1 on ENOMEM. */
+int ck_keyshapes_ids(struct ck_keyshapes *ks, size_t n, const char *(*key)(const void *ctx, size_t i),
+		     const void *ctx, uint32_t *ids, int threads);
 void ck_keyshapes_free(struct ck_keyshapes *ks);
 
 /* 1 when p matches a key exactly when it matches the key's shape: no literal

@@ -60,6 +60,10 @@ struct stage {
 
 /* ---- helpers ---- */
 
+/* Below this many keys a rule's matching and instances run on the caller's
+ * thread: starting threads would cost more than they save. */
+#define PAR_MIN_KEYS 4096
+
 static int nomem(struct ck_err *err)
 {
 	return ck_fail_sys(err, ENOMEM, "planning");
@@ -715,14 +719,12 @@ static int cond_decide(struct stage *st, const struct ck_rule *r, struct cond_me
 	return v != 0;
 }
 
-/* Shape ids for the inputs that have none yet, each input listed under its
- * shape. -1 ENOMEM. */
-static int shape_inputs(struct stage *st)
+/* The inputs from n_shaped on, listed under their shapes (ids[k]: input
+ * n_shaped + k's), ascending. -1 ENOMEM. */
+static int list_by_shape(struct stage *st, const uint32_t *ids)
 {
-	for (; st->n_shaped < st->n_in; st->n_shaped++) {
-		uint32_t id;
-		if (ck_keyshapes_id(&st->shapes, st->in[st->n_shaped].name, &id) < 0)
-			return -1;
+	for (size_t k = 0; st->n_shaped < st->n_in; st->n_shaped++, k++) {
+		uint32_t id = ids[k];
 		if (id >= st->cap_of_shape) {
 			size_t c = st->cap_of_shape ? st->cap_of_shape * 2 : 64;
 			while (c <= id)
@@ -744,6 +746,126 @@ static int shape_inputs(struct stage *st)
 		l->i[l->n++] = (uint32_t)st->n_shaped;
 	}
 	return 0;
+}
+
+static const char *input_name(const void *in, size_t i)
+{
+	return ((const struct skey *)in)[i].name;
+}
+
+/* Threads for work over n keys (ck_plan_build_threads' count, or as many
+ * as pay). */
+static int key_threads(const struct stage *st, size_t n)
+{
+	if (st->threads)
+		return st->threads;
+	return n >= PAR_MIN_KEYS ? ck_cpu_count() : 1;
+}
+
+/* Shape ids for the inputs that have none yet, each input listed under its
+ * shape. -1 ENOMEM. */
+static int shape_inputs(struct stage *st)
+{
+	size_t n = st->n_in - st->n_shaped;
+	if (!n)
+		return 0;
+	uint32_t *ids = malloc(n * sizeof *ids);
+	int rc = ids && ck_keyshapes_ids(&st->shapes, n, input_name, st->in + st->n_shaped, ids,
+					 key_threads(st, n)) == 0
+		     ? list_by_shape(st, ids)
+		     : -1;
+	free(ids);
+	return rc;
+}
+
+/* ---- a rule's instances on several threads ---- */
+
+/* Instance i of a rule on stage st (the stage, or a worker's copy). */
+typedef int (*instance_fn)(struct stage *st, const void *ctx, size_t i);
+
+/* Pieces per thread: instances differ in cost (a layer's experts, a norm) */
+#define PAR_PIECES 8
+
+struct par {
+	const struct stage *st;
+	instance_fn fn;
+	const void *ctx;
+	struct pending *piece;
+};
+
+/* One piece of the instances on a copy of the stage whose outputs, error
+ * and lint stay its own; it stops at its first error, as one thread
+ * would have. */
+static void par_piece(void *vctx, size_t t)
+{
+	struct par *p = vctx;
+	struct pending *pc = &p->piece[t];
+	struct stage w = *p->st;
+	w.err = &pc->err;
+	w.lint.msg[0] = '\0';
+	w.pend = pc;
+	for (size_t i = pc->a; i < pc->b && pc->rc == 0; i++)
+		pc->rc = p->fn(&w, p->ctx, i);
+	pc->lint = w.lint;
+}
+
+/* How many threads rule r's n instances over nm matched keys run on. Its
+ * intermediates stay on one thread: another instance of the rule could
+ * look one up before it is added (and is refused by name that way). */
+static int instance_threads(const struct stage *st, const struct ck_rule *r, size_t n, size_t nm)
+{
+	for (int k = 0; k < r->n_out; k++)
+		if (r->out[k].pat.text[0] == '~')
+			return 1;
+	return n < 2 ? 1 : key_threads(st, nm);
+}
+
+/* Run fn on [0, n), in order on one thread, or in pieces on several whose
+ * outputs (of rule r) are then added piece by piece: the stage ends as one
+ * thread leaves it, its error the first one met in order. */
+static int run_pieces(struct stage *st, const struct ck_rule *r, size_t n, int threads,
+		      instance_fn fn, const void *ctx)
+{
+	if (threads <= 1) {
+		for (size_t i = 0; i < n; i++)
+			if (fn(st, ctx, i) < 0)
+				return -1;
+		return 0;
+	}
+	size_t np = (size_t)threads * PAR_PIECES < n ? (size_t)threads * PAR_PIECES : n;
+	struct pending *pc = calloc(np, sizeof *pc);
+	if (!pc)
+		return nomem(st->err);
+	for (size_t t = 0; t < np; t++)
+		pc[t].a = n * t / np, pc[t].b = n * (t + 1) / np;
+	struct par p = {st, fn, ctx, pc};
+	ck_parallel_for(np, threads, par_piece, &p);
+	int rc = 0;
+	for (size_t t = 0; t < np; t++) {
+		for (size_t j = 0; j < pc[t].n; j++) {
+			if (rc == 0) {
+				rc = add_output(st, r, pc[t].o[j].name, &pc[t].o[j].v);
+			} else {
+				free(pc[t].o[j].name);
+				ck_value_free(&pc[t].o[j].v);
+			}
+		}
+		free(pc[t].o);
+		if (rc == 0 && pc[t].rc < 0) {
+			*st->err = pc[t].err;
+			rc = -1;
+		}
+		if (rc == 0 && !st->lint.msg[0])
+			st->lint = pc[t].lint;
+	}
+	free(pc);
+	return rc;
+}
+
+static int run_instances(struct stage *st, const struct ck_rule *r, size_t n, size_t nm,
+			 instance_fn fn, const void *ctx)
+{
+	return run_pieces(st, r, n, instance_threads(st, r, n, nm), fn, ctx);
 }
 
 struct collect {
@@ -785,44 +907,107 @@ static int collect_key(struct stage *st, struct collect *c, size_t i)
 	return 0;
 }
 
+/* Candidates on threads: candidate j's match goes to slot j, hit[j] says
+ * whether there is one (no per-key condition: a memo of its own each). */
+struct cand_job {
+	const struct ck_rule *r;
+	const uint32_t *idx; /* the candidates' inputs; NULL: j itself */
+	struct match *slot;
+	unsigned char *hit;
+};
+
+static int cand_match(struct stage *st, const void *ctx, size_t j)
+{
+	const struct cand_job *cj = ctx;
+	uint32_t i = cj->idx ? cj->idx[j] : (uint32_t)j;
+	const struct skey *k = &st->in[i];
+	if ((k->consumed_by && !cj->r->share) || (k->produced_by >= cj->r->index))
+		return 0;
+	cj->slot[j] = (struct match){.key = i};
+	int hit = ck_pattern_match(&cj->r->in[0].pat, k->name, &cj->slot[j].b);
+	if (hit < 0)
+		return nomem(st->err);
+	cj->hit[j] = hit > 0;
+	return 0;
+}
+
+/* The inputs idx[0, n) (NULL: inputs 0 .. n-1), in order, that the rule
+ * takes and its first input matches: appended to the matches. */
+static int collect_candidates(struct stage *st, struct collect *c, const uint32_t *idx, size_t n)
+{
+	const struct ck_rule *r = c->r;
+	int threads = r->cond_per_key ? 1 : key_threads(st, n);
+	if (threads <= 1 || n < 2) {
+		for (size_t j = 0; j < n; j++)
+			if (collect_key(st, c, idx ? idx[j] : j) < 0)
+				return -1;
+		return 0;
+	}
+	size_t nm = *c->nm;
+	if (nm + n > c->cap) {
+		struct match *m = realloc(*c->ms, (nm + n) * sizeof *m);
+		if (!m)
+			return nomem(st->err);
+		*c->ms = m, c->cap = nm + n;
+	}
+	struct cand_job cj = {r, idx, *c->ms + nm, calloc(n, 1)};
+	if (!cj.hit)
+		return nomem(st->err);
+	int rc = run_pieces(st, r, n, threads, cand_match, &cj);
+	for (size_t j = 0; j < n; j++) { /* packed in candidate order */
+		if (cj.hit[j] && rc < 0)
+			ck_binding_clear(&cj.slot[j].b);
+		else if (cj.hit[j])
+			(*c->ms)[(*c->nm)++] = cj.slot[j];
+	}
+	free(cj.hit);
+	return rc;
+}
+
 /* The inputs before n_keys of the shapes memo marks (2), in order. Through
  * a bitmap when several shapes do: their lists are each ascending. */
 static int collect_by_shape(struct stage *st, struct collect *c, const struct ck_shape_memo *memo,
 			    size_t n_keys)
 {
-	size_t hits = 0, one = 0, most = *c->nm;
+	size_t hits = 0, one = 0, most = 0;
 	for (size_t s = 0; s < memo->n && s < st->cap_of_shape; s++)
 		if (memo->v[s] == 2 && st->of_shape[s].n)
 			hits++, one = s, most += st->of_shape[s].n;
-	if (most > c->cap) { /* room for every candidate at once: no doubling copies */
-		struct match *n = realloc(*c->ms, most * sizeof *n);
+	if (*c->nm + most > c->cap) { /* room for every candidate at once: no doubling copies */
+		struct match *n = realloc(*c->ms, (*c->nm + most) * sizeof *n);
 		if (!n)
 			return nomem(st->err);
-		*c->ms = n, c->cap = most;
+		*c->ms = n, c->cap = *c->nm + most;
 	}
 	if (hits == 1) {
 		const struct key_list *l = &st->of_shape[one];
-		for (size_t j = 0; j < l->n && l->i[j] < n_keys; j++)
-			if (collect_key(st, c, l->i[j]) < 0)
-				return -1;
-		return 0;
+		size_t n = 0;
+		while (n < l->n && l->i[n] < n_keys)
+			n++;
+		return collect_candidates(st, c, l->i, n);
 	}
 	if (!hits)
 		return 0;
 	uint64_t *bits = calloc(n_keys / 64 + 1, sizeof *bits);
-	if (!bits)
+	uint32_t *idx = malloc(most * sizeof *idx);
+	if (!bits || !idx) {
+		free(bits);
+		free(idx);
 		return nomem(st->err);
+	}
 	for (size_t s = 0; s < memo->n && s < st->cap_of_shape; s++)
 		for (size_t j = 0; memo->v[s] == 2 && j < st->of_shape[s].n; j++) {
 			uint32_t i = st->of_shape[s].i[j];
 			if (i < n_keys)
 				bits[i / 64] |= 1ull << (i % 64);
 		}
-	int rc = 0;
-	for (size_t w = 0; w <= n_keys / 64 && rc == 0; w++)
-		for (uint64_t b = bits[w]; b && rc == 0; b &= b - 1)
-			rc = collect_key(st, c, w * 64 + (size_t)__builtin_ctzll(b));
+	size_t n = 0;
+	for (size_t w = 0; w <= n_keys / 64; w++)
+		for (uint64_t b = bits[w]; b; b &= b - 1)
+			idx[n++] = (uint32_t)(w * 64 + (size_t)__builtin_ctzll(b));
+	int rc = collect_candidates(st, c, idx, n);
 	free(bits);
+	free(idx);
 	return rc;
 }
 
@@ -838,15 +1023,12 @@ static int collect_matches(struct stage *st, const struct ck_rule *r, struct mat
 	if (r->cond_per_key)
 		ck_expr_names(r->cond, memo_name, &c.cm);
 	int rc = -1;
-	if (shape_inputs(st) < 0 || ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0) {
+	if (shape_inputs(st) < 0 || ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0)
 		nomem(st->err);
-	} else if (r->in[0].pat.shape_exact) {
+	else if (r->in[0].pat.shape_exact)
 		rc = collect_by_shape(st, &c, &memo, n_keys);
-	} else {
-		rc = 0;
-		for (size_t i = 0; i < n_keys && rc == 0; i++)
-			rc = collect_key(st, &c, i);
-	}
+	else
+		rc = collect_candidates(st, &c, NULL, n_keys);
 	ck_shape_memo_free(&memo);
 	cond_memo_free(&c.cm);
 	return rc;
@@ -932,98 +1114,6 @@ static int reduce_group(struct stage *st, const struct ck_rule *r, const struct 
 	if (rc == 0)
 		rc = run_instance(st, r, &b, vals, n, NO_HINT);
 	ck_binding_clear(&b);
-	return rc;
-}
-
-/* ---- a rule's instances on several threads ---- */
-
-/* Instance i of a rule on stage st (the stage, or a worker's copy). */
-typedef int (*instance_fn)(struct stage *st, const void *ctx, size_t i);
-
-/* Below this many matched keys a rule's instances run on the caller's
- * thread: starting threads would cost more than they save. */
-#define PAR_MIN_KEYS 4096
-/* Pieces per thread: instances differ in cost (a layer's experts, a norm) */
-#define PAR_PIECES 8
-
-struct par {
-	const struct stage *st;
-	instance_fn fn;
-	const void *ctx;
-	struct pending *piece;
-};
-
-/* One piece of the instances on a copy of the stage whose outputs, error
- * and lint stay its own; it stops at its first error, as one thread
- * would have. */
-static void par_piece(void *vctx, size_t t)
-{
-	struct par *p = vctx;
-	struct pending *pc = &p->piece[t];
-	struct stage w = *p->st;
-	w.err = &pc->err;
-	w.lint.msg[0] = '\0';
-	w.pend = pc;
-	for (size_t i = pc->a; i < pc->b && pc->rc == 0; i++)
-		pc->rc = p->fn(&w, p->ctx, i);
-	pc->lint = w.lint;
-}
-
-/* How many threads rule r's n instances over nm matched keys run on. Its
- * intermediates stay on one thread: another instance of the rule could
- * look one up before it is added (and is refused by name that way). */
-static int instance_threads(const struct stage *st, const struct ck_rule *r, size_t n, size_t nm)
-{
-	if (st->threads == 1 || n < 2)
-		return 1;
-	for (int k = 0; k < r->n_out; k++)
-		if (r->out[k].pat.text[0] == '~')
-			return 1;
-	if (st->threads > 1)
-		return st->threads;
-	return nm >= PAR_MIN_KEYS ? ck_cpu_count() : 1;
-}
-
-/* Run fn on instances [0, n), in order on one thread, or in pieces on
- * several whose outputs are then added piece by piece: the stage ends as
- * one thread leaves it, its error the first one met in instance order. */
-static int run_instances(struct stage *st, const struct ck_rule *r, size_t n, size_t nm,
-			 instance_fn fn, const void *ctx)
-{
-	int threads = instance_threads(st, r, n, nm);
-	if (threads <= 1) {
-		for (size_t i = 0; i < n; i++)
-			if (fn(st, ctx, i) < 0)
-				return -1;
-		return 0;
-	}
-	size_t np = (size_t)threads * PAR_PIECES < n ? (size_t)threads * PAR_PIECES : n;
-	struct pending *pc = calloc(np, sizeof *pc);
-	if (!pc)
-		return nomem(st->err);
-	for (size_t t = 0; t < np; t++)
-		pc[t].a = n * t / np, pc[t].b = n * (t + 1) / np;
-	struct par p = {st, fn, ctx, pc};
-	ck_parallel_for(np, threads, par_piece, &p);
-	int rc = 0;
-	for (size_t t = 0; t < np; t++) {
-		for (size_t j = 0; j < pc[t].n; j++) {
-			if (rc == 0) {
-				rc = add_output(st, r, pc[t].o[j].name, &pc[t].o[j].v);
-			} else {
-				free(pc[t].o[j].name);
-				ck_value_free(&pc[t].o[j].v);
-			}
-		}
-		free(pc[t].o);
-		if (rc == 0 && pc[t].rc < 0) {
-			*st->err = pc[t].err;
-			rc = -1;
-		}
-		if (rc == 0 && !st->lint.msg[0])
-			st->lint = pc[t].lint;
-	}
-	free(pc);
 	return rc;
 }
 

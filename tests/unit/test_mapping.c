@@ -268,6 +268,55 @@ START_TEST(key_shapes)
 }
 END_TEST
 
+static const char *nth_key(const void *keys, size_t i)
+{
+	return ((const char *const *)keys)[i];
+}
+
+/* Shape ids found on threads (pieces with maps of their own, joined in
+ * order) are the ids one thread gives, the shapes numbered in order of
+ * first appearance, into a map that already holds some. */
+START_TEST(key_shapes_on_threads)
+{
+	enum { N = 997 };
+	static char buf[N][40];
+	const char *keys[N];
+	for (int i = 0; i < N; i++) { /* shapes first met all along the list */
+		int a = (i * 7919) % 1009, b = i % 13;
+		if (b < 4)
+			snprintf(buf[i], sizeof buf[i], "layers.%d.experts.%d.w%d", a, b, i % 3);
+		else if (b < 9)
+			snprintf(buf[i], sizeof buf[i], "m%d.%d.x%d", i % 41, a, b);
+		else
+			snprintf(buf[i], sizeof buf[i], "%d.n%d", a, i / 50);
+		keys[i] = buf[i];
+	}
+	struct ck_keyshapes one = {0};
+	uint32_t want[N], got[N], id;
+	ck_assert_int_eq(ck_keyshapes_id(&one, "embed", &id), 0);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(ck_keyshapes_id(&one, keys[i], &want[i]), 0);
+		char ref[64];
+		ref_shape(keys[i], ref);
+		ck_assert_str_eq(one.shape[want[i]], ref);
+	}
+	ck_assert_uint_gt(one.n, 40);
+	for (int threads = 1; threads <= 6; threads++) {
+		struct ck_keyshapes ks = {0};
+		ck_assert_int_eq(ck_keyshapes_id(&ks, "embed", &id), 0);
+		memset(got, 0xff, sizeof got);
+		ck_assert_int_eq(ck_keyshapes_ids(&ks, N, nth_key, keys, got, threads), 0);
+		ck_assert_uint_eq(ks.n, one.n);
+		for (size_t s = 0; s < one.n; s++)
+			ck_assert_str_eq(ks.shape[s], one.shape[s]);
+		for (int i = 0; i < N; i++)
+			ck_assert_uint_eq(got[i], want[i]);
+		ck_keyshapes_free(&ks);
+	}
+	ck_keyshapes_free(&one);
+}
+END_TEST
+
 /* Source keys are found in the catalog's own name map: one named like an
  * intermediate ("~t") is consumed as any key, and an intermediate of that
  * name is refused as produced twice, as with a map of the stage's own. */
@@ -778,12 +827,18 @@ START_TEST(threads_plan_as_one_thread)
 	const char *text = "{\"unused\": \"keep\", \"rules\": [" MOE_RULES ","
 			   "{\"from\": {\"q\": \"layers.{L}.q\", \"n\": \"layers.0.norm\"},"
 			   " \"to\": \"attn.{L}.q\","
-			   " \"expr\": \"cat([q.view(hidden_size, -1), n.to(F32).view(4, 1)], 1)\"}]}";
+			   " \"expr\": \"cat([q.view(hidden_size, -1), n.to(F32).view(4, 1)], 1)\"},"
+			   /* keys found without shapes (a digit literal), then through
+			    * a bitmap of two shapes, q's (taken) and the norms' */
+			   "{\"from\": \"layers.1.{w}\", \"to\": \"one.{w}\"},"
+			   "{\"from\": \"layers.{L}.{w}\", \"to\": \"n.{L}.{w}\"}]}";
 	struct ck_plan *one = plan_threads(c, text, 1, &err);
 	ck_assert_msg(one, "%s", err.msg);
-	/* w13, w2, q and the norms kept but layer 0's, which every q instance
-	 * takes (on several threads at once) */
+	/* w13, w2, q and the norms but layer 0's, which every q instance takes
+	 * (on several threads at once) */
 	ck_assert_uint_eq(one->n, TL * 4 - 1);
+	find(one, "one.norm");
+	find(one, "n.7.norm");
 	ck_assert_uint_eq(one->n_warnings, 1); /* cat of equal parts, unchecked */
 	for (int threads = 2; threads <= 5; threads++) {
 		struct ck_plan *p = plan_threads(c, text, threads, &err);
@@ -868,6 +923,7 @@ int main(void)
 	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, reduction_refuses_repeats);
 	tcase_add_test(tc, key_shapes);
+	tcase_add_test(tc, key_shapes_on_threads);
 	tcase_add_test(tc, threads_plan_as_one_thread);
 	tcase_add_test(tc, threads_fail_as_one_thread);
 	suite_add_tcase(s, tc);
