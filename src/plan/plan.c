@@ -636,6 +636,12 @@ struct match {
 	uint32_t key; /* the input it matched */
 };
 
+/* A rule's matches, for work on each (on threads: each match its own). */
+struct matches {
+	const struct ck_rule *r;
+	struct match *ms;
+};
+
 /* A reduction groups matches by their other captures: matches sorted by
  * (group, position) make each group one run, O(n log n) however many. */
 /* A per-key condition names captures, parameters and config values only
@@ -1051,31 +1057,37 @@ static int drop_matches(struct stage *st, const struct ck_rule *r, const struct 
 	return 0;
 }
 
-/* Each match's reduced capture as an integer (rval) and its other
- * captures joined as its group's key. */
+/* Match i's reduced capture as an integer (rval) and its other captures
+ * joined as its group's key. */
+static int reduction_key(struct stage *st, const void *ctx, size_t i)
+{
+	const struct ck_rule *r = ((const struct matches *)ctx)->r;
+	struct match *m = &((const struct matches *)ctx)->ms[i];
+	const char *rc_name = r->reduce[0];
+	const char *v = ck_binding_get(&m->b, rc_name);
+	char *end;
+	if (!v || !*v || (m->rval = strtoll(v, &end, 10), *end) || v[0] == '-') {
+		ck_fail(st->err, CK_E_MAPPING, "reduced capture {%s} = \"%s\" is not an integer",
+			rc_name, v ? v : "");
+		return rule_fail(st, r, NULL);
+	}
+	size_t len = 1;
+	for (int j = 0; j < m->b.n; j++)
+		len += strlen(m->b.val[j]) + 1;
+	if (!(m->group = calloc(1, len)))
+		return nomem(st->err);
+	for (int j = 0; j < m->b.n; j++)
+		if (strcmp(m->b.name[j], rc_name)) {
+			strcat(m->group, m->b.val[j]);
+			strcat(m->group, "\x1f");
+		}
+	return 0;
+}
+
 static int reduction_keys(struct stage *st, const struct ck_rule *r, struct match *ms, size_t nm)
 {
-	const char *rc_name = r->reduce[0];
-	for (size_t i = 0; i < nm; i++) {
-		const char *v = ck_binding_get(&ms[i].b, rc_name);
-		char *end;
-		if (!v || !*v || (ms[i].rval = strtoll(v, &end, 10), *end) || v[0] == '-') {
-			ck_fail(st->err, CK_E_MAPPING, "reduced capture {%s} = \"%s\" is not an integer",
-				rc_name, v ? v : "");
-			return rule_fail(st, r, NULL);
-		}
-		size_t len = 1;
-		for (int j = 0; j < ms[i].b.n; j++)
-			len += strlen(ms[i].b.val[j]) + 1;
-		if (!(ms[i].group = calloc(1, len)))
-			return nomem(st->err);
-		for (int j = 0; j < ms[i].b.n; j++)
-			if (strcmp(ms[i].b.name[j], rc_name)) {
-				strcat(ms[i].group, ms[i].b.val[j]);
-				strcat(ms[i].group, "\x1f");
-			}
-	}
-	return 0;
+	struct matches m = {r, ms};
+	return run_pieces(st, r, nm, key_threads(st, nm), reduction_key, &m);
 }
 
 /* One group of a reduction: its reduced values must run 0..n-1; the rule
@@ -1247,11 +1259,6 @@ static int check_each(struct stage *st, const struct ck_rule *r, const struct ma
 }
 
 /* A rule without reduction: an instance per match. */
-struct matches {
-	const struct ck_rule *r;
-	struct match *ms; /* each instance's own binding */
-};
-
 static int match_instance(struct stage *st, const void *ctx, size_t i)
 {
 	const struct matches *m = ctx;

@@ -889,6 +889,10 @@ START_TEST(threads_fail_as_one_thread)
 		 " \"reduce\": \"E\", \"to\": \"s.{L}\","
 		 " \"expr\": \"stack(x, 0).narrow(0, 0, 24 - (L % 4) * 9)\"}]}",
 		 "key \"s.3\""},
+		/* a reduced capture that is no integer: the first match's */
+		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.{w:path}\","
+		 " \"reduce\": \"w\", \"to\": \"r.{L}\", \"expr\": \"x[0]\"}]}",
+		 "{w} = \"experts.0.w1\" is not an integer"},
 	};
 	for (size_t k = 0; k < sizeof texts / sizeof *texts; k++) {
 		struct ck_err one;
