@@ -18,6 +18,8 @@ struct ck_cmp_opts {
 	uint64_t ulp;	   /* or at most this many units in the last place (same dtype) */
 	int threads;	   /* 0: one per core */
 	int use_uring;
+	/* test hooks (0: the defaults): the engines' window, bytes per read */
+	uint64_t window_max, chunk;
 };
 
 /* One pair of tensors of the same name, dtype class and shape. */
@@ -35,6 +37,7 @@ struct ck_cmp_report {
 	struct ck_cmp_result *r; /* common tensors whose dtype class and shape agree */
 	size_t n;
 	uint64_t bytes_a, bytes_b; /* compared */
+	uint64_t read_a, read_b;   /* source bytes read for them */
 };
 
 /* Compare every pair (ia[k], ib[k]) of targets. Fails only on read errors. */

@@ -19,6 +19,10 @@
 #include "outdir.h"
 
 #define CHUNK (16u << 20) /* output bytes per engine call */
+/* Most bytes of a block of a large transpose (write_blocks), and the row
+ * segment a block aims at: whole pages per pwrite. */
+#define BLOCK_MAX (64u << 20)
+#define BLOCK_SEG 4096
 
 /* One output file: its vfile, written under a temp name until commit. */
 struct outf {
@@ -35,6 +39,7 @@ struct item {
 
 struct job {
 	const struct ck_plan *plan;
+	uint64_t chunk, block_max; /* CHUNK and BLOCK_MAX unless a test lowers them */
 	struct ck_engine eng;
 	struct outf *files;
 	struct item *items;
@@ -63,14 +68,66 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 	return 0;
 }
 
+/* A whole target that transposes a source larger than the engine's window
+ * (ck_engine_block_dim: dim D), in blocks along D, every other dim whole:
+ * each block reads its source rows once, where each linear chunk would read
+ * the whole source again (a 32000 x 2048 lm_head.t(): 15x its bytes). A
+ * block's rows go to their places in the file, a pwrite each. 1: not such
+ * a target (the caller reads linearly), 0 done, -1 err. */
+static int write_blocks(struct job *j, struct ck_eval_ctx *c, const struct outf *f,
+			const struct ck_vpart *pt, struct ck_err *err)
+{
+	const struct ck_target *t = &j->plan->t[pt->target];
+	int dim = ck_engine_block_dim(&j->eng, pt->target);
+	if (dim < 0 || pt->src != 0 || pt->len != t->nbytes)
+		return 1;
+	uint64_t es = ck_dtype_size(t->v.dtype), rows = 1, inner = es;
+	for (int d = 0; d < dim; d++)
+		rows *= (uint64_t)t->v.shape[d];
+	for (int d = dim + 1; d < t->v.ndim; d++)
+		inner *= (uint64_t)t->v.shape[d];
+	/* a row segment of a page or more, as many as a chunk holds, within
+	 * the block bound */
+	uint64_t n = (uint64_t)t->v.shape[dim], k = j->chunk / (rows * inner);
+	if (k * inner < BLOCK_SEG)
+		k = (BLOCK_SEG + inner - 1) / inner;
+	if (k * rows * inner > j->block_max)
+		k = j->block_max / (rows * inner);
+	if (k == 0)
+		return 1;
+	if (k > n)
+		k = n;
+	unsigned char *buf = malloc(k * rows * inner);
+	if (!buf)
+		return ck_fail_sys(err, ENOMEM, "convert: a block of \"%s\"", t->name);
+	int64_t lo[CK_MAX_DIMS] = {0}, hi[CK_MAX_DIMS];
+	memcpy(hi, t->v.shape, sizeof hi);
+	int rc = 0;
+	for (uint64_t k0 = 0; k0 < n && rc == 0; k0 += k) {
+		uint64_t k1 = n - k0 < k ? n : k0 + k, seg = (k1 - k0) * inner;
+		lo[dim] = (int64_t)k0, hi[dim] = (int64_t)k1;
+		rc = ck_engine_read_box(c, pt->target, lo, hi, buf, err);
+		for (uint64_t r = 0; r < rows && rc == 0; r++)
+			if (pwrite_all(f->fd, buf + r * seg, seg, pt->off + (r * n + k0) * inner) < 0)
+				rc = ck_fail_sys(err, errno, "%s: write failed", f->final);
+		if (rc == 0)
+			atomic_fetch_add(&j->done, rows * seg);
+	}
+	free(buf);
+	return rc;
+}
+
 /* Evaluate one target span into its file in bounded chunks. */
 static int write_item(struct job *j, struct ck_eval_ctx *c, const struct item *it,
 		      unsigned char *buf, struct ck_err *err)
 {
 	const struct outf *f = &j->files[it->file];
 	const struct ck_vpart *pt = &f->v->parts[it->part];
-	for (uint64_t off = 0; off < pt->len; off += CHUNK) {
-		uint64_t len = pt->len - off < CHUNK ? pt->len - off : CHUNK;
+	int r = write_blocks(j, c, f, pt, err);
+	if (r <= 0)
+		return r;
+	for (uint64_t off = 0; off < pt->len; off += j->chunk) {
+		uint64_t len = pt->len - off < j->chunk ? pt->len - off : j->chunk;
 		if (ck_engine_read(c, pt->target, pt->src + off, len, buf, err) < 0)
 			return -1;
 		if (pwrite_all(f->fd, buf, len, pt->off + off) < 0)
@@ -85,7 +142,7 @@ static void *worker(void *arg)
 	struct job *j = arg;
 	struct ck_eval_ctx c;
 	ck_eval_ctx_init(&c, &j->eng);
-	unsigned char *buf = malloc(CHUNK);
+	unsigned char *buf = malloc(j->chunk);
 	struct ck_err err;
 	int rc = buf ? 0 : ck_fail_sys(&err, ENOMEM, "convert buffer");
 	while (rc == 0) {
@@ -293,6 +350,10 @@ int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files
 	j.plan = plan;
 	pthread_mutex_init(&j.err_lock, NULL);
 	ck_engine_init(&j.eng, plan, o->use_uring);
+	j.chunk = o->chunk ? o->chunk : CHUNK;
+	j.block_max = o->block ? o->block : BLOCK_MAX;
+	if (o->window_max)
+		j.eng.window_max = o->window_max;
 	j.eng.gpu = o->gpu;
 	if (o->gpu_min)
 		j.eng.gpu_min = o->gpu_min;

@@ -24,6 +24,9 @@ struct ck_convert_opts {
 				 * converts: the index is written by rank 0) */
 	struct ck_gpu *gpu;	/* CUDA backend with a lane per thread, or NULL */
 	uint64_t gpu_min;	/* reads from this size go to the GPU */
+	/* test hooks (0: the defaults): the engine's window, output bytes per
+	 * engine call and per block of a large transpose */
+	uint64_t window_max, chunk, block;
 };
 
 struct ck_convert_stats {

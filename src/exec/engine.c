@@ -605,17 +605,56 @@ int ck_engine_gpu_worth(const struct ck_target *t)
 	return 0;
 }
 
-uint64_t ck_engine_read_span(const struct ck_engine *e, uint32_t ti)
+/* A piece of t that transposes (its last dim strided) a source larger than
+ * the window, or NULL. */
+static const struct ck_piece *large_transpose(const struct ck_engine *e, const struct ck_target *t)
 {
-	const struct ck_target *t = &e->plan->t[ti];
 	int last = t->v.ndim - 1;
 	for (size_t i = 0; i < t->v.n && !t->qtype; i++) {
 		const struct ck_piece *p = &t->v.p[i];
 		if (last >= 0 && p->hi[last] - p->lo[last] > 1 && p->stride[last] != 1 &&
 		    e->plan->cat->entries[p->src].t.nbytes > e->window_max)
-			return e->window_max;
+			return p;
 	}
-	return 0;
+	return NULL;
+}
+
+uint64_t ck_engine_read_span(const struct ck_engine *e, uint32_t ti)
+{
+	return large_transpose(e, &e->plan->t[ti]) ? e->window_max : 0;
+}
+
+int ck_engine_block_dim(const struct ck_engine *e, uint32_t ti)
+{
+	const struct ck_target *t = &e->plan->t[ti];
+	const struct ck_piece *p = large_transpose(e, t);
+	int best = -1;
+	for (int d = 0; p && d < t->v.ndim; d++)
+		if (p->hi[d] - p->lo[d] > 1 && (best < 0 || p->stride[d] > p->stride[best]))
+			best = d;
+	return best > 0 ? best : -1; /* dim 0: linear reads are such blocks */
+}
+
+int ck_engine_read_box(struct ck_eval_ctx *c, uint32_t ti, const int64_t *lo, const int64_t *hi,
+		       void *dst, struct ck_err *err)
+{
+	const struct ck_target *t = &c->eng->plan->t[ti];
+	int nd = t->v.ndim;
+	int64_t cs[CK_MAX_DIMS], e0 = 0, n = 1;
+	for (int d = nd - 1; d >= 0; d--) {
+		if (lo[d] < 0 || lo[d] >= hi[d] || hi[d] > t->v.shape[d])
+			return ck_fail(err, CK_E_USAGE, "box outside \"%s\"", t->name);
+		cs[d] = n;
+		e0 += lo[d] * n;
+		n *= hi[d] - lo[d];
+	}
+	if (t->qtype || nd == 0)
+		return ck_fail(err, CK_E_USAGE, "\"%s\": no boxes of a quantized or scalar target",
+			       t->name);
+	if (t->holes) /* padding: what no piece covers reads as zeros */
+		memset(dst, 0, (size_t)n * ck_dtype_size(t->v.dtype));
+	c->on_gpu = 0;
+	return eval_box(c, t, lo, hi, cs, e0, dst, err);
 }
 
 /* Elements [e0, e1) of t into buf (buf[0] is element e0). */

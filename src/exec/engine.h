@@ -92,6 +92,15 @@ int ck_engine_gpu_worth(const struct ck_target *t);
  * window cannot hold them all): several cache chunks read at once divide
  * that by their number. */
 uint64_t ck_engine_read_span(const struct ck_engine *e, uint32_t t);
+/* Such a target read whole in blocks along this dim, every other dim whole
+ * (ck_engine_read_box), reads each source byte once: the dim whose step
+ * is the source's largest (its rows). -1 when linear reads do as well
+ * (no such piece, or that dim is the first). */
+int ck_engine_block_dim(const struct ck_engine *e, uint32_t t);
+/* The box [lo, hi) of target t (not quantized, not a scalar), dense in C
+ * order, into dst, on the CPU. Returns 0, or -1 with err. */
+int ck_engine_read_box(struct ck_eval_ctx *c, uint32_t t, const int64_t *lo, const int64_t *hi,
+		       void *dst, struct ck_err *err);
 
 /* Fill dst with bytes [off, off+len) of target t (C order, little endian).
  * Returns 0, or -1 with err (a source read failure is CK_E_SYS with errno). */

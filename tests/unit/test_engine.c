@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ckpt/catalog.h"
+#include "exec/compare.h"
 #include "exec/convert.h"
 #include "exec/engine.h"
 #include "kern/fpconv.h"
@@ -319,6 +320,129 @@ START_TEST(truncated_source_is_eio)
 }
 END_TEST
 
+/* convert writes a target that transposes a source larger than the window
+ * (rows under a page apart: linear chunks read the whole source for each)
+ * in blocks of the source's rows, every other dim whole: each source byte
+ * is read once, and the file holds the transpose, padding zeros included. */
+START_TEST(convert_transposes_in_blocks)
+{
+	char *d = tu_mkdtemp(), *path = tu_path(d, "model.safetensors");
+	static const struct tu_tensor t[] = {{"w", CK_DT_F32, 2, {1200, 700}},
+					     {"h", CK_DT_BF16, 2, {700, 1900}}};
+	tu_write_st(path, t, 2);
+	size_t len;
+	unsigned char *img = tu_read(path, &len);
+	struct ck_err err;
+	struct ck_catalog *tc;
+	ck_assert_msg(ck_catalog_open(d, &tc, &err) == 0, "%s", err.msg);
+	const char *map = "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\", \"share\": true},"
+			  "{\"from\": \"w\", \"to\": \"wp\", \"expr\": \"x.t().pad(1, 1250)\", \"share\": true},"
+			  "{\"from\": \"h\", \"to\": \"ht\", \"expr\": \"x.t()\"}]}";
+	struct ck_mapping *m;
+	struct ck_plan *p;
+	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(tc, &m, 1, &p, &err) == 0, "%s", err.msg);
+	ck_mapping_free(m);
+	for (uint32_t k = 0; k < 3; k++)
+		ck_assert_int_eq(ck_engine_block_dim(&(struct ck_engine){.plan = p, .window_max = 65536}, k),
+				 1);
+	char *out = tu_path(d, "out");
+	/* 64 KiB chunks and window, blocks of at most 256 KiB */
+	struct ck_convert_opts o = {.threads = 2, .use_uring = 1, .window_max = 65536,
+				    .chunk = 65536, .block = 262144};
+	struct ck_convert_stats st;
+	ck_assert_msg(ck_convert(p, out, &o, &st, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(st.source_bytes_read, 2ull * 1200 * 700 * 4 + 700ull * 1900 * 2);
+	struct ck_catalog *oc;
+	ck_assert_msg(ck_catalog_open(out, &oc, &err) == 0, "%s", err.msg);
+	char *of = tu_path(out, "model.safetensors");
+	unsigned char *oimg = tu_read(of, &len);
+	static const char *const tgt[] = {"wt", "wp", "ht"}, *const src[] = {"w", "w", "h"};
+	static const unsigned char zero[4];
+	for (int i = 0; i < 3; i++) {
+		const struct ck_catalog_entry *se = ck_catalog_find(tc, src[i]);
+		const struct ck_catalog_entry *e = ck_catalog_find(oc, tgt[i]);
+		ck_assert_ptr_nonnull(e);
+		int64_t rows = se->t.shape[0], cols = se->t.shape[1], width = i == 1 ? 1250 : rows;
+		size_t es = ck_dtype_size(se->t.dtype);
+		ck_assert_int_eq(e->t.shape[0], cols);
+		ck_assert_int_eq(e->t.shape[1], width);
+		const unsigned char *sb = img + se->t.offset, *ob = oimg + e->t.offset;
+		for (int64_t r = 0; r < cols; r++)
+			for (int64_t c = 0; c < width; c++)
+				ck_assert_msg(memcmp(ob + es * (size_t)(r * width + c),
+						     c < rows ? sb + es * (size_t)(c * cols + r) : zero,
+						     es) == 0,
+					      "%s[%lld, %lld]", tgt[i], (long long)r, (long long)c);
+	}
+	/* a box straddling the padding, into a buffer that held other bytes */
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	const struct ck_catalog_entry *se = ck_catalog_find(tc, "w");
+	int64_t lo[2] = {300, 1190}, hi[2] = {700, 1250};
+	unsigned char *box = malloc(400 * 60 * 4);
+	ck_assert_ptr_nonnull(box);
+	memset(box, 0xaa, 400 * 60 * 4);
+	ck_assert_msg(ck_engine_read_box(&c, (uint32_t)(ck_plan_find(p, "wp") - p->t), lo, hi, box,
+					 &err) == 0,
+		      "%s", err.msg);
+	for (int64_t r = 300; r < 700; r++)
+		for (int64_t k = 1190; k < 1250; k++)
+			ck_assert(memcmp(box + 4 * ((r - 300) * 60 + (k - 1190)),
+					 k < 1200 ? img + se->t.offset + 4 * (k * 700 + r) : zero, 4) == 0);
+	hi[1] = 1251;
+	ck_assert_int_eq(ck_engine_read_box(&c, (uint32_t)(ck_plan_find(p, "wp") - p->t), lo, hi, box,
+					    &err),
+			 -1);
+	free(box);
+	ck_eval_ctx_free(&c);
+	ck_engine_fini(&e);
+	/* diff reads such a pair in blocks too, and names the lowest flat index
+	 * that differs, found in the last block: wt[0, 1199] (flat 1199) after
+	 * wt[699, 0] (flat 838,800, in the first block) */
+	int fd = open(of, O_WRONLY);
+	ck_assert_int_ge(fd, 0);
+	const struct ck_catalog_entry *we = ck_catalog_find(oc, "wt");
+	static const uint64_t flip[] = {699 * 1200, 1199};
+	for (int i = 0; i < 2; i++) {
+		unsigned char v = oimg[we->t.offset + 4 * flip[i] + 3] ^ 0x40;
+		ck_assert_int_eq(pwrite(fd, &v, 1, (off_t)(we->t.offset + 4 * flip[i] + 3)), 1);
+	}
+	close(fd);
+	struct ck_catalog *fc;
+	struct ck_plan *fp;
+	ck_assert_msg(ck_catalog_open(out, &fc, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(fc, NULL, 0, &fp, &err) == 0, "%s", err.msg);
+	uint32_t ia = (uint32_t)(ck_plan_find(p, "wt") - p->t), ib = (uint32_t)(ck_plan_find(fp, "wt") - fp->t);
+	struct ck_cmp_opts co = {.bytes = 1, .threads = 1, .use_uring = 1, .window_max = 65536,
+				 .chunk = 262144};
+	struct ck_cmp_report rep;
+	ck_assert_msg(ck_compare(p, fp, &ia, &ib, 1, &co, &rep, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(rep.read_a, 1200 * 700 * 4); /* the source once */
+	ck_assert_uint_eq(rep.read_b, 1200 * 700 * 4);
+	ck_assert_uint_eq(rep.r[0].n_diff, 2);
+	ck_assert_uint_eq(rep.r[0].first, 1199);
+	float want;
+	memcpy(&want, img + se->t.offset + 4 * (1199 * 700), 4);
+	ck_assert(rep.r[0].first_a == (double)want);
+	ck_cmp_report_free(&rep);
+	ck_plan_free(fp);
+	ck_catalog_free(fc);
+	free(oimg);
+	free(of);
+	free(out);
+	ck_catalog_free(oc);
+	ck_plan_free(p);
+	ck_catalog_free(tc);
+	free(img);
+	tu_rmtree(d);
+	free(path);
+	free(d);
+}
+END_TEST
+
 /* A convert that fails half way (a source shrank after planning) leaves
  * no file behind, temporary or final; the same convert succeeds before. */
 START_TEST(failed_convert_leaves_nothing)
@@ -444,6 +568,7 @@ int main(void)
 	tcase_add_test(tc, chunked_transpose_reads_source_once);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
+	tcase_add_test(tc, convert_transposes_in_blocks);
 	tcase_add_test(tc, gpu_policy_keeps_copies_on_cpu);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
