@@ -176,26 +176,20 @@ static int compare_blocks(struct job *j, size_t k, struct ck_eval_ctx *ca, struc
 	    memcmp(ta->v.shape, tb->v.shape, sizeof ta->v.shape))
 		return 1;
 	size_t wa = ck_dtype_size(ta->v.dtype), wb = ck_dtype_size(tb->v.dtype);
-	uint64_t rows = 1, inner = 1, n = (uint64_t)ta->v.shape[dim];
-	for (int d = 0; d < dim; d++)
-		rows *= (uint64_t)ta->v.shape[d];
-	for (int d = dim + 1; d < ta->v.ndim; d++)
-		inner *= (uint64_t)ta->v.shape[d];
-	uint64_t kb = j->chunk / (rows * inner * (wa > wb ? wa : wb));
-	if (kb == 0)
+	struct ck_blocks b;
+	ck_blocks_init(&b, ta, dim);
+	b.k = j->chunk / (b.rows * b.inner * (wa > wb ? wa : wb));
+	if (b.k == 0)
 		return 1;
-	int64_t lo[CK_MAX_DIMS] = {0}, hi[CK_MAX_DIMS];
-	memcpy(hi, ta->v.shape, sizeof hi);
 	int rc = 0;
-	for (uint64_t k0 = 0; k0 < n && rc == 0; k0 += kb) {
-		uint64_t k1 = n - k0 < kb ? n : k0 + kb, seg = (k1 - k0) * inner;
-		lo[dim] = (int64_t)k0, hi[dim] = (int64_t)k1;
-		rc = ck_engine_read_box(ca, j->ia[k], lo, hi, x, err);
+	while (rc == 0 && ck_blocks_next(&b)) {
+		uint64_t seg = (b.k1 - b.k0) * b.inner;
+		rc = ck_engine_read_box(ca, j->ia[k], b.lo, b.hi, x, err);
 		if (rc == 0)
-			rc = ck_engine_read_box(cb, j->ib[k], lo, hi, y, err);
-		for (uint64_t r = 0; r < rows && rc == 0; r++)
+			rc = ck_engine_read_box(cb, j->ib[k], b.lo, b.hi, y, err);
+		for (uint64_t r = 0; r < b.rows && rc == 0; r++)
 			compare_run(j->o, &j->r[k], x + r * seg * wa, ta->v.dtype, y + r * seg * wb,
-				    tb->v.dtype, (r * n + k0) * inner, seg);
+				    tb->v.dtype, (r * b.n + b.k0) * b.inner, seg);
 	}
 	return rc;
 }

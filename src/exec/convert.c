@@ -81,37 +81,31 @@ static int write_blocks(struct job *j, struct ck_eval_ctx *c, const struct outf 
 	int dim = ck_engine_block_dim(&j->eng, pt->target);
 	if (dim < 0 || pt->src != 0 || pt->len != t->nbytes)
 		return 1;
-	uint64_t es = ck_dtype_size(t->v.dtype), rows = 1, inner = es;
-	for (int d = 0; d < dim; d++)
-		rows *= (uint64_t)t->v.shape[d];
-	for (int d = dim + 1; d < t->v.ndim; d++)
-		inner *= (uint64_t)t->v.shape[d];
+	uint64_t es = ck_dtype_size(t->v.dtype);
+	struct ck_blocks b;
+	ck_blocks_init(&b, t, dim);
 	/* a row segment of a page or more, as many as a chunk holds, within
 	 * the block bound */
-	uint64_t n = (uint64_t)t->v.shape[dim], k = j->chunk / (rows * inner);
-	if (k * inner < BLOCK_SEG)
-		k = (BLOCK_SEG + inner - 1) / inner;
-	if (k * rows * inner > j->block_max)
-		k = j->block_max / (rows * inner);
+	uint64_t row = b.inner * es, k = j->chunk / (b.rows * row);
+	if (k * row < BLOCK_SEG)
+		k = (BLOCK_SEG + row - 1) / row;
+	if (k * b.rows * row > j->block_max)
+		k = j->block_max / (b.rows * row);
 	if (k == 0)
 		return 1;
-	if (k > n)
-		k = n;
-	unsigned char *buf = malloc(k * rows * inner);
+	b.k = k < b.n ? k : b.n;
+	unsigned char *buf = malloc(b.k * b.rows * row);
 	if (!buf)
 		return ck_fail_sys(err, ENOMEM, "convert: a block of \"%s\"", t->name);
-	int64_t lo[CK_MAX_DIMS] = {0}, hi[CK_MAX_DIMS];
-	memcpy(hi, t->v.shape, sizeof hi);
 	int rc = 0;
-	for (uint64_t k0 = 0; k0 < n && rc == 0; k0 += k) {
-		uint64_t k1 = n - k0 < k ? n : k0 + k, seg = (k1 - k0) * inner;
-		lo[dim] = (int64_t)k0, hi[dim] = (int64_t)k1;
-		rc = ck_engine_read_box(c, pt->target, lo, hi, buf, err);
-		for (uint64_t r = 0; r < rows && rc == 0; r++)
-			if (pwrite_all(f->fd, buf + r * seg, seg, pt->off + (r * n + k0) * inner) < 0)
+	while (rc == 0 && ck_blocks_next(&b)) {
+		uint64_t seg = (b.k1 - b.k0) * row;
+		rc = ck_engine_read_box(c, pt->target, b.lo, b.hi, buf, err);
+		for (uint64_t r = 0; r < b.rows && rc == 0; r++)
+			if (pwrite_all(f->fd, buf + r * seg, seg, pt->off + (r * b.n + b.k0) * row) < 0)
 				rc = ck_fail_sys(err, errno, "%s: write failed", f->final);
 		if (rc == 0)
-			atomic_fetch_add(&j->done, rows * seg);
+			atomic_fetch_add(&j->done, b.rows * seg);
 	}
 	free(buf);
 	return rc;

@@ -635,6 +635,30 @@ int ck_engine_block_dim(const struct ck_engine *e, uint32_t ti)
 	return best > 0 ? best : -1; /* dim 0: linear reads are such blocks */
 }
 
+void ck_blocks_init(struct ck_blocks *b, const struct ck_target *t, int dim)
+{
+	memset(b, 0, sizeof *b);
+	b->dim = dim;
+	b->rows = b->inner = 1;
+	b->n = (uint64_t)t->v.shape[dim];
+	for (int d = 0; d < dim; d++)
+		b->rows *= (uint64_t)t->v.shape[d];
+	for (int d = dim + 1; d < t->v.ndim; d++)
+		b->inner *= (uint64_t)t->v.shape[d];
+	memcpy(b->hi, t->v.shape, sizeof b->hi);
+}
+
+int ck_blocks_next(struct ck_blocks *b)
+{
+	b->k0 = b->k1;
+	if (b->k0 >= b->n || b->k == 0)
+		return 0;
+	b->k1 = b->n - b->k0 < b->k ? b->n : b->k0 + b->k;
+	b->lo[b->dim] = (int64_t)b->k0;
+	b->hi[b->dim] = (int64_t)b->k1;
+	return 1;
+}
+
 int ck_engine_read_box(struct ck_eval_ctx *c, uint32_t ti, const int64_t *lo, const int64_t *hi,
 		       void *dst, struct ck_err *err)
 {

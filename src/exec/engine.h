@@ -97,6 +97,20 @@ uint64_t ck_engine_read_span(const struct ck_engine *e, uint32_t t);
  * is the source's largest (its rows). -1 when linear reads do as well
  * (no such piece, or that dim is the first). */
 int ck_engine_block_dim(const struct ck_engine *e, uint32_t t);
+/* Blocks of target t along dim, every other dim whole, k steps of dim each
+ * (the last fewer): rows is the product of the dims before dim, inner the
+ * elements of one step (of the dims after), n dim's extent. A block, box
+ * [lo, hi) dense in C order, is rows segments of (k1 - k0) * inner
+ * elements; segment r is at flat element (r * n + k0) * inner. */
+struct ck_blocks {
+	int dim;
+	uint64_t rows, n, inner, k;
+	uint64_t k0, k1; /* the block's steps */
+	int64_t lo[CK_MAX_DIMS], hi[CK_MAX_DIMS];
+};
+void ck_blocks_init(struct ck_blocks *b, const struct ck_target *t, int dim);
+/* The next block (k set by the caller): 1, or 0 when there is none. */
+int ck_blocks_next(struct ck_blocks *b);
 /* The box [lo, hi) of target t (not quantized, not a scalar), dense in C
  * order, into dst, on the CPU. Returns 0, or -1 with err. */
 int ck_engine_read_box(struct ck_eval_ctx *c, uint32_t t, const int64_t *lo, const int64_t *hi,

@@ -218,6 +218,27 @@ START_TEST(small_window_same_bytes)
 }
 END_TEST
 
+/* A checkpoint of its own (tensors t in dir *d, the file's bytes in *img)
+ * and the plan of map over its catalog *tc. */
+static struct ck_plan *own_plan(const struct tu_tensor *t, size_t n, const char *map, char **d,
+				unsigned char **img, struct ck_catalog **tc)
+{
+	*d = tu_mkdtemp();
+	char *path = tu_path(*d, "model.safetensors");
+	tu_write_st(path, t, n);
+	size_t len;
+	*img = tu_read(path, &len);
+	free(path);
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(*d, tc, &err) == 0, "%s", err.msg);
+	struct ck_mapping *m;
+	struct ck_plan *p;
+	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(*tc, &m, 1, &p, &err) == 0, "%s", err.msg);
+	ck_mapping_free(m);
+	return p;
+}
+
 /* A transpose read chunk by chunk, as the cache evaluates a group: each
  * chunk needs a few source columns of every row, and with rows under 4 KiB
  * the runs merge into one read of the window. That window is kept and
@@ -226,22 +247,16 @@ END_TEST
  * file's bytes transposed; F32 and BF16 -> F32, chunks ending mid-row. */
 START_TEST(chunked_transpose_reads_source_once)
 {
-	char *d = tu_mkdtemp(), *path = tu_path(d, "model.safetensors");
 	static const struct tu_tensor t[] = {{"w", CK_DT_F32, 2, {900, 1000}},
 					     {"h", CK_DT_BF16, 2, {700, 1900}}};
-	tu_write_st(path, t, 2);
-	size_t len;
-	unsigned char *img = tu_read(path, &len);
-	struct ck_err err;
+	char *d;
+	unsigned char *img;
 	struct ck_catalog *tc;
-	ck_assert_msg(ck_catalog_open(d, &tc, &err) == 0, "%s", err.msg);
-	const char *map = "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\"},"
-			  "{\"from\": \"h\", \"to\": \"ht\", \"expr\": \"x.t().to(F32)\"}]}";
-	struct ck_mapping *m;
-	struct ck_plan *p;
-	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
-	ck_assert_msg(ck_plan_build(tc, &m, 1, &p, &err) == 0, "%s", err.msg);
-	ck_mapping_free(m);
+	struct ck_err err;
+	struct ck_plan *p = own_plan(t, 2,
+				     "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\"},"
+				     "{\"from\": \"h\", \"to\": \"ht\", \"expr\": \"x.t().to(F32)\"}]}",
+				     &d, &img, &tc);
 	static const char *const src[] = {"w", "h"}, *const tgt[] = {"wt", "ht"};
 	for (int i = 0; i < 2; i++) {
 		const struct ck_catalog_entry *se = ck_catalog_find(tc, src[i]);
@@ -283,7 +298,6 @@ START_TEST(chunked_transpose_reads_source_once)
 	ck_catalog_free(tc);
 	free(img);
 	tu_rmtree(d);
-	free(path);
 	free(d);
 }
 END_TEST
@@ -326,23 +340,19 @@ END_TEST
  * is read once, and the file holds the transpose, padding zeros included. */
 START_TEST(convert_transposes_in_blocks)
 {
-	char *d = tu_mkdtemp(), *path = tu_path(d, "model.safetensors");
 	static const struct tu_tensor t[] = {{"w", CK_DT_F32, 2, {1200, 700}},
 					     {"h", CK_DT_BF16, 2, {700, 1900}}};
-	tu_write_st(path, t, 2);
-	size_t len;
-	unsigned char *img = tu_read(path, &len);
-	struct ck_err err;
+	char *d;
+	unsigned char *img;
 	struct ck_catalog *tc;
-	ck_assert_msg(ck_catalog_open(d, &tc, &err) == 0, "%s", err.msg);
-	const char *map = "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\", \"share\": true},"
-			  "{\"from\": \"w\", \"to\": \"wp\", \"expr\": \"x.t().pad(1, 1250)\", \"share\": true},"
-			  "{\"from\": \"h\", \"to\": \"ht\", \"expr\": \"x.t()\"}]}";
-	struct ck_mapping *m;
-	struct ck_plan *p;
-	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
-	ck_assert_msg(ck_plan_build(tc, &m, 1, &p, &err) == 0, "%s", err.msg);
-	ck_mapping_free(m);
+	struct ck_err err;
+	struct ck_plan *p = own_plan(
+	    t, 2,
+	    "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\", \"share\": true},"
+	    "{\"from\": \"w\", \"to\": \"wp\", \"expr\": \"x.t().pad(1, 1250)\", \"share\": true},"
+	    "{\"from\": \"h\", \"to\": \"ht\", \"expr\": \"x.t()\"}]}",
+	    &d, &img, &tc);
+	size_t len;
 	for (uint32_t k = 0; k < 3; k++)
 		ck_assert_int_eq(ck_engine_block_dim(&(struct ck_engine){.plan = p, .window_max = 65536}, k),
 				 1);
@@ -438,7 +448,6 @@ START_TEST(convert_transposes_in_blocks)
 	ck_catalog_free(tc);
 	free(img);
 	tu_rmtree(d);
-	free(path);
 	free(d);
 }
 END_TEST
