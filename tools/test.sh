@@ -40,7 +40,7 @@ meson compile -C build-asan >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	meson test -C build-asan --print-errorlogs --timeout-multiplier 3 || rc=1
 
-echo "== build-tsan: ThreadSanitizer, the mount suites (daemon threads, cache, FUSE) and the planner's and catalog's threads"
+echo "== build-tsan: ThreadSanitizer, the mount suites (daemon threads, cache, FUSE), the planner's, catalog's, convert's and diff's threads"
 setup build-tsan -Dcuda=disabled -Db_sanitize=thread -Db_lundef=false
 meson compile -C build-tsan >/dev/null
 TSAN_OPTIONS=halt_on_error=1 meson test -C build-tsan --suite mount --suite threads --print-errorlogs || rc=1

@@ -173,7 +173,7 @@ static int compare_blocks(struct job *j, size_t k, struct ck_eval_ctx *ca, struc
 	if (dim < 0)
 		dim = ck_engine_block_dim(&j->eb, j->ib[k]);
 	if (dim < 0 || ta->qtype || tb->qtype || ta->v.ndim != tb->v.ndim ||
-	    memcmp(ta->v.shape, tb->v.shape, sizeof ta->v.shape))
+	    memcmp(ta->v.shape, tb->v.shape, (size_t)ta->v.ndim * sizeof *ta->v.shape))
 		return 1;
 	size_t wa = ck_dtype_size(ta->v.dtype), wb = ck_dtype_size(tb->v.dtype);
 	struct ck_blocks b;
