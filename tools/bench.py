@@ -591,10 +591,11 @@ def main():
     hwm = m.hwm_kib() * 1024
     s = m.stats()
     m.close()
-    # per evaluator: its chunks, a 32 MiB staging window and a 32 MiB buffer for a large
-    # transpose's chunks; + 10 FUSE threads' streamed reads: a staging window (32 MiB at
-    # most) and a reply buffer
-    bound = cache + threads * (max(gmax, 4 * MB) + 64 * MB) + 10 * 34 * MB + 64 * MB
+    # per evaluator: its chunks, a 32 MiB staging window and a buffer for a large
+    # transpose's chunks (max(32 MiB, cache_size / 4 / threads)); + 10 FUSE threads'
+    # streamed reads: a staging window (32 MiB at most) and a reply buffer
+    bound = (cache + threads * (max(gmax, 4 * MB) + 32 * MB + max(32 * MB, cache // 4 // threads))
+             + 10 * 34 * MB + 64 * MB)
     print(f"{'peak RSS reading 4x cache_size (' + str(cache // MB) + ' MiB cache)':58s} "
           f"{hwm / MB:8.0f} MiB  bound {bound / MB:.0f} MiB ({'within' if hwm <= bound else 'OVER'}); "
           f"{s['cache_evictions']} evictions")

@@ -648,11 +648,17 @@ static void pace(struct ck_cache *c, struct job *j, size_t i, int *unpaced)
 
 /* How many of a job's entries from i on to evaluate in one engine read:
  * the consecutive chunks of one target that ck_engine_read_span asks to
- * read together (a large transposed source is read once per read), else 1. */
+ * read together (a large transposed source is read once per read), else 1.
+ * Such a read takes as many chunks as a quarter of the budget shared by the
+ * evaluators holds, at least the window's worth: a 131 MB lm_head kernel
+ * under a 6 GiB cache is one read of its source, not eight. */
 static size_t batch_len(const struct ck_cache *c, const struct job *j, size_t i)
 {
 	const struct entry *e = j->ents[i];
 	uint64_t span = ck_engine_read_span(&c->eng, e->target), bytes = e->len;
+	uint64_t share = c->o.cache_size / 4 / (uint64_t)c->o.threads;
+	if (span && share > span)
+		span = share;
 	size_t k = 1;
 	while (i + k < j->n && j->ents[i + k]->target == e->target &&
 	       j->ents[i + k]->chunk == e->chunk + k && bytes + j->ents[i + k]->len <= span)

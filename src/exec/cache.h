@@ -9,7 +9,9 @@
  *
  * Memory bound: cache_size, plus the chunks being evaluated (at most
  * `threads` jobs of at most max(group_max, chunk) bytes each) and each
- * evaluator's staging window (CK_WINDOW_MAX), plus in-flight read buffers. */
+ * evaluator's staging window (CK_WINDOW_MAX) and buffer for a large
+ * transpose's chunks (max(CK_WINDOW_MAX, cache_size / 4 / threads)), plus
+ * in-flight read buffers. */
 #ifndef CK_CACHE_H
 #define CK_CACHE_H
 
