@@ -385,6 +385,22 @@ static struct entry *new_entry(struct ck_cache *c, uint32_t t, uint64_t k)
 }
 
 /* Under the lock: create the loading entries and queue their job. */
+/* The chunks from k on of a target evaluated by region that one job
+ * evaluates: a large transpose's (ck_engine_read_span) as many as a
+ * quarter of the budget shared by the evaluators holds, one read of its
+ * source for them all (batch_len), where a job per chunk reads all of it
+ * for each; else 1. */
+static size_t transpose_run(const struct ck_cache *c, uint32_t t, uint64_t k)
+{
+	if (!ck_engine_read_span(&c->eng, t))
+		return 1;
+	uint64_t nk = (c->plan->t[t].nbytes + c->o.chunk - 1) / c->o.chunk;
+	uint64_t run = c->o.cache_size / 4 / (uint64_t)c->o.threads / c->o.chunk;
+	if (run > nk - k)
+		run = nk - k;
+	return run ? (size_t)run : 1;
+}
+
 static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
 {
 	const struct ck_plan *p = c->plan;
@@ -398,6 +414,8 @@ static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
 		cap = 0;
 		for (size_t i = 0; i < g->n_targets; i++)
 			cap += (p->t[g->targets[i]].nbytes + c->o.chunk - 1) / c->o.chunk;
+	} else {
+		cap = transpose_run(c, t, k);
 	}
 	j->ents = malloc((cap ? cap : 1) * sizeof *j->ents);
 	struct entry *mine = j->ents ? new_entry(c, t, k) : NULL;
@@ -408,6 +426,12 @@ static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
 	}
 	j->ents[j->n++] = mine;
 	j->group = whole;
+	for (uint64_t q = k + 1; !whole && q < k + cap && !find(c, t, q); q++) {
+		struct entry *e = new_entry(c, t, q);
+		if (!e)
+			break;
+		j->ents[j->n++] = e;
+	}
 	for (size_t i = 0; whole && i < g->n_targets; i++) {
 		uint32_t u = g->targets[i];
 		/* a member read straight from its file (a rename beside a

@@ -522,6 +522,24 @@ START_TEST(large_transpose_read_in_batches)
 }
 END_TEST
 
+/* The same transpose in a group above group_max, evaluated by region: the
+ * first read's job takes the chunks after it as far as the budget's share
+ * goes (here all 128: one read of the source, where a job per chunk read
+ * all of it for each, 128x), and later reads find them. Every byte right. */
+START_TEST(large_transpose_regions_batched)
+{
+	struct ck_cache *c = cache_of((struct ck_cache_opts){
+		.cache_size = 64 << 20, .chunk = 64 << 10, .group_max = 1 << 20, .threads = 1,
+		.no_prefetch = 1, .window_max = 1 << 20});
+	check_range(c, "nt", 0, plan->t[tidx("nt")].nbytes);
+	struct ck_cache_stats s;
+	ck_cache_get_stats(c, &s);
+	ck_assert_uint_eq(s.source_bytes_read, (uint64_t)NR * NC * 4);
+	ck_assert_uint_eq(s.regions_evaluated, 1);
+	ck_cache_free(c);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("cache");
@@ -539,6 +557,7 @@ int main(void)
 	tcase_add_test(tc, prefetch_paced_behind_a_busy_reader);
 	tcase_add_test(tc, regions_read_ahead);
 	tcase_add_loop_test(tc, large_transpose_read_in_batches, 0, 2);
+	tcase_add_test(tc, large_transpose_regions_batched);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
