@@ -384,7 +384,6 @@ static struct entry *new_entry(struct ck_cache *c, uint32_t t, uint64_t k)
 	return e;
 }
 
-/* Under the lock: create the loading entries and queue their job. */
 /* The chunks from k on of a target evaluated by region that one job
  * evaluates: a large transpose's (ck_engine_read_span) as many as a
  * quarter of the budget shared by the evaluators holds, one read of its
@@ -401,6 +400,7 @@ static size_t transpose_run(const struct ck_cache *c, uint32_t t, uint64_t k)
 	return run ? (size_t)run : 1;
 }
 
+/* Under the lock: create the loading entries and queue their job. */
 static struct entry *schedule(struct ck_cache *c, uint32_t t, uint64_t k)
 {
 	const struct ck_plan *p = c->plan;

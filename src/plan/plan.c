@@ -52,9 +52,9 @@ struct stage {
 	struct ck_err *err;
 	struct ck_lint lint;	   /* the current rule's first ambiguity */
 	struct ck_warnings *warn; /* where a rule's lint goes */
-	int threads;		   /* for a rule's instances: 0 as many as pay */
-	/* a worker's copy of the stage (run_instances): the shared parts are
-	 * read only, and the outputs its instances make wait in *pend */
+	int threads;		   /* for a rule's work on many keys: 0 as many as pay */
+	/* a worker's copy of the stage (run_pieces): the shared parts are read
+	 * only, and the outputs its instances make wait in *pend */
 	struct pending *pend;
 };
 
@@ -784,9 +784,9 @@ static int shape_inputs(struct stage *st)
 	return rc;
 }
 
-/* ---- a rule's instances on several threads ---- */
+/* ---- a rule's work on several threads: matching, group keys, instances ---- */
 
-/* Instance i of a rule on stage st (the stage, or a worker's copy). */
+/* Item i of a rule's work on stage st (the stage, or a worker's copy). */
 typedef int (*instance_fn)(struct stage *st, const void *ctx, size_t i);
 
 /* Pieces per thread: instances differ in cost (a layer's experts, a norm) */
