@@ -384,6 +384,13 @@ static struct entry *new_entry(struct ck_cache *c, uint32_t t, uint64_t k)
 	return e;
 }
 
+/* Bytes of a large transpose's chunks one engine read takes: a quarter of
+ * the budget shared by the evaluators. */
+static uint64_t transpose_share(const struct ck_cache *c)
+{
+	return c->o.cache_size / 4 / (uint64_t)c->o.threads;
+}
+
 /* The chunks from k on of a target evaluated by region that one job
  * evaluates: a large transpose's (ck_engine_read_span) as many as a
  * quarter of the budget shared by the evaluators holds, one read of its
@@ -394,7 +401,7 @@ static size_t transpose_run(const struct ck_cache *c, uint32_t t, uint64_t k)
 	if (!ck_engine_read_span(&c->eng, t))
 		return 1;
 	uint64_t nk = (c->plan->t[t].nbytes + c->o.chunk - 1) / c->o.chunk;
-	uint64_t run = c->o.cache_size / 4 / (uint64_t)c->o.threads / c->o.chunk;
+	uint64_t run = transpose_share(c) / c->o.chunk;
 	if (run > nk - k)
 		run = nk - k;
 	return run ? (size_t)run : 1;
@@ -680,7 +687,7 @@ static size_t batch_len(const struct ck_cache *c, const struct job *j, size_t i)
 {
 	const struct entry *e = j->ents[i];
 	uint64_t span = ck_engine_read_span(&c->eng, e->target), bytes = e->len;
-	uint64_t share = c->o.cache_size / 4 / (uint64_t)c->o.threads;
+	uint64_t share = transpose_share(c);
 	if (span && share > span)
 		span = share;
 	size_t k = 1;

@@ -107,12 +107,12 @@ int ck_keyshapes_ids(struct ck_keyshapes *ks, size_t n, const char *(*key)(const
 				return -1;
 		return 0;
 	}
-	size_t np = (size_t)threads * SHAPE_PIECES < n ? (size_t)threads * SHAPE_PIECES : n;
+	size_t np = ck_pieces(n, threads, SHAPE_PIECES);
 	struct shape_piece *p = calloc(np, sizeof *p);
 	if (!p)
 		return -1;
 	for (size_t t = 0; t < np; t++)
-		p[t].a = n * t / np, p[t].b = n * (t + 1) / np;
+		p[t].a = ck_piece_start(n, np, t), p[t].b = ck_piece_start(n, np, t + 1);
 	struct shape_job j = {key, ctx, ids, p};
 	ck_parallel_for(np, threads, shape_piece, &j);
 	int rc = 0;

@@ -838,12 +838,12 @@ static int run_pieces(struct stage *st, const struct ck_rule *r, size_t n, int t
 				return -1;
 		return 0;
 	}
-	size_t np = (size_t)threads * PAR_PIECES < n ? (size_t)threads * PAR_PIECES : n;
+	size_t np = ck_pieces(n, threads, PAR_PIECES);
 	struct pending *pc = calloc(np, sizeof *pc);
 	if (!pc)
 		return nomem(st->err);
 	for (size_t t = 0; t < np; t++)
-		pc[t].a = n * t / np, pc[t].b = n * (t + 1) / np;
+		pc[t].a = ck_piece_start(n, np, t), pc[t].b = ck_piece_start(n, np, t + 1);
 	struct par p = {st, fn, ctx, pc};
 	ck_parallel_for(np, threads, par_piece, &p);
 	int rc = 0;

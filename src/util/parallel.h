@@ -16,4 +16,18 @@ int ck_cpu_count(void);
  * be started the others do its share: this never fails. */
 void ck_parallel_for(size_t n, int threads, void (*task)(void *ctx, size_t i), void *ctx);
 
+/* n items cut into `per` pieces for each of `threads` threads (at most n
+ * pieces): how many, and where piece t of np starts (piece t ends where
+ * t + 1 starts). */
+static inline size_t ck_pieces(size_t n, int threads, size_t per)
+{
+	size_t np = (size_t)threads * per;
+	return np < n ? np : n;
+}
+
+static inline size_t ck_piece_start(size_t n, size_t np, size_t t)
+{
+	return n * t / np;
+}
+
 #endif
