@@ -51,7 +51,8 @@ int ck_each_seen_add(struct ck_each_seen *s, const struct ck_binding *b, struct 
 				       (long long)s->count[k]);
 		pos = pos * (uint64_t)s->count[k] + (uint64_t)x;
 	}
-	s->bits[pos / 8] |= (uint8_t)(1u << (pos % 8));
+	/* atomic: a rule's matches are marked on several threads */
+	__atomic_fetch_or(&s->bits[pos / 8], (uint8_t)(1u << (pos % 8)), __ATOMIC_RELAXED);
 	return 0;
 }
 

@@ -23,7 +23,7 @@ struct ck_each_seen {
 int ck_each_seen_init(struct ck_each_seen *s, const struct ck_each *each, int n,
 		      const int64_t *counts, size_t n_keys, struct ck_err *err);
 /* Marks b's combination: 0, or -1 with err when a counted value is not a
- * decimal integer below its count. */
+ * decimal integer below its count. Safe on several threads at once. */
 int ck_each_seen_add(struct ck_each_seen *s, const struct ck_binding *b, struct ck_err *err);
 /* The first combination at or after *pos that no key gave: 1 with vals
  * filled (and *pos at it), 0 when there is none. */

@@ -1207,6 +1207,27 @@ static int each_binding(const struct ck_each_seen *s, const int64_t *vals,
 	return 0;
 }
 
+struct each_job {
+	const struct ck_rule *r;
+	const struct match *ms;
+	struct ck_each_seen *s;
+};
+
+/* Match i's combination marked seen; a value that is no count's names the
+ * key it came from. */
+static int each_mark(struct stage *st, const void *ctx, size_t i)
+{
+	const struct each_job *j = ctx;
+	if (ck_each_seen_add(j->s, &j->ms[i].b, st->err) == 0)
+		return 0;
+	char *key = NULL;
+	struct ck_err e2 = {0};
+	ck_pattern_subst(&j->r->in[0].pat, &j->ms[i].b, &key, &e2);
+	int rc = rule_fail(st, j->r, key);
+	free(key);
+	return rc;
+}
+
 /* "each": the rule's matches give every counted combination its "if"
  * keeps, and only those (counts[k]: each[k]'s value, for the reduction). */
 static int check_each(struct stage *st, const struct ck_rule *r, const struct match *ms,
@@ -1224,15 +1245,8 @@ static int check_each(struct stage *st, const struct ck_rule *r, const struct ma
 	struct ck_each_seen s;
 	if (ck_each_seen_init(&s, r->each, r->n_each, counts, nm, st->err) < 0)
 		return rule_fail(st, r, NULL);
-	int rc = 0;
-	for (size_t i = 0; i < nm && rc == 0; i++)
-		if (ck_each_seen_add(&s, &ms[i].b, st->err) < 0) {
-			char *key = NULL;
-			struct ck_err e2 = {0};
-			ck_pattern_subst(&r->in[0].pat, &ms[i].b, &key, &e2);
-			rc = rule_fail(st, r, key);
-			free(key);
-		}
+	struct each_job ej = {r, ms, &s};
+	int rc = run_pieces(st, r, nm, key_threads(st, nm), each_mark, &ej);
 	struct cond_memo cm = {.pat = &r->in[0].pat};
 	if (r->cond_per_key)
 		ck_expr_names(r->cond, memo_name, &cm);

@@ -893,6 +893,12 @@ START_TEST(threads_fail_as_one_thread)
 		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.{w:path}\","
 		 " \"reduce\": \"w\", \"to\": \"r.{L}\", \"expr\": \"x[0]\"}]}",
 		 "{w} = \"experts.0.w1\" is not an integer"},
+		/* "each" counting fewer experts than every layer has: the
+		 * first match past the count, though every piece meets some */
+		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
+		 " \"reduce\": \"E\", \"each\": {\"L\": \"8\", \"E\": \"20\"}, \"to\": \"s.{L}\","
+		 " \"expr\": \"stack(x, 0)\"}]}",
+		 "key \"layers.0.experts.20.w2\": \"each\": {E} = 20 is not below 20 = 20"},
 	};
 	for (size_t k = 0; k < sizeof texts / sizeof *texts; k++) {
 		struct ck_err one;
