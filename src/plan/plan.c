@@ -524,6 +524,22 @@ static int eval_lets(struct stage *st, const struct ck_rule *r, struct env *env)
 	return 0;
 }
 
+/* Where input i's key for reduced value j likely is: the first input's is
+ * where its match was; another's as far from the one taken for value j - 1
+ * (prev) as the first input's keys are apart (w3 of expert E + 1 three keys
+ * after w3 of expert E, as w1's are). consume checks it by name, so a wrong
+ * guess costs a compare; a right one saves a lookup in a map of every key
+ * (33,280 of them planning a 100k-key MoE: 0.7% of its instructions). */
+static uint32_t input_hint(const struct rval *rv, int j, int i, int red, uint32_t hint,
+			   uint32_t prev)
+{
+	if (i == 0)
+		return red ? rv[j].key : hint;
+	if (!red || j == 0 || prev == NO_HINT)
+		return NO_HINT;
+	return prev + (rv[j].key - rv[j - 1].key); /* unsigned: a wrap is out of range */
+}
+
 /* b binds every non-reduced capture; rv are the reduced capture's values;
  * hint: the input the match found for the first input, if not reduced */
 static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_binding *b,
@@ -553,6 +569,7 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				goto out;
 			}
 		}
+		uint32_t prev = NO_HINT; /* the input taken for value j - 1 */
 		for (int j = 0; j < cnt; j++) {
 			char num[CK_FMT_INT_MAX], *key;
 			struct ck_binding bb; /* borrowed: b plus the reduced capture */
@@ -567,12 +584,12 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				goto out;
 			}
 			struct skey *k;
-			uint32_t h = i ? NO_HINT : red ? rv[j].key : hint;
-			s = consume(st, r, key, r->share, h, &k);
+			s = consume(st, r, key, r->share, input_hint(rv, j, i, red, hint, prev), &k);
 			free(key);
 			struct ck_xval *slot = red ? &inputs[i].items[inputs[i].n++] : &inputs[i];
 			if (s < 0)
 				goto out;
+			prev = (uint32_t)(k - st->in);
 			slot->kind = XV_TENSOR;
 			if (key_value(st->cat, k, &slot->t, st->err) < 0)
 				goto out;

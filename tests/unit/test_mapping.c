@@ -916,6 +916,88 @@ START_TEST(threads_fail_as_one_thread)
 }
 END_TEST
 
+/* The source each piece of target name reads, against the catalog's index
+ * of the key expected there. */
+static void pieces_read(const struct ck_catalog *c, const struct ck_plan *p, const char *name,
+			char keys[][48], size_t n)
+{
+	const struct ck_target *t = find(p, name);
+	ck_assert_uint_eq(t->v.n, n);
+	for (size_t k = 0; k < n; k++) {
+		const struct ck_catalog_entry *e = ck_catalog_find(c, keys[k]);
+		ck_assert_msg(e, "%s", keys[k]);
+		ck_assert_msg(t->v.p[k].src == (uint32_t)(e - c->entries), "%s piece %zu is not %s",
+			      name, k, keys[k]);
+	}
+}
+
+/* A reduction's second input is found from guesses (w3 of the next expert
+ * as far from this one's as w1's are apart) checked by name: keys spaced
+ * irregularly (an extra key between w1 and w3 of some experts; between x
+ * and y of some layers, for a rule without reduction) still give each
+ * piece its own source. */
+START_TEST(input_guesses_checked_by_name)
+{
+	char *d = tu_mkdtemp();
+	static char names[4 * (6 * 3 + 4)][48];
+	static struct tu_tensor t[4 * (6 * 3 + 4)];
+	size_t n = 0;
+	static const char *const pair[] = {"x", "xy", "y"};
+	for (int l = 0; l < 4; l++) {
+		/* w2 only of expert 2 in layer 1 and of expert 4 in layer 2 */
+		for (int e = 0; e < 6; e++)
+			for (int w = 1; w <= 3; w++)
+				if (w != 2 || (l == 1 && e == 2) || (l == 2 && e == 4)) {
+					snprintf(names[n], sizeof names[n],
+						 "layers.%d.experts.%d.w%d", l, e, w);
+					t[n] = (struct tu_tensor){names[n], CK_DT_F32, 1, {2}};
+					n++;
+				}
+		for (int k = 0; k < 3; k++) /* x, y of every layer; xy of layers 1 and 3 */
+			if (k != 1 || l % 2) {
+				snprintf(names[n], sizeof names[n], "pair.%d.%s", l, pair[k]);
+				t[n] = (struct tu_tensor){names[n], CK_DT_F32, 1, {2}};
+				n++;
+			}
+	}
+	char *path = tu_path(d, "model.safetensors");
+	tu_write_st(path, t, n);
+	free(path);
+	struct ck_catalog *c;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	const char *text =
+		"{\"unused\": \"keep\", \"rules\": ["
+		"{\"from\": {\"w1\": \"layers.{L}.experts.{E}.w1\","
+		" \"w3\": \"layers.{L}.experts.{E}.w3\"}, \"reduce\": \"E\", \"to\": \"w13.{L}\","
+		" \"expr\": \"cat([stack(w1, 0), stack(w3, 0)], 1)\"},"
+		"{\"from\": {\"x\": \"pair.{L}.x\", \"y\": \"pair.{L}.y\"}, \"to\": \"xy.{L}\","
+		" \"expr\": \"cat([x, y], 0)\"}]}";
+	for (int threads = 1; threads <= 3; threads += 2) {
+		struct ck_plan *p = plan_threads(c, text, threads, &err);
+		ck_assert_msg(p, "%s", err.msg);
+		for (int l = 0; l < 4; l++) {
+			char keys[12][48], name[16];
+			for (int e = 0; e < 6; e++) {
+				snprintf(keys[e], sizeof keys[e], "layers.%d.experts.%d.w1", l, e);
+				snprintf(keys[6 + e], sizeof keys[e], "layers.%d.experts.%d.w3", l,
+					 e);
+			}
+			snprintf(name, sizeof name, "w13.%d", l);
+			pieces_read(c, p, name, keys, 12);
+			snprintf(keys[0], sizeof keys[0], "pair.%d.x", l);
+			snprintf(keys[1], sizeof keys[1], "pair.%d.y", l);
+			snprintf(name, sizeof name, "xy.%d", l);
+			pieces_read(c, p, name, keys, 2);
+		}
+		ck_plan_free(p);
+	}
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(d);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("mapping");
@@ -936,6 +1018,7 @@ int main(void)
 	tcase_add_test(tc, key_shapes_on_threads);
 	tcase_add_test(tc, threads_plan_as_one_thread);
 	tcase_add_test(tc, threads_fail_as_one_thread);
+	tcase_add_test(tc, input_guesses_checked_by_name);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
