@@ -355,7 +355,7 @@ START_TEST(natural_order)
 END_TEST
 
 struct named {
-	char name[24];
+	char name[48];
 	int payload; /* moves with its name */
 };
 
@@ -386,26 +386,39 @@ static void same_order(const struct named *a, const struct named *b, size_t n)
 
 /* The encoded sort against qsort with the comparator, on names built to hit
  * the edges: digit runs with leading zeros, runs longer than 8 digits, runs
- * next to letters, dots and bytes above 0x7f, prefixes of each other. */
+ * next to letters, dots and bytes above 0x7f, prefixes of each other, names
+ * up to 39 bytes with digits from rare (runs of letters longer than the
+ * encoder's 8-byte words, digits at every place in a word) to most bytes. */
 START_TEST(natural_sort_matches_comparator)
 {
-	static const char alpha[] = {'0', '0', '1', '7', '9', 'a', 'z', '.', '_', (char)0xc3,
-				     '/', 'A', '5'};
+	static const char digits[] = {'0', '0', '1', '7', '9', '5'};
+	static const char other[] = {'a', 'z', '.', '_', (char)0xc3, '/', 'A'};
+	static const unsigned digit_in_100[] = {3, 20, 40, 70};
 	unsigned seed = 12345;
-	for (int round = 0; round < 200; round++) {
+	for (int round = 0; round < 400; round++) {
 		size_t n = 1 + (size_t)(round * 7 % 300);
 		struct named *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
 		ck_assert_ptr_nonnull(a);
 		ck_assert_ptr_nonnull(b);
 		for (size_t i = 0; i < n; i++) {
 			seed = seed * 1103515245u + 12345u;
-			int len = (int)(seed >> 16) % 20;
+			int len = (int)(seed >> 16) % 40;
 			for (int k = 0; k < len; k++) {
 				seed = seed * 1103515245u + 12345u;
-				a[i].name[k] = alpha[(seed >> 16) % sizeof alpha];
+				unsigned r = seed >> 16;
+				a[i].name[k] = r % 100 < digit_in_100[round % 4]
+						       ? digits[(r / 100) % sizeof digits]
+						       : other[(r / 100) % sizeof other];
 			}
 			if (i > 0 && seed % 5 == 0) /* a prefix of an earlier name */
 				memcpy(a[i].name, a[i - 1].name, (size_t)len), a[i].name[len / 2] = 0;
+			if (round % 5 == 4) { /* keys: long shared prefixes, numbers in them */
+				static const char *const pre[] = {"l.", "layers.", "model.layers.",
+								  "model.decoder.layers."};
+				unsigned r = seed >> 8;
+				snprintf(a[i].name, sizeof a[i].name, "%s%0*u.mlp.%u.w",
+					 pre[r % 4], (int)(r / 4 % 4), r / 16 % 1200, r / 19200 % 30);
+			}
 			a[i].payload = (int)i;
 		}
 		memcpy(b, a, n * sizeof *a);
@@ -443,6 +456,57 @@ START_TEST(natural_sort_of_runs)
 		free(a);
 		free(b);
 	}
+}
+END_TEST
+
+struct long_named {
+	char *name;
+	int payload;
+};
+
+static const char *long_name(const void *r)
+{
+	return ((const struct long_named *)r)->name;
+}
+
+static int cmp_long_ref(const void *x, const void *y)
+{
+	const struct long_named *a = x, *b = y;
+	int c = ck_natural_cmp(a->name, b->name);
+	return c ? c : strcmp(a->name, b->name);
+}
+
+/* Numbers of every length around the encoding's one-byte and two-byte
+ * length limits (255 digits, 255 * 255), with leading zeros, all nines and
+ * a one then zeros: sorted as the comparator orders them. */
+START_TEST(natural_sort_long_numbers)
+{
+	static const size_t lens[] = {1, 2, 8, 9, 253, 254, 255, 256, 300, 509, 510, 511, 65025, 65026};
+	enum { NL = sizeof lens / sizeof *lens, PER = 4 };
+	struct long_named a[NL * PER], b[NL * PER];
+	size_t n = 0;
+	for (size_t l = 0; l < NL; l++)
+		for (int kind = 0; kind < PER; kind++, n++) {
+			char *nm = malloc(lens[l] + 8);
+			ck_assert_ptr_nonnull(nm);
+			memcpy(nm, "k.", 2);
+			memset(nm + 2, kind == 1 ? '9' : '0', lens[l]);
+			if (kind == 0 || kind == 3)
+				nm[2] = '1'; /* 10...0 */
+			if (kind == 3)
+				nm[2 + lens[l] - 1] = '7'; /* 10...7 */
+			if (kind == 2)
+				nm[2 + lens[l] - 1] = '5'; /* 0...05: the number 5 */
+			memcpy(nm + 2 + lens[l], ".w", 3);
+			a[(n * 5) % (NL * PER)] = (struct long_named){nm, (int)n}; /* shuffled */
+		}
+	memcpy(b, a, sizeof a);
+	qsort(b, n, sizeof *b, cmp_long_ref);
+	ck_natural_sort(a, n, sizeof *a, long_name);
+	for (size_t i = 0; i < n; i++)
+		ck_assert_str_eq(a[i].name, b[i].name);
+	for (size_t i = 0; i < n; i++)
+		free(a[i].name);
 }
 END_TEST
 
@@ -705,6 +769,7 @@ int main(void)
 	tcase_add_test(tc, natural_order);
 	tcase_add_test(tc, natural_sort_of_runs);
 	tcase_add_test(tc, natural_sort_matches_comparator);
+	tcase_add_test(tc, natural_sort_long_numbers);
 	tcase_add_test(tc, natural_sort_on_threads);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
