@@ -342,6 +342,12 @@ int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_bind
 int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,
 		     struct ck_err *err)
 {
+	return ck_pattern_subst_in(p, b, NULL, 0, out, err);
+}
+
+int ck_pattern_subst_in(const struct ck_pattern *p, const struct ck_binding *b, char *buf,
+			size_t cap, char **out, struct ck_err *err)
+{
 	/* each token's text and length once: keys are built per rule instance */
 	const char *part[2 * CK_MAX_CAPTURES + 1];
 	size_t plen[2 * CK_MAX_CAPTURES + 1], len = 1;
@@ -356,7 +362,7 @@ int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, cha
 		part[i] = v;
 		len += plen[i] = p->tok[i].lit ? p->tok[i].lit_len : strlen(v);
 	}
-	char *s = malloc(len), *o = s;
+	char *s = len <= cap ? buf : malloc(len), *o = s;
 	if (!s)
 		return ck_fail_sys(err, ENOMEM, "pattern");
 	for (int i = 0; i < n; i++) {

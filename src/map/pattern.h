@@ -51,6 +51,10 @@ int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_bind
 /* Substitute b into p. Returns -1 with err naming the capture if unbound. */
 int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,
 		     struct ck_err *err);
+/* The same into buf (cap bytes) when the key fits there (*out == buf), else
+ * into a new allocation: a plan builds a key per input of each instance. */
+int ck_pattern_subst_in(const struct ck_pattern *p, const struct ck_binding *b, char *buf,
+			size_t cap, char **out, struct ck_err *err);
 int ck_pattern_has_capture(const struct ck_pattern *p, const char *name);
 const char *ck_binding_get(const struct ck_binding *b, const char *name);
 int ck_binding_set(struct ck_binding *b, const char *name, const char *val);

@@ -28,15 +28,12 @@ static int split_last(const char *rest, enum ck_opt_form f, struct ck_opt_key *k
 
 /* Megatron's distributed-optimizer buffers: "optimizer.distributed.*", or
  * a key naming per_bucket_numel anywhere. Every key of every checkpoint is
- * asked: the first byte first, and strchr from one 'p' to the next. */
+ * asked: the first byte first, and libc's vectorised strstr. */
 static int is_dist_buffer(const char *key)
 {
 	if (key[0] == 'o' && has_prefix(key, "optimizer.distributed."))
 		return 1;
-	for (const char *q = strchr(key, 'p'); q; q = strchr(q + 1, 'p'))
-		if (!strncmp(q, "per_bucket_numel", 16))
-			return 1;
-	return 0;
+	return strstr(key, "per_bucket_numel") != NULL;
 }
 
 int ck_opt_classify(const char *key, struct ck_opt_key *k, struct ck_err *err)

@@ -578,14 +578,17 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				nomem(st->err);
 				goto out;
 			}
-			int s = ck_pattern_subst(&r->in[i].pat, red ? &bb : b, &key, st->err);
+			char kbuf[256];
+			int s = ck_pattern_subst_in(&r->in[i].pat, red ? &bb : b, kbuf, sizeof kbuf,
+						    &key, st->err);
 			if (s < 0) {
 				rule_fail(st, r, NULL);
 				goto out;
 			}
 			struct skey *k;
 			s = consume(st, r, key, r->share, input_hint(rv, j, i, red, hint, prev), &k);
-			free(key);
+			if (key != kbuf)
+				free(key);
 			struct ck_xval *slot = red ? &inputs[i].items[inputs[i].n++] : &inputs[i];
 			if (s < 0)
 				goto out;
