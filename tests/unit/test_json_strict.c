@@ -264,6 +264,80 @@ START_TEST(reader_refuses_what_the_scan_refuses)
 }
 END_TEST
 
+/* The header of one tensor whose shape list is written as given (its data
+ * offsets [0,end]): 0 or -1, its dims in dims (ndim in *nd), the message
+ * with the offset of a syntax error left out. */
+static int shape_list_header(const char *list, int end, int64_t *dims, int *nd, char *msg,
+			     size_t cap)
+{
+	char doc[512];
+	size_t n = (size_t)snprintf(doc, sizeof doc,
+				    "{\"w\":{\"dtype\":\"U8\",\"shape\":%s,\"data_offsets\":[0,%d]}}",
+				    list, end);
+	struct ck_file_tensors h;
+	struct ck_st_span *spans = NULL;
+	struct ck_err err;
+	memset(&h, 0, sizeof h);
+	int rc = ck_st_header_json(doc, n, "t", 1, &h, &spans, &err);
+	if (rc == 0) {
+		*nd = h.tensors[0].ndim;
+		memcpy(dims, h.tensors[0].shape, sizeof h.tensors[0].shape);
+		msg[0] = '\0';
+	} else {
+		size_t k = 0;
+		for (const char *c = err.msg; *c && k + 1 < cap; c++) {
+			msg[k++] = *c;
+			if (!strncmp(c, "offset ", 7)) /* a space more: one byte later */
+				for (c += 6; c[1] >= '0' && c[1] <= '9';)
+					c++;
+		}
+		msg[k] = '\0';
+	}
+	ck_file_tensors_free(&h);
+	free(spans);
+	return rc;
+}
+
+/* Integer lists as writers put them ("[2,3]") are read by a fast path; the
+ * same list after a space ("[ 2,3]") by the general reader. Both readings
+ * agree, values and verdicts, over lists at every edge: empty, one to nine
+ * numbers, 15 to 17 digits, leading zeros, signs, fractions, exponents,
+ * spaces inside, missing and extra commas, other values. */
+START_TEST(compact_int_lists_read_as_spaced)
+{
+	static const char *const lists[] = {
+		"[]", "[0]", "[7]", "[2,3]", "[10,0,4]", "[1,2,3,4,5,6,7,8]", "[1,2,3,4,5,6,7,8,9]",
+		"[999999999999999]", "[1000000000000000]", "[9007199254740992]",
+		"[9007199254740993]", "[12345678901234567]", "[01]", "[0,04]", "[00]", "[-1]",
+		"[1,-0]", "[1.5]", "[1e3]", "[2E1]", "[1,]", "[,1]", "[1 ,2]", "[1, 2]", "[1,2 ]",
+		"[1,,2]", "[1", "[1,2", "[\"1\"]", "[true]", "[null,1]", "[[1]]", "[1]x", "[1}",
+		"[1,{}]", "[3]]"};
+	for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
+		char spaced[64];
+		snprintf(spaced, sizeof spaced, "[ %s", lists[i] + 1);
+		int64_t da[CK_MAX_DIMS], db[CK_MAX_DIMS];
+		int na = -1, nb = -1;
+		char ma[1024], mb[1024];
+		int ra = shape_list_header(lists[i], 1, da, &na, ma, sizeof ma);
+		int rb = shape_list_header(spaced, 1, db, &nb, mb, sizeof mb);
+		ck_assert_msg(ra == rb, "%s: %d, spaced %d (%s / %s)", lists[i], ra, rb, ma, mb);
+		ck_assert_msg(!strcmp(ma, mb), "%s: \"%s\" against \"%s\"", lists[i], ma, mb);
+		if (ra == 0) {
+			ck_assert_int_eq(na, nb);
+			for (int d = 0; d < na; d++)
+				ck_assert_int_eq(da[d], db[d]);
+		}
+	}
+	/* and against the numbers themselves */
+	int64_t d[CK_MAX_DIMS];
+	int nd;
+	char m[1024];
+	ck_assert_int_eq(shape_list_header("[999999999999999,0,12]", 0, d, &nd, m, sizeof m), 0);
+	ck_assert_int_eq(nd, 3);
+	ck_assert(d[0] == 999999999999999LL && d[1] == 0 && d[2] == 12);
+}
+END_TEST
+
 /* Integers of every length from 1 to 20 digits, a non-digit at every
  * position, against strtoull: the reader checks the 2^53 bound once, after
  * the digits, and refuses a run of more than 16 (whose value wrapped). */
@@ -435,6 +509,7 @@ int main(void)
 	tcase_add_test(tc, keys_are_case_sensitive);
 	tcase_add_test(tc, field_names_in_any_spelling);
 	tcase_add_test(tc, hundred_thousand_keys);
+	tcase_add_test(tc, compact_int_lists_read_as_spaced);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
