@@ -138,17 +138,20 @@ int ck_value_leaf(struct ck_value *v, uint32_t src, enum ck_dtype dt, int ndim,
 	memcpy(v->shape, shape, (size_t)ndim * sizeof *shape);
 	if (ck_value_numel(v) == 0)
 		return 0; /* an empty tensor reads nothing */
-	struct ck_piece p;
-	memset(&p, 0, sizeof p);
-	p.src = src;
+	/* built where it stays (a plan makes a leaf per source key) */
+	struct ck_piece *p = calloc(1, sizeof *p);
+	if (!p)
+		return oom(err);
+	p->src = src;
 	int64_t s = 1;
 	for (int d = ndim - 1; d >= 0; d--) {
-		p.hi[d] = shape[d];
-		p.stride[d] = s;
+		p->hi[d] = shape[d];
+		p->stride[d] = s;
 		s *= shape[d];
 	}
-	size_t cap = 0;
-	return push(v, &cap, &p, err);
+	v->p = p;
+	v->n = 1;
+	return 0;
 }
 
 int ck_value_copy(struct ck_value *dst, const struct ck_value *src, struct ck_err *err)
