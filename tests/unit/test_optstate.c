@@ -110,12 +110,14 @@ START_TEST(classify)
 					 &k, &err),
 			 -1);
 	ck_assert_ptr_nonnull(strstr(err.msg, "fully_sharded_model_space"));
-	/* per_bucket_numel anywhere in a key, after other 'p's too */
+	/* per_bucket_numel anywhere in a key, after other 'p's and '_'s too */
 	static const char *const buckets[] = {"per_bucket_numel", "optimizer.per_bucket_numel",
-					      "x.pper_bucket_numel_unpadded", "sparse.pp.per_bucket_numel"};
+					      "x.pper_bucket_numel_unpadded", "sparse.pp.per_bucket_numel",
+					      "a_b_per_bucket_numel", "_per_bucket_numel", "p_r.per_bucket_numel"};
 	for (size_t i = 0; i < sizeof buckets / sizeof *buckets; i++)
 		ck_assert_msg(ck_opt_classify(buckets[i], &k, &err) == -1, "%s", buckets[i]);
 	ck_assert_int_eq(ck_opt_classify("model.per_bucket_nume", &k, &err), 0);
+	ck_assert_int_eq(ck_opt_classify("er_bucket_numel", &k, &err), 0);
 	ck_assert_int_eq(ck_opt_classify("optimizer.distributed", &k, &err), 0); /* no "." after it */
 	char *n = ck_opt_name("optimizer.state.{state}.{param}", "d.0.qkv", "exp_avg");
 	ck_assert_str_eq(n, "optimizer.state.exp_avg.d.0.qkv");
