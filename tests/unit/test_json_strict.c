@@ -311,7 +311,8 @@ START_TEST(compact_int_lists_read_as_spaced)
 		"[9007199254740993]", "[12345678901234567]", "[01]", "[0,04]", "[00]", "[-1]",
 		"[1,-0]", "[1.5]", "[1e3]", "[2E1]", "[1,]", "[,1]", "[1 ,2]", "[1, 2]", "[1,2 ]",
 		"[1,,2]", "[1", "[1,2", "[\"1\"]", "[true]", "[null,1]", "[[1]]", "[1]x", "[1}",
-		"[1,{}]", "[3]]"};
+		"[1,{}]", "[3]]", "[1:2]", "[3;]", "[4/]", "[5?]", "[6>7]", "[1234567:]",
+		"[12345678<]", "[123456789=1]", "[1234567890123/]", "[12\x80]", "[12\xb9]"};
 	for (size_t i = 0; i < sizeof lists / sizeof *lists; i++) {
 		char spaced[64];
 		snprintf(spaced, sizeof spaced, "[ %s", lists[i] + 1);
@@ -328,6 +329,71 @@ START_TEST(compact_int_lists_read_as_spaced)
 				ck_assert_int_eq(da[d], db[d]);
 		}
 	}
+	/* numbers of every length, 1 to 17 digits, of every digit, in lists of
+	 * one to three, against strtoull: the fast path reads eight bytes at a
+	 * time where eight are left (the shape list) and one by one at the end
+	 * of the text (the offsets, last) */
+	unsigned seed = 4242u;
+	for (int len = 1; len <= 17; len++)
+		for (int round = 0; round < 60; round++) {
+			char num[3][24], list[96], offs[64];
+			int cnt = 1 + round % 3;
+			for (int q = 0; q < cnt; q++) {
+				for (int c = 0; c < len; c++) {
+					seed = seed * 1103515245u + 12345u;
+					num[q][c] = (char)('0' + (seed >> 16) % 10);
+				}
+				if (len > 1 && num[q][0] == '0' && round % 7)
+					num[q][0] = '1' + (char)(round % 9); /* mostly no leading zero */
+				num[q][len] = '\0';
+			}
+			snprintf(list, sizeof list, "[%s%s%s%s%s]", num[0], cnt > 1 ? "," : "",
+				 cnt > 1 ? num[1] : "", cnt > 2 ? "," : "", cnt > 2 ? num[2] : "");
+			int64_t da[CK_MAX_DIMS], db[CK_MAX_DIMS];
+			int na, nb;
+			char ma[1024], mb[1024], spaced[112];
+			snprintf(spaced, sizeof spaced, "[ %s", list + 1);
+			uint64_t product = 1;
+			for (int q = 0; q < cnt; q++)
+				product = strtoull(num[q], NULL, 10) > 0 && product < (1ull << 40)
+						  ? product * strtoull(num[q], NULL, 10)
+						  : 0;
+			int end = product < 1000 ? (int)product : 1;
+			int ra = shape_list_header(list, end, da, &na, ma, sizeof ma);
+			int rb = shape_list_header(spaced, end, db, &nb, mb, sizeof mb);
+			ck_assert_msg(ra == rb && !strcmp(ma, mb), "%s: %d \"%s\" / %d \"%s\"", list, ra,
+				      ma, rb, mb);
+			if (ra == 0)
+				for (int q = 0; q < cnt; q++)
+					ck_assert_msg(da[q] == (int64_t)strtoull(num[q], NULL, 10) &&
+							      db[q] == da[q],
+						      "%s: dim %d", list, q);
+			/* the same number as the last offset, the text's last bytes */
+			char doc[256];
+			snprintf(offs, sizeof offs, "%s", num[0]);
+			size_t n = (size_t)snprintf(doc, sizeof doc,
+						    "{\"w\":{\"dtype\":\"U8\",\"shape\":[],"
+						    "\"data_offsets\":[%s,%s]}}",
+						    "0", offs);
+			struct ck_file_tensors h;
+			struct ck_st_span *spans = NULL;
+			struct ck_err err;
+			memset(&h, 0, sizeof h);
+			int rc = ck_st_header_json(doc, n, "t", 1, &h, &spans, &err);
+			uint64_t v = strtoull(offs, NULL, 10);
+			int valid = len <= 16 && (offs[0] != '0' || len == 1) && v <= (1ull << 53);
+			char said[64]; /* the span the message gives is the value read */
+			snprintf(said, sizeof said, "span %llu bytes", (unsigned long long)v);
+			if (!valid)
+				ck_assert_msg(rc == -1 && !strstr(err.msg, "span"), "%s: %s", offs,
+					      err.msg);
+			else if (v == 1)
+				ck_assert_msg(rc == 0 && spans[0].end == 1, "%s", offs);
+			else
+				ck_assert_msg(rc == -1 && strstr(err.msg, said), "%s: %s", offs, err.msg);
+			ck_file_tensors_free(&h);
+			free(spans);
+		}
 	/* and against the numbers themselves */
 	int64_t d[CK_MAX_DIMS];
 	int nd;
