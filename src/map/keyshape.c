@@ -11,10 +11,10 @@ static int is_digit(char c)
 }
 
 /* key (len bytes) with each non-empty all-digit segment replaced by "0",
- * into s (room for len + 1). Segment by segment: memchr finds the dots and
- * the text between numbers is copied whole (a 100k-key plan shapes every
- * key of every stage). */
-static void shape_into(const char *key, size_t len, char *s)
+ * into s (room for len + 1); returns its length. Segment by segment: memchr
+ * finds the dots and the text between numbers is copied whole (a 100k-key
+ * plan shapes every key of every stage). */
+static size_t shape_into(const char *key, size_t len, char *s)
 {
 	size_t k = 0, from = 0; /* key[from ..) is not copied yet */
 	for (size_t seg = 0;;) {
@@ -34,6 +34,7 @@ static void shape_into(const char *key, size_t len, char *s)
 	}
 	memcpy(s + k, key + from, len - from);
 	s[k + len - from] = '\0';
+	return k + len - from;
 }
 
 int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
@@ -44,10 +45,9 @@ int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
 	char stack[256], *s = len < sizeof stack ? stack : malloc(len + 1);
 	if (!s)
 		return -1;
-	shape_into(key, len, s);
-	uint32_t found;
+	uint32_t h = ck_strmap_hash_n(s, shape_into(key, len, s)), found;
 	int rc = 0;
-	if (ck_strmap_get(&ks->map, s, &found) == 0) {
+	if (ck_strmap_get_h(&ks->map, s, h, &found) == 0) {
 		*id = found;
 		goto out;
 	}
@@ -61,7 +61,7 @@ int ck_keyshapes_id(struct ck_keyshapes *ks, const char *key, uint32_t *id)
 		ks->cap = c;
 	}
 	char *keep = strdup(s);
-	if (!keep || ck_strmap_put(&ks->map, keep, (uint32_t)ks->n, NULL) < 0) {
+	if (!keep || ck_strmap_put_h(&ks->map, keep, h, (uint32_t)ks->n, NULL) < 0) {
 		free(keep);
 		goto out;
 	}

@@ -17,7 +17,11 @@ uint64_t ck_hash_str(const char *s)
  * ck_hash_str: that one is part of the served names and stays FNV-1a. */
 uint32_t ck_strmap_hash(const char *s)
 {
-	size_t n = strlen(s);
+	return ck_strmap_hash_n(s, strlen(s));
+}
+
+uint32_t ck_strmap_hash_n(const char *s, size_t n)
+{
 	uint64_t h = 0x9e3779b97f4a7c15ULL ^ n;
 	for (; n >= 8; s += 8, n -= 8) {
 		uint64_t w;

@@ -33,6 +33,8 @@ int ck_strmap_get(const struct ck_strmap *m, const char *key, uint32_t *val);
  * (a map of 100,000 names is a cache miss per probe; a run of prefetches
  * overlaps them). h must be ck_strmap_hash(key). */
 uint32_t ck_strmap_hash(const char *key);
+/* The same for a key whose length n (strlen) the caller has. */
+uint32_t ck_strmap_hash_n(const char *key, size_t n);
 int ck_strmap_put_h(struct ck_strmap *m, const char *key, uint32_t h, uint32_t val,
 		    uint32_t *existing);
 int ck_strmap_get_h(const struct ck_strmap *m, const char *key, uint32_t h, uint32_t *val);
