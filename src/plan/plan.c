@@ -31,6 +31,7 @@ struct stage {
 	struct ck_strmap out_map; /* built once the rules ran (index_targets) */
 	struct ck_keyshapes shapes; /* of in[0 .. n_shaped) */
 	size_t n_shaped;
+	int by_shape; /* rules find keys by shape (CK_SHAPE_RULES_MIN) */
 	/* in[] indices by shape id, ascending: a rule whose pattern decides by
 	 * shape visits the keys of the shapes it matches, not every key */
 	struct key_list {
@@ -990,6 +991,36 @@ static int collect_candidates(struct stage *st, struct collect *c, const uint32_
 	return rc;
 }
 
+/* The inputs before n_keys the rule may take whose names end with the text
+ * its first pattern ends with (every such input when it ends with a
+ * capture), in order: one pass, and the matches array only as long as
+ * those (on threads, each candidate has a slot). */
+static int collect_by_suffix(struct stage *st, struct collect *c, size_t n_keys)
+{
+	const struct ck_rule *r = c->r;
+	const struct ck_pattern *p = &r->in[0].pat;
+	const struct ck_ptok *last = p->n && p->tok[p->n - 1].lit ? &p->tok[p->n - 1] : NULL;
+	uint32_t *idx = malloc((n_keys ? n_keys : 1) * sizeof *idx);
+	if (!idx)
+		return nomem(st->err);
+	size_t n = 0;
+	for (size_t i = 0; i < n_keys; i++) {
+		const struct skey *k = &st->in[i];
+		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
+			continue;
+		if (last) {
+			size_t len = strlen(k->name);
+			if (len < p->min_len ||
+			    memcmp(k->name + len - last->lit_len, last->lit, last->lit_len))
+				continue;
+		}
+		idx[n++] = (uint32_t)i;
+	}
+	int rc = collect_candidates(st, c, idx, n);
+	free(idx);
+	return rc;
+}
+
 /* The inputs before n_keys of the shapes memo marks (2), in order. Through
  * a bitmap when several shapes do: their lists are each ascending. */
 static int collect_by_shape(struct stage *st, struct collect *c, const struct ck_shape_memo *memo,
@@ -1049,12 +1080,12 @@ static int collect_matches(struct stage *st, const struct ck_rule *r, struct mat
 	if (r->cond_per_key)
 		ck_expr_names(r->cond, memo_name, &c.cm);
 	int rc = -1;
-	if (shape_inputs(st) < 0 || ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0)
+	if (!st->by_shape || !r->in[0].pat.shape_exact)
+		rc = collect_by_suffix(st, &c, n_keys);
+	else if (shape_inputs(st) < 0 || ck_shape_memo_fill(&r->in[0].pat, &st->shapes, &memo) < 0)
 		nomem(st->err);
-	else if (r->in[0].pat.shape_exact)
-		rc = collect_by_shape(st, &c, &memo, n_keys);
 	else
-		rc = collect_candidates(st, &c, NULL, n_keys);
+		rc = collect_by_shape(st, &c, &memo, n_keys);
 	ck_shape_memo_free(&memo);
 	cond_memo_free(&c.cm);
 	return rc;
@@ -1655,6 +1686,15 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 	return ck_plan_run_stage_threads(m, first, lenient, 0, cat, keys, n_keys, warn, err);
 }
 
+/* The rules whose first input's pattern decides by shape. */
+static int shape_rules(const struct ck_mapping *m)
+{
+	int n = 0;
+	for (int i = 0; i < m->n_rules; i++)
+		n += m->rules[i].n_in > 0 && m->rules[i].in[0].pat.shape_exact;
+	return n;
+}
+
 int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient, int threads,
 			      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 			      struct ck_warnings *warn, struct ck_err *err)
@@ -1663,6 +1703,7 @@ int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient
 	st.threads = threads;
 	st.lenient = lenient;
 	st.m = m;
+	st.by_shape = shape_rules(m) >= CK_SHAPE_RULES_MIN;
 	st.cat = cat;
 	st.err = err;
 	st.warn = warn;

@@ -40,6 +40,12 @@ void ck_plan_keys_free(struct skey *k, size_t n);
 int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 		      struct ck_warnings *warn, struct ck_err *err);
+/* A stage finds a rule's keys through their shapes (numbers made "0")
+ * when its mapping has this many rules whose first input's pattern decides
+ * by shape: a key's shape costs about ten times what a pattern costs to
+ * refuse the key by the text it ends with, and is made once for all rules.
+ * With fewer, the candidates are the keys that end with that text. */
+#define CK_SHAPE_RULES_MIN 10
 /* The same, a rule's instances on `threads` threads (ck_plan_build_threads) */
 int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient, int threads,
 			      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,

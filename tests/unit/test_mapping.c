@@ -9,6 +9,7 @@
 #include "map/keyshape.h"
 #include "map/mapping.h"
 #include "plan/plan.h"
+#include "plan/plan_int.h"
 #include "testutil.h"
 
 static char *dir;
@@ -818,6 +819,12 @@ static struct ck_plan *plan_threads(const struct ck_catalog *c, const char *text
 	"{\"from\": \"layers.{L}.experts.{E}.w2\", \"reduce\": \"E\", \"to\": \"moe.{L}.w2\","         \
 	" \"expr\": \"stack(x, 0).to(F32)\"}"
 
+/* ... and with enough rules for the stage to find keys through their
+ * shapes (CK_SHAPE_RULES_MIN more that match nothing): the same plan again,
+ * on 1 to 5 threads. Without shapes every rule's candidates are the keys
+ * ending in its pattern's last text; with them, the last rule's keys come
+ * through a bitmap of two shapes, q's (taken) and the norms', and the rule
+ * with a digit literal ("layers.1.") finds its keys without shapes. */
 START_TEST(threads_plan_as_one_thread)
 {
 	char *d = threads_dir();
@@ -828,10 +835,15 @@ START_TEST(threads_plan_as_one_thread)
 			   "{\"from\": {\"q\": \"layers.{L}.q\", \"n\": \"layers.0.norm\"},"
 			   " \"to\": \"attn.{L}.q\","
 			   " \"expr\": \"cat([q.view(hidden_size, -1), n.to(F32).view(4, 1)], 1)\"},"
-			   /* keys found without shapes (a digit literal), then through
-			    * a bitmap of two shapes, q's (taken) and the norms' */
 			   "{\"from\": \"layers.1.{w}\", \"to\": \"one.{w}\"},"
 			   "{\"from\": \"layers.{L}.{w}\", \"to\": \"n.{L}.{w}\"}]}";
+	char padded[4096];
+	size_t k = (size_t)snprintf(padded, sizeof padded, "%.*s", (int)strlen(text) - 2, text);
+	for (int i = 0; i < CK_SHAPE_RULES_MIN; i++)
+		k += (size_t)snprintf(padded + k, sizeof padded - k,
+				      ",{\"from\": \"pad.x%c.{x}\", \"to\": \"p%c.{x}\", \"optional\": true}",
+				      'a' + i, 'a' + i);
+	snprintf(padded + k, sizeof padded - k, "]}");
 	struct ck_plan *one = plan_threads(c, text, 1, &err);
 	ck_assert_msg(one, "%s", err.msg);
 	/* w13, w2, q and the norms but layer 0's, which every q instance takes
@@ -840,9 +852,10 @@ START_TEST(threads_plan_as_one_thread)
 	find(one, "one.norm");
 	find(one, "n.7.norm");
 	ck_assert_uint_eq(one->n_warnings, 1); /* cat of equal parts, unchecked */
-	for (int threads = 2; threads <= 5; threads++) {
-		struct ck_plan *p = plan_threads(c, text, threads, &err);
-		ck_assert_msg(p, "%d threads: %s", threads, err.msg);
+	for (int run = 2; run <= 10; run++) {
+		int threads = run <= 5 ? run : run - 5;
+		struct ck_plan *p = plan_threads(c, run <= 5 ? text : padded, threads, &err);
+		ck_assert_msg(p, "%d threads%s: %s", threads, run <= 5 ? "" : ", shapes", err.msg);
 		ck_assert_uint_eq(p->n, one->n);
 		for (size_t i = 0; i < one->n; i++) {
 			ck_assert_str_eq(p->t[i].name, one->t[i].name);
