@@ -304,15 +304,20 @@ static int match_from(struct mstate *m, int ti, size_t pos)
 	return note_failed(m, ti, pos);
 }
 
+int ck_pattern_may_match(const struct ck_pattern *p, const char *key, size_t len)
+{
+	return len >= p->min_len &&
+	       !(p->n && p->tok[p->n - 1].lit &&
+		 memcmp(key + len - p->tok[p->n - 1].lit_len, p->tok[p->n - 1].lit,
+			p->tok[p->n - 1].lit_len) != 0);
+}
+
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
 {
 	b->n = 0, b->block = NULL, b->own = 0;
 	size_t len = strlen(key);
 	/* most keys are ruled out by the literal text the pattern ends with */
-	if (len < p->min_len ||
-	    (p->n && p->tok[p->n - 1].lit &&
-	     memcmp(key + len - p->tok[p->n - 1].lit_len, p->tok[p->n - 1].lit,
-		    p->tok[p->n - 1].lit_len) != 0))
+	if (!ck_pattern_may_match(p, key, len))
 		return 0;
 	struct mstate m; /* the capture arrays are written before they are read */
 	m.p = p, m.key = key, m.len = len, m.n_cap = 0, m.steps = 0, m.failed = NULL;

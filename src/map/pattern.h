@@ -48,6 +48,10 @@ void ck_pattern_free(struct ck_pattern *p);
  * length and the pattern size (failed states are remembered once plain
  * backtracking has taken more than a few steps per byte). */
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b);
+/* 0 when key (len bytes) is too short for p or does not end with the text p
+ * ends with: the first check of ck_pattern_match, which refuses most keys;
+ * 1 when key may match. */
+int ck_pattern_may_match(const struct ck_pattern *p, const char *key, size_t len);
 /* Substitute b into p. Returns -1 with err naming the capture if unbound. */
 int ck_pattern_subst(const struct ck_pattern *p, const struct ck_binding *b, char **out,
 		     struct ck_err *err);

@@ -902,13 +902,20 @@ struct collect {
 	size_t *nm, cap;
 };
 
+/* Whether the rule may take input k: not consumed by another rule (unless
+ * it shares), not made by this rule or a later one. */
+static int may_take(const struct ck_rule *r, const struct skey *k)
+{
+	return !(k->consumed_by && !r->share) && k->produced_by < r->index;
+}
+
 /* Input i, if it is the rule's to take and matches: appended to the
  * matches. 0 or -1 (err set). */
 static int collect_key(struct stage *st, struct collect *c, size_t i)
 {
 	const struct ck_rule *r = c->r;
 	struct skey *k = &st->in[i];
-	if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
+	if (!may_take(r, k))
 		return 0;
 	struct match m = {.key = (uint32_t)i};
 	int hit = ck_pattern_match(&r->in[0].pat, k->name, &m.b);
@@ -948,7 +955,7 @@ static int cand_match(struct stage *st, const void *ctx, size_t j)
 	const struct cand_job *cj = ctx;
 	uint32_t i = cj->idx ? cj->idx[j] : (uint32_t)j;
 	const struct skey *k = &st->in[i];
-	if ((k->consumed_by && !cj->r->share) || (k->produced_by >= cj->r->index))
+	if (!may_take(cj->r, k))
 		return 0;
 	cj->slot[j] = (struct match){.key = i};
 	int hit = ck_pattern_match(&cj->r->in[0].pat, k->name, &cj->slot[j].b);
@@ -998,23 +1005,14 @@ static int collect_candidates(struct stage *st, struct collect *c, const uint32_
 static int collect_by_suffix(struct stage *st, struct collect *c, size_t n_keys)
 {
 	const struct ck_rule *r = c->r;
-	const struct ck_pattern *p = &r->in[0].pat;
-	const struct ck_ptok *last = p->n && p->tok[p->n - 1].lit ? &p->tok[p->n - 1] : NULL;
 	uint32_t *idx = malloc((n_keys ? n_keys : 1) * sizeof *idx);
 	if (!idx)
 		return nomem(st->err);
 	size_t n = 0;
 	for (size_t i = 0; i < n_keys; i++) {
 		const struct skey *k = &st->in[i];
-		if ((k->consumed_by && !r->share) || (k->produced_by >= r->index))
-			continue;
-		if (last) {
-			size_t len = strlen(k->name);
-			if (len < p->min_len ||
-			    memcmp(k->name + len - last->lit_len, last->lit, last->lit_len))
-				continue;
-		}
-		idx[n++] = (uint32_t)i;
+		if (may_take(r, k) && ck_pattern_may_match(&r->in[0].pat, k->name, strlen(k->name)))
+			idx[n++] = (uint32_t)i;
 	}
 	int rc = collect_candidates(st, c, idx, n);
 	free(idx);
