@@ -945,7 +945,7 @@ static int collect_key(struct stage *st, struct collect *c, size_t i)
  * whether there is one (no per-key condition: a memo of its own each). */
 struct cand_job {
 	const struct ck_rule *r;
-	const uint32_t *idx; /* the candidates' inputs; NULL: j itself */
+	const uint32_t *idx; /* the candidates' inputs */
 	struct match *slot;
 	unsigned char *hit;
 };
@@ -953,7 +953,7 @@ struct cand_job {
 static int cand_match(struct stage *st, const void *ctx, size_t j)
 {
 	const struct cand_job *cj = ctx;
-	uint32_t i = cj->idx ? cj->idx[j] : (uint32_t)j;
+	uint32_t i = cj->idx[j];
 	const struct skey *k = &st->in[i];
 	if (!may_take(cj->r, k))
 		return 0;
@@ -965,15 +965,15 @@ static int cand_match(struct stage *st, const void *ctx, size_t j)
 	return 0;
 }
 
-/* The inputs idx[0, n) (NULL: inputs 0 .. n-1), in order, that the rule
- * takes and its first input matches: appended to the matches. */
+/* The inputs idx[0, n), in order, that the rule takes and its first input
+ * matches: appended to the matches. */
 static int collect_candidates(struct stage *st, struct collect *c, const uint32_t *idx, size_t n)
 {
 	const struct ck_rule *r = c->r;
 	int threads = r->cond_per_key ? 1 : key_threads(st, n);
 	if (threads <= 1 || n < 2) {
 		for (size_t j = 0; j < n; j++)
-			if (collect_key(st, c, idx ? idx[j] : j) < 0)
+			if (collect_key(st, c, idx[j]) < 0)
 				return -1;
 		return 0;
 	}
