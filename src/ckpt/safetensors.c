@@ -8,6 +8,7 @@
 
 #include "../util/fileio.h"
 #include "../util/json_strict.h"
+#include "../util/stream_read.h"
 #include "../util/strmap.h"
 #include "st_header.h"
 
@@ -27,16 +28,17 @@ static int cmp_span(const void *a, const void *b)
 }
 
 /* Validate the JSON header text (N bytes) of a file whose data section is
- * data_size bytes long; unique: as ck_st_header_json's. */
-static int parse_header_json(const char *json, uint64_t n, uint64_t data_size, const char *what,
-			     int unique, struct ck_file_tensors *h, struct ck_err *err)
+ * data_size bytes long; unique and in: as ck_st_header_json's. */
+static int parse_header_json(const char *json, uint64_t n, struct ck_stream_read *in,
+			     uint64_t data_size, const char *what, int unique,
+			     struct ck_file_tensors *h, struct ck_err *err)
 {
 	memset(h, 0, sizeof *h);
 	h->header_len = n;
 	int rc = -1;
 	struct ck_st_span *raw = NULL;
 	struct span *spans = NULL;
-	if (ck_st_header_json(json, (size_t)n, what, unique, h, &raw, err) < 0)
+	if (ck_st_header_json(json, (size_t)n, in, what, unique, h, &raw, err) < 0)
 		goto out;
 	spans = calloc(h->n_tensors ? h->n_tensors : 1, sizeof *spans);
 	if (!spans) {
@@ -138,8 +140,13 @@ int ck_st_parse_buffer(const unsigned char *buf, size_t len, const char *what,
 	uint64_t n = 0;
 	if (check_prefix(buf, len, what, &n, err) < 0)
 		return -1;
-	return parse_header_json((const char *)buf + 8, n, len - 8 - n, what, 1, out, err);
+	return parse_header_json((const char *)buf + 8, n, NULL, len - 8 - n, what, 1, out, err);
 }
+
+/* Headers from this size on are parsed as a helper thread reads them in
+ * (stream_read.h): a 100,000-key one is 12.7 MB; a shard's is well under
+ * 1 MB, and shards' headers are read on threads of their own already. */
+#define STREAM_MIN_HEADER (4u << 20)
 
 int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_file_tensors *out,
 		  struct ck_err *err)
@@ -155,12 +162,22 @@ int ck_st_read_fd(int fd, uint64_t file_size, const char *what, struct ck_file_t
 	char *json = malloc(n + 1);
 	if (!json)
 		return ck_fail_sys(err, ENOMEM, "%s", what);
-	if ((r = ck_pread_full(fd, json, n, 8)) < 0) {
-		free(json);
-		return ck_fail_sys(err, -r, "%s: cannot read header", what);
-	}
 	json[n] = '\0';
-	r = parse_header_json(json, n, file_size - 8 - n, what, 0, out, err);
+	int rd = 0;
+	r = -1;
+	if (n < STREAM_MIN_HEADER) {
+		if ((rd = ck_pread_full(fd, json, n, 8)) == 0)
+			r = parse_header_json(json, n, NULL, file_size - 8 - n, what, 0, out, err);
+	} else {
+		struct ck_stream_read in;
+		ck_stream_read_start(&in, fd, json, n, 8);
+		r = parse_header_json(json, n, &in, file_size - 8 - n, what, 0, out, err);
+		rd = ck_stream_read_finish(&in);
+		if (rd < 0 && r == 0)
+			ck_file_tensors_free(out);
+		else if (rd == 0 && r < 0) /* it may have run out of text: the whole text decides */
+			r = parse_header_json(json, n, NULL, file_size - 8 - n, what, 0, out, err);
+	}
 	free(json);
-	return r;
+	return rd < 0 ? ck_fail_sys(err, -rd, "%s: cannot read header", what) : r;
 }

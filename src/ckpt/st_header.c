@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../util/json_lex.h"
+#include "../util/stream_read.h"
 #include "../util/strmap.h"
 
 /* What one tensor entry held, checked after its closing brace in the order
@@ -308,8 +309,21 @@ static int tensor_entry(struct ck_jlex *p, struct ck_file_tensors *h, struct ck_
 	return 0;
 }
 
+/* When the text arrives as it is read (in), a member is read once in->ahead
+ * bytes past its start are in (64 KiB; a tensor entry is 100-130 bytes). A
+ * longer member, or anything else that reaches the end of what is in,
+ * fails as the end of the text would (inside the object every value is
+ * followed by more), so no parse succeeds on less than the whole text; the
+ * caller decides a failed parse again on the whole text. */
+static void more_text(struct ck_jlex *p, struct ck_stream_read *in, size_t total)
+{
+	if (in && p->n < total && p->n - p->i < in->ahead)
+		p->n = (size_t)ck_stream_read_wait(in, (uint64_t)p->i + in->ahead);
+}
+
 /* The header object's members: "__metadata__" once, tensor entries. */
-static int header_members(struct ck_jlex *p, struct ck_file_tensors *h, struct ck_st_span **spans,
+static int header_members(struct ck_jlex *p, struct ck_stream_read *in, size_t total,
+			  struct ck_file_tensors *h, struct ck_st_span **spans,
 			  struct ck_strmap *seen)
 {
 	size_t cap = 0, mcap = 0;
@@ -317,6 +331,7 @@ static int header_members(struct ck_jlex *p, struct ck_file_tensors *h, struct c
 	if (ck_jlex_eat(p, '}'))
 		return 0;
 	do {
+		more_text(p, in, total);
 		if (member_key(p) < 0)
 			return -1;
 		if (p->str_len == 12 && !memcmp(p->str, "__metadata__", 12)) {
@@ -334,8 +349,9 @@ static int header_members(struct ck_jlex *p, struct ck_file_tensors *h, struct c
 	return 0;
 }
 
-int ck_st_header_json(const char *json, size_t n, const char *what, int unique,
-		      struct ck_file_tensors *h, struct ck_st_span **spans, struct ck_err *err)
+int ck_st_header_json(const char *json, size_t n, struct ck_stream_read *in, const char *what,
+		      int unique, struct ck_file_tensors *h, struct ck_st_span **spans,
+		      struct ck_err *err)
 {
 	char ctx[600];
 	snprintf(ctx, sizeof ctx, "%s: header", what);
@@ -343,6 +359,8 @@ int ck_st_header_json(const char *json, size_t n, const char *what, int unique,
 	/* UTF-8, NUL bytes, \u0000 and integer-only numbers are the reader's
 	 * own checks: the text is walked once */
 	struct ck_jlex p = {.s = json, .n = n, .what = what, .ctx = ctx, .err = err, .ints_only = 1};
+	if (in)
+		p.n = 0, more_text(&p, in, n);
 	err->msg[0] = '\0';
 	struct ck_strmap seen = {0};
 	int rc = -1;
@@ -364,8 +382,10 @@ int ck_st_header_json(const char *json, size_t n, const char *what, int unique,
 		goto out;
 	}
 	p.i++;
-	if (header_members(&p, h, spans, unique ? &seen : NULL) < 0)
+	if (header_members(&p, in, n, h, spans, unique ? &seen : NULL) < 0)
 		goto out;
+	if (in) /* the rest: whitespace, which must end the text */
+		p.n = (size_t)ck_stream_read_wait(in, n);
 	ck_jlex_ws(&p);
 	if (p.i != n) {
 		if (ck_jlex_bad_byte(&p) == 0)

@@ -19,10 +19,17 @@ struct ck_st_span {
 	uint64_t begin, end;
 };
 
+struct ck_stream_read;
+
 /* Fills h->tensors (unsorted; names owned), h->meta and *spans (malloc'd,
  * one per tensor). unique: refuse a tensor name given twice; 0 leaves that
- * to the caller (a catalog checks all its files' names in one map). */
-int ck_st_header_json(const char *json, size_t n, const char *what, int unique,
-		      struct ck_file_tensors *h, struct ck_st_span **spans, struct ck_err *err);
+ * to the caller (a catalog checks all its files' names in one map). in:
+ * NULL, or the read bringing json's n bytes in as they are read: the parse
+ * reads what is in, and a parse that fails may have failed for want of
+ * text, so a failure is only decided by a parse of the whole text (in
+ * NULL); a success is the whole text's. */
+int ck_st_header_json(const char *json, size_t n, struct ck_stream_read *in, const char *what,
+		      int unique, struct ck_file_tensors *h, struct ck_st_span **spans,
+		      struct ck_err *err);
 
 #endif

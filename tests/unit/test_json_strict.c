@@ -14,6 +14,7 @@
 #include "util/json_lex.h"
 #include "util/json_plain.h"
 #include "util/json_strict.h"
+#include "util/stream_read.h"
 
 static int parses(const char *s, unsigned flags)
 {
@@ -205,6 +206,14 @@ static size_t mutate(char *doc, size_t n, size_t cap, unsigned *seed)
 	return n;
 }
 
+/* A header using every feature: metadata, escapes, non-ASCII names,
+ * unknown fields holding every kind of value. */
+static const char header_base[] =
+	"{\"__metadata__\":{\"format\":\"pt\",\"note\":\"caf\\u00e9 \\\"q\\\" \xc3\xa9\"},"
+	"\"a.w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24],"
+	"\"x\":[15,{\"k\":-0,\"t\":true,\"f\":false,\"n\":null,\"s\":\"\\ud83d\\ude00\"}]},"
+	"\"b\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[24,28]}}  ";
+
 /* Differential: thousands of mutants of a header and an index that use every
  * feature (metadata, escapes, non-ASCII names, unknown fields holding every
  * kind of value). Whatever a reader accepts, the scan and the strict cJSON
@@ -213,10 +222,7 @@ static size_t mutate(char *doc, size_t n, size_t cap, unsigned *seed)
 START_TEST(reader_refuses_what_the_scan_refuses)
 {
 	static const char *const base[2] = {
-		"{\"__metadata__\":{\"format\":\"pt\",\"note\":\"caf\\u00e9 \\\"q\\\" \xc3\xa9\"},"
-		"\"a.w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24],"
-		"\"x\":[15,{\"k\":-0,\"t\":true,\"f\":false,\"n\":null,\"s\":\"\\ud83d\\ude00\"}]},"
-		"\"b\xc3\xa9\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[24,28]}}  ",
+		header_base,
 		"{\"metadata\":{\"total_size\":1.5e3,\"n\":[-2,0.25,{}]},"
 		"\"weight_map\":{\"a.w\":\"m-1.safetensors\",\"b\xc3\xa9\":\"m\\u00e9.safetensors\"}}\n",
 	};
@@ -235,7 +241,7 @@ START_TEST(reader_refuses_what_the_scan_refuses)
 				struct ck_file_tensors h;
 				struct ck_st_span *spans = NULL;
 				memset(&h, 0, sizeof h);
-				ok = ck_st_header_json(doc, n, "t", 1, &h, &spans, &err) == 0;
+				ok = ck_st_header_json(doc, n, NULL, "t", 1, &h, &spans, &err) == 0;
 				ck_file_tensors_free(&h);
 				free(spans);
 			} else {
@@ -278,7 +284,7 @@ static int shape_list_header(const char *list, int end, int64_t *dims, int *nd, 
 	struct ck_st_span *spans = NULL;
 	struct ck_err err;
 	memset(&h, 0, sizeof h);
-	int rc = ck_st_header_json(doc, n, "t", 1, &h, &spans, &err);
+	int rc = ck_st_header_json(doc, n, NULL, "t", 1, &h, &spans, &err);
 	if (rc == 0) {
 		*nd = h.tensors[0].ndim;
 		memcpy(dims, h.tensors[0].shape, sizeof h.tensors[0].shape);
@@ -379,7 +385,7 @@ START_TEST(compact_int_lists_read_as_spaced)
 			struct ck_st_span *spans = NULL;
 			struct ck_err err;
 			memset(&h, 0, sizeof h);
-			int rc = ck_st_header_json(doc, n, "t", 1, &h, &spans, &err);
+			int rc = ck_st_header_json(doc, n, NULL, "t", 1, &h, &spans, &err);
 			uint64_t v = strtoull(offs, NULL, 10);
 			int valid = len <= 16 && (offs[0] != '0' || len == 1) && v <= (1ull << 53);
 			char said[64]; /* the span the message gives is the value read */
@@ -523,6 +529,68 @@ START_TEST(field_names_in_any_spelling)
 }
 END_TEST
 
+/* Whether two parses of a header gave the same tensors, spans and metadata. */
+static int same_header(const struct ck_file_tensors *a, const struct ck_st_span *sa,
+		       const struct ck_file_tensors *b, const struct ck_st_span *sb)
+{
+	if (a->n_tensors != b->n_tensors || a->n_meta != b->n_meta)
+		return 0;
+	for (size_t i = 0; i < a->n_tensors; i++) {
+		const struct ck_tensor_info *x = &a->tensors[i], *y = &b->tensors[i];
+		if (strcmp(x->name, y->name) || x->dtype != y->dtype || x->ndim != y->ndim ||
+		    memcmp(x->shape, y->shape, sizeof x->shape) || sa[i].begin != sb[i].begin ||
+		    sa[i].end != sb[i].end)
+			return 0;
+	}
+	for (size_t i = 0; i < a->n_meta; i++)
+		if (strcmp(a->meta[i].key, b->meta[i].key) ||
+		    strcmp(a->meta[i].value, b->meta[i].value))
+			return 0;
+	return 1;
+}
+
+/* A header parsed as it is read, by a read that is always behind (in steps
+ * of 1 to 40 bytes; a member read once 1 to 300 bytes past its start are
+ * in), past which the buffer holds bytes that would parse otherwise ('}',
+ * ' ', digits, 0xff): whenever the streamed parse accepts, the whole text's
+ * parse accepts the same; where the text runs out before a member ends, it
+ * fails instead. Both occur thousands of times over the mutants. */
+START_TEST(streamed_parse_is_the_whole_texts)
+{
+	static const char fill[] = "} 1\xff";
+	unsigned seed = 4242;
+	int same = 0, cut = 0;
+	for (int round = 0; round < 20000; round++) {
+		char doc[1024], buf[1024];
+		size_t n = strlen(header_base);
+		memcpy(doc, header_base, n);
+		if (round % 4)
+			n = mutate(doc, n, sizeof doc, &seed);
+		memset(buf, fill[round % 4], sizeof buf);
+		struct ck_file_tensors w = {0}, st = {0};
+		struct ck_st_span *ws = NULL, *ss = NULL;
+		struct ck_err werr, serr;
+		int wok = ck_st_header_json(doc, n, NULL, "t", 1, &w, &ws, &werr) == 0;
+		struct ck_stream_read in;
+		uint64_t step = 1 + (uint64_t)rand_r(&seed) % 40;
+		ck_stream_read_of(&in, buf, doc, n, step, 1 + (uint64_t)rand_r(&seed) % 300);
+		int sok = ck_st_header_json(buf, n, &in, "t", 1, &st, &ss, &serr) == 0;
+		ck_assert_int_eq(ck_stream_read_finish(&in), 0);
+		if (sok)
+			ck_assert_msg(wok && same_header(&w, ws, &st, ss),
+				      "round %d: the streamed parse accepted %s", round,
+				      wok ? "other tensors" : werr.msg);
+		same += sok;
+		cut += wok && !sok;
+		ck_file_tensors_free(&w);
+		ck_file_tensors_free(&st);
+		free(ws);
+		free(ss);
+	}
+	ck_assert_msg(same > 1500 && cut > 1500, "%d accepted alike, %d cut short", same, cut);
+}
+END_TEST
+
 /* 100,000 keys, parsed and catalogued; with an O(n^2) lookup (cJSON's object
  * lookup per key) this runs for minutes and hits the test timeout. */
 START_TEST(hundred_thousand_keys)
@@ -576,6 +644,7 @@ int main(void)
 	tcase_add_test(tc, field_names_in_any_spelling);
 	tcase_add_test(tc, hundred_thousand_keys);
 	tcase_add_test(tc, compact_int_lists_read_as_spaced);
+	tcase_add_test(tc, streamed_parse_is_the_whole_texts);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }

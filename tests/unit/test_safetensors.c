@@ -1,9 +1,11 @@
 /* Safetensors header validation: one test per malformed class, plus the
  * valid edge cases that must be accepted. */
 #include <check.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../malformed.h"
 #include "ckpt/catalog.h"
@@ -173,6 +175,133 @@ START_TEST(writer_round_trip)
 }
 END_TEST
 
+/* The image of a header of n U8 entries "model.layers.{i}.mlp.experts.w"
+ * (shape [1], bytes i to i + 1; 84 bytes each), extra put in as the member
+ * after entry at (raw JSON text, or NULL), bad_last: the last entry's dtype
+ * unknown, and tail after the closing brace. */
+static unsigned char *big_header(int n, int at, const char *extra, int bad_last, const char *tail,
+				 size_t *len)
+{
+	size_t cap = (size_t)n * 100 + (extra ? strlen(extra) : 0) + strlen(tail) + 16, k = 0;
+	char *json = malloc(cap);
+	ck_assert_ptr_nonnull(json);
+	json[k++] = '{';
+	for (int i = 0; i < n; i++) {
+		const char *dt = bad_last && i == n - 1 ? "Q9" : "U8";
+		k += (size_t)snprintf(json + k, cap - k,
+				      "%s\"model.layers.%d.mlp.experts.w\":{\"dtype\":\"%s\","
+				      "\"shape\":[1],\"data_offsets\":[%d,%d]}",
+				      i ? "," : "", i, dt, i, i + 1);
+		if (extra && i == at)
+			k += (size_t)snprintf(json + k, cap - k, ",%s", extra);
+	}
+	snprintf(json + k, cap - k, "}%s", tail);
+	unsigned char *img = st_image(json, (size_t)n, len);
+	free(json);
+	return img;
+}
+
+/* ck_st_read_fd over the file of img (len bytes; size: the size it is
+ * said to have), its result and message against the whole text's parse
+ * (ck_st_parse_buffer): same outcome, same message, same tensors. */
+static void read_fd_as_whole(const unsigned char *img, size_t len, uint64_t size, const char *label)
+{
+	char *dir = tu_mkdtemp();
+	char *path = tu_path(dir, "big.safetensors");
+	tu_write(path, img, len);
+	int fd = open(path, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	struct ck_file_tensors got, want;
+	struct ck_err gerr, werr;
+	int g = ck_st_read_fd(fd, size, path, &got, &gerr);
+	int w = ck_st_parse_buffer(img, len, path, &want, &werr);
+	ck_assert_msg(g == w, "%s: read %d (%s), whole text %d (%s)", label, g, g ? gerr.msg : "",
+		      w, w ? werr.msg : "");
+	if (g < 0)
+		ck_assert_str_eq(gerr.msg, werr.msg);
+	ck_assert_uint_eq(got.n_tensors, want.n_tensors);
+	ck_assert_uint_eq(got.n_meta, want.n_meta);
+	for (size_t i = 0; i < got.n_tensors; i++) {
+		ck_assert_str_eq(got.tensors[i].name, want.tensors[i].name);
+		ck_assert_uint_eq(got.tensors[i].offset, want.tensors[i].offset);
+		ck_assert_int_eq(got.tensors[i].dtype, want.tensors[i].dtype);
+	}
+	for (size_t i = 0; i < got.n_meta; i++)
+		ck_assert_str_eq(got.meta[i].value, want.meta[i].value);
+	ck_file_tensors_free(&got);
+	ck_file_tensors_free(&want);
+	close(fd);
+	tu_rmtree(dir);
+	free(path);
+	free(dir);
+}
+
+/* Headers of 4 MiB and more are parsed as a helper thread reads them in:
+ * the result is the whole text's whatever comes where, a member longer than
+ * the parse's look-ahead and than the first read (a 1.5 MB metadata value)
+ * included, and so is the message of an error at the end or after the
+ * object. */
+START_TEST(large_header_read_as_streamed)
+{
+	enum { N = 60000 };
+	char *meta = malloc(1536 * 1024 + 64);
+	ck_assert_ptr_nonnull(meta);
+	int k = sprintf(meta, "\"__metadata__\":{\"config\":\"");
+	memset(meta + k, 'c', 1536 * 1024);
+	strcpy(meta + k + 1536 * 1024, "\"}");
+	struct {
+		const char *label, *extra, *tail;
+		int at, bad_last;
+	} v[] = {{"plain", NULL, "", 0, 0},
+		 {"long metadata in the middle", meta, "  ", N / 2, 0},
+		 {"long metadata first", meta, "", 0, 0},
+		 {"unknown dtype in the last entry", NULL, "", 0, 1},
+		 {"trailing data", NULL, " x", 0, 0},
+		 {"a NUL byte after the object", NULL, "\n\\u0000", 0, 0}};
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		size_t len;
+		unsigned char *img =
+		    big_header(N, v[i].at, v[i].extra, v[i].bad_last, v[i].tail, &len);
+		ck_assert_uint_ge(len, 8 + (4u << 20)); /* streamed */
+		read_fd_as_whole(img, len, len, v[i].label);
+		free(img);
+	}
+	free(meta);
+}
+END_TEST
+
+/* A file that ends inside its header (shorter than its size said: cut while
+ * it was read) fails as a read error naming the file, for a header read at
+ * once and for one read as it is parsed; no hang, no crash. */
+START_TEST(header_cut_short_is_a_read_error)
+{
+	for (int big = 0; big < 2; big++) {
+		size_t len;
+		unsigned char *img = big_header(big ? 60000 : 50, 0, NULL, 0, "", &len);
+		uint64_t hlen = 0;
+		for (int b = 7; b >= 0; b--)
+			hlen = hlen << 8 | img[b];
+		char *dir = tu_mkdtemp();
+		char *path = tu_path(dir, "cut.safetensors");
+		tu_write(path, img, 8 + hlen * 2 / 3);
+		int fd = open(path, O_RDONLY);
+		ck_assert_int_ge(fd, 0);
+		struct ck_file_tensors h;
+		struct ck_err err;
+		ck_assert_int_eq(ck_st_read_fd(fd, len, path, &h, &err), -1);
+		ck_assert_int_eq(err.kind, CK_E_SYS);
+		ck_assert_msg(strstr(err.msg, path) && strstr(err.msg, "cannot read header"), "%s",
+			      err.msg);
+		ck_assert_uint_eq(h.n_tensors, 0);
+		close(fd);
+		tu_rmtree(dir);
+		free(path);
+		free(dir);
+		free(img);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("safetensors");
@@ -183,6 +312,8 @@ int main(void)
 	tcase_add_test(tc, repeated_name_over_other_bytes_refused);
 	tcase_add_test(tc, every_dtype_accepted);
 	tcase_add_test(tc, writer_round_trip);
+	tcase_add_test(tc, large_header_read_as_streamed);
+	tcase_add_test(tc, header_cut_short_is_a_read_error);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
