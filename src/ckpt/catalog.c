@@ -37,9 +37,11 @@ void ck_catalog_free(struct ck_catalog *cat)
 		free(cat->files[i].path);
 	}
 	for (size_t i = 0; i < cat->n_entries; i++) {
-		free(cat->entries[i].t.name);
+		if (!cat->entries[i].pooled)
+			free(cat->entries[i].t.name);
 		free(cat->entries[i].t.stride);
 	}
+	ck_strpool_free(&cat->names);
 	for (size_t i = 0; i < cat->n_logical; i++) {
 		free(cat->logical[i].name);
 		free(cat->logical[i].chunks);
@@ -105,16 +107,22 @@ static int adopt_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, ui
 			 struct ck_err *err)
 {
 	size_t n = hdr->n_tensors;
-	struct ck_catalog_entry *e = realloc(hdr->tensors, n * sizeof *e);
-	if (!e)
+	uint32_t pooled = hdr->names.n > 0;
+	if (ck_strpool_take(&cat->names, &hdr->names) < 0)
 		return ck_fail_sys(err, ENOMEM, "catalog");
+	struct ck_catalog_entry *e = realloc(hdr->tensors, n * sizeof *e);
+	if (!e) { /* the names are the catalog's now; the records still hdr's */
+		for (size_t i = 0; i < n; i++)
+			hdr->tensors[i].name = NULL;
+		return ck_fail_sys(err, ENOMEM, "catalog");
+	}
 	hdr->tensors = NULL;
 	hdr->n_tensors = 0;
 	const unsigned char *rec = (const unsigned char *)e;
 	for (size_t i = n; i-- > 0;) {
 		struct ck_tensor_info t;
 		memcpy(&t, rec + i * sizeof t, sizeof t);
-		e[i] = (struct ck_catalog_entry){.t = t, .file = file};
+		e[i] = (struct ck_catalog_entry){.t = t, .file = file, .pooled = pooled};
 		cat->total_bytes += t.nbytes;
 	}
 	free(cat->entries);
@@ -131,6 +139,7 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, 
 	if (cat->n_entries == 0 && hdr->n_tensors > 0)
 		return adopt_entries(cat, hdr, file, err);
 	size_t need = cat->n_entries + hdr->n_tensors;
+	uint32_t pooled = hdr->names.n > 0;
 	if (need > cat->cap_entries || !cat->entries) {
 		/* geometric growth: DCP adds one chunk at a time */
 		size_t cap = cat->cap_entries * 2 > need ? cat->cap_entries * 2 : need;
@@ -140,10 +149,13 @@ int ck_catalog_add_entries(struct ck_catalog *cat, struct ck_file_tensors *hdr, 
 		cat->entries = e;
 		cat->cap_entries = cap;
 	}
+	if (ck_strpool_take(&cat->names, &hdr->names) < 0)
+		return ck_fail_sys(err, ENOMEM, "catalog");
 	for (size_t i = 0; i < hdr->n_tensors; i++) {
 		struct ck_catalog_entry *ent = &cat->entries[cat->n_entries];
 		ent->t = hdr->tensors[i];
 		ent->file = file;
+		ent->pooled = pooled;
 		hdr->tensors[i].name = NULL; /* ownership moved */
 		hdr->tensors[i].stride = NULL;
 		cat->n_entries++;

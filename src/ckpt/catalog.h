@@ -28,6 +28,7 @@ struct ck_source_file {
 struct ck_catalog_entry {
 	struct ck_tensor_info t;
 	uint32_t file;
+	uint32_t pooled; /* the name lives in the catalog's names, not on its own */
 };
 
 /* A tensor stored as chunks (DCP): chunk k is catalog entry entry[k], placed
@@ -68,6 +69,7 @@ struct ck_catalog {
 	size_t n_skipped; /* non-tensor values left out (bytes items, ints, ...) */
 	struct ck_leftout left_out; /* the same, with their keys and what they are */
 	int read_threads; /* threads reading a directory's headers; 0: see below */
+	struct ck_strpool names; /* the pooled entries' names (all of a safetensors file's) */
 };
 
 /* Open a source: a .safetensors file, or a directory of them with or without

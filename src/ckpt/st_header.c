@@ -287,7 +287,8 @@ static int tensor_entry(struct ck_jlex *p, struct ck_file_tensors *h, struct ck_
 	}
 	struct ck_tensor_info *t = &h->tensors[h->n_tensors];
 	memset(t, 0, sizeof *t);
-	if (!(t->name = strdup(p->str)))
+	/* a read string holds no NUL: its length is exact */
+	if (!(t->name = ck_strpool_add(&h->names, p->str, p->str_len)))
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	h->n_tensors++;
 	int r = seen ? ck_strmap_put(seen, t->name, 0, NULL) : 0;

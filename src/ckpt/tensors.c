@@ -25,9 +25,11 @@ int ck_shape_bytes(const int64_t *shape, int ndim, enum ck_dtype dt, uint64_t *b
 void ck_file_tensors_free(struct ck_file_tensors *h)
 {
 	for (size_t i = 0; i < h->n_tensors; i++) {
-		free(h->tensors[i].name);
+		if (!h->names.n)
+			free(h->tensors[i].name);
 		free(h->tensors[i].stride);
 	}
+	ck_strpool_free(&h->names);
 	for (size_t i = 0; i < h->n_meta; i++) {
 		free(h->meta[i].key);
 		free(h->meta[i].value);

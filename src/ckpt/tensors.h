@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../util/strpool.h"
 #include "dtype.h"
 
 /* The most dimensions a tensor may have. Checkpoints hold at most 5 or 6
@@ -46,6 +47,8 @@ struct ck_file_tensors {
 	size_t n_tensors; /* sorted by offset */
 	struct ck_file_meta *meta;
 	size_t n_meta;
+	/* holding blocks: every tensor's name lives here, none on its own */
+	struct ck_strpool names;
 };
 
 void ck_file_tensors_free(struct ck_file_tensors *h);

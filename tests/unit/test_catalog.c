@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include "ckpt/catalog.h"
+#include "ckpt/safetensors.h"
 #include "util/natsort.h"
+#include "util/strpool.h"
 #include "testutil.h"
 
 static char *dir;
@@ -744,6 +746,107 @@ START_TEST(large_header_among_shards)
 }
 END_TEST
 
+/* The string pool keeps every string as given: across blocks, at and past
+ * a block's size (a string of its own block), and after its blocks moved
+ * to another pool. A string written over by a later one fails. */
+START_TEST(strpool_keeps_every_string)
+{
+	enum { N = 3000, SRC = 300000 };
+	char *src = malloc(SRC);
+	ck_assert_ptr_nonnull(src);
+	for (size_t i = 0; i < SRC; i++)
+		src[i] = (char)('a' + i * 7 % 26);
+	static const size_t edge[] = {65534, 65535, 65536, 65537, 0, 1, 200000};
+	struct ck_strpool a = {0}, b = {0};
+	const char **got = malloc(N * sizeof *got);
+	size_t *off = malloc(N * sizeof *off), *len = malloc(N * sizeof *len);
+	ck_assert(got && off && len);
+	unsigned seed = 99;
+	for (int i = 0; i < N; i++) {
+		len[i] = i % 400 == 5 ? edge[i / 400 % 7] : (size_t)rand_r(&seed) % 300;
+		off[i] = (size_t)rand_r(&seed) % (SRC - len[i]);
+		got[i] = ck_strpool_add(i % 3 ? &a : &b, src + off[i], len[i]);
+		ck_assert_ptr_nonnull(got[i]);
+	}
+	size_t blocks = a.n + b.n;
+	ck_assert_int_eq(ck_strpool_take(&a, &b), 0);
+	ck_assert_uint_eq(a.n, blocks);
+	ck_assert_uint_eq(b.n, 0);
+	ck_assert_ptr_null(b.blocks);
+	ck_assert_int_eq(ck_strpool_take(&a, &b), 0); /* an empty pool moves nothing */
+	ck_assert_uint_eq(a.n, blocks);
+	ck_assert_ptr_nonnull(ck_strpool_add(&b, "after", 5)); /* b is a pool again */
+	for (int i = 0; i < N; i++)
+		ck_assert_msg(!memcmp(got[i], src + off[i], len[i]) && got[i][len[i]] == '\0',
+			      "string %d (%zu bytes)", i, len[i]);
+	ck_assert_str_eq(b.blocks[0], "after");
+	/* a block filled to its last byte, then one string more; a string one
+	 * byte too long for what is left (its NUL would land past the block) */
+	struct ck_strpool c = {0};
+	const char *x = ck_strpool_add(&c, src, 100);
+	const char *y = ck_strpool_add(&c, src + 1, CK_STRPOOL_BLOCK - 101 - 1);
+	const char *z = ck_strpool_add(&c, src, 0);
+	ck_assert(x && y && z && c.n == 2 && c.left == CK_STRPOOL_BLOCK - 1);
+	const char *u = ck_strpool_add(&c, src + 2, c.left);
+	ck_assert(u && c.n == 3 && !memcmp(u, src + 2, CK_STRPOOL_BLOCK - 1));
+	ck_assert(!memcmp(x, src, 100) && !x[100] && !memcmp(y, src + 1, CK_STRPOOL_BLOCK - 102));
+	ck_assert(!y[CK_STRPOOL_BLOCK - 102] && !z[0] && !u[CK_STRPOOL_BLOCK - 1]);
+	ck_strpool_free(&c);
+	ck_strpool_free(&a);
+	ck_strpool_free(&b);
+	ck_assert_uint_eq(a.n, 0);
+	free(got);
+	free(off);
+	free(len);
+	free(src);
+}
+END_TEST
+
+/* A safetensors header's names live in a pool the catalog takes; another
+ * reader's tensors own theirs. Both kinds in one catalog, in either order
+ * (the first file's records become the entries): every name found, each
+ * freed once (freeing a pooled name aborts, and ASan sees a leak). */
+START_TEST(pooled_and_owned_names_in_one_catalog)
+{
+	put_st("p.safetensors", A, 2);
+	char *path = tu_path(dir, "p.safetensors");
+	size_t len;
+	unsigned char *img = tu_read(path, &len);
+	for (int pooled_first = 0; pooled_first < 2; pooled_first++) {
+		struct ck_catalog *cat = calloc(1, sizeof *cat);
+		ck_assert_ptr_nonnull(cat);
+		cat->files = calloc(2, sizeof *cat->files);
+		cat->files[0].fd = cat->files[1].fd = -1;
+		cat->n_files = 2;
+		struct ck_file_tensors st, own = {0};
+		struct ck_err err;
+		ck_assert_int_eq(ck_st_parse_buffer(img, len, "p", &st, &err), 0);
+		ck_assert_uint_gt(st.names.n, 0);
+		own.n_tensors = 2;
+		own.tensors = calloc(2, sizeof *own.tensors);
+		own.tensors[0] = (struct ck_tensor_info){.name = strdup("own.1"), .dtype = CK_DT_U8};
+		own.tensors[1] = (struct ck_tensor_info){.name = strdup("own.0"), .dtype = CK_DT_U8};
+		struct ck_file_tensors *first = pooled_first ? &st : &own;
+		struct ck_file_tensors *second = pooled_first ? &own : &st;
+		ck_assert_int_eq(ck_catalog_add_entries(cat, first, 0, &err), 0);
+		ck_assert_int_eq(ck_catalog_add_entries(cat, second, 1, &err), 0);
+		ck_file_tensors_free(&st);
+		ck_file_tensors_free(&own);
+		ck_assert_int_eq(ck_catalog_index(cat, &err), 0);
+		ck_assert_uint_eq(cat->n_entries, 4);
+		const char *names[] = {"layers.10.w", "layers.2.w", "own.0", "own.1"};
+		for (int k = 0; k < 4; k++) {
+			const struct ck_catalog_entry *e = ck_catalog_find(cat, names[k]);
+			ck_assert_msg(e != NULL, "%s", names[k]);
+			ck_assert_uint_eq(e->pooled, k < 2);
+		}
+		ck_catalog_free(cat);
+	}
+	free(img);
+	free(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("catalog");
@@ -751,6 +854,8 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_test(tc, dir_without_index_merges_files);
+	tcase_add_test(tc, strpool_keeps_every_string);
+	tcase_add_test(tc, pooled_and_owned_names_in_one_catalog);
 	tcase_add_test(tc, key_in_two_files_refused);
 	tcase_add_test(tc, index_of_many_names);
 	tcase_add_test(tc, empty_dir_refused);
