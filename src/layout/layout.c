@@ -72,15 +72,19 @@ int ck_value_pad(struct ck_value *v, int dim, int64_t size, struct ck_err *err)
 	return 0;
 }
 
+uint64_t ck_piece_numel(const struct ck_piece *q, int ndim)
+{
+	uint64_t n = 1;
+	for (int d = 0; d < ndim; d++)
+		n *= (uint64_t)(q->hi[d] - q->lo[d]);
+	return n;
+}
+
 int ck_value_has_holes(const struct ck_value *v)
 {
 	uint64_t covered = 0; /* pieces are disjoint boxes */
-	for (size_t i = 0; i < v->n; i++) {
-		uint64_t n = 1;
-		for (int d = 0; d < v->ndim; d++)
-			n *= (uint64_t)(v->p[i].hi[d] - v->p[i].lo[d]);
-		covered += n;
-	}
+	for (size_t i = 0; i < v->n; i++)
+		covered += ck_piece_numel(&v->p[i], v->ndim);
 	return covered != ck_value_numel(v);
 }
 

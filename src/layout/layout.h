@@ -113,7 +113,10 @@ uint64_t ck_value_numel(const struct ck_value *v);
 /* Grow dim to size (>= its size): the new elements belong to no piece and
  * read as zeros (padding for splits that do not divide). */
 int ck_value_pad(struct ck_value *v, int dim, int64_t size, struct ck_err *err);
-/* Whether some element belongs to no piece (the engine zero-fills it). */
+/* Whether some element belongs to no piece (the engine zero-fills it):
+ * the pieces' elements (ck_piece_numel: they are disjoint boxes) add up to
+ * fewer than the value's. */
 int ck_value_has_holes(const struct ck_value *v);
+uint64_t ck_piece_numel(const struct ck_piece *q, int ndim);
 
 #endif

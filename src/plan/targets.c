@@ -92,17 +92,26 @@ static int build_groups(struct ck_plan *p, struct ck_err *err)
 	}
 	for (size_t i = 0; i < n; i++)
 		par[i] = (uint32_t)i, gid[i] = UINT32_MAX;
-	for (size_t t = 0; t < p->n; t++)
-		for (size_t k = 0; k < p->t[t].v.n; k++) {
-			uint32_t a = uf_find(par, (uint32_t)(ns + t)),
-				 b = uf_find(par, p->t[t].v.p[k].src);
+	/* one pass over every piece (a 100k-key MoE's are 21 MB): its sources
+	 * join the target's group, and its elements count towards whether the
+	 * target has holes (padding: pad(), a padded vocabulary; the engine
+	 * zero-fills what no piece covers, in whatever memory it is given) */
+	for (size_t t = 0; t < p->n; t++) {
+		struct ck_target *tg = &p->t[t];
+		uint64_t covered = 0;
+		for (size_t k = 0; k < tg->v.n; k++) {
+			const struct ck_piece *q = &tg->v.p[k];
+			uint32_t a = uf_find(par, (uint32_t)(ns + t)), b = uf_find(par, q->src);
 			par[a] = b;
-			if (p->t[t].v.p[k].sc) { /* the scale tensor is a source of the group too */
+			if (q->sc) { /* the scale tensor is a source of the group too */
 				a = uf_find(par, (uint32_t)(ns + t));
-				b = uf_find(par, p->t[t].v.p[k].sc->src);
+				b = uf_find(par, q->sc->src);
 				par[a] = b;
 			}
+			covered += ck_piece_numel(q, tg->v.ndim);
 		}
+		tg->holes = covered != ck_value_numel(&tg->v);
+	}
 	/* groups numbered in target order; sources without targets get none */
 	p->g = calloc(p->n ? p->n : 1, sizeof *p->g);
 	if (!p->g) {
@@ -170,9 +179,6 @@ int ck_plan_finish(struct ck_plan *p, struct ck_err *err)
 		if (ck_shape_bytes(t->v.shape, t->v.ndim, t->v.dtype, &bytes) < 0)
 			return ck_fail(err, CK_E_MAPPING, "target \"%s\": size overflows", t->name);
 		t->nbytes = bytes;
-		/* padding (pad(), a padded vocabulary): the engine zero-fills what
-		 * no piece covers, in whatever memory it is given */
-		t->holes = ck_value_has_holes(&t->v);
 		p->total_bytes += bytes;
 		if (ck_strmap_put_h(&p->by_name, t->name, h, (uint32_t)i, NULL) < 0)
 			return nomem(err);
@@ -198,7 +204,6 @@ int ck_plan_refresh(struct ck_plan *p, struct ck_err *err)
 		size_t qk, qb;
 		if (t->qtype && ck_ggml_block(t->qtype, &qk, &qb)) /* whole blocks (F32 elements) */
 			t->nbytes = t->nbytes / 4 / qk * qb;
-		t->holes = ck_value_has_holes(&t->v);
 		p->total_bytes += t->nbytes;
 	}
 	return build_groups(p, err);
