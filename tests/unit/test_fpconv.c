@@ -203,6 +203,16 @@ static void sweep_bad(struct sweep *w, float x, int sat, uint32_t got, uint32_t 
 			 sat ? " (saturating)" : "", (double)x, got, want);
 }
 
+/* Under ASan and UBSan (what they add is memory and undefined behaviour,
+ * not numerics) the sweep takes every 61st pattern: 2^32 values through
+ * every cast took 848 s there against 406 s in the plain build, which
+ * takes them all. */
+#ifdef __SANITIZE_ADDRESS__
+#define SWEEP_STRIDE 61
+#else
+#define SWEEP_STRIDE 1
+#endif
+
 static void *sweep_run(void *arg)
 {
 	struct sweep *w = arg;
@@ -213,7 +223,7 @@ static void *sweep_run(void *arg)
 	memcpy(&x0, &w->from, 4);
 	while (lo + 1 < f->n && f->pos[lo + 1] <= (double)x0)
 		lo++;
-	for (uint32_t u = w->from; u < w->to; u++) {
+	for (uint32_t u = w->from; u < w->to; u += SWEEP_STRIDE) {
 		float x;
 		memcpy(&x, &u, 4);
 		double d = (double)x;
@@ -280,7 +290,8 @@ START_TEST(every_f32_matches_oracle)
 			first = w[t].first;
 		total += w[t].bad;
 	}
-	ck_assert_msg(total == 0, "%ld of 2^32 F32 values convert wrongly, first: %s", total, first);
+	ck_assert_msg(total == 0, "%ld of the F32 values swept convert wrongly, first: %s", total,
+		      first);
 	ck_assert_int_eq(nan_sweep(&f), 0);
 	free(f.pos);
 	free(f.code);
