@@ -1,6 +1,7 @@
 #include "st_writer.h"
 
 #include "../util/jsonw.h"
+#include "../util/numfmt.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,10 +15,11 @@ struct buf {
 	int oom;
 };
 
-static void put(struct buf *b, const char *s, size_t n)
+/* Room for n more bytes at b->p + b->len, or NULL (b->oom set). */
+static char *room(struct buf *b, size_t n)
 {
 	if (b->oom)
-		return;
+		return NULL;
 	if (b->len + n + 1 > b->cap) {
 		size_t cap = b->cap ? b->cap : 4096;
 		while (b->len + n + 1 > cap)
@@ -25,13 +27,21 @@ static void put(struct buf *b, const char *s, size_t n)
 		char *p = realloc(b->p, cap);
 		if (!p) {
 			b->oom = 1;
-			return;
+			return NULL;
 		}
 		b->p = p;
 		b->cap = cap;
 	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
+	return b->p + b->len;
+}
+
+static void put(struct buf *b, const char *s, size_t n)
+{
+	char *w = room(b, n);
+	if (w) {
+		memcpy(w, s, n);
+		b->len += n;
+	}
 }
 
 static void puts_(struct buf *b, const char *s)
@@ -39,21 +49,47 @@ static void puts_(struct buf *b, const char *s)
 	put(b, s, strlen(s));
 }
 
+/* Room for the worst case, \u00XX a byte, saves a pass over a short name;
+ * a long one is measured (its worst case could be 6 times a huge key). */
 static void put_json_string(struct buf *b, const char *s)
 {
-	size_t n = ck_json_str_len(s);
-	char tmp[256]; /* most keys; longer ones through the heap */
-	if (n <= sizeof tmp) {
-		put(b, tmp, (size_t)(ck_json_put_str(tmp, s) - tmp));
+	size_t n = strlen(s);
+	char *w = room(b, n < 4096 ? 6 * n + 2 : ck_json_str_len(s));
+	if (w)
+		b->len += (size_t)(ck_json_put_str(w, s) - w);
+}
+
+/* One tensor's member: "name":{"dtype":..,"shape":[..],"data_offsets":[..]}
+ * (a 92,000-tensor view writes one per tensor at mount: no printf) */
+static void put_member(struct buf *b, const struct ck_st_out *t, uint64_t off)
+{
+	put_json_string(b, t->name);
+	const char *dt = ck_dtype_name(t->dtype);
+	size_t dl = strlen(dt);
+	/* the fixed text, the dtype, and 21 characters a number */
+	char *w = room(b, 48 + dl + (size_t)(t->ndim + 2) * (CK_FMT_INT_MAX + 1));
+	if (!w)
 		return;
+	char *s = w;
+	memcpy(w, ":{\"dtype\":\"", 11);
+	w += 11;
+	memcpy(w, dt, dl);
+	w += dl;
+	memcpy(w, "\",\"shape\":[", 11);
+	w += 11;
+	for (int d = 0; d < t->ndim; d++) {
+		if (d)
+			*w++ = ',';
+		w += ck_fmt_i64(w, t->shape[d]);
 	}
-	char *big = malloc(n);
-	if (!big) {
-		b->oom = 1;
-		return;
-	}
-	put(b, big, (size_t)(ck_json_put_str(big, s) - big));
-	free(big);
+	memcpy(w, "],\"data_offsets\":[", 18);
+	w += 18;
+	w += ck_fmt_u64(w, off);
+	*w++ = ',';
+	w += ck_fmt_u64(w, off + t->nbytes);
+	memcpy(w, "]}", 2);
+	w += 2;
+	b->len += (size_t)(w - s);
 }
 
 int ck_st_build_header(const struct ck_st_out *t, size_t n, const char *const *meta_keys,
@@ -76,22 +112,11 @@ int ck_st_build_header(const struct ck_st_out *t, size_t n, const char *const *m
 		first = 0;
 	}
 	uint64_t off = 0;
-	char num[64];
 	for (size_t i = 0; i < n; i++) {
 		if (!first)
 			puts_(&b, ",");
 		first = 0;
-		put_json_string(&b, t[i].name);
-		puts_(&b, ":{\"dtype\":\"");
-		puts_(&b, ck_dtype_name(t[i].dtype));
-		puts_(&b, "\",\"shape\":[");
-		for (int d = 0; d < t[i].ndim; d++) {
-			snprintf(num, sizeof num, "%s%" PRId64, d ? "," : "", t[i].shape[d]);
-			puts_(&b, num);
-		}
-		snprintf(num, sizeof num, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off,
-			 off + t[i].nbytes);
-		puts_(&b, num);
+		put_member(&b, &t[i], off);
 		data_off[i] = off;
 		off += t[i].nbytes;
 	}

@@ -8,6 +8,7 @@
 #include "../ckpt/pickle_w.h"
 #include "../ckpt/torchbin.h"
 #include "../util/crc32.h"
+#include "../util/numfmt.h"
 
 #define U32_MAX_ZIP 0xFFFFFFFFu
 #define ALIGN 64
@@ -49,8 +50,8 @@ static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, i
 			step *= size[d] ? size[d] : 1;
 			numel *= size[d];
 		}
-		char key[24];
-		snprintf(key, sizeof key, "%zu", k);
+		char key[CK_FMT_INT_MAX];
+		ck_fmt_u64(key, k);
 		if (!single)
 			ck_pk_str(b, t->name);
 		ck_pk_global(b, "torch._utils", "_rebuild_tensor_v2");
@@ -78,57 +79,79 @@ static void build_pickle(const struct ck_plan *p, const struct ck_torchzip *z, i
 	ck_buf_byte(b, '.');
 }
 
+#define NAME_CAP 96 /* "<dir>/data/<k>": dir is one of the callers' short names */
+
+/* An entry's name is made where it is written (twice: local header and
+ * directory), not kept: a view of 92,000 tensors made 92,000 of them. */
 struct entry {
 	uint64_t hdr_off, size;
 	uint32_t crc;
-	char *name;
+	int64_t k; /* data/<k>, or PICKLE or VERSION */
 };
+
+enum { PICKLE = -1, VERSION = -2 };
+
+static size_t entry_name(char *out, const char *dir, int64_t k)
+{
+	size_t dl = strlen(dir);
+	memcpy(out, dir, dl);
+	const char *rest = k == PICKLE ? "/data.pkl" : k == VERSION ? "/version" : "/data/";
+	size_t rl = strlen(rest);
+	memcpy(out + dl, rest, rl + 1);
+	return dl + rl + (k >= 0 ? (size_t)ck_fmt_u64(out + dl + rl, (uint64_t)k) : 0);
+}
+
+static unsigned char *le(unsigned char *w, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		*w++ = (unsigned char)(v >> (8 * i));
+	return w;
+}
 
 /* The local header of an entry whose data follows it, aligned to `align`.
  * Returns the blob offset of its CRC field, or -1 on allocation failure. */
-static int64_t local_header(struct ck_vfile *v, struct entry *e, uint64_t align)
+static int64_t local_header(struct ck_vfile *v, const char *dir, struct entry *e, uint64_t align)
 {
-	size_t nl = strlen(e->name);
+	unsigned char h[30 + NAME_CAP + 20 + 4], *w = h;
+	char name[NAME_CAP];
+	size_t nl = entry_name(name, dir, e->k);
 	int z64 = e->size >= U32_MAX_ZIP;
 	uint64_t fixed = 30 + nl + (z64 ? 20 : 0) + 4; /* + the "FB" padding field */
 	uint64_t pad = (align - (v->size + fixed) % align) % align;
-	struct ck_buf b = {0};
 	e->hdr_off = v->size;
-	ck_buf_le(&b, 0x04034b50, 4);
-	ck_buf_le(&b, z64 ? 45 : 20, 2); /* version needed */
-	ck_buf_le(&b, 0, 2);	      /* flags */
-	ck_buf_le(&b, 0, 2);	      /* stored */
-	ck_buf_le(&b, 0, 2);	      /* time */
-	ck_buf_le(&b, 0x21, 2);	      /* date: 1980-01-01 */
-	size_t crc_at = b.n;
-	ck_buf_le(&b, e->crc, 4);
-	ck_buf_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
-	ck_buf_le(&b, z64 ? U32_MAX_ZIP : e->size, 4);
-	ck_buf_le(&b, nl, 2);
-	ck_buf_le(&b, (z64 ? 20 : 0) + 4 + pad, 2);
-	ck_buf_put(&b, e->name, nl);
+	w = le(w, 0x04034b50, 4);
+	w = le(w, z64 ? 45 : 20, 2); /* version needed */
+	w = le(w, 0, 2);	     /* flags */
+	w = le(w, 0, 2);	     /* stored */
+	w = le(w, 0, 2);	     /* time */
+	w = le(w, 0x21, 2);	     /* date: 1980-01-01 */
+	size_t crc_at = (size_t)(w - h);
+	w = le(w, e->crc, 4);
+	w = le(w, z64 ? U32_MAX_ZIP : e->size, 4);
+	w = le(w, z64 ? U32_MAX_ZIP : e->size, 4);
+	w = le(w, nl, 2);
+	w = le(w, (z64 ? 20 : 0) + 4 + pad, 2);
+	memcpy(w, name, nl);
+	w += nl;
 	if (z64) {
-		ck_buf_le(&b, 1, 2);
-		ck_buf_le(&b, 16, 2);
-		ck_buf_le(&b, e->size, 8);
-		ck_buf_le(&b, e->size, 8);
+		w = le(w, 1, 2);
+		w = le(w, 16, 2);
+		w = le(w, e->size, 8);
+		w = le(w, e->size, 8);
 	}
-	ck_buf_put(&b, "FB", 2);
-	ck_buf_le(&b, pad, 2);
-	int64_t at = -1;
-	if (!b.oom) {
-		at = (int64_t)(v->blob_len + crc_at);
-		if (ck_vfile_lit(v, b.p, b.n) < 0 || ck_vfile_fill(v, 'Z', pad) < 0)
-			at = -1;
-	}
-	free(b.p);
+	memcpy(w, "FB", 2);
+	w = le(w + 2, pad, 2);
+	int64_t at = (int64_t)(v->blob_len + crc_at);
+	if (ck_vfile_lit(v, h, (size_t)(w - h)) < 0 || ck_vfile_fill(v, 'Z', pad) < 0)
+		return -1;
 	return at;
 }
 
 /* Central directory entry; returns the offset of its CRC field in b. */
-static size_t central_entry(struct ck_buf *b, const struct entry *e)
+static size_t central_entry(struct ck_buf *b, const char *dir, const struct entry *e)
 {
-	size_t nl = strlen(e->name);
+	char name[NAME_CAP];
+	size_t nl = entry_name(name, dir, e->k);
 	int z64 = e->size >= U32_MAX_ZIP || e->hdr_off >= U32_MAX_ZIP;
 	ck_buf_le(b, 0x02014b50, 4);
 	ck_buf_le(b, 45, 2); /* made by */
@@ -148,7 +171,7 @@ static size_t central_entry(struct ck_buf *b, const struct entry *e)
 	ck_buf_le(b, 0, 2); /* internal attributes */
 	ck_buf_le(b, 0, 4); /* external attributes */
 	ck_buf_le(b, z64 ? U32_MAX_ZIP : e->hdr_off, 4);
-	ck_buf_put(b, e->name, nl);
+	ck_buf_put(b, name, nl);
 	if (z64) { /* every field that reads 0xFFFFFFFF, in order */
 		ck_buf_le(b, 1, 2);
 		ck_buf_le(b, 24, 2);
@@ -186,18 +209,12 @@ static void end_records(struct ck_buf *b, uint64_t entries, uint64_t cd_off, uin
 	ck_buf_le(b, 0, 2);
 }
 
-static char *entry_name(const char *dir, const char *rest)
-{
-	char *s = malloc(strlen(dir) + strlen(rest) + 2);
-	if (s)
-		sprintf(s, "%s/%s", dir, rest);
-	return s;
-}
-
 static int build(const struct ck_plan *p, const char *dir, int64_t one, const struct ck_zchunk *c,
 		 struct ck_torchzip *z, struct ck_err *err)
 {
 	memset(z, 0, sizeof *z);
+	if (strlen(dir) > NAME_CAP - 32) /* the callers' names are short */
+		return ck_fail(err, CK_E_USAGE, "zip directory name \"%s\" is too long", dir);
 	size_t n = p->n ? p->n : 1;
 	z->included = calloc(n, sizeof *z->included);
 	z->omitted = calloc(n, sizeof *z->omitted);
@@ -218,20 +235,19 @@ static int build(const struct ck_plan *p, const char *dir, int64_t one, const st
 		goto oom;
 	/* data.pkl */
 	struct entry *pe = &e[n_entries++];
-	*pe = (struct entry){0, pk.n, ck_crc32(0, pk.p, pk.n), entry_name(dir, "data.pkl")};
-	if (!pe->name || local_header(&z->v, pe, ALIGN) < 0 || ck_vfile_lit(&z->v, pk.p, pk.n) < 0)
+	*pe = (struct entry){0, pk.n, ck_crc32(0, pk.p, pk.n), PICKLE};
+	if (ck_vfile_reserve(&z->v, 2 * (size_t)z->n_included + 6) < 0 ||
+	    local_header(&z->v, dir, pe, ALIGN) < 0 || ck_vfile_lit(&z->v, pk.p, pk.n) < 0)
 		goto oom;
 	/* data/<k>: the tensors, served from the cache */
 	for (size_t k = 0; k < z->n_included; k++) {
 		uint32_t ti = z->included[k];
-		char rest[32];
-		snprintf(rest, sizeof rest, "data/%zu", k);
 		struct entry *te = &e[n_entries++];
 		uint64_t off = c ? c->off : 0, len = c ? c->bytes : p->t[ti].nbytes;
-		*te = (struct entry){0, len, 0, entry_name(dir, rest)};
+		*te = (struct entry){0, len, 0, (int64_t)k};
 		/* a whole file keeps tensor pages apart from metadata; a DCP chunk
 		 * (one tensor) aligns as torch.save does */
-		int64_t at = te->name ? local_header(&z->v, te, k || one >= 0 ? ALIGN : PAGE_ALIGN) : -1;
+		int64_t at = local_header(&z->v, dir, te, k || one >= 0 ? ALIGN : PAGE_ALIGN);
 		if (at < 0)
 			goto oom;
 		z->crc_at[2 * k] = (uint64_t)at;
@@ -240,13 +256,13 @@ static int build(const struct ck_plan *p, const char *dir, int64_t one, const st
 	}
 	/* version, then the directory: no tensor byte in their pages */
 	struct entry *ve = &e[n_entries++];
-	*ve = (struct entry){0, 2, ck_crc32(0, "3\n", 2), entry_name(dir, "version")};
-	if (!ve->name || local_header(&z->v, ve, one >= 0 ? ALIGN : PAGE_ALIGN) < 0 ||
+	*ve = (struct entry){0, 2, ck_crc32(0, "3\n", 2), VERSION};
+	if (local_header(&z->v, dir, ve, one >= 0 ? ALIGN : PAGE_ALIGN) < 0 ||
 	    ck_vfile_lit(&z->v, "3\n", 2) < 0)
 		goto oom;
 	uint64_t cd_off = z->v.size;
 	for (size_t k = 0; k < n_entries; k++) {
-		size_t at = central_entry(&cd, &e[k]);
+		size_t at = central_entry(&cd, dir, &e[k]);
 		if (k >= 1 && k <= z->n_included)
 			z->crc_at[2 * (k - 1) + 1] = z->v.blob_len + at;
 	}
@@ -254,15 +270,11 @@ static int build(const struct ck_plan *p, const char *dir, int64_t one, const st
 	end_records(&cd, n_entries, cd_off, cd_size);
 	if (cd.oom || ck_vfile_lit(&z->v, cd.p, cd.n) < 0)
 		goto oom;
-	for (size_t k = 0; k < n_entries; k++)
-		free(e[k].name);
 	free(e);
 	free(pk.p);
 	free(cd.p);
 	return 0;
 oom:
-	for (size_t k = 0; e && k < n_entries; k++)
-		free(e[k].name);
 	free(e);
 	free(pk.p);
 	free(cd.p);

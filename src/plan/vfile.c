@@ -72,6 +72,34 @@ int ck_vfile_target(struct ck_vfile *v, uint32_t target, uint64_t off, uint64_t 
 	return add_part(v, (struct ck_vpart){v->size, len, target, off});
 }
 
+int ck_vfile_lit_take(struct ck_vfile *v, void *p, size_t len)
+{
+	if (v->blob || !len) {
+		int r = ck_vfile_lit(v, p, len);
+		free(p);
+		return r;
+	}
+	if (add_part(v, (struct ck_vpart){v->size, len, CK_VLIT, 0}) < 0) {
+		free(p);
+		return -ENOMEM;
+	}
+	v->blob = p;
+	v->blob_len = v->blob_cap = len;
+	return 0;
+}
+
+int ck_vfile_reserve(struct ck_vfile *v, size_t n)
+{
+	if (n <= v->cap - v->n)
+		return 0;
+	struct ck_vpart *np = realloc(v->parts, (v->n + n) * sizeof *np);
+	if (!np)
+		return -ENOMEM;
+	v->parts = np;
+	v->cap = v->n + n;
+	return 0;
+}
+
 void ck_vfile_renumber(struct ck_vfile *v, const uint32_t *idx)
 {
 	for (size_t k = 0; idx && k < v->n; k++)

@@ -39,6 +39,12 @@ struct ck_span {
 int ck_vfile_lit(struct ck_vfile *v, const void *p, size_t len);
 int ck_vfile_fill(struct ck_vfile *v, unsigned char byte, size_t len);
 int ck_vfile_target(struct ck_vfile *v, uint32_t target, uint64_t off, uint64_t len);
+/* ck_vfile_lit of a malloc'd buffer the file takes (freed here on any
+ * outcome): the first literal is kept as the blob, uncopied (a flat view's
+ * header of many MB is not copied into fresh pages). */
+int ck_vfile_lit_take(struct ck_vfile *v, void *p, size_t len);
+/* Room for n more parts, so that appending them does not move the array. */
+int ck_vfile_reserve(struct ck_vfile *v, size_t n);
 void ck_vfile_free(struct ck_vfile *v);
 /* Put v's target parts in another plan's numbering: target t becomes
  * idx[t] (idx NULL: unchanged), as when v's plan is merged into a union. */

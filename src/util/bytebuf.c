@@ -14,6 +14,7 @@ void ck_buf_put(struct ck_buf *b, const void *p, size_t n)
 		unsigned char *np = realloc(b->p, cap);
 		if (!np) {
 			b->oom = 1;
+			b->cap = b->n; /* the inline appends come here, and stop */
 			return;
 		}
 		b->p = np;
@@ -21,20 +22,6 @@ void ck_buf_put(struct ck_buf *b, const void *p, size_t n)
 	}
 	memcpy(b->p + b->n, p, n);
 	b->n += n;
-}
-
-void ck_buf_byte(struct ck_buf *b, unsigned v)
-{
-	unsigned char c = (unsigned char)v;
-	ck_buf_put(b, &c, 1);
-}
-
-void ck_buf_le(struct ck_buf *b, uint64_t v, int bytes)
-{
-	unsigned char t[8];
-	for (int i = 0; i < bytes; i++)
-		t[i] = (unsigned char)(v >> (8 * i));
-	ck_buf_put(b, t, (size_t)bytes);
 }
 
 void ck_buf_free(struct ck_buf *b)

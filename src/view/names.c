@@ -1,12 +1,9 @@
 #include "names.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../util/strmap.h"
 
-#define NAME_MAX_BYTES 255
 #define KEEP_BYTES 237
 
 static int needs_escape(unsigned char c)
@@ -14,44 +11,49 @@ static int needs_escape(unsigned char c)
 	return c == '%' || c == '/' || c < 0x20 || c == 0x7F;
 }
 
-char *ck_escape_name(const char *key)
-{
-	return ck_escape_name_max(key, NAME_MAX_BYTES);
-}
+static const char hex[] = "0123456789ABCDEF";
 
-char *ck_escape_name_max(const char *key, size_t max)
+size_t ck_escape_name(const char *key, size_t max, char *out)
 {
-	if (!strcmp(key, "."))
-		return strdup("%2E");
-	if (!strcmp(key, ".."))
-		return strdup("%2E%2E");
+	const char *whole = !strcmp(key, ".") ? "%2E" : !strcmp(key, "..") ? "%2E%2E" : NULL;
 	if (!key[0])
-		return strdup("%00");
-	size_t n = 0;
-	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-		n += needs_escape(*p) ? 3 : 1;
-	char *out = malloc(n + 1 > 256 ? n + 1 : 256);
-	if (!out)
-		return NULL;
-	char *w = out;
-	for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
-		if (needs_escape(*p)) {
-			sprintf(w, "%%%02X", *p);
-			w += 3;
-		} else {
-			*w++ = (char)*p;
-		}
+		whole = "%00";
+	if (whole) {
+		strcpy(out, whole);
+		return strlen(whole);
 	}
-	*w = '\0';
-	if (n <= max)
-		return out;
-	size_t keep = max - (NAME_MAX_BYTES - KEEP_BYTES);
+	/* escape into out while it fits; past max only the cut point matters */
+	size_t n = 0, keep = max - (CK_NAME_MAX - KEEP_BYTES);
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++) {
+		size_t w = needs_escape(*p) ? 3 : 1;
+		if (n + w > max) {
+			n = max + 1; /* too long: cut below */
+			break;
+		}
+		if (w == 3) {
+			out[n] = '%';
+			out[n + 1] = hex[*p >> 4];
+			out[n + 2] = hex[*p & 15];
+		} else {
+			out[n] = (char)*p;
+		}
+		n += w;
+	}
+	if (n <= max) {
+		out[n] = '\0';
+		return n;
+	}
 	/* do not cut inside a UTF-8 sequence or a %XX escape */
 	while (keep > 0 && ((unsigned char)out[keep] & 0xC0) == 0x80)
 		keep--;
 	for (size_t back = 1; back <= 2 && keep >= back; back++)
 		if (out[keep - back] == '%')
 			keep -= back;
-	snprintf(out + keep, 256 - keep, "%%~%016llx", (unsigned long long)ck_hash_str(key));
-	return out;
+	uint64_t h = ck_hash_str(key);
+	out[keep++] = '%';
+	out[keep++] = '~';
+	for (int i = 15; i >= 0; i--)
+		out[keep++] = "0123456789abcdef"[(h >> (4 * i)) & 15];
+	out[keep] = '\0';
+	return keep;
 }

@@ -10,8 +10,11 @@
 
 #include <stddef.h>
 
-char *ck_escape_name(const char *key); /* malloc'd, NULL on ENOMEM */
-/* The same within max bytes (for names that get a suffix: npy/<name>.npy). */
-char *ck_escape_name_max(const char *key, size_t max);
+#define CK_NAME_MAX 255 /* a file name's bytes */
+
+/* key's file name, within max bytes (CK_NAME_MAX; less for names that get a
+ * suffix: npy/<name>.npy), into out (room for CK_NAME_MAX + 1 bytes),
+ * NUL-terminated; returns its length. */
+size_t ck_escape_name(const char *key, size_t max, char *out);
 
 #endif

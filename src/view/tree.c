@@ -11,6 +11,7 @@
 #include "../exec/cache.h"
 #include "../plan/npy.h"
 #include "../util/jsonw.h"
+#include "../util/parallel.h"
 #include "names.h"
 
 static int add_root(struct ck_tree *fs, const char *name, const struct ck_vfile *v)
@@ -25,13 +26,10 @@ static int add_root(struct ck_tree *fs, const char *name, const struct ck_vfile 
 	return 0;
 }
 
-/* The files of the mount's root: model.safetensors, pytorch_model.bin, and
- * the optional shards and per-rank parts. */
+/* The files of the mount's root: model.safetensors, pytorch_model.bin
+ * (both built already), and the optional shards and per-rank parts. */
 static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct ck_err *err)
 {
-	if (ck_flat_build(fs->plan, NULL, 0, &fs->flat, err) < 0 ||
-	    ck_torchzip_build(fs->plan, "pytorch_model", &fs->zip, err) < 0)
-		return -1;
 	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
 	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
 		return ck_fail_sys(err, ENOMEM, "mount");
@@ -131,6 +129,14 @@ static char *build_plan_json(const struct ck_tree *fs, size_t *len)
 	return fclose(f) == 0 ? buf : (free(buf), NULL);
 }
 
+static const char *name_at(const void *names, size_t i)
+{
+	return ((char *const *)names)[i];
+}
+
+/* Every target's file names, in one pool (a 92,000-target view made two
+ * allocations of 256 bytes for each), then the two name maps, their slots
+ * prefetched a few names ahead (each a cache miss otherwise). */
 static int build_names(struct ck_tree *v, struct ck_err *err)
 {
 	const struct ck_plan *plan = v->plan;
@@ -140,24 +146,68 @@ static int build_names(struct ck_tree *v, struct ck_err *err)
 	    ck_strmap_init(&v->npy_by_name, plan->n) < 0)
 		return ck_fail_sys(err, ENOMEM, "mount");
 	for (size_t i = 0; i < plan->n; i++) {
-		uint32_t other;
-		if (!(v->names[i] = ck_escape_name(plan->t[i].name)))
+		char name[CK_NAME_MAX + 1];
+		size_t len = ck_escape_name(plan->t[i].name, CK_NAME_MAX, name);
+		if (!(v->names[i] = ck_strpool_add(&v->name_pool, name, len)))
 			return ck_fail_sys(err, ENOMEM, "mount");
-		char *npy = ck_escape_name_max(plan->t[i].name, 251);
-		if (!npy || !(v->npy_names[i] = malloc(strlen(npy) + 5))) {
-			free(npy);
+		len = ck_escape_name(plan->t[i].name, CK_NAME_MAX - 4, name);
+		memcpy(name + len, ".npy", 5);
+		if (!(v->npy_names[i] = ck_strpool_add(&v->name_pool, name, len + 4)))
 			return ck_fail_sys(err, ENOMEM, "mount");
-		}
-		sprintf(v->npy_names[i], "%s.npy", npy);
-		free(npy);
-		if (ck_strmap_put(&v->npy_by_name, v->npy_names[i], (uint32_t)i, NULL) == 1)
+	}
+	struct ck_strmap_window wn, wp;
+	for (size_t i = 0, n = plan->n; i < n; i++) {
+		uint32_t other, hp, hn, k = (uint32_t)i;
+		hp = ck_strmap_ahead(&v->npy_by_name, &wp, i, n, name_at, v->npy_names);
+		hn = ck_strmap_ahead(&v->by_name, &wn, i, n, name_at, v->names);
+		int rp = ck_strmap_put_h(&v->npy_by_name, v->npy_names[i], hp, k, NULL);
+		int rn = rp ? 0 : ck_strmap_put_h(&v->by_name, v->names[i], hn, k, &other);
+		if (rp < 0 || rn < 0)
+			return ck_fail_sys(err, ENOMEM, "mount");
+		if (rp == 1)
 			return ck_fail(err, CK_E_MAPPING, "two keys map to one npy file name \"%s\"",
 				       v->npy_names[i]);
-		if (ck_strmap_put(&v->by_name, v->names[i], (uint32_t)i, &other) == 1)
+		if (rn == 1)
 			return ck_fail(err, CK_E_MAPPING,
 				       "keys \"%s\" and \"%s\" map to one file name \"%s\"",
 				       plan->t[other].name, plan->t[i].name, v->names[i]);
 	}
+	return 0;
+}
+
+/* The three builds over every target, each on its own (together 220 ms on
+ * one core for the 671B preset's 92,000 targets): the tree's file names,
+ * model.safetensors and pytorch_model.bin. */
+struct files_job {
+	struct ck_tree *v;
+	struct ck_err err[3];
+	int rc[3];
+};
+
+static void files_task(void *ctx, size_t i)
+{
+	struct files_job *j = ctx;
+	struct ck_tree *v = j->v;
+	if (i == 0)
+		j->rc[0] = ck_torchzip_build(v->plan, "pytorch_model", &v->zip, &j->err[0]);
+	else if (i == 1)
+		j->rc[1] = ck_flat_build(v->plan, NULL, 0, &v->flat, &j->err[1]);
+	else
+		j->rc[2] = build_names(v, &j->err[2]);
+}
+
+#define FILES_PARALLEL_MIN 4096 /* fewer targets: a thread's start costs more */
+
+static int build_files(struct ck_tree *v, struct ck_err *err)
+{
+	struct files_job j = {.v = v};
+	ck_parallel_for(3, v->plan->n >= FILES_PARALLEL_MIN ? ck_cpu_count() : 1, files_task, &j);
+	static const int order[] = {1, 0, 2}; /* the order a serial build met errors in */
+	for (int k = 0; k < 3; k++)
+		if (j.rc[order[k]] < 0) {
+			*err = j.err[order[k]];
+			return -1;
+		}
 	return 0;
 }
 
@@ -229,7 +279,7 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 	v->plan_no_stream = o->no_stream;
 	if (!(v->plan_source = strdup(o->source ? o->source : "")))
 		return ck_fail_sys(err, ENOMEM, "mount");
-	if (build_roots(v, o, err) < 0 || build_names(v, err) < 0 ||
+	if (build_files(v, err) < 0 || build_roots(v, o, err) < 0 ||
 	    (o->dcp && build_dcp(v, o, err) < 0))
 		return -1;
 	/* the files are laid out over the tree's targets; the cache reads the
@@ -263,13 +313,10 @@ int ck_tree_npy(const struct ck_tree *v, uint32_t i, struct ck_vfile *out)
 
 void ck_tree_free(struct ck_tree *v)
 {
-	for (size_t i = 0; v->names && i < v->plan->n; i++)
-		free(v->names[i]);
 	free(v->names);
 	ck_strmap_free(&v->by_name);
-	for (size_t i = 0; v->npy_names && i < v->plan->n; i++)
-		free(v->npy_names[i]);
 	free(v->npy_names);
+	ck_strpool_free(&v->name_pool);
 	ck_strmap_free(&v->npy_by_name);
 	ck_flat_free(&v->flat);
 	ck_torchzip_free(&v->zip);

@@ -15,6 +15,7 @@
 #include "../plan/plan.h"
 #include "../plan/torchzip.h"
 #include "../util/strmap.h"
+#include "../util/strpool.h"
 
 struct ck_tree_file {
 	char *name;
@@ -52,7 +53,8 @@ struct ck_tree {
 	struct ck_vfile config;
 	struct ck_tree_file *roots;
 	size_t n_roots;
-	char **names, **npy_names; /* escaped file names per target */
+	char **names, **npy_names;   /* escaped file names per target, */
+	struct ck_strpool name_pool; /* which live here */
 	/* npy_f32: per target, the cache's number of its F32 copy
 	 * (UINT32_MAX: served as it is); NULL: none widened */
 	const uint32_t *npy_wide;

@@ -175,6 +175,64 @@ START_TEST(writer_round_trip)
 }
 END_TEST
 
+/* The writer's text against the same header printed with snprintf from the
+ * format's description: scalars, empty and 8-dim shapes, numbers up to 2^63
+ * (shape and offset digits are written without printf). */
+START_TEST(writer_text_is_the_format)
+{
+	srand(77 + (unsigned)_i);
+	enum { N = 40 };
+	struct ck_st_out o[N];
+	int64_t shapes[N][CK_MAX_DIMS];
+	char names[N][32];
+	size_t cap = 64 + (size_t)N * 400, k = 0;
+	char *want = malloc(cap);
+	ck_assert_ptr_nonnull(want);
+	k += (size_t)snprintf(want + k, cap - k, "{\"__metadata__\":{\"format\":\"pt\"}");
+	uint64_t off = 0;
+	for (int i = 0; i < N; i++) {
+		int ndim = rand() % (CK_MAX_DIMS + 1);
+		for (int d = 0; d < ndim; d++) { /* 0, small, or up to 2^63 - 1 */
+			int kind = rand() % 3;
+			uint64_t big =
+			    ((uint64_t)rand() << 42 ^ (uint64_t)rand() << 21 ^ (uint64_t)rand()) &
+			    INT64_MAX;
+			shapes[i][d] = kind == 0 ? 0 : kind == 1 ? rand() % 1000 : (int64_t)big;
+		}
+		snprintf(names[i], sizeof names[i], "t.%d", i);
+		uint64_t nb =
+		    i == N - 1 ? UINT64_MAX / 2 : (uint64_t)rand() * (uint64_t)rand() >> 6;
+		o[i] = (struct ck_st_out){names[i], i % 2 ? CK_DT_BF16 : CK_DT_F32, ndim, shapes[i],
+					  nb};
+		k += (size_t)snprintf(want + k, cap - k, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[",
+				      names[i], ck_dtype_name(o[i].dtype));
+		for (int d = 0; d < ndim; d++)
+			k += (size_t)snprintf(want + k, cap - k, "%s%lld", d ? "," : "",
+					      (long long)shapes[i][d]);
+		k += (size_t)snprintf(want + k, cap - k, "],\"data_offsets\":[%llu,%llu]}",
+				      (unsigned long long)off, (unsigned long long)(off + nb));
+		off += nb;
+	}
+	k += (size_t)snprintf(want + k, cap - k, "}");
+	while (k % 8)
+		want[k++] = ' ';
+	const char *mk[] = {"format"}, *mv[] = {"pt"};
+	char *hdr;
+	size_t hl;
+	uint64_t offs[N];
+	struct ck_err err;
+	ck_assert_int_eq(ck_st_build_header(o, N, mk, mv, 1, &hdr, &hl, offs, &err), 0);
+	ck_assert_uint_eq(hl, 8 + k);
+	uint64_t jl = 0;
+	for (int b = 0; b < 8; b++)
+		jl |= (uint64_t)(unsigned char)hdr[b] << (8 * b);
+	ck_assert_uint_eq(jl, k);
+	ck_assert_int_eq(memcmp(hdr + 8, want, k), 0);
+	free(hdr);
+	free(want);
+}
+END_TEST
+
 /* The image of a header of n U8 entries "model.layers.{i}.mlp.experts.w"
  * (shape [1], bytes i to i + 1; 84 bytes each), extra put in as the member
  * after entry at (raw JSON text, or NULL), bad_last: the last entry's dtype
@@ -312,6 +370,7 @@ int main(void)
 	tcase_add_test(tc, repeated_name_over_other_bytes_refused);
 	tcase_add_test(tc, every_dtype_accepted);
 	tcase_add_test(tc, writer_round_trip);
+	tcase_add_loop_test(tc, writer_text_is_the_format, 0, 20);
 	tcase_add_test(tc, large_header_read_as_streamed);
 	tcase_add_test(tc, header_cut_short_is_a_read_error);
 	suite_add_tcase(s, tc);

@@ -1,13 +1,19 @@
 /* Virtual files: spans of random byte ranges reassemble exactly the bytes a
  * plain model of the file holds (literal bytes and target bytes, each target
- * byte standing for (target, offset)); CRC-32 against known check values. */
+ * byte standing for (target, offset)), literals copied or taken whole; CRC-32
+ * against known check values; the byte and decimal writers the flat files'
+ * literals are made with. */
 #include <check.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "plan/vfile.h"
 #include "testutil.h"
+#include "util/bytebuf.h"
 #include "util/crc32.h"
+#include "util/numfmt.h"
 
 /* The model: each file byte is a literal byte or (target << 32 | offset). */
 struct model {
@@ -32,6 +38,8 @@ START_TEST(random_files)
 	struct model m = {0};
 	int parts = 1 + rand() % 40;
 	for (int p = 0; p < parts; p++) {
+		if (rand() % 7 == 0) /* room set aside changes nothing */
+			ck_assert_int_eq(ck_vfile_reserve(&v, (size_t)(rand() % 20)), 0);
 		size_t len = (size_t)(rand() % 3 ? rand() % 50 : rand() % 3);
 		if (rand() % 2) {
 			unsigned char buf[64];
@@ -39,7 +47,11 @@ START_TEST(random_files)
 				buf[i] = (unsigned char)rand();
 				model_add(&m, buf[i], 1);
 			}
-			if (rand() % 3)
+			if (rand() % 5 == 0) { /* taken whole: the blob itself, or copied */
+				unsigned char *own = malloc(len + 1);
+				memcpy(own, buf, len);
+				ck_assert_int_eq(ck_vfile_lit_take(&v, own, len), 0);
+			} else if (rand() % 3)
 				ck_assert_int_eq(ck_vfile_lit(&v, buf, len), 0);
 			else { /* a fill is a literal too */
 				memset(buf, buf[0], len);
@@ -109,6 +121,69 @@ START_TEST(crc32_check_values)
 }
 END_TEST
 
+/* The byte writers' appends, one at a time and inline, give the bytes
+ * written out by hand; the decimal writer gives printf's digits. */
+START_TEST(byte_writers)
+{
+	srand(5);
+	struct ck_buf b = {0};
+	size_t cap = 1 << 16, n = 0;
+	unsigned char *want = malloc(cap);
+	while (n < cap - 16) {
+		uint64_t v = (uint64_t)rand() << 33 ^ (uint64_t)rand() << 11 ^ (uint64_t)rand();
+		int kind = rand() % 3, bytes = 1 + rand() % 8;
+		if (kind == 0) {
+			ck_buf_byte(&b, (unsigned)v);
+			want[n++] = (unsigned char)v;
+		} else if (kind == 1) {
+			ck_buf_le(&b, v, bytes);
+			for (int i = 0; i < bytes; i++)
+				want[n++] = (unsigned char)(v >> (8 * i));
+		} else {
+			ck_buf_put(&b, &v, (size_t)bytes); /* little-endian host */
+			memcpy(want + n, &v, (size_t)bytes);
+			n += (size_t)bytes;
+		}
+	}
+	ck_assert(!b.oom);
+	ck_assert_uint_eq(b.n, n);
+	ck_assert_int_eq(memcmp(b.p, want, n), 0);
+	ck_buf_free(&b);
+	free(want);
+	int64_t edge[] = {0,
+			  1,
+			  -1,
+			  9,
+			  10,
+			  -10,
+			  99,
+			  100,
+			  INT32_MAX,
+			  INT32_MIN,
+			  INT64_MAX,
+			  INT64_MIN,
+			  INT64_MAX - 1,
+			  INT64_MIN + 1,
+			  1000000000000000000};
+	char got[CK_FMT_INT_MAX], ref[32];
+	for (size_t i = 0; i < sizeof edge / sizeof *edge; i++) {
+		snprintf(ref, sizeof ref, "%lld", (long long)edge[i]);
+		ck_assert_int_eq(ck_fmt_i64(got, edge[i]), (int)strlen(ref));
+		ck_assert_str_eq(got, ref);
+	}
+	for (int i = 0; i < 100000; i++) {
+		uint64_t u = (uint64_t)rand() << 42 ^ (uint64_t)rand() << 21 ^ (uint64_t)rand();
+		u >>= rand() % 64;
+		snprintf(ref, sizeof ref, "%llu", (unsigned long long)u);
+		ck_assert_int_eq(ck_fmt_u64(got, u), (int)strlen(ref));
+		ck_assert_str_eq(got, ref);
+	}
+	snprintf(ref, sizeof ref, "%llu", (unsigned long long)UINT64_MAX);
+	ck_fmt_u64(got, UINT64_MAX);
+	ck_assert_str_eq(got, ref);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("vfile");
@@ -116,6 +191,7 @@ int main(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, random_files, 0, 200);
 	tcase_add_test(tc, crc32_check_values);
+	tcase_add_test(tc, byte_writers);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 0);
 }
