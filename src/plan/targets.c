@@ -419,6 +419,27 @@ int ck_plan_streamable(const struct ck_plan *plan, uint32_t t)
 	return 1;
 }
 
+int ck_plan_copy(const struct ck_plan *p, struct ck_plan **out, struct ck_err *err)
+{
+	uint32_t **idx;
+	if (ck_plan_merge(&p, 1, out, &idx, err) < 0) /* the union of one plan */
+		return -1;
+	ck_plan_merge_free_idx(idx, 1);
+	struct ck_plan *c = *out;
+	for (size_t i = 0; i < p->n; i++) /* what produced each target, as it was */
+		c->t[i].stage = p->t[i].stage, c->t[i].rule = p->t[i].rule;
+	if (p->n_warnings && !(c->warnings = calloc(p->n_warnings, sizeof *c->warnings)))
+		goto oom;
+	for (; c->n_warnings < p->n_warnings; c->n_warnings++)
+		if (!(c->warnings[c->n_warnings] = strdup(p->warnings[c->n_warnings])))
+			goto oom;
+	return 0;
+oom:
+	ck_plan_free(c);
+	*out = NULL;
+	return nomem(err);
+}
+
 int ck_plan_widen(const struct ck_plan *p, int (*widens)(enum ck_dtype), enum ck_dtype to,
 		  struct ck_plan **out, uint32_t **of, struct ck_err *err)
 {

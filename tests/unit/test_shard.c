@@ -3,7 +3,8 @@
  * kept), the first and last stage's own tensors, and its tensor-parallel
  * slice of each split target with Megatron's ShardedTensor description;
  * the bytes, read through the engine, equal the source's slice computed
- * here by index arithmetic. */
+ * here by index arithmetic; a copy of the plan sharded for a rank is that
+ * rank's own plan. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,6 +174,77 @@ START_TEST(bad_meshes_refused)
 }
 END_TEST
 
+/* Two plans alike: targets (name, value, bytes, group, shard description),
+ * groups and warnings. */
+static void assert_same_plan(const struct ck_plan *a, const struct ck_plan *b)
+{
+	ck_assert_uint_eq(a->n, b->n);
+	for (size_t i = 0; i < a->n; i++) {
+		const struct ck_target *x = &a->t[i], *y = &b->t[i];
+		ck_assert_str_eq(x->name, y->name);
+		ck_assert_msg(ck_value_equal(&x->v, &y->v), "%s", x->name);
+		ck_assert_uint_eq(x->nbytes, y->nbytes);
+		ck_assert_uint_eq(x->group, y->group);
+		ck_assert_int_eq(!x->shard, !y->shard);
+		if (!x->shard)
+			continue;
+		const struct ck_shard_info *u = x->shard, *w = y->shard;
+		ck_assert_int_eq(memcmp(u->global_shape, w->global_shape, sizeof u->global_shape),
+				 0);
+		ck_assert_int_eq(u->n_frag, w->n_frag);
+		ck_assert_int_eq(memcmp(u->frag, w->frag, (size_t)u->n_frag * sizeof *u->frag), 0);
+		ck_assert_int_eq(u->n_replica, w->n_replica);
+		ck_assert_int_eq(memcmp(u->replica_id, w->replica_id, sizeof u->replica_id), 0);
+		ck_assert_int_eq(!u->global_name, !w->global_name);
+		if (u->global_name)
+			ck_assert_str_eq(u->global_name, w->global_name);
+	}
+	ck_assert_uint_eq(a->n_groups, b->n_groups);
+	for (size_t g = 0; g < a->n_groups; g++) {
+		ck_assert_uint_eq(a->g[g].n_targets, b->g[g].n_targets);
+		ck_assert_uint_eq(a->g[g].n_sources, b->g[g].n_sources);
+		ck_assert_int_eq(memcmp(a->g[g].targets, b->g[g].targets,
+					a->g[g].n_targets * sizeof *a->g[g].targets),
+				 0);
+		ck_assert_int_eq(memcmp(a->g[g].sources, b->g[g].sources,
+					a->g[g].n_sources * sizeof *a->g[g].sources),
+				 0);
+	}
+	ck_assert_uint_eq(a->n_warnings, b->n_warnings);
+	for (size_t k = 0; k < a->n_warnings; k++)
+		ck_assert_str_eq(a->warnings[k], b->warnings[k]);
+}
+
+/* --ranks plans the mapping once and shards a copy for each rank: every
+ * rank's plan is the one a plan of its own gives, and sharding a copy leaves
+ * the plan it was copied from as it was. */
+START_TEST(sharded_copies_are_rank_plans)
+{
+	struct ck_err err;
+	struct ck_mapping *m;
+	struct ck_plan *base, *fresh;
+	struct ck_mesh me;
+	ck_assert_msg(ck_mapping_parse(MAP, strlen(MAP), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_mesh_parse("pp=2,tp=2", &me, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &base, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &fresh, &err) == 0, "%s", err.msg);
+	for (int64_t r = 0; r < 4; r++) {
+		struct ck_plan *copy, *own = rank_plan("pp=2,tp=2", r, &err);
+		ck_assert_msg(own, "%s", err.msg);
+		ck_assert_msg(ck_plan_copy(base, &copy, &err) == 0, "%s", err.msg);
+		assert_same_plan(copy, base);
+		ck_assert_msg(ck_plan_shard(copy, m, &me, r, &err) == 0, "%s", err.msg);
+		assert_same_plan(copy, own);
+		assert_same_plan(base, fresh);
+		ck_plan_free(copy);
+		ck_plan_free(own);
+	}
+	ck_plan_free(base);
+	ck_plan_free(fresh);
+	ck_mapping_free(m);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shard");
@@ -181,6 +253,7 @@ int main(void)
 	tcase_add_checked_fixture(tc, setup, teardown);
 	tcase_add_loop_test(tc, pp_tp_ranks, 0, 4);
 	tcase_add_test(tc, bad_meshes_refused);
+	tcase_add_test(tc, sharded_copies_are_rank_plans);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
