@@ -4,7 +4,6 @@
 #include "../util/numfmt.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,26 +140,33 @@ void ck_st_shard_name(char *buf, size_t cap, uint64_t k, uint64_t n)
 		 (unsigned long long)n);
 }
 
+/* (no stdio: the index of a 92,000-tensor view is written at mount) */
 char *ck_st_index_json(const char *const *names, const uint64_t *shard_of, size_t n,
 		       uint64_t n_shards, uint64_t total_size, size_t *len)
 {
-	char *buf = NULL;
-	FILE *f = open_memstream(&buf, len);
-	if (!f)
-		return NULL;
-	fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {",
-		total_size);
+	struct buf b = {0};
+	char num[CK_FMT_INT_MAX], shard[64];
+	puts_(&b, "{\n  \"metadata\": {\n    \"total_size\": ");
+	put(&b, num, (size_t)ck_fmt_u64(num, total_size));
+	puts_(&b, "\n  },\n  \"weight_map\": {");
+	uint64_t named = 0; /* the shard whose name is in shard (none: 0) */
 	for (size_t i = 0; i < n; i++) {
-		char shard[64];
-		ck_st_shard_name(shard, sizeof shard, shard_of[i], n_shards);
-		fprintf(f, "%s\n    ", i ? "," : "");
-		ck_json_fput_str(f, names[i]);
-		fprintf(f, ": \"%s\"", shard);
+		if (shard_of[i] != named || !named) {
+			ck_st_shard_name(shard, sizeof shard, shard_of[i], n_shards);
+			named = shard_of[i];
+		}
+		puts_(&b, i ? ",\n    " : "\n    ");
+		put_json_string(&b, names[i]);
+		puts_(&b, ": \"");
+		puts_(&b, shard);
+		puts_(&b, "\"");
 	}
-	fprintf(f, "\n  }\n}\n");
-	if (fclose(f) != 0) {
-		free(buf);
+	puts_(&b, "\n  }\n}\n");
+	if (b.oom) {
+		free(b.p);
 		return NULL;
 	}
-	return buf;
+	b.p[b.len] = '\0'; /* room always leaves a byte past len */
+	*len = b.len;
+	return b.p;
 }

@@ -233,6 +233,34 @@ START_TEST(writer_text_is_the_format)
 }
 END_TEST
 
+/* model.safetensors.index.json as HF writes it (two-space indents, one
+ * "name": "file" line per tensor), against the text printed here with
+ * snprintf: names with JSON escapes, runs of shards, 10^5 shards. */
+START_TEST(index_json_is_hfs_layout)
+{
+	const char *names[] = {"a.weight", "we\"ird\\name", "ctl\x01", "b", "c", "d"};
+	uint64_t of[] = {1, 1, 2, 2, 7, 99999};
+	const char *esc[] = {"a.weight", "we\\\"ird\\\\name", "ctl\\u0001", "b", "c", "d"};
+	size_t n = sizeof names / sizeof *names, len, k = 0, cap = 4096;
+	char *want = malloc(cap);
+	k += (size_t)snprintf(want + k, cap - k,
+			      "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n"
+			      "  \"weight_map\": {",
+			      18446744073709551615ull);
+	for (size_t i = 0; i < n; i++)
+		k += (size_t)snprintf(want + k, cap - k,
+				      "%s\n    \"%s\": \"model-%05llu-of-%05llu.safetensors\"",
+				      i ? "," : "", esc[i], (unsigned long long)of[i], 99999ull);
+	k += (size_t)snprintf(want + k, cap - k, "\n  }\n}\n");
+	char *got = ck_st_index_json(names, of, n, 99999, UINT64_MAX, &len);
+	ck_assert_ptr_nonnull(got);
+	ck_assert_uint_eq(len, k);
+	ck_assert_str_eq(got, want); /* NUL-terminated as well */
+	free(got);
+	free(want);
+}
+END_TEST
+
 /* The image of a header of n U8 entries "model.layers.{i}.mlp.experts.w"
  * (shape [1], bytes i to i + 1; 84 bytes each), extra put in as the member
  * after entry at (raw JSON text, or NULL), bad_last: the last entry's dtype
@@ -371,6 +399,7 @@ int main(void)
 	tcase_add_test(tc, every_dtype_accepted);
 	tcase_add_test(tc, writer_round_trip);
 	tcase_add_loop_test(tc, writer_text_is_the_format, 0, 20);
+	tcase_add_test(tc, index_json_is_hfs_layout);
 	tcase_add_test(tc, large_header_read_as_streamed);
 	tcase_add_test(tc, header_cut_short_is_a_read_error);
 	suite_add_tcase(s, tc);
