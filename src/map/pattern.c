@@ -68,6 +68,15 @@ static int capture(const char *text, const char *s, const char *e, int ncap, cha
 	return 0;
 }
 
+/* Whether to run literals_fit first: a pattern that starts with a path
+ * capture ("{layer:path}.mlp.linear_fc1.weight") tries the capture at
+ * every length a key allows, and most keys lack its later text; one that
+ * starts with a literal is refused by its first compare anyway. */
+static int literals_first(const struct ck_pattern *p)
+{
+	return p->n > 2 && !p->tok[0].lit && p->tok[0].type == CK_CAP_PATH;
+}
+
 int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *err)
 {
 	memset(p, 0, sizeof *p);
@@ -142,6 +151,7 @@ int ck_pattern_compile(const char *text, struct ck_pattern *p, struct ck_err *er
 	}
 	free(lit);
 	p->shape_exact = ck_pattern_shape_exact(p);
+	p->lit_filter = literals_first(p);
 	return 0;
 nomem:
 	ck_fail_sys(err, ENOMEM, "pattern");
@@ -312,12 +322,34 @@ int ck_pattern_may_match(const struct ck_pattern *p, const char *key, size_t len
 			p->tok[p->n - 1].lit_len) != 0);
 }
 
+/* 0 when key cannot hold p's literals in order, a byte for each capture
+ * around them: leftmost occurrences leave the most room after each, so a
+ * key they do not fit fits no other way. */
+static int literals_fit(const struct ck_pattern *p, const char *key, size_t len)
+{
+	size_t pos = 0;
+	for (int i = 0; i < p->n; i++) {
+		const struct ck_ptok *t = &p->tok[i];
+		if (!t->lit) {
+			pos++;
+			continue;
+		}
+		if (pos > len)
+			return 0;
+		const char *at = memmem(key + pos, len - pos, t->lit, t->lit_len);
+		if (!at || (i == 0 && at != key))
+			return 0;
+		pos = (size_t)(at - key) + t->lit_len;
+	}
+	return pos <= len;
+}
+
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
 {
 	b->n = 0, b->block = NULL, b->own = 0;
 	size_t len = strlen(key);
 	/* most keys are ruled out by the literal text the pattern ends with */
-	if (!ck_pattern_may_match(p, key, len))
+	if (!ck_pattern_may_match(p, key, len) || (p->lit_filter && !literals_fit(p, key, len)))
 		return 0;
 	struct mstate m; /* the capture arrays are written before they are read */
 	m.p = p, m.key = key, m.len = len, m.n_cap = 0, m.steps = 0, m.failed = NULL;

@@ -29,6 +29,7 @@ struct ck_pattern {
 	int n;
 	size_t min_len; /* the shortest key it can match: its literals, a byte per capture */
 	int shape_exact; /* matches a key iff it matches the key's shape (keyshape.h) */
+	int lit_filter;	 /* keys are first checked for its literals, in order */
 };
 
 struct ck_binding {

@@ -224,13 +224,13 @@ START_TEST(patterns_against_regex)
 	static const char *const caps[] = {"{a}", "{b:int}", "{c:path}", "{d}", "{e:path}"};
 	static const char *const lits[] = {".", "x", ".x.", "1", "..", "a"};
 	static const char alphabet[] = "x.1a";
-	for (int trial = 0; trial < 4000; trial++) {
+	for (int trial = 0; trial < 20000; trial++) {
 		char pat[256] = "", key[64], re[1024];
-		int ncap = 1 + (int)rnd(5);
+		int ncap = 1 + (int)rnd(5), first = (int)rnd(5); /* any kind may lead */
 		if (rnd(2))
 			strcat(pat, lits[rnd(6)]);
 		for (int c = 0; c < ncap; c++) {
-			strcat(pat, caps[c]);
+			strcat(pat, caps[(first + c) % 5]);
 			if (c + 1 < ncap || rnd(2))
 				strcat(pat, lits[rnd(6)]);
 		}
