@@ -34,8 +34,10 @@ int ck_flat_build(const struct ck_plan *p, const uint32_t *targets, size_t n, st
 		return -1;
 	}
 	f->header_len = hl;
-	r = ck_vfile_reserve(&f->v, n + 1);
-	r = r < 0 ? (free(header), r) : ck_vfile_lit_take(&f->v, header, hl);
+	if ((r = ck_vfile_reserve(&f->v, n + 1)) < 0)
+		free(header);
+	else /* the header's buffer becomes the file's literal bytes */
+		r = ck_vfile_lit_take(&f->v, header, hl);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		uint32_t t = targets ? targets[i] : (uint32_t)i;
 		f->off[i] += hl;
