@@ -87,8 +87,11 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 		  uint32_t ***idx, struct ck_err *err);
 void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
 /* A copy of p, each target (and warning) as in p, in p's order, regrouped as
- * p is: what --ranks shards for each rank instead of planning again. */
+ * p is. */
 int ck_plan_copy(const struct ck_plan *p, struct ck_plan **out, struct ck_err *err);
+/* The same for the targets with keep[i] set (keep NULL: all). */
+int ck_plan_copy_some(const struct ck_plan *p, const unsigned char *keep, struct ck_plan **out,
+		      struct ck_err *err);
 /* The file offset a target's bytes start at when they are one contiguous,
  * cast-free range of one source file (a rename: reads are answered from the
  * file itself), or -1. */

@@ -27,13 +27,31 @@ static int64_t capture_int(const struct ck_binding *b, const char *name)
 	return x;
 }
 
+/* A split's count where its rule gives none: one past the largest value of
+ * its capture among the plan's targets. */
+static int64_t split_count(const struct ck_select *s, const struct ck_plan *p)
+{
+	int64_t count = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		struct ck_binding b = {0};
+		if (ck_pattern_match(&s->match, p->t[i].name, &b) > 0) {
+			int64_t x = capture_int(&b, s->split);
+			count = x >= count ? x + 1 : count;
+		}
+		ck_binding_clear(&b);
+	}
+	return count;
+}
+
 /* Contiguous range [lo, hi) of a split's values held by position c. */
 static int select_range(const struct ck_select *s, const struct ck_plan *p, const struct ck_mesh *m,
-			int a, const char *path, struct req_ctx *rc, int64_t *lo, int64_t *hi,
-			int64_t *count_out, struct ck_err *err)
+			int a, const char *path, struct req_ctx *rc, const int64_t *plan_count,
+			int64_t *lo, int64_t *hi, int64_t *count_out, struct ck_err *err)
 {
 	int64_t count = 0, size = m->size[a];
-	if (s->count) {
+	if (!s->count && plan_count) {
+		count = *plan_count;
+	} else if (s->count) {
 		struct ck_xval v;
 		if (ck_expr_eval(s->count, ck_shard_lookup, rc, &v, err) < 0) {
 			char msg[sizeof err->msg];
@@ -49,14 +67,7 @@ static int select_range(const struct ck_select *s, const struct ck_plan *p, cons
 							  "non-negative integer",
 				       path, s->index);
 	} else {
-		for (size_t i = 0; i < p->n; i++) {
-			struct ck_binding b = {0};
-			if (ck_pattern_match(&s->match, p->t[i].name, &b) > 0) {
-				int64_t x = capture_int(&b, s->split);
-				count = x >= count ? x + 1 : count;
-			}
-			ck_binding_clear(&b);
-		}
+		count = split_count(s, p);
 	}
 	int64_t c = rc->coord[a]; /* this rank's position on the axis */
 	*count_out = count;
@@ -106,7 +117,22 @@ struct sel {
 	unsigned model_axes; /* axes some rule places a target of the whole model on */
 };
 
-static int select_ranges(struct sel *x, const struct ck_plan *p, struct ck_err *err)
+/* Whether select rule s matches a target of p. */
+static int rule_hits(const struct ck_select *s, const struct ck_plan *p)
+{
+	int hit = 0;
+	for (size_t i = 0; i < p->n && !hit; i++) {
+		const struct ck_target *t = &p->t[i];
+		struct ck_binding b = {0};
+		hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
+		ck_binding_clear(&b);
+	}
+	return hit;
+}
+
+/* prep: what the whole plan says (ck_select_prepare), when p is a part of it */
+static int select_ranges(struct sel *x, const struct ck_plan *p, const struct ck_shard_prep *prep,
+			 struct ck_err *err)
 {
 	if (x->ns > 64)
 		return ck_fail(err, CK_E_MAPPING, "%s: more than 64 select rules", x->path);
@@ -115,21 +141,31 @@ static int select_ranges(struct sel *x, const struct ck_plan *p, struct ck_err *
 		x->ax[k] = ck_mesh_axis(x->m, s->axis);
 		/* a split that matches no key asks nothing (the MoE rules of a
 		 * mapping, on a dense model): its count is not even evaluated */
-		int hit = 0;
-		for (size_t i = 0; x->ax[k] >= 0 && i < p->n && !hit; i++) {
-			const struct ck_target *t = &p->t[i];
-			struct ck_binding b = {0};
-			hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
-			ck_binding_clear(&b);
-		}
+		int hit = x->ax[k] >= 0 && (prep ? (int)(prep->sel_hit >> k & 1) : rule_hits(s, p));
 		if (hit)
 			x->model_axes |= 1u << x->ax[k];
 		if (hit && s->split &&
-		    select_range(s, p, x->m, x->ax[k], x->path, x->rc, &x->lo[k], &x->hi[k],
+		    select_range(s, p, x->m, x->ax[k], x->path, x->rc,
+				 prep ? &prep->sel_count[k] : NULL, &x->lo[k], &x->hi[k],
 				 &x->cnt[k], err) < 0)
 			return -1;
 	}
 	return 0;
+}
+
+void ck_select_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
+		       const struct ck_mesh *m, struct ck_shard_prep *prep)
+{
+	/* more than 64 rules: refused where ck_plan_shard refuses them */
+	int ns = rules ? (rules->n_sels < 64 ? rules->n_sels : 64) : 0;
+	for (int k = 0; k < ns; k++) {
+		const struct ck_select *s = &rules->sels[k];
+		if (ck_mesh_axis(m, s->axis) < 0 || !rule_hits(s, p))
+			continue;
+		prep->sel_hit |= (uint64_t)1 << k;
+		if (s->split && !s->count)
+			prep->sel_count[k] = split_count(s, p);
+	}
 }
 
 /* Where target t goes: *keep (this rank holds it), *axes (the axes it is
@@ -209,12 +245,34 @@ static int resort(struct ck_plan *p, unsigned *sel_axes, char **global, const ch
 /* Apply the select rules: drop the targets this rank does not hold, rename
  * renumbered ones (keeping the global name), and record per target the
  * axes it is placed on (not replicated over). */
-int ck_select_targets(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
-		      const char *path, struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
+int ck_select_keep(const struct ck_plan *p, const struct ck_shard_prep *prep,
+		   const struct ck_mapping *rules, const struct ck_mesh *m, const char *path,
+		   struct req_ctx *rc, unsigned char *keep, struct ck_err *err)
+{
+	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}, 0};
+	if (select_ranges(&x, p, prep, err) < 0)
+		return -1;
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		char *base = t->param ? t->param : t->name, *name = base, *orig = NULL;
+		unsigned axes = 0;
+		int k = 1, r = place_target(&x, t, base, &k, &axes, &name, &orig, err);
+		if (name != base) /* renamed: the names it had between are gone */
+			free(name);
+		if (r < 0)
+			return -1;
+		keep[i] = (unsigned char)k;
+	}
+	return 0;
+}
+
+int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
+		      const struct ck_mapping *rules, const struct ck_mesh *m, const char *path,
+		      struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
 		      unsigned *model_axes, struct ck_err *err)
 {
 	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}, 0};
-	if (select_ranges(&x, p, err) < 0)
+	if (select_ranges(&x, p, prep, err) < 0)
 		return -1;
 	*model_axes = x.model_axes;
 	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);

@@ -324,25 +324,43 @@ static int axes_named(const struct ck_mapping *rules, const struct ck_mesh *m, s
 	return 0;
 }
 
+/* used[k]: whether partition rule k splits some target of p (the array
+ * is the caller's to free). */
+static int parts_used(const struct ck_plan *p, const struct ck_mapping *rules, unsigned char **used,
+		      struct ck_err *err)
+{
+	const struct ck_partition **part = NULL;
+	*used = NULL;
+	if (partitions_of(p, rules, &part, err) < 0)
+		return -1;
+	if (!(*used = calloc((size_t)(rules && rules->n_parts ? rules->n_parts : 1), 1))) {
+		free(part);
+		return ck_fail_sys(err, ENOMEM, "sharding");
+	}
+	for (size_t i = 0; i < p->n; i++)
+		if (part[i])
+			(*used)[part[i] - rules->parts] = 1;
+	free(part);
+	return 0;
+}
+
 /* The "require" of each partition rule that splits some target of p (a
  * requirement binds only then: the FP8 scales' block alignment means
- * nothing once they are dequantised). */
-static int check_requirements(const struct ck_plan *p, const struct ck_mapping *rules,
-			      struct req_ctx *rc, const char *path, struct ck_err *err)
+ * nothing once they are dequantised); with prep, of each that splits some
+ * target of the whole plan p is a rank's part of. */
+static int check_requirements(const struct ck_plan *p, const struct ck_shard_prep *prep,
+			      const struct ck_mapping *rules, struct req_ctx *rc, const char *path,
+			      struct ck_err *err)
 {
 	int any_req = 0;
 	for (int i = 0; rules && i < rules->n_parts; i++)
 		any_req |= rules->parts[i].require != NULL;
 	if (!any_req)
 		return 0;
-	const struct ck_partition **part = NULL;
-	if (partitions_of(p, rules, &part, err) < 0)
+	unsigned char *used = prep ? prep->part_used : NULL;
+	if (!prep && parts_used(p, rules, &used, err) < 0)
 		return -1;
-	unsigned char *used = calloc((size_t)rules->n_parts, 1);
-	int r = used ? 0 : ck_fail_sys(err, ENOMEM, "sharding");
-	for (size_t i = 0; used && i < p->n; i++)
-		if (part[i])
-			used[part[i] - rules->parts] = 1;
+	int r = 0;
 	for (int i = 0; r == 0 && i < rules->n_parts; i++) {
 		const struct ck_partition *pr = &rules->parts[i];
 		if (!pr->require || !used[i])
@@ -361,8 +379,8 @@ static int check_requirements(const struct ck_plan *p, const struct ck_mapping *
 			r = ck_fail(err, CK_E_MAPPING, "%s: partition rule %d: %s", path, pr->index,
 				    pr->message ? pr->message : "requirement does not hold");
 	}
-	free(used);
-	free(part);
+	if (!prep)
+		free(used);
 	return r;
 }
 
@@ -411,29 +429,48 @@ static int axes_used(const struct ck_plan *p, const struct ck_partition *const *
 	return 0;
 }
 
-int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
-		  int64_t rank, struct ck_err *err)
+/* rank's position on each axis (row-major: the last axis varies fastest) */
+static int rank_coords(const struct ck_mesh *m, int64_t rank, int64_t *coord, struct ck_err *err)
 {
-	int64_t world = ck_mesh_world(m), coord[CK_MAX_AXES];
+	int64_t world = ck_mesh_world(m);
 	if (rank < 0 || rank >= world)
 		return ck_fail(err, CK_E_USAGE, "rank %lld is outside the mesh (world size %lld)",
 			       (long long)rank, (long long)world);
-	int64_t r = rank;
-	for (int a = m->n - 1; a >= 0; a--) { /* row-major: the last axis varies fastest */
-		coord[a] = r % m->size[a];
-		r /= m->size[a];
+	for (int a = m->n - 1; a >= 0; a--) {
+		coord[a] = rank % m->size[a];
+		rank /= m->size[a];
 	}
+	return 0;
+}
+
+/* What sharding checks before it selects: the rank, the mesh's axes, the
+ * partition rules' requirements (coord: the rank's coordinates). */
+static int first_checks(const struct ck_plan *p, const struct ck_shard_prep *prep,
+			const struct ck_mapping *rules, const struct ck_mesh *m, int64_t rank,
+			int64_t *coord, struct ck_err *err)
+{
+	struct req_ctx rc = {m, p->cat->config, coord};
+	if (rank_coords(m, rank, coord, err) < 0 || axes_named(rules, m, err) < 0)
+		return -1;
+	return check_requirements(p, prep, rules, &rc, rules ? rules->path : "mapping", err);
+}
+
+static int shard(struct ck_plan *p, const struct ck_shard_prep *prep,
+		 const struct ck_mapping *rules, const struct ck_mesh *m, int64_t rank,
+		 struct ck_err *err)
+{
+	int64_t coord[CK_MAX_AXES];
 	const char *path = rules ? rules->path : "mapping";
 	struct req_ctx rc = {m, p->cat->config, coord};
-	if (axes_named(rules, m, err) < 0 || check_requirements(p, rules, &rc, path, err) < 0)
+	if (first_checks(p, prep, rules, m, rank, coord, err) < 0)
 		return -1;
 	unsigned *sel_axes = NULL;
 	char **global = NULL;
 	const struct ck_partition **part = NULL;
 	int64_t *mults = calloc((size_t)(rules && rules->n_parts ? rules->n_parts : 1), sizeof *mults);
 	unsigned model_axes = 0;
-	int rc_ = mults ? ck_select_targets(p, rules, m, path, &rc, &sel_axes, &global, &model_axes,
-					    err)
+	int rc_ = mults ? ck_select_targets(p, prep, rules, m, path, &rc, &sel_axes, &global,
+					    &model_axes, err)
 			: ck_fail_sys(err, ENOMEM, "sharding");
 	if (rc_ == 0) /* after select, which keeps some targets in a new order */
 		rc_ = partitions_of(p, rules, &part, err);
@@ -468,6 +505,48 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 	free(mults);
 	free(part);
 	return rc_ < 0 ? -1 : ck_plan_refresh(p, err);
+}
+
+int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
+		  int64_t rank, struct ck_err *err)
+{
+	return shard(p, NULL, rules, m, rank, err);
+}
+
+int ck_shard_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
+		     const struct ck_mesh *m, struct ck_shard_prep *prep, struct ck_err *err)
+{
+	memset(prep, 0, sizeof *prep);
+	if (parts_used(p, rules, &prep->part_used, err) < 0)
+		return -1;
+	ck_select_prepare(p, rules, m, prep);
+	return 0;
+}
+
+void ck_shard_prep_free(struct ck_shard_prep *prep)
+{
+	free(prep->part_used);
+	prep->part_used = NULL;
+}
+
+int ck_plan_shard_copy(const struct ck_plan *p, const struct ck_shard_prep *prep,
+		       const struct ck_mapping *rules, const struct ck_mesh *m, int64_t rank,
+		       struct ck_plan **out, struct ck_err *err)
+{
+	int64_t coord[CK_MAX_AXES];
+	const char *path = rules ? rules->path : "mapping";
+	struct req_ctx rc = {m, p->cat->config, coord};
+	*out = NULL;
+	if (first_checks(p, prep, rules, m, rank, coord, err) < 0) /* then select */
+		return -1;
+	unsigned char *keep = calloc(p->n ? p->n : 1, 1);
+	if (!keep)
+		return ck_fail_sys(err, ENOMEM, "sharding");
+	int r = ck_select_keep(p, prep, rules, m, path, &rc, keep, err);
+	if (r == 0)
+		r = ck_plan_copy_some(p, keep, out, err);
+	free(keep);
+	return r < 0 ? -1 : shard(*out, prep, rules, m, rank, err);
 }
 
 void ck_shard_fput_json(FILE *f, const struct ck_shard_info *s, int ndim, const char *field)

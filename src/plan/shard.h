@@ -42,6 +42,26 @@ int64_t ck_mesh_world(const struct ck_mesh *m);
 int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		  int64_t rank, struct ck_err *err);
 
+/* What sharding learns from the whole plan, the same for every rank: which
+ * select rules match some target, their splits' counts where a rule gives
+ * none, which partition rules some target uses. --ranks works it out once,
+ * then shards for each rank only the targets it keeps. */
+struct ck_shard_prep {
+	uint64_t sel_hit;	  /* bit k: select rule k matches a target */
+	int64_t sel_count[64];	  /* select rule k's count taken from the plan */
+	unsigned char *part_used; /* per partition rule */
+};
+int ck_shard_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
+		     const struct ck_mesh *m, struct ck_shard_prep *prep, struct ck_err *err);
+void ck_shard_prep_free(struct ck_shard_prep *prep);
+/* Rank `rank`'s plan, made from p (left as it is; prep from ck_shard_prepare
+ * over it): the targets the rank keeps, copied, then sharded. The same plan
+ * and the same errors as ck_plan_shard of a copy of p, without copying the
+ * targets other ranks keep. */
+int ck_plan_shard_copy(const struct ck_plan *p, const struct ck_shard_prep *prep,
+		       const struct ck_mapping *rules, const struct ck_mesh *m, int64_t rank,
+		       struct ck_plan **out, struct ck_err *err);
+
 /* A whole view (no mesh): pad the dims of targets whose partition rule has
  * "pad": EXPR to a multiple of EXPR, as a one-rank mesh would. */
 int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err *err);

@@ -419,15 +419,43 @@ int ck_plan_streamable(const struct ck_plan *plan, uint32_t t)
 	return 1;
 }
 
-int ck_plan_copy(const struct ck_plan *p, struct ck_plan **out, struct ck_err *err)
+int ck_plan_copy_some(const struct ck_plan *p, const unsigned char *keep, struct ck_plan **out,
+		      struct ck_err *err)
 {
+	/* the kept targets side by side (shallow: merge copies them deeply) */
+	struct ck_plan part = {
+	    .cat = p->cat, .t = p->t, .n = p->n, .opt_template = p->opt_template};
+	uint32_t *from = NULL;
+	if (keep) {
+		part.t = malloc((p->n ? p->n : 1) * sizeof *part.t);
+		from = malloc((p->n ? p->n : 1) * sizeof *from);
+		if (!part.t || !from) {
+			free(part.t);
+			free(from);
+			*out = NULL;
+			return nomem(err);
+		}
+		part.n = 0;
+		for (size_t i = 0; i < p->n; i++)
+			if (keep[i])
+				from[part.n] = (uint32_t)i, part.t[part.n++] = p->t[i];
+	}
+	const struct ck_plan *one = &part;
 	uint32_t **idx;
-	if (ck_plan_merge(&p, 1, out, &idx, err) < 0) /* the union of one plan */
+	int r = ck_plan_merge(&one, 1, out, &idx, err); /* the union of one plan */
+	if (keep)
+		free(part.t);
+	if (r < 0) {
+		free(from);
 		return -1;
+	}
 	ck_plan_merge_free_idx(idx, 1);
 	struct ck_plan *c = *out;
-	for (size_t i = 0; i < p->n; i++) /* what produced each target, as it was */
-		c->t[i].stage = p->t[i].stage, c->t[i].rule = p->t[i].rule;
+	for (size_t i = 0; i < c->n; i++) { /* what produced each target, as it was */
+		const struct ck_target *t = &p->t[from ? from[i] : i];
+		c->t[i].stage = t->stage, c->t[i].rule = t->rule;
+	}
+	free(from);
 	if (p->n_warnings && !(c->warnings = calloc(p->n_warnings, sizeof *c->warnings)))
 		goto oom;
 	for (; c->n_warnings < p->n_warnings; c->n_warnings++)
@@ -438,6 +466,11 @@ oom:
 	ck_plan_free(c);
 	*out = NULL;
 	return nomem(err);
+}
+
+int ck_plan_copy(const struct ck_plan *p, struct ck_plan **out, struct ck_err *err)
+{
+	return ck_plan_copy_some(p, NULL, out, err);
 }
 
 int ck_plan_widen(const struct ck_plan *p, int (*widens)(enum ck_dtype), enum ck_dtype to,

@@ -198,10 +198,12 @@ static int apply_sets(struct ck_catalog *cat, const struct ck_view_args *a, stru
 	return 0;
 }
 
-/* Each rank's plan: a copy of the one plan, sharded for the rank. */
+/* Each rank's plan: what the rank keeps of the one plan, copied and
+ * sharded. */
 struct ranks_job {
 	struct ck_view *v;
 	const struct ck_plan *base;
+	const struct ck_shard_prep *prep;
 	const struct ck_mapping *rules;
 	const struct ck_mesh *m;
 	struct ck_err *errs;
@@ -212,16 +214,14 @@ static void rank_task(void *ctx, size_t k)
 {
 	struct ranks_job *j = ctx;
 	struct ck_view *v = j->v;
-	struct ck_plan **p = &v->rank_plans[k];
-	j->rc[k] = 0;
-	if (ck_plan_copy(j->base, p, &j->errs[k]) < 0 ||
-	    ck_plan_shard(*p, j->rules, j->m, v->ranks[k], &j->errs[k]) < 0)
-		j->rc[k] = -1;
+	j->rc[k] = ck_plan_shard_copy(j->base, j->prep, j->rules, j->m, v->ranks[k],
+				      &v->rank_plans[k], &j->errs[k]);
 }
 
 /* One plan per rank of --ranks, and their union for the shared cache. The
  * mapping is planned once (it was planned again for every rank: 64 ranks
- * of the 671B preset took 27-34 s) and the ranks are sharded on the cores. */
+ * of the 671B preset took 27-34 s), and each rank copies only the targets
+ * it keeps (an ep=8 rank: 1/8 of them), the ranks on the cores. */
 static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const struct ck_mesh *m,
 		      const struct ck_mapping *rules, struct ck_err *err)
 {
@@ -230,12 +230,14 @@ static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const str
 	if (!(v->rank_plans = calloc(v->n_ranks, sizeof *v->rank_plans)))
 		return ck_fail_sys(err, ENOMEM, "--ranks");
 	struct ck_plan *base = NULL;
+	struct ck_shard_prep prep;
 	if (ck_plan_build(v->cat, v->maps, v->n_maps, &base, err) < 0 ||
-	    ck_plan_keep_state(base, a->state, err) < 0) {
+	    ck_plan_keep_state(base, a->state, err) < 0 ||
+	    ck_shard_prepare(base, rules, m, &prep, err) < 0) {
 		ck_plan_free(base);
 		return -1;
 	}
-	struct ranks_job j = {.v = v, .base = base, .rules = rules, .m = m};
+	struct ranks_job j = {.v = v, .base = base, .prep = &prep, .rules = rules, .m = m};
 	j.errs = calloc(v->n_ranks, sizeof *j.errs);
 	j.rc = calloc(v->n_ranks, sizeof *j.rc);
 	int rc = j.errs && j.rc ? 0 : ck_fail_sys(err, ENOMEM, "--ranks");
@@ -248,6 +250,7 @@ static int open_ranks(struct ck_view *v, const struct ck_view_args *a, const str
 		}
 	free(j.errs);
 	free(j.rc);
+	ck_shard_prep_free(&prep);
 	ck_plan_free(base);
 	if (rc < 0)
 		return -1;

@@ -215,32 +215,71 @@ static void assert_same_plan(const struct ck_plan *a, const struct ck_plan *b)
 		ck_assert_str_eq(a->warnings[k], b->warnings[k]);
 }
 
-/* --ranks plans the mapping once and shards a copy for each rank: every
- * rank's plan is the one a plan of its own gives, and sharding a copy leaves
- * the plan it was copied from as it was. */
+/* --ranks plans the mapping once, then each rank copies the targets it
+ * keeps and shards them: every rank's plan is the one a plan of its own
+ * gives (the pp split's count, which the mapping leaves to the keys, comes
+ * from the whole plan: rank 0 keeps only layers 0 and 1), a whole copy
+ * sharded is the same, and the plan they came from stays as it was. */
 START_TEST(sharded_copies_are_rank_plans)
 {
 	struct ck_err err;
 	struct ck_mapping *m;
 	struct ck_plan *base, *fresh;
 	struct ck_mesh me;
+	struct ck_shard_prep prep;
 	ck_assert_msg(ck_mapping_parse(MAP, strlen(MAP), "t.json", &m, &err) == 0, "%s", err.msg);
 	ck_assert_msg(ck_mesh_parse("pp=2,tp=2", &me, &err) == 0, "%s", err.msg);
 	ck_assert_msg(ck_plan_build(cat, &m, 1, &base, &err) == 0, "%s", err.msg);
 	ck_assert_msg(ck_plan_build(cat, &m, 1, &fresh, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_shard_prepare(base, m, &me, &prep, &err) == 0, "%s", err.msg);
 	for (int64_t r = 0; r < 4; r++) {
-		struct ck_plan *copy, *own = rank_plan("pp=2,tp=2", r, &err);
+		struct ck_plan *copy, *part, *own = rank_plan("pp=2,tp=2", r, &err);
 		ck_assert_msg(own, "%s", err.msg);
 		ck_assert_msg(ck_plan_copy(base, &copy, &err) == 0, "%s", err.msg);
 		assert_same_plan(copy, base);
 		ck_assert_msg(ck_plan_shard(copy, m, &me, r, &err) == 0, "%s", err.msg);
 		assert_same_plan(copy, own);
+		ck_assert_msg(ck_plan_shard_copy(base, &prep, m, &me, r, &part, &err) == 0, "%s",
+			      err.msg);
+		ck_assert_uint_lt(part->n, base->n);
+		assert_same_plan(part, own);
 		assert_same_plan(base, fresh);
 		ck_plan_free(copy);
+		ck_plan_free(part);
 		ck_plan_free(own);
 	}
+	ck_shard_prep_free(&prep);
 	ck_plan_free(base);
 	ck_plan_free(fresh);
+	ck_mapping_free(m);
+}
+END_TEST
+
+/* A mesh the mapping cannot shard fails the same way either way. */
+START_TEST(sharded_copies_fail_as_rank_plans)
+{
+	static const char *meshes[] = {"ep=2", "tp=3", "pp=3", "tp=2"};
+	static const int64_t ranks[] = {0, 0, 0, 2};
+	struct ck_err err, own_err;
+	struct ck_mapping *m;
+	struct ck_plan *base;
+	ck_assert_msg(ck_mapping_parse(MAP, strlen(MAP), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &base, &err) == 0, "%s", err.msg);
+	for (size_t i = 0; i < sizeof meshes / sizeof *meshes; i++) {
+		struct ck_mesh me;
+		struct ck_shard_prep prep;
+		struct ck_plan *part;
+		ck_assert_ptr_null(rank_plan(meshes[i], ranks[i], &own_err));
+		ck_assert_msg(ck_mesh_parse(meshes[i], &me, &err) == 0, "%s", err.msg);
+		ck_assert_msg(ck_shard_prepare(base, m, &me, &prep, &err) == 0, "%s", err.msg);
+		ck_assert_int_eq(ck_plan_shard_copy(base, &prep, m, &me, ranks[i], &part, &err),
+				 -1);
+		ck_assert_str_eq(err.msg, own_err.msg);
+		ck_assert_int_eq(err.kind, own_err.kind);
+		ck_plan_free(part);
+		ck_shard_prep_free(&prep);
+	}
+	ck_plan_free(base);
 	ck_mapping_free(m);
 }
 END_TEST
@@ -254,6 +293,7 @@ int main(void)
 	tcase_add_loop_test(tc, pp_tp_ranks, 0, 4);
 	tcase_add_test(tc, bad_meshes_refused);
 	tcase_add_test(tc, sharded_copies_are_rank_plans);
+	tcase_add_test(tc, sharded_copies_fail_as_rank_plans);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
