@@ -242,9 +242,6 @@ static int resort(struct ck_plan *p, unsigned *sel_axes, char **global, const ch
 	return bad ? ck_fail_sys(err, ENOMEM, "select") : rc;
 }
 
-/* Apply the select rules: drop the targets this rank does not hold, rename
- * renumbered ones (keeping the global name), and record per target the
- * axes it is placed on (not replicated over). */
 int ck_select_keep(const struct ck_plan *p, const struct ck_shard_prep *prep,
 		   const struct ck_mapping *rules, const struct ck_mesh *m, const char *path,
 		   struct req_ctx *rc, unsigned char *keep, struct ck_err *err)
@@ -266,6 +263,9 @@ int ck_select_keep(const struct ck_plan *p, const struct ck_shard_prep *prep,
 	return 0;
 }
 
+/* Apply the select rules: drop the targets this rank does not hold, rename
+ * renumbered ones (keeping the global name), and record per target the
+ * axes it is placed on (not replicated over). */
 int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
 		      const struct ck_mapping *rules, const struct ck_mesh *m, const char *path,
 		      struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
