@@ -86,10 +86,8 @@ int ck_plan_retain(struct ck_plan *p, const unsigned char *keep, struct ck_err *
 int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan **out,
 		  uint32_t ***idx, struct ck_err *err);
 void ck_plan_merge_free_idx(uint32_t **idx, size_t n);
-/* A copy of p, each target (and warning) as in p, in p's order, regrouped as
- * p is. */
-int ck_plan_copy(const struct ck_plan *p, struct ck_plan **out, struct ck_err *err);
-/* The same for the targets with keep[i] set (keep NULL: all). */
+/* A copy of p's targets with keep[i] set (keep NULL: all), each (and each
+ * warning) as in p, in p's order, regrouped. */
 int ck_plan_copy_some(const struct ck_plan *p, const unsigned char *keep, struct ck_plan **out,
 		      struct ck_err *err);
 /* The file offset a target's bytes start at when they are one contiguous,

@@ -468,34 +468,18 @@ oom:
 	return nomem(err);
 }
 
-int ck_plan_copy(const struct ck_plan *p, struct ck_plan **out, struct ck_err *err)
-{
-	return ck_plan_copy_some(p, NULL, out, err);
-}
-
 int ck_plan_widen(const struct ck_plan *p, int (*widens)(enum ck_dtype), enum ck_dtype to,
 		  struct ck_plan **out, uint32_t **of, struct ck_err *err)
 {
-	uint32_t **idx;
-	*of = NULL;
-	if (ck_plan_merge(&p, 1, out, &idx, err) < 0) /* a copy */
-		return -1;
-	ck_plan_merge_free_idx(idx, 1);
+	*out = NULL;
 	unsigned char *keep = calloc(p->n ? p->n : 1, 1);
 	*of = malloc((p->n ? p->n : 1) * sizeof **of);
-	if (!keep || !*of) {
-		free(keep);
-		ck_plan_free(*out);
-		*out = NULL;
-		free(*of);
-		*of = NULL;
-		return nomem(err);
-	}
-	size_t k = 0;
-	for (size_t i = 0; i < p->n; i++)
+	int r = keep && *of ? 0 : nomem(err);
+	for (size_t i = 0, k = 0; r == 0 && i < p->n; i++)
 		if ((keep[i] = widens(p->t[i].v.dtype) && !p->t[i].qtype))
 			(*of)[k++] = (uint32_t)i;
-	int r = ck_plan_retain(*out, keep, err);
+	if (r == 0)
+		r = ck_plan_copy_some(p, keep, out, err);
 	free(keep);
 	if (r < 0 || ck_plan_cast(*out, to, 0, err) < 0) {
 		ck_plan_free(*out);

@@ -235,7 +235,7 @@ START_TEST(sharded_copies_are_rank_plans)
 	for (int64_t r = 0; r < 4; r++) {
 		struct ck_plan *copy, *part, *own = rank_plan("pp=2,tp=2", r, &err);
 		ck_assert_msg(own, "%s", err.msg);
-		ck_assert_msg(ck_plan_copy(base, &copy, &err) == 0, "%s", err.msg);
+		ck_assert_msg(ck_plan_copy_some(base, NULL, &copy, &err) == 0, "%s", err.msg);
 		assert_same_plan(copy, base);
 		ck_assert_msg(ck_plan_shard(copy, m, &me, r, &err) == 0, "%s", err.msg);
 		assert_same_plan(copy, own);
