@@ -7,10 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optstate.h"
-#include "shard_int.h"
 #include "../util/natsort.h"
 #include "../util/numfmt.h"
+#include "../util/parallel.h"
+#include "optstate.h"
+#include "shard_int.h"
 
 /* The integer value of a capture, or -1 if it is not a decimal integer. */
 static int64_t capture_int(const struct ck_binding *b, const char *name)
@@ -105,8 +106,13 @@ static int cmp_order(const void *a, const void *b)
 	return c ? c : strcmp(x->t.name, y->t.name);
 }
 
+/* A select rule's verdict on a name it does not match (match_table). */
+#define NO_MATCH INT64_MIN
+#define MATCH_PARALLEL_MIN 4096 /* fewer targets: a thread's start costs more */
+
 /* The select rules over one plan: each rule's axis, and the range of its
- * split's values this rank holds. */
+ * split's values this rank holds; what each rule says of each target's own
+ * name, matched once (tab, row[i] the row of target i, or i). */
 struct sel {
 	const struct ck_mapping *rules;
 	const struct ck_mesh *m;
@@ -115,19 +121,90 @@ struct sel {
 	int ns, ax[64];
 	int64_t lo[64], hi[64], cnt[64];
 	unsigned model_axes; /* axes some rule places a target of the whole model on */
+	const int64_t *tab;
+	const uint32_t *row;
 };
 
-/* Whether select rule s matches a target of p. */
-static int rule_hits(const struct ck_select *s, const struct ck_plan *p)
+static int n_cols(const struct ck_mapping *rules)
 {
-	int hit = 0;
-	for (size_t i = 0; i < p->n && !hit; i++) {
-		const struct ck_target *t = &p->t[i];
-		struct ck_binding b = {0};
-		hit = ck_pattern_match(&s->match, t->param ? t->param : t->name, &b) > 0;
-		ck_binding_clear(&b);
+	return rules ? (rules->n_sels < 64 ? rules->n_sels : 64) : 0;
+}
+
+struct match_job {
+	const struct ck_plan *p;
+	const struct ck_mapping *rules;
+	const struct ck_mesh *m;
+	int ns;
+	size_t np;
+	int64_t *tab;
+	unsigned char *oom; /* per piece */
+};
+
+/* What select rule s says of name: the split's value (-1 when not a decimal
+ * integer, 0 for a stage rule) or NO_MATCH; *oom set when out of memory. */
+static int64_t verdict(const struct ck_select *s, const char *name, unsigned char *oom)
+{
+	struct ck_binding b = {0};
+	int r = ck_pattern_match(&s->match, name, &b);
+	int64_t v = r <= 0 ? NO_MATCH : s->split ? capture_int(&b, s->split) : 0;
+	ck_binding_clear(&b);
+	if (r < 0)
+		*oom = 1;
+	return v;
+}
+
+/* Rows of the match table for one piece of the targets; a rule on an axis
+ * the mesh lacks matches nothing. */
+static void match_piece(void *ctx, size_t piece)
+{
+	struct match_job *j = ctx;
+	size_t n = j->p->n, a = ck_piece_start(n, j->np, piece);
+	size_t e = ck_piece_start(n, j->np, piece + 1);
+	for (size_t i = a; i < e; i++) {
+		const struct ck_target *t = &j->p->t[i];
+		for (int k = 0; k < j->ns; k++) {
+			const struct ck_select *s = &j->rules->sels[k];
+			j->tab[i * (size_t)j->ns + (size_t)k] =
+			    ck_mesh_axis(j->m, s->axis) < 0
+				? NO_MATCH
+				: verdict(s, t->param ? t->param : t->name, &j->oom[piece]);
+		}
 	}
-	return hit;
+}
+
+/* Match every select rule (the first 64: more are refused) against every
+ * target's own name (its parameter's for optimizer state), on the cores:
+ * *tab, p->n rows of n_cols(rules) values. */
+static int match_table(const struct ck_plan *p, const struct ck_mapping *rules,
+		       const struct ck_mesh *m, int64_t **tab, struct ck_err *err)
+{
+	int threads = p->n >= MATCH_PARALLEL_MIN ? ck_cpu_count() : 1;
+	struct match_job j = {p, rules, m, n_cols(rules), ck_pieces(p->n, threads, 4), NULL, NULL};
+	size_t cells = p->n * (size_t)j.ns;
+	j.tab = malloc((cells ? cells : 1) * sizeof *j.tab);
+	j.oom = calloc(j.np ? j.np : 1, 1);
+	int bad = !j.tab || !j.oom;
+	if (!bad)
+		ck_parallel_for(j.np, threads, match_piece, &j);
+	for (size_t k = 0; !bad && k < j.np; k++)
+		bad = j.oom[k];
+	free(j.oom);
+	if (bad) {
+		free(j.tab);
+		*tab = NULL;
+		return ck_fail_sys(err, ENOMEM, "select");
+	}
+	*tab = j.tab;
+	return 0;
+}
+
+/* Whether select rule k matches some target of the table's n rows. */
+static int rule_hits(const int64_t *tab, size_t n, int ns, int k)
+{
+	for (size_t i = 0; i < n; i++)
+		if (tab[i * (size_t)ns + (size_t)k] != NO_MATCH)
+			return 1;
+	return 0;
 }
 
 /* prep: what the whole plan says (ck_select_prepare), when p is a part of it */
@@ -141,7 +218,8 @@ static int select_ranges(struct sel *x, const struct ck_plan *p, const struct ck
 		x->ax[k] = ck_mesh_axis(x->m, s->axis);
 		/* a split that matches no key asks nothing (the MoE rules of a
 		 * mapping, on a dense model): its count is not even evaluated */
-		int hit = x->ax[k] >= 0 && (prep ? (int)(prep->sel_hit >> k & 1) : rule_hits(s, p));
+		int hit = x->ax[k] >= 0 && (prep ? (int)(prep->sel_hit >> k & 1)
+						 : rule_hits(x->tab, p->n, x->ns, k));
 		if (hit)
 			x->model_axes |= 1u << x->ax[k];
 		if (hit && s->split &&
@@ -153,32 +231,68 @@ static int select_ranges(struct sel *x, const struct ck_plan *p, const struct ck
 	return 0;
 }
 
-void ck_select_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
-		       const struct ck_mesh *m, struct ck_shard_prep *prep)
+int ck_select_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
+		      const struct ck_mesh *m, struct ck_shard_prep *prep, struct ck_err *err)
 {
-	/* more than 64 rules: refused where ck_plan_shard refuses them */
-	int ns = rules ? (rules->n_sels < 64 ? rules->n_sels : 64) : 0;
+	int ns = n_cols(rules);
+	if (match_table(p, rules, m, &prep->sel_tab, err) < 0)
+		return -1;
+	prep->sel_rows = p->n;
 	for (int k = 0; k < ns; k++) {
 		const struct ck_select *s = &rules->sels[k];
-		if (ck_mesh_axis(m, s->axis) < 0 || !rule_hits(s, p))
+		if (!rule_hits(prep->sel_tab, p->n, ns, k))
 			continue;
 		prep->sel_hit |= (uint64_t)1 << k;
 		if (s->split && !s->count)
 			prep->sel_count[k] = split_count(s, p);
 	}
+	return 0;
 }
 
-/* Where target t goes: *keep (this rank holds it), *axes (the axes it is
- * placed on), and when renumbered *name (malloc'd) with *orig the name it
+/* Select rule k on target i's name: 1 with *v, 0 when it does not match,
+ * -1 out of memory. The table answers for a name no rule renamed yet; a
+ * name matched anew leaves its captures in b. */
+static int rule_on(const struct sel *x, int k, size_t i, const char *name, int renamed,
+		   struct ck_binding *b, int64_t *v)
+{
+	const struct ck_select *s = &x->rules->sels[k];
+	if (!renamed) {
+		*v = x->tab[(size_t)(x->row ? x->row[i] : i) * (size_t)x->ns + (size_t)k];
+		return *v != NO_MATCH;
+	}
+	int r = ck_pattern_match(&s->match, name, b);
+	if (r > 0)
+		*v = s->split ? capture_int(b, s->split) : 0;
+	return r;
+}
+
+/* Renumber name (s's split becomes num) into *nn; b holds name's captures
+ * when it was matched anew. */
+static int renumber(const struct ck_select *s, const char *name, struct ck_binding *b,
+		    const char *num, char **nn, struct ck_err *err)
+{
+	if (!b->n && ck_pattern_match(&s->match, name, b) <= 0) /* the table's match */
+		return ck_fail_sys(err, ENOMEM, "select");
+	if (ck_binding_set(b, s->split, num) < 0)
+		return ck_fail_sys(err, ENOMEM, "select");
+	return ck_pattern_subst(&s->match, b, nn, err);
+}
+
+/* Where target i (t) goes: *keep (this rank holds it), *axes (the axes it
+ * is placed on), and when renumbered *name (malloc'd) with *orig the name it
  * had. name starts as base (t's parameter's name for optimizer state). */
-static int place_target(const struct sel *x, const struct ck_target *t, char *base, int *keep,
-			unsigned *axes, char **name, char **orig, struct ck_err *err)
+static int place_target(const struct sel *x, const struct ck_target *t, size_t i, char *base,
+			int *keep, unsigned *axes, char **name, char **orig, struct ck_err *err)
 {
 	for (int k = 0; k < x->ns && *keep; k++) {
 		const struct ck_select *s = &x->rules->sels[k];
 		struct ck_binding b = {0};
-		if (x->ax[k] < 0 || ck_pattern_match(&s->match, *name, &b) <= 0) {
+		int64_t v = 0;
+		int hit = x->ax[k] < 0 ? 0 : rule_on(x, k, i, *name, *name != base, &b, &v);
+		if (hit <= 0) {
 			ck_binding_clear(&b);
+			if (hit < 0)
+				return ck_fail_sys(err, ENOMEM, "select");
 			continue;
 		}
 		int64_t c = x->rc->coord[x->ax[k]], size = x->m->size[x->ax[k]];
@@ -187,7 +301,6 @@ static int place_target(const struct sel *x, const struct ck_target *t, char *ba
 		if (s->stage) {
 			*keep = s->stage == 1 ? c == 0 : c == size - 1;
 		} else {
-			int64_t v = capture_int(&b, s->split);
 			if (v < 0 || v >= x->cnt[k])
 				r = ck_fail(err, CK_E_MAPPING,
 					    "%s: select rule %d: {%s} of \"%s\" is not an integer below "
@@ -198,8 +311,7 @@ static int place_target(const struct sel *x, const struct ck_target *t, char *ba
 				/* name: t's own, or one this loop made */
 				char num[24], *nn = NULL;
 				ck_fmt_i64(num, v - x->lo[k]);
-				if (ck_binding_set(&b, s->split, num) < 0 ||
-				    ck_pattern_subst(&s->match, &b, &nn, err) < 0)
+				if (renumber(s, *name, &b, num, &nn, err) < 0)
 					r = -1;
 				if (!*orig)
 					*orig = *name;
@@ -242,25 +354,50 @@ static int resort(struct ck_plan *p, unsigned *sel_axes, char **global, const ch
 	return bad ? ck_fail_sys(err, ENOMEM, "select") : rc;
 }
 
+/* The select rules over p (prep and rows: the whole plan's table, row[i]
+ * the row of p's target i; else p's own, in *own, to free). */
+static int sel_open(struct sel *x, const struct ck_plan *p, const struct ck_shard_prep *prep,
+		    const uint32_t *rows, int64_t **own, struct ck_err *err)
+{
+	*own = NULL;
+	if (prep && prep->sel_tab && (rows || prep->sel_rows == p->n)) {
+		x->tab = prep->sel_tab;
+		x->row = rows;
+	} else {
+		if (match_table(p, x->rules, x->m, own, err) < 0)
+			return -1;
+		x->tab = *own;
+	}
+	if (select_ranges(x, p, prep, err) < 0) {
+		free(*own);
+		*own = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 int ck_select_keep(const struct ck_plan *p, const struct ck_shard_prep *prep,
 		   const struct ck_mapping *rules, const struct ck_mesh *m, const char *path,
 		   struct req_ctx *rc, unsigned char *keep, struct ck_err *err)
 {
-	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}, 0};
-	if (select_ranges(&x, p, prep, err) < 0)
+	struct sel x = {
+	    .rules = rules, .m = m, .rc = rc, .path = path, .ns = rules ? rules->n_sels : 0};
+	int64_t *own;
+	if (sel_open(&x, p, prep, NULL, &own, err) < 0)
 		return -1;
-	for (size_t i = 0; i < p->n; i++) {
+	int r = 0;
+	for (size_t i = 0; r == 0 && i < p->n; i++) {
 		const struct ck_target *t = &p->t[i];
 		char *base = t->param ? t->param : t->name, *name = base, *orig = NULL;
 		unsigned axes = 0;
-		int k = 1, r = place_target(&x, t, base, &k, &axes, &name, &orig, err);
+		int k = 1;
+		r = place_target(&x, t, i, base, &k, &axes, &name, &orig, err);
 		if (name != base) /* renamed: the names it had between are gone */
 			free(name);
-		if (r < 0)
-			return -1;
 		keep[i] = (unsigned char)k;
 	}
-	return 0;
+	free(own);
+	return r;
 }
 
 /* Apply the select rules: drop the targets this rank does not hold, rename
@@ -268,17 +405,20 @@ int ck_select_keep(const struct ck_plan *p, const struct ck_shard_prep *prep,
  * axes it is placed on (not replicated over). */
 int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
 		      const struct ck_mapping *rules, const struct ck_mesh *m, const char *path,
-		      struct req_ctx *rc, unsigned **sel_axes, char ***global_out,
-		      unsigned *model_axes, struct ck_err *err)
+		      const uint32_t *rows, struct req_ctx *rc, unsigned **sel_axes,
+		      char ***global_out, unsigned *model_axes, struct ck_err *err)
 {
-	struct sel x = {rules, m, rc, path, rules ? rules->n_sels : 0, {0}, {0}, {0}, {0}, 0};
-	if (select_ranges(&x, p, prep, err) < 0)
+	struct sel x = {
+	    .rules = rules, .m = m, .rc = rc, .path = path, .ns = rules ? rules->n_sels : 0};
+	int64_t *own;
+	if (sel_open(&x, p, prep, rows, &own, err) < 0)
 		return -1;
 	*model_axes = x.model_axes;
 	*sel_axes = calloc(p->n ? p->n : 1, sizeof **sel_axes);
 	char **global = calloc(p->n ? p->n : 1, sizeof *global);
 	if (!*sel_axes || !global) {
 		free(global);
+		free(own);
 		return ck_fail_sys(err, ENOMEM, "select");
 	}
 	size_t kept = 0;
@@ -288,7 +428,7 @@ int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
 		int keep = 1;
 		/* optimizer state is placed by its parameter's name */
 		char *base = t->param ? t->param : t->name, *name = base, *orig = NULL;
-		int rc_ = place_target(&x, t, base, &keep, &axes, &name, &orig, err);
+		int rc_ = place_target(&x, t, i, base, &keep, &axes, &name, &orig, err);
 		char *full = NULL; /* a renumbered state's name follows its parameter's */
 		if (rc_ == 0 && keep && orig && t->param &&
 		    !(full = ck_opt_name(p->opt_template, name, t->state)))
@@ -303,6 +443,7 @@ int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
 			for (size_t j = 0; j < k0; j++)
 				free(global[j]);
 			free(global);
+			free(own);
 			return -1;
 		}
 		if (!keep) { /* not this rank's */
@@ -328,5 +469,6 @@ int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
 	}
 	p->n = kept;
 	*global_out = global;
+	free(own);
 	return resort(p, *sel_axes, global, path, err);
 }

@@ -455,7 +455,8 @@ static int first_checks(const struct ck_plan *p, const struct ck_shard_prep *pre
 	return check_requirements(p, prep, rules, &rc, rules ? rules->path : "mapping", err);
 }
 
-static int shard(struct ck_plan *p, const struct ck_shard_prep *prep,
+/* rows: with prep, the whole plan's index of each target of p */
+static int shard(struct ck_plan *p, const struct ck_shard_prep *prep, const uint32_t *rows,
 		 const struct ck_mapping *rules, const struct ck_mesh *m, int64_t rank,
 		 struct ck_err *err)
 {
@@ -469,7 +470,7 @@ static int shard(struct ck_plan *p, const struct ck_shard_prep *prep,
 	const struct ck_partition **part = NULL;
 	int64_t *mults = calloc((size_t)(rules && rules->n_parts ? rules->n_parts : 1), sizeof *mults);
 	unsigned model_axes = 0;
-	int rc_ = mults ? ck_select_targets(p, prep, rules, m, path, &rc, &sel_axes, &global,
+	int rc_ = mults ? ck_select_targets(p, prep, rules, m, path, rows, &rc, &sel_axes, &global,
 					    &model_axes, err)
 			: ck_fail_sys(err, ENOMEM, "sharding");
 	if (rc_ == 0) /* after select, which keeps some targets in a new order */
@@ -510,16 +511,18 @@ static int shard(struct ck_plan *p, const struct ck_shard_prep *prep,
 int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struct ck_mesh *m,
 		  int64_t rank, struct ck_err *err)
 {
-	return shard(p, NULL, rules, m, rank, err);
+	return shard(p, NULL, NULL, rules, m, rank, err);
 }
 
 int ck_shard_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
 		     const struct ck_mesh *m, struct ck_shard_prep *prep, struct ck_err *err)
 {
 	memset(prep, 0, sizeof *prep);
-	if (parts_used(p, rules, &prep->part_used, err) < 0)
+	if (parts_used(p, rules, &prep->part_used, err) < 0 ||
+	    ck_select_prepare(p, rules, m, prep, err) < 0) {
+		ck_shard_prep_free(prep);
 		return -1;
-	ck_select_prepare(p, rules, m, prep);
+	}
 	return 0;
 }
 
@@ -527,6 +530,8 @@ void ck_shard_prep_free(struct ck_shard_prep *prep)
 {
 	free(prep->part_used);
 	prep->part_used = NULL;
+	free(prep->sel_tab);
+	prep->sel_tab = NULL;
 }
 
 int ck_plan_shard_copy(const struct ck_plan *p, const struct ck_shard_prep *prep,
@@ -540,13 +545,19 @@ int ck_plan_shard_copy(const struct ck_plan *p, const struct ck_shard_prep *prep
 	if (first_checks(p, prep, rules, m, rank, coord, err) < 0) /* then select */
 		return -1;
 	unsigned char *keep = calloc(p->n ? p->n : 1, 1);
-	if (!keep)
-		return ck_fail_sys(err, ENOMEM, "sharding");
-	int r = ck_select_keep(p, prep, rules, m, path, &rc, keep, err);
+	uint32_t *rows = malloc((p->n ? p->n : 1) * sizeof *rows);
+	int r = keep && rows ? ck_select_keep(p, prep, rules, m, path, &rc, keep, err)
+			     : ck_fail_sys(err, ENOMEM, "sharding");
 	if (r == 0)
 		r = ck_plan_copy_some(p, keep, out, err);
+	for (size_t i = 0, n = 0; r == 0 && i < p->n; i++) /* the copy keeps their order */
+		if (keep[i])
+			rows[n++] = (uint32_t)i;
+	if (r == 0)
+		r = shard(*out, prep, rows, rules, m, rank, err);
 	free(keep);
-	return r < 0 ? -1 : shard(*out, prep, rules, m, rank, err);
+	free(rows);
+	return r;
 }
 
 void ck_shard_fput_json(FILE *f, const struct ck_shard_info *s, int ndim, const char *field)

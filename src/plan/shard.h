@@ -44,12 +44,15 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
 
 /* What sharding learns from the whole plan, the same for every rank: which
  * select rules match some target, their splits' counts where a rule gives
- * none, which partition rules some target uses. --ranks works it out once,
+ * none, which partition rules some target uses, what each select rule's
+ * pattern captures from each target's name. --ranks works it out once,
  * then shards for each rank only the targets it keeps. */
 struct ck_shard_prep {
 	uint64_t sel_hit;	  /* bit k: select rule k matches a target */
 	int64_t sel_count[64];	  /* select rule k's count taken from the plan */
 	unsigned char *part_used; /* per partition rule */
+	int64_t *sel_tab;	  /* what each select rule says of each target (select.c) */
+	size_t sel_rows;	  /* the plan's targets: sel_tab's rows */
 };
 int ck_shard_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
 		     const struct ck_mesh *m, struct ck_shard_prep *prep, struct ck_err *err);

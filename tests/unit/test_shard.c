@@ -284,6 +284,76 @@ START_TEST(sharded_copies_fail_as_rank_plans)
 }
 END_TEST
 
+/* A later select rule sees the name an earlier one renumbered, not the
+ * key's: on stage 1, layers.2 becomes layers.0 and meets the ep rule for
+ * layers.0 (held on ep rank 0 only), and layers.3, now layers.1, no longer
+ * meets the rule for layers.3 (which would drop it from ep rank 0). The
+ * same plans whether each rank plans alone or copies from a shared plan. */
+static const char *MAP_RENAMED =
+    "{\"unused\": \"keep\","
+    " \"select\": ["
+    "  {\"match\": \"layers.{L}.{rest:path}\", \"axis\": \"pp\", \"split\": \"L\", \"renumber\": "
+    "true},"
+    "  {\"match\": \"layers.0.{rest:path}\", \"axis\": \"ep\", \"stage\": \"first\"},"
+    "  {\"match\": \"layers.3.{rest:path}\", \"axis\": \"ep\", \"stage\": \"last\"},"
+    "  {\"match\": \"emb\", \"axis\": \"pp\", \"stage\": \"first\"},"
+    "  {\"match\": \"head\", \"axis\": \"pp\", \"stage\": \"last\"}]}";
+
+static void assert_renamed_rank(const struct ck_plan *p, int64_t r)
+{
+	int64_t pp = r / 2, ep = r % 2; /* row-major: ep varies fastest */
+	char want[8][32];
+	size_t n = 0;
+	for (int64_t l = ep == 0 ? 0 : 1; l < 2; l++) {
+		snprintf(want[n++], sizeof *want, "layers.%lld.b", (long long)l);
+		snprintf(want[n++], sizeof *want, "layers.%lld.w", (long long)l);
+	}
+	snprintf(want[n++], sizeof *want, "%s", pp == 0 ? "emb" : "head");
+	ck_assert_uint_eq(p->n, n);
+	for (size_t i = 0; i < n; i++) {
+		const struct ck_target *t = ck_plan_find(p, want[i]);
+		ck_assert_msg(t, "rank %lld lacks %s", (long long)r, want[i]);
+		if (strncmp(want[i], "layers.", 7) != 0)
+			continue;
+		char global[32]; /* the key it came from: layer 2 * pp + l */
+		snprintf(global, sizeof global, "layers.%d.%c", (int)(2 * pp + (want[i][7] - '0')),
+			 want[i][9]);
+		ck_assert_ptr_nonnull(t->shard); /* renumbered, if only 0 to 0 */
+		ck_assert_ptr_nonnull(t->shard->global_name);
+		ck_assert_str_eq(t->shard->global_name, global);
+	}
+}
+
+START_TEST(renamed_targets_meet_later_rules)
+{
+	struct ck_err err;
+	struct ck_mapping *m;
+	struct ck_plan *base;
+	struct ck_mesh me;
+	struct ck_shard_prep prep;
+	ck_assert_msg(ck_mapping_parse(MAP_RENAMED, strlen(MAP_RENAMED), "t.json", &m, &err) == 0,
+		      "%s", err.msg);
+	ck_assert_msg(ck_mesh_parse("pp=2,ep=2", &me, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(cat, &m, 1, &base, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_shard_prepare(base, m, &me, &prep, &err) == 0, "%s", err.msg);
+	for (int64_t r = 0; r < 4; r++) {
+		struct ck_plan *own, *part;
+		ck_assert_msg(ck_plan_copy_some(base, NULL, &own, &err) == 0, "%s", err.msg);
+		ck_assert_msg(ck_plan_shard(own, m, &me, r, &err) == 0, "%s", err.msg);
+		assert_renamed_rank(own, r);
+		ck_assert_msg(ck_plan_shard_copy(base, &prep, m, &me, r, &part, &err) == 0, "%s",
+			      err.msg);
+		assert_renamed_rank(part, r);
+		assert_same_plan(part, own);
+		ck_plan_free(own);
+		ck_plan_free(part);
+	}
+	ck_shard_prep_free(&prep);
+	ck_plan_free(base);
+	ck_mapping_free(m);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shard");
@@ -294,6 +364,7 @@ int main(void)
 	tcase_add_test(tc, bad_meshes_refused);
 	tcase_add_test(tc, sharded_copies_are_rank_plans);
 	tcase_add_test(tc, sharded_copies_fail_as_rank_plans);
+	tcase_add_test(tc, renamed_targets_meet_later_rules);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
