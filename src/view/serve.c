@@ -11,6 +11,7 @@
 #include "../exec/io.h"
 #include "../util/crc32.h"
 #include "../util/fileio.h"
+#include "../util/parallel.h"
 #include "../util/size.h"
 
 #define MIN_CACHE_CHUNKS 4 /* room for a reader, a prefetch and an eviction */
@@ -561,6 +562,42 @@ static int no_stream(const struct ck_serve_opts *o)
 	return o->cache.no_stream || o->device.kind != CK_DEV_CPU;
 }
 
+struct trees_job {
+	struct ck_tree *trees;
+	const struct ck_tree_opts *o;
+	int *rc;
+	struct ck_err *err;
+};
+
+static void tree_task(void *ctx, size_t k)
+{
+	struct trees_job *j = ctx;
+	j->rc[k] = ck_tree_build(&j->trees[k], j->o, &j->err[k]);
+}
+
+/* Each tree's files; --ranks builds its trees on the cores, one thread
+ * each, and fails with the first tree's error in rank order. */
+static int build_trees(struct ck_served *s, const struct ck_tree_opts *o, struct ck_err *err)
+{
+	if (s->n_trees == 1)
+		return ck_tree_build(&s->trees[0], o, err);
+	struct ck_tree_opts one = *o;
+	one.threads = 1;
+	struct trees_job j = {s->trees, &one, calloc(s->n_trees, sizeof *j.rc),
+			      calloc(s->n_trees, sizeof *j.err)};
+	int r = j.rc && j.err ? 0 : ck_fail_sys(err, ENOMEM, "serve");
+	if (r == 0)
+		ck_parallel_for(s->n_trees, ck_cpu_count(), tree_task, &j);
+	for (size_t k = 0; r == 0 && k < s->n_trees; k++)
+		if (j.rc[k] < 0) {
+			*err = j.err[k];
+			r = -1;
+		}
+	free(j.rc);
+	free(j.err);
+	return r;
+}
+
 int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank,
 		      const char *source, const struct ck_serve_opts *o, struct ck_err *err)
 {
@@ -595,11 +632,8 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 			t->rank = per_rank ? v->rank : -1;
 		}
 	}
-	if (o->npy_f32 && widen_npy(s, err) < 0)
+	if ((o->npy_f32 && widen_npy(s, err) < 0) || build_trees(s, &to, err) < 0)
 		return -1;
-	for (size_t k = 0; k < n; k++)
-		if (ck_tree_build(&s->trees[k], &to, err) < 0)
-			return -1;
 	if (v->n_ranks && o->dcp && top_dcp(s, v, o->dcp == 2, err) < 0)
 		return -1;
 	return 0;

@@ -198,10 +198,12 @@ static void files_task(void *ctx, size_t i)
 
 #define FILES_PARALLEL_MIN 4096 /* fewer targets: a thread's start costs more */
 
-static int build_files(struct ck_tree *v, struct ck_err *err)
+static int build_files(struct ck_tree *v, int threads, struct ck_err *err)
 {
 	struct files_job j = {.v = v};
-	ck_parallel_for(3, v->plan->n >= FILES_PARALLEL_MIN ? ck_cpu_count() : 1, files_task, &j);
+	if (!threads)
+		threads = v->plan->n >= FILES_PARALLEL_MIN ? ck_cpu_count() : 1;
+	ck_parallel_for(3, threads, files_task, &j);
 	static const int order[] = {1, 0, 2}; /* the order a serial build met errors in */
 	for (int k = 0; k < 3; k++)
 		if (j.rc[order[k]] < 0) {
@@ -279,7 +281,7 @@ int ck_tree_build(struct ck_tree *v, const struct ck_tree_opts *o, struct ck_err
 	v->plan_no_stream = o->no_stream;
 	if (!(v->plan_source = strdup(o->source ? o->source : "")))
 		return ck_fail_sys(err, ENOMEM, "mount");
-	if (build_files(v, err) < 0 || build_roots(v, o, err) < 0 ||
+	if (build_files(v, o->threads, err) < 0 || build_roots(v, o, err) < 0 ||
 	    (o->dcp && build_dcp(v, o, err) < 0))
 		return -1;
 	/* the files are laid out over the tree's targets; the cache reads the

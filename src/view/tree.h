@@ -37,6 +37,7 @@ struct ck_tree_opts {
 	/* dcp/ laid out on its first use (ck_tree_sub_ready), not at build: a
 	 * mount shows it by default, and 100k keys' archives cost a second */
 	int dcp_lazy;
+	int threads; /* for its files; 0: the cores, for a large plan */
 };
 
 struct ck_tree {
