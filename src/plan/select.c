@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../map/keyshape.h"
 #include "../util/natsort.h"
 #include "../util/numfmt.h"
 #include "../util/parallel.h"
@@ -138,6 +139,8 @@ struct match_job {
 	size_t np;
 	int64_t *tab;
 	unsigned char *oom; /* per piece */
+	uint32_t *shape;    /* each target's key shape */
+	struct ck_shape_memo *memo; /* per rule: which shapes may match */
 };
 
 /* What select rule s says of name: the split's value (-1 when not a decimal
@@ -154,7 +157,8 @@ static int64_t verdict(const struct ck_select *s, const char *name, unsigned cha
 }
 
 /* Rows of the match table for one piece of the targets; a rule on an axis
- * the mesh lacks matches nothing. */
+ * the mesh lacks matches nothing, nor one whose pattern misses the key's
+ * shape (map/keyshape.h: most keys, for most rules). */
 static void match_piece(void *ctx, size_t piece)
 {
 	struct match_job *j = ctx;
@@ -164,12 +168,36 @@ static void match_piece(void *ctx, size_t piece)
 		const struct ck_target *t = &j->p->t[i];
 		for (int k = 0; k < j->ns; k++) {
 			const struct ck_select *s = &j->rules->sels[k];
+			int may = ck_mesh_axis(j->m, s->axis) >= 0 &&
+				  (!s->match.shape_exact || j->memo[k].v[j->shape[i]] == 2);
 			j->tab[i * (size_t)j->ns + (size_t)k] =
-			    ck_mesh_axis(j->m, s->axis) < 0
-				? NO_MATCH
-				: verdict(s, t->param ? t->param : t->name, &j->oom[piece]);
+			    may ? verdict(s, t->param ? t->param : t->name, &j->oom[piece])
+				: NO_MATCH;
 		}
 	}
+}
+
+static const char *own_name(const void *ctx, size_t i)
+{
+	const struct ck_target *t = &((const struct ck_plan *)ctx)->t[i];
+	return t->param ? t->param : t->name;
+}
+
+/* The key shape of each target's own name, and each shape-exact rule's
+ * verdict on each shape. */
+static int shapes_of(struct match_job *j, int threads)
+{
+	struct ck_keyshapes ks = {0};
+	int rc = (j->shape = malloc((j->p->n ? j->p->n : 1) * sizeof *j->shape)) &&
+			 (j->memo = calloc((size_t)(j->ns ? j->ns : 1), sizeof *j->memo)) &&
+			 ck_keyshapes_ids(&ks, j->p->n, own_name, j->p, j->shape, threads) == 0
+		     ? 0
+		     : -1;
+	for (int k = 0; rc == 0 && k < j->ns; k++)
+		if (ck_mesh_axis(j->m, j->rules->sels[k].axis) >= 0)
+			rc = ck_shape_memo_fill(&j->rules->sels[k].match, &ks, &j->memo[k]);
+	ck_keyshapes_free(&ks);
+	return rc;
 }
 
 /* Match every select rule (the first 64: more are refused) against every
@@ -179,15 +207,20 @@ static int match_table(const struct ck_plan *p, const struct ck_mapping *rules,
 		       const struct ck_mesh *m, int64_t **tab, struct ck_err *err)
 {
 	int threads = p->n >= MATCH_PARALLEL_MIN ? ck_cpu_count() : 1;
-	struct match_job j = {p, rules, m, n_cols(rules), ck_pieces(p->n, threads, 4), NULL, NULL};
+	struct match_job j = {
+	    .p = p, .rules = rules, .m = m, .ns = n_cols(rules), .np = ck_pieces(p->n, threads, 4)};
 	size_t cells = p->n * (size_t)j.ns;
 	j.tab = malloc((cells ? cells : 1) * sizeof *j.tab);
 	j.oom = calloc(j.np ? j.np : 1, 1);
-	int bad = !j.tab || !j.oom;
+	int bad = !j.tab || !j.oom || shapes_of(&j, threads) < 0;
 	if (!bad)
 		ck_parallel_for(j.np, threads, match_piece, &j);
 	for (size_t k = 0; !bad && k < j.np; k++)
 		bad = j.oom[k];
+	for (int k = 0; j.memo && k < j.ns; k++)
+		ck_shape_memo_free(&j.memo[k]);
+	free(j.memo);
+	free(j.shape);
 	free(j.oom);
 	if (bad) {
 		free(j.tab);
