@@ -344,19 +344,41 @@ static int literals_fit(const struct ck_pattern *p, const char *key, size_t len)
 	return pos <= len;
 }
 
-int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
+/* Match key, its captures left as spans in m: 1, 0 or -1 as ck_pattern_match. */
+static int match_spans(const struct ck_pattern *p, const char *key, struct mstate *m)
 {
-	b->n = 0, b->block = NULL, b->own = 0;
 	size_t len = strlen(key);
 	/* most keys are ruled out by the literal text the pattern ends with */
 	if (!ck_pattern_may_match(p, key, len) || (p->lit_filter && !literals_fit(p, key, len)))
 		return 0;
-	struct mstate m; /* the capture arrays are written before they are read */
-	m.p = p, m.key = key, m.len = len, m.n_cap = 0, m.steps = 0, m.failed = NULL;
+	/* the capture arrays are written before they are read */
+	m->p = p, m->key = key, m->len = len, m->n_cap = 0, m->steps = 0, m->failed = NULL;
 	/* plain backtracking first: almost every key settles in a few steps */
-	m.budget = 4 * ((size_t)p->n + m.len) + 64;
-	int r = match_from(&m, 0, 0);
-	free(m.failed);
+	m->budget = 4 * ((size_t)p->n + m->len) + 64;
+	int r = match_from(m, 0, 0);
+	free(m->failed);
+	return r;
+}
+
+int ck_pattern_match_at(const struct ck_pattern *p, const char *key, const char *name, size_t *pos,
+			size_t *len)
+{
+	struct mstate m;
+	int r = match_spans(p, key, &m);
+	for (int k = 0; r > 0 && name && k < m.n_cap; k++)
+		if (!strcmp(m.cap_name[k], name)) {
+			*pos = m.cap_pos[k];
+			*len = m.cap_len[k];
+			return 1;
+		}
+	return r > 0 && name ? 0 : r;
+}
+
+int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b)
+{
+	b->n = 0, b->block = NULL, b->own = 0;
+	struct mstate m;
+	int r = match_spans(p, key, &m);
 	if (r <= 0 || !m.n_cap)
 		return r;
 	size_t total = 0;

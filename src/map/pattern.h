@@ -49,6 +49,11 @@ void ck_pattern_free(struct ck_pattern *p);
  * length and the pattern size (failed states are remembered once plain
  * backtracking has taken more than a few steps per byte). */
 int ck_pattern_match(const struct ck_pattern *p, const char *key, struct ck_binding *b);
+/* The same match without copying the captures: where capture `name` lies
+ * in key (*pos, *len bytes). 1 when p matches key and binds name (name
+ * NULL: when p matches key), 0 otherwise, -1 ENOMEM. */
+int ck_pattern_match_at(const struct ck_pattern *p, const char *key, const char *name, size_t *pos,
+			size_t *len);
 /* 0 when key (len bytes) is too short for p or does not end with the text p
  * ends with: the first check of ck_pattern_match, which refuses most keys;
  * 1 when key may match. */

@@ -14,19 +14,25 @@
 #include "optstate.h"
 #include "shard_int.h"
 
+/* The decimal integer (up to 12 digits) the n bytes at s spell, or -1. */
+static int64_t span_int(const char *s, size_t n)
+{
+	if (!n || n > 12)
+		return -1;
+	int64_t x = 0;
+	for (size_t q = 0; q < n; q++) {
+		if (!isdigit((unsigned char)s[q]))
+			return -1;
+		x = x * 10 + (s[q] - '0');
+	}
+	return x;
+}
+
 /* The integer value of a capture, or -1 if it is not a decimal integer. */
 static int64_t capture_int(const struct ck_binding *b, const char *name)
 {
 	const char *v = ck_binding_get(b, name);
-	if (!v || !*v || strlen(v) > 12)
-		return -1;
-	int64_t x = 0;
-	for (const char *q = v; *q; q++) {
-		if (!isdigit((unsigned char)*q))
-			return -1;
-		x = x * 10 + (*q - '0');
-	}
-	return x;
+	return v ? span_int(v, strlen(v)) : -1;
 }
 
 /* A split's count where its rule gives none: one past the largest value of
@@ -122,7 +128,8 @@ struct sel {
 	int ns, ax[64];
 	int64_t lo[64], hi[64], cnt[64];
 	unsigned model_axes; /* axes some rule places a target of the whole model on */
-	const int64_t *tab;
+	unsigned char seg_split[64]; /* the split is a whole segment (split_is_segment) */
+	const struct ck_sel_cell *tab;
 	const uint32_t *row;
 };
 
@@ -137,23 +144,25 @@ struct match_job {
 	const struct ck_mesh *m;
 	int ns;
 	size_t np;
-	int64_t *tab;
+	struct ck_sel_cell *tab;
 	unsigned char *oom; /* per piece */
 	uint32_t *shape;    /* each target's key shape */
 	struct ck_shape_memo *memo; /* per rule: which shapes may match */
 };
 
-/* What select rule s says of name: the split's value (-1 when not a decimal
- * integer, 0 for a stage rule) or NO_MATCH; *oom set when out of memory. */
-static int64_t verdict(const struct ck_select *s, const char *name, unsigned char *oom)
+/* What select rule s says of name; *oom set when out of memory. */
+static struct ck_sel_cell verdict(const struct ck_select *s, const char *name, unsigned char *oom)
 {
-	struct ck_binding b = {0};
-	int r = ck_pattern_match(&s->match, name, &b);
-	int64_t v = r <= 0 ? NO_MATCH : s->split ? capture_int(&b, s->split) : 0;
-	ck_binding_clear(&b);
+	size_t pos = 0, len = 0;
+	int r = ck_pattern_match_at(&s->match, name, s->split, &pos, &len);
 	if (r < 0)
 		*oom = 1;
-	return v;
+	if (r <= 0)
+		return (struct ck_sel_cell){NO_MATCH, 0, 0};
+	/* a name is far shorter than 4 GiB (a span that is not: matched anew) */
+	int fits = pos <= UINT32_MAX && len < UINT32_MAX;
+	return (struct ck_sel_cell){s->split ? span_int(name + pos, len) : 0,
+				    fits ? (uint32_t)pos : 0, fits ? (uint32_t)len : UINT32_MAX};
 }
 
 /* Rows of the match table for one piece of the targets; a rule on an axis
@@ -172,7 +181,7 @@ static void match_piece(void *ctx, size_t piece)
 				  (!s->match.shape_exact || j->memo[k].v[j->shape[i]] == 2);
 			j->tab[i * (size_t)j->ns + (size_t)k] =
 			    may ? verdict(s, t->param ? t->param : t->name, &j->oom[piece])
-				: NO_MATCH;
+				: (struct ck_sel_cell){NO_MATCH, 0, 0};
 		}
 	}
 }
@@ -204,7 +213,7 @@ static int shapes_of(struct match_job *j, int threads)
  * target's own name (its parameter's for optimizer state), on the cores:
  * *tab, p->n rows of n_cols(rules) values. */
 static int match_table(const struct ck_plan *p, const struct ck_mapping *rules,
-		       const struct ck_mesh *m, int64_t **tab, struct ck_err *err)
+		       const struct ck_mesh *m, struct ck_sel_cell **tab, struct ck_err *err)
 {
 	int threads = p->n >= MATCH_PARALLEL_MIN ? ck_cpu_count() : 1;
 	struct match_job j = {
@@ -232,11 +241,27 @@ static int match_table(const struct ck_plan *p, const struct ck_mapping *rules,
 }
 
 /* Whether select rule k matches some target of the table's n rows. */
-static int rule_hits(const int64_t *tab, size_t n, int ns, int k)
+static int rule_hits(const struct ck_sel_cell *tab, size_t n, int ns, int k)
 {
 	for (size_t i = 0; i < n; i++)
-		if (tab[i * (size_t)ns + (size_t)k] != NO_MATCH)
+		if (tab[i * (size_t)ns + (size_t)k].v != NO_MATCH)
 			return 1;
+	return 0;
+}
+
+/* Whether renumbering s's split keeps a name's key shape (map/keyshape.h):
+ * its capture is a whole segment, so one number takes another's place
+ * ("layers.{L}.{rest:path}"; not "{layer:path}.weight{E:int}"). */
+static int split_is_segment(const struct ck_pattern *p, const char *split)
+{
+	for (int t = 0; t < p->n; t++) {
+		if (p->tok[t].lit || strcmp(p->tok[t].name, split) != 0)
+			continue;
+		const struct ck_ptok *a = t > 0 ? &p->tok[t - 1] : NULL;
+		const struct ck_ptok *b = t + 1 < p->n ? &p->tok[t + 1] : NULL;
+		return (!a || (a->lit && a->lit_len && a->lit[a->lit_len - 1] == '.')) &&
+		       (!b || (b->lit && b->lit_len && b->lit[0] == '.'));
+	}
 	return 0;
 }
 
@@ -249,6 +274,7 @@ static int select_ranges(struct sel *x, const struct ck_plan *p, const struct ck
 	for (int k = 0; k < x->ns; k++) {
 		const struct ck_select *s = &x->rules->sels[k];
 		x->ax[k] = ck_mesh_axis(x->m, s->axis);
+		x->seg_split[k] = s->split && split_is_segment(&s->match, s->split);
 		/* a split that matches no key asks nothing (the MoE rules of a
 		 * mapping, on a dense model): its count is not even evaluated */
 		int hit = x->ax[k] >= 0 && (prep ? (int)(prep->sel_hit >> k & 1)
@@ -283,27 +309,40 @@ int ck_select_prepare(const struct ck_plan *p, const struct ck_mapping *rules,
 }
 
 /* Select rule k on target i's name: 1 with *v, 0 when it does not match,
- * -1 out of memory. The table answers for a name no rule renamed yet; a
- * name matched anew leaves its captures in b. */
+ * -1 out of memory. The table answers (*cell) for a name no rule renamed
+ * yet, and for a renamed one of the same key shape (renumbering a whole
+ * segment keeps it) that a shape-exact rule misses; a name matched anew
+ * leaves its captures in b (*cell NULL). */
 static int rule_on(const struct sel *x, int k, size_t i, const char *name, int renamed,
-		   struct ck_binding *b, int64_t *v)
+		   int same_shape, struct ck_binding *b, int64_t *v,
+		   const struct ck_sel_cell **cell)
 {
 	const struct ck_select *s = &x->rules->sels[k];
-	if (!renamed) {
-		*v = x->tab[(size_t)(x->row ? x->row[i] : i) * (size_t)x->ns + (size_t)k];
+	*cell = &x->tab[(size_t)(x->row ? x->row[i] : i) * (size_t)x->ns + (size_t)k];
+	*v = (*cell)->v;
+	if (!renamed || (same_shape && s->match.shape_exact && *v == NO_MATCH))
 		return *v != NO_MATCH;
-	}
+	*cell = NULL;
 	int r = ck_pattern_match(&s->match, name, b);
 	if (r > 0)
 		*v = s->split ? capture_int(b, s->split) : 0;
 	return r;
 }
 
-/* Renumber name (s's split becomes num) into *nn; b holds name's captures
- * when it was matched anew. */
-static int renumber(const struct ck_select *s, const char *name, struct ck_binding *b,
-		    const char *num, char **nn, struct ck_err *err)
+/* Renumber name (s's split becomes num) into *nn: the table's span of the
+ * split in name replaced (cell), or b's captures substituted back. */
+static int renumber(const struct ck_select *s, const char *name, const struct ck_sel_cell *cell,
+		    struct ck_binding *b, const char *num, char **nn, struct ck_err *err)
 {
+	if (cell && cell->len != UINT32_MAX) {
+		size_t n = strlen(name), k = strlen(num), tail = n - cell->pos - cell->len;
+		if (!(*nn = malloc(n - cell->len + k + 1)))
+			return ck_fail_sys(err, ENOMEM, "select");
+		memcpy(*nn, name, cell->pos);
+		memcpy(*nn + cell->pos, num, k);
+		memcpy(*nn + cell->pos + k, name + cell->pos + cell->len, tail + 1);
+		return 0;
+	}
 	if (!b->n && ck_pattern_match(&s->match, name, b) <= 0) /* the table's match */
 		return ck_fail_sys(err, ENOMEM, "select");
 	if (ck_binding_set(b, s->split, num) < 0)
@@ -317,17 +356,19 @@ static int renumber(const struct ck_select *s, const char *name, struct ck_bindi
 static int place_target(const struct sel *x, const struct ck_target *t, size_t i, char *base,
 			int *keep, unsigned *axes, char **name, char **orig, struct ck_err *err)
 {
+	int same_shape = 1; /* *name has base's key shape */
 	for (int k = 0; k < x->ns && *keep; k++) {
 		const struct ck_select *s = &x->rules->sels[k];
 		struct ck_binding b = {0};
 		int64_t v = 0;
-		int hit = x->ax[k] < 0 ? 0 : rule_on(x, k, i, *name, *name != base, &b, &v);
-		if (hit <= 0) {
-			ck_binding_clear(&b);
-			if (hit < 0)
-				return ck_fail_sys(err, ENOMEM, "select");
+		const struct ck_sel_cell *cell = NULL;
+		int hit = x->ax[k] < 0
+			      ? 0
+			      : rule_on(x, k, i, *name, *name != base, same_shape, &b, &v, &cell);
+		if (hit < 0)
+			return ck_fail_sys(err, ENOMEM, "select");
+		if (!hit) /* b holds nothing */
 			continue;
-		}
 		int64_t c = x->rc->coord[x->ax[k]], size = x->m->size[x->ax[k]];
 		*axes |= 1u << x->ax[k];
 		int r = 0;
@@ -344,8 +385,9 @@ static int place_target(const struct sel *x, const struct ck_target *t, size_t i
 				/* name: t's own, or one this loop made */
 				char num[24], *nn = NULL;
 				ck_fmt_i64(num, v - x->lo[k]);
-				if (renumber(s, *name, &b, num, &nn, err) < 0)
+				if (renumber(s, *name, cell, &b, num, &nn, err) < 0)
 					r = -1;
+				same_shape = same_shape && x->seg_split[k];
 				if (!*orig)
 					*orig = *name;
 				else if (*name != base)
@@ -353,7 +395,8 @@ static int place_target(const struct sel *x, const struct ck_target *t, size_t i
 				*name = nn;
 			}
 		}
-		ck_binding_clear(&b);
+		if (b.n || b.block) /* matched anew */
+			ck_binding_clear(&b);
 		if (r < 0)
 			return -1;
 	}
@@ -390,7 +433,7 @@ static int resort(struct ck_plan *p, unsigned *sel_axes, char **global, const ch
 /* The select rules over p (prep and rows: the whole plan's table, row[i]
  * the row of p's target i; else p's own, in *own, to free). */
 static int sel_open(struct sel *x, const struct ck_plan *p, const struct ck_shard_prep *prep,
-		    const uint32_t *rows, int64_t **own, struct ck_err *err)
+		    const uint32_t *rows, struct ck_sel_cell **own, struct ck_err *err)
 {
 	*own = NULL;
 	if (prep && prep->sel_tab && (rows || prep->sel_rows == p->n)) {
@@ -415,7 +458,7 @@ int ck_select_keep(const struct ck_plan *p, const struct ck_shard_prep *prep,
 {
 	struct sel x = {
 	    .rules = rules, .m = m, .rc = rc, .path = path, .ns = rules ? rules->n_sels : 0};
-	int64_t *own;
+	struct ck_sel_cell *own;
 	if (sel_open(&x, p, prep, NULL, &own, err) < 0)
 		return -1;
 	int r = 0;
@@ -443,7 +486,7 @@ int ck_select_targets(struct ck_plan *p, const struct ck_shard_prep *prep,
 {
 	struct sel x = {
 	    .rules = rules, .m = m, .rc = rc, .path = path, .ns = rules ? rules->n_sels : 0};
-	int64_t *own;
+	struct ck_sel_cell *own;
 	if (sel_open(&x, p, prep, rows, &own, err) < 0)
 		return -1;
 	*model_axes = x.model_axes;

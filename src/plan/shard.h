@@ -47,11 +47,19 @@ int ck_plan_shard(struct ck_plan *p, const struct ck_mapping *rules, const struc
  * none, which partition rules some target uses, what each select rule's
  * pattern captures from each target's name. --ranks works it out once,
  * then shards for each rank only the targets it keeps. */
+/* What select rule k says of a target's own name (select.c): the split's
+ * value (INT64_MIN: no match; -1: not a decimal integer; 0 for a stage
+ * rule), and where the split's capture lies in the name. */
+struct ck_sel_cell {
+	int64_t v;
+	uint32_t pos, len;
+};
+
 struct ck_shard_prep {
 	uint64_t sel_hit;	  /* bit k: select rule k matches a target */
 	int64_t sel_count[64];	  /* select rule k's count taken from the plan */
 	unsigned char *part_used; /* per partition rule */
-	int64_t *sel_tab;	  /* what each select rule says of each target (select.c) */
+	struct ck_sel_cell *sel_tab; /* per target, per select rule (select.c) */
 	size_t sel_rows;	  /* the plan's targets: sel_tab's rows */
 };
 int ck_shard_prepare(const struct ck_plan *p, const struct ck_mapping *rules,

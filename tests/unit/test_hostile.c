@@ -250,11 +250,21 @@ START_TEST(patterns_against_regex)
 		int got = ck_pattern_match(&p, key, &b);
 		ck_assert_msg(got == want, "pattern %s key \"%s\": %d, regex %s says %d", pat, key, got,
 			      re, want);
+		size_t pos = 0, len = 0;
+		ck_assert_int_eq(ck_pattern_match_at(&p, key, NULL, &pos, &len), want);
 		if (got == 1) { /* the captures describe the key */
 			char *back;
 			ck_assert_int_eq(ck_pattern_subst(&p, &b, &back, &err), 0);
 			ck_assert_str_eq(back, key);
 			free(back);
+			for (int c = 0; c < b.n; c++) { /* and lie where match_at says */
+				ck_assert_int_eq(
+				    ck_pattern_match_at(&p, key, b.name[c], &pos, &len), 1);
+				ck_assert_uint_le(pos + len, strlen(key));
+				ck_assert_uint_eq(len, strlen(b.val[c]));
+				ck_assert_int_eq(memcmp(key + pos, b.val[c], len), 0);
+			}
+			ck_assert_int_eq(ck_pattern_match_at(&p, key, "z", &pos, &len), 0);
 			ck_binding_clear(&b);
 		}
 		ck_pattern_free(&p);

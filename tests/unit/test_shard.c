@@ -354,6 +354,64 @@ START_TEST(renamed_targets_meet_later_rules)
 }
 END_TEST
 
+/* Renumbering inside a segment changes a name's key shape ("e.w3" becomes
+ * "e.w1"): a later rule that the key's shape misses may match the new
+ * name, and does. ep rank c holds e.w{2c}, e.w{2c+1} as e.w0, e.w1; the
+ * rule for {a}.w1 then keeps e.w1 on the last pp stage only. */
+START_TEST(renumbering_inside_a_segment)
+{
+	static const char *map =
+	    "{\"unused\": \"keep\", \"select\": ["
+	    " {\"match\": \"e.w{E:int}\", \"axis\": \"ep\", \"split\": \"E\","
+	    "  \"renumber\": true},"
+	    " {\"match\": \"{a}.w1\", \"axis\": \"pp\", \"stage\": \"last\"}]}";
+	static const struct tu_tensor ts[] = {{"e.w0", CK_DT_F32, 1, {2}},
+					      {"e.w1", CK_DT_F32, 1, {2}},
+					      {"e.w2", CK_DT_F32, 1, {2}},
+					      {"e.w3", CK_DT_F32, 1, {2}}};
+	char *d = tu_mkdtemp(), *path = tu_path(d, "model.safetensors");
+	tu_write_st(path, ts, 4);
+	struct ck_err err;
+	struct ck_catalog *c;
+	struct ck_mapping *m;
+	struct ck_plan *base;
+	struct ck_mesh me;
+	struct ck_shard_prep prep;
+	ck_assert_msg(ck_catalog_open(d, &c, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_mesh_parse("pp=2,ep=2", &me, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(c, &m, 1, &base, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_shard_prepare(base, m, &me, &prep, &err) == 0, "%s", err.msg);
+	for (int64_t r = 0; r < 4; r++) {
+		int64_t pp = r / 2, ep = r % 2;
+		struct ck_plan *own, *part;
+		ck_assert_msg(ck_plan_copy_some(base, NULL, &own, &err) == 0, "%s", err.msg);
+		ck_assert_msg(ck_plan_shard(own, m, &me, r, &err) == 0, "%s", err.msg);
+		ck_assert_msg(ck_plan_shard_copy(base, &prep, m, &me, r, &part, &err) == 0, "%s",
+			      err.msg);
+		assert_same_plan(part, own);
+		ck_assert_uint_eq(own->n, pp == 1 ? 2 : 1);
+		for (int l = 0; l <= pp; l++) {
+			char name[8], global[8];
+			snprintf(name, sizeof name, "e.w%d", l);
+			snprintf(global, sizeof global, "e.w%d", (int)(2 * ep + l));
+			const struct ck_target *t = ck_plan_find(own, name);
+			ck_assert_msg(t, "rank %lld lacks %s", (long long)r, name);
+			ck_assert_str_eq(t->shard->global_name, global);
+		}
+		ck_plan_free(own);
+		ck_plan_free(part);
+	}
+	ck_shard_prep_free(&prep);
+	ck_plan_free(base);
+	ck_mapping_free(m);
+	ck_catalog_free(c);
+	tu_rmtree(d);
+	free(d);
+	free(path);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("shard");
@@ -365,6 +423,7 @@ int main(void)
 	tcase_add_test(tc, sharded_copies_are_rank_plans);
 	tcase_add_test(tc, sharded_copies_fail_as_rank_plans);
 	tcase_add_test(tc, renamed_targets_meet_later_rules);
+	tcase_add_test(tc, renumbering_inside_a_segment);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
