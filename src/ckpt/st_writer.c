@@ -55,7 +55,7 @@ static void put_json_string(struct buf *b, const char *s)
 	size_t n = strlen(s);
 	char *w = room(b, n < 4096 ? 6 * n + 2 : ck_json_str_len(s));
 	if (w)
-		b->len += (size_t)(ck_json_put_str(w, s) - w);
+		b->len += (size_t)(ck_json_put_str(w, s, n) - w);
 }
 
 /* One tensor's member: "name":{"dtype":..,"shape":[..],"data_offsets":[..]}

@@ -1,5 +1,6 @@
 #include "jsonw.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,17 +49,39 @@ size_t ck_json_str_len(const char *s)
 	return n;
 }
 
-char *ck_json_put_str(char *dst, const char *s)
+/* Whether any of the 8 bytes in w needs an escape: below 0x20 (NUL
+ * included), '"' or '\\'. Each test is exact ("has a zero byte" is never
+ * true of a word without one), so a clean word goes out whole. */
+static int word_needs_escape(uint64_t w)
+{
+	const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+	uint64_t q = w ^ (ones * '"'), bs = w ^ (ones * '\\');
+	return ((((w - ones * 0x20) & ~w) | ((q - ones) & ~q) | ((bs - ones) & ~bs)) & highs) != 0;
+}
+
+char *ck_json_put_str(char *dst, const char *s, size_t n)
 {
 	*dst++ = '"';
-	for (; *s; s++) {
-		if (plain((unsigned char)*s)) {
-			*dst++ = *s;
+	size_t i = 0;
+	/* names are plain almost always: 8 bytes a step while they are */
+	while (i + 8 <= n) {
+		uint64_t w;
+		memcpy(&w, s + i, 8);
+		if (word_needs_escape(w))
+			break;
+		memcpy(dst, &w, 8);
+		dst += 8;
+		i += 8;
+	}
+	for (; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (plain(c)) {
+			*dst++ = (char)c;
 		} else {
 			char e[7];
-			size_t n = escape((unsigned char)*s, e);
-			memcpy(dst, e, n);
-			dst += n;
+			size_t k = escape(c, e);
+			memcpy(dst, e, k);
+			dst += k;
 		}
 	}
 	*dst++ = '"';

@@ -14,6 +14,7 @@
 #include "util/json_lex.h"
 #include "util/json_plain.h"
 #include "util/json_strict.h"
+#include "util/jsonw.h"
 #include "util/stream_read.h"
 
 static int parses(const char *s, unsigned flags)
@@ -628,6 +629,62 @@ START_TEST(hundred_thousand_keys)
 }
 END_TEST
 
+/* The in-memory string writer, 8 bytes a step while no byte needs an
+ * escape, writes what a byte-by-byte reference escaper written here does,
+ * for strings with quotes, backslashes, control bytes and UTF-8 at every
+ * position, each at the very end of its allocation (ASan: no read past
+ * it); cJSON reads every output back as the string. */
+static size_t ref_escape(const unsigned char *s, size_t n, char *out)
+{
+	size_t k = 0;
+	out[k++] = '"';
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] == '"' || s[i] == '\\')
+			out[k++] = '\\', out[k++] = (char)s[i];
+		else if (s[i] < 0x20)
+			k += (size_t)sprintf(out + k, "\\u%04x", s[i]);
+		else
+			out[k++] = (char)s[i];
+	}
+	out[k++] = '"';
+	return k;
+}
+
+START_TEST(string_writer_escapes_as_the_reference)
+{
+	static const unsigned char special[] = {'"',  '\\', 0x01, 0x1f, 0x20,
+						0x7f, 0x80, 0xc3, 0xff, '.'};
+	srand(4242);
+	for (int trial = 0; trial < 20000; trial++) {
+		size_t n = (size_t)(rand() % 40);
+		unsigned char *s = malloc(n + 1);
+		ck_assert_ptr_nonnull(s);
+		int odds = 1 + rand() % 40; /* from mostly plain to mostly special */
+		for (size_t i = 0; i < n; i++)
+			s[i] = rand() % odds ? (unsigned char)('a' + rand() % 26)
+					     : special[rand() % sizeof special];
+		s[n] = '\0';
+		char *want = malloc(6 * n + 3), *got = malloc(6 * n + 3);
+		ck_assert(want && got);
+		size_t wl = ref_escape(s, n, want);
+		size_t gl = (size_t)(ck_json_put_str(got, (const char *)s, n) - got);
+		ck_assert_msg(gl == wl, "trial %d: %.*s against %.*s", trial, (int)gl, got, (int)wl,
+			      want);
+		ck_assert_uint_eq(ck_json_str_len((const char *)s), wl);
+		ck_assert_msg(memcmp(got, want, wl) == 0, "trial %d: %.*s against %.*s", trial,
+			      (int)gl, got, (int)wl, want);
+		got[gl] = '\0';
+		cJSON *j = cJSON_Parse(got);
+		ck_assert_msg(cJSON_IsString(j) && !strcmp(j->valuestring, (const char *)s),
+			      "trial %d", trial);
+		cJSON_Delete(j);
+		free(s);
+		free(want);
+		free(got);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("json_strict");
@@ -645,6 +702,7 @@ int main(void)
 	tcase_add_test(tc, hundred_thousand_keys);
 	tcase_add_test(tc, compact_int_lists_read_as_spaced);
 	tcase_add_test(tc, streamed_parse_is_the_whole_texts);
+	tcase_add_test(tc, string_writer_escapes_as_the_reference);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
