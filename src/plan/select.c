@@ -141,13 +141,13 @@ static int n_cols(const struct ck_mapping *rules)
 struct match_job {
 	const struct ck_plan *p;
 	const struct ck_mapping *rules;
-	const struct ck_mesh *m;
 	int ns;
 	size_t np;
 	struct ck_sel_cell *tab;
 	unsigned char *oom; /* per piece */
 	uint32_t *shape;    /* each target's key shape */
 	struct ck_shape_memo *memo; /* per rule: which shapes may match */
+	unsigned char on_mesh[64];  /* per rule: its axis is in the mesh */
 };
 
 /* What select rule s says of name; *oom set when out of memory. */
@@ -177,7 +177,7 @@ static void match_piece(void *ctx, size_t piece)
 		const struct ck_target *t = &j->p->t[i];
 		for (int k = 0; k < j->ns; k++) {
 			const struct ck_select *s = &j->rules->sels[k];
-			int may = ck_mesh_axis(j->m, s->axis) >= 0 &&
+			int may = j->on_mesh[k] &&
 				  (!s->match.shape_exact || j->memo[k].v[j->shape[i]] == 2);
 			j->tab[i * (size_t)j->ns + (size_t)k] =
 			    may ? verdict(s, t->param ? t->param : t->name, &j->oom[piece])
@@ -203,7 +203,7 @@ static int shapes_of(struct match_job *j, int threads)
 		     ? 0
 		     : -1;
 	for (int k = 0; rc == 0 && k < j->ns; k++)
-		if (ck_mesh_axis(j->m, j->rules->sels[k].axis) >= 0)
+		if (j->on_mesh[k])
 			rc = ck_shape_memo_fill(&j->rules->sels[k].match, &ks, &j->memo[k]);
 	ck_keyshapes_free(&ks);
 	return rc;
@@ -217,7 +217,9 @@ static int match_table(const struct ck_plan *p, const struct ck_mapping *rules,
 {
 	int threads = p->n >= MATCH_PARALLEL_MIN ? ck_cpu_count() : 1;
 	struct match_job j = {
-	    .p = p, .rules = rules, .m = m, .ns = n_cols(rules), .np = ck_pieces(p->n, threads, 4)};
+	    .p = p, .rules = rules, .ns = n_cols(rules), .np = ck_pieces(p->n, threads, 4)};
+	for (int k = 0; k < j.ns; k++) /* once per rule, not per target */
+		j.on_mesh[k] = ck_mesh_axis(m, rules->sels[k].axis) >= 0;
 	size_t cells = p->n * (size_t)j.ns;
 	j.tab = malloc((cells ? cells : 1) * sizeof *j.tab);
 	j.oom = calloc(j.np ? j.np : 1, 1);
