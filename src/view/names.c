@@ -1,5 +1,6 @@
 #include "names.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "../util/strmap.h"
@@ -13,6 +14,37 @@ static int needs_escape(unsigned char c)
 
 static const char hex[] = "0123456789ABCDEF";
 
+#define ONES 0x0101010101010101ull
+#define HIGHS 0x8080808080808080ull
+
+/* Whether any of 8 key bytes needs escaping: a byte below 0x20, 0x7F, '%'
+ * or '/' (exact: each test below is the classic "has a byte less than n"
+ * word test, which reports no byte that is not there). */
+static int word_needs_escape(uint64_t w)
+{
+	uint64_t below = (w - ONES * 0x20) & ~w & HIGHS;
+	uint64_t x7f = w ^ (ONES * 0x7F), pct = w ^ (ONES * '%'), sl = w ^ (ONES * '/');
+	uint64_t eq = ((x7f - ONES) & ~x7f) | ((pct - ONES) & ~pct) | ((sl - ONES) & ~sl);
+	return ((below | eq) & HIGHS) != 0;
+}
+
+/* Length of key when every byte of it is kept as it is, else SIZE_MAX:
+ * almost every key, checked 8 bytes at a time (a 92,000-target view spent
+ * most of its names' time in the byte loop below). */
+static size_t plain_length(const char *key)
+{
+	size_t n = strlen(key), i = 0;
+	for (uint64_t w; i + 8 <= n; i += 8) {
+		memcpy(&w, key + i, 8);
+		if (word_needs_escape(w))
+			return SIZE_MAX;
+	}
+	for (; i < n; i++)
+		if (needs_escape((unsigned char)key[i]))
+			return SIZE_MAX;
+	return n;
+}
+
 size_t ck_escape_name(const char *key, size_t max, char *out)
 {
 	const char *whole = !strcmp(key, ".") ? "%2E" : !strcmp(key, "..") ? "%2E%2E" : NULL;
@@ -21,6 +53,11 @@ size_t ck_escape_name(const char *key, size_t max, char *out)
 	if (whole) {
 		strcpy(out, whole);
 		return strlen(whole);
+	}
+	size_t plain = plain_length(key);
+	if (plain <= max) {
+		memcpy(out, key, plain + 1);
+		return plain;
 	}
 	/* escape into out while it fits; past max only the cut point matters */
 	size_t n = 0, keep = max - (CK_NAME_MAX - KEEP_BYTES);

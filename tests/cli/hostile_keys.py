@@ -66,7 +66,12 @@ keys = ["a/b", "../../etc/passwd", ".", "..", "", "tab\there", "nl\nx", "del\x7f
         # at and past the cuts of tensors/ (255) and npy/ (251), and cuts that
         # would fall inside a UTF-8 sequence or a %XX escape
         "w" * 251, "w" * 252, "w" * 255, "w" * 256, "é" * 126 + "x", "a" * 231 + "%" * 10,
-        "a" * 236 + "%" * 10, "b" * 232 + "é" * 20, "%" * 85]
+        "a" * 236 + "%" * 10, "b" * 232 + "é" * 20, "%" * 85,
+        # bytes on either side of what needs escaping, in keys long enough to
+        # be checked 8 bytes at a time
+        "sp ace~tilde.dot0!x&y", "ééééé\x7fé", "\x80-free ÿÿÿÿÿÿÿÿ"]
+# an escaped byte at every place of two 8-byte words
+keys += ["x" * i + c + "y" * (15 - i) for c in "/%\x7f\x1f\x01" for i in range(16)]
 tensors = {}
 for i, k in enumerate(keys):
     shape = [[2, 3], [], [0, 5], [4]][i % 4]
