@@ -639,11 +639,51 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 	return 0;
 }
 
+/* The first view that leaves tensors out says which; the others (the ranks
+ * of --ranks: an FP8 model's 64 ranks printed 256 lines) share one line. */
+static void note_omitted_all(const struct ck_served *s, void (*log)(void *, const char *),
+			     void *ctx)
+{
+	size_t first = SIZE_MAX, next = 0, last = 0, more = 0, lo = SIZE_MAX, hi = 0;
+	for (size_t k = 0; k < s->n_trees; k++) {
+		size_t n = s->trees[k].zip.n_omitted;
+		if (!n)
+			continue;
+		if (first == SIZE_MAX) {
+			first = k;
+			continue;
+		}
+		next = more++ ? next : k;
+		last = k;
+		lo = n < lo ? n : lo;
+		hi = n > hi ? n : hi;
+	}
+	if (first == SIZE_MAX || !log)
+		return;
+	note_omitted(&s->trees[first], log, ctx);
+	if (!more)
+		return;
+	char msg[500], count[48], where[200];
+	if (lo == hi)
+		snprintf(count, sizeof count, "%zu", lo);
+	else
+		snprintf(count, sizeof count, "%zu to %zu", lo, hi);
+	if (more == 1)
+		snprintf(where, sizeof where, "in %s/ too (its", s->trees[next].dir);
+	else
+		snprintf(where, sizeof where,
+			 "in each of %zu more views too (%s/ to %s/; each one's", more,
+			 s->trees[next].dir, s->trees[last].dir);
+	snprintf(msg, sizeof msg,
+		 "pytorch_model.bin leaves out %s tensors %s .ckptfs/plan.json lists them)", count,
+		 where);
+	log(ctx, msg);
+}
+
 int ck_served_start(struct ck_served *s, const struct ck_serve_opts *o,
 		    void (*log)(void *, const char *), void *log_ctx, struct ck_err *err)
 {
-	for (size_t k = 0; k < s->n_trees; k++)
-		note_omitted(&s->trees[k], log, log_ctx);
+	note_omitted_all(s, log, log_ctx);
 	struct ck_cache_opts co = o->cache;
 	co.log = log;
 	co.log_ctx = log_ctx;

@@ -316,6 +316,16 @@ with tempfile.TemporaryDirectory() as d:
     assert len(omitted) > 4 and len(notes) == 4, (len(omitted), notes)
     assert f"leaves out {len(omitted)} tensors" in notes[0] and "plan.json" in notes[0], notes[0]
     assert all(o["name"] in n for o, n in zip(omitted, notes[1:])), notes
+    # one daemon for four ranks: the first rank's lines, then one for the others
+    m = Mount(srcs["llama"], [mp("llama-hf-to-megatron.json"), fp8all], expect_errors=True,
+              extra=["--mesh", "tp=2,dp=2", "--ranks", "all"])
+    counts = [len(m.plan(f"rank{r}")["pytorch_model_bin"]["omitted"]) for r in range(4)]
+    log = m.close()
+    notes = [line for line in log.splitlines() if "pytorch_model.bin leaves out" in line]
+    assert len(notes) == 5 and f"leaves out {counts[0]} tensors" in notes[0], notes
+    assert min(counts) > 4 and len(set(counts)) == 1 and notes[4].endswith(
+        f"leaves out {counts[1]} tensors in each of 3 more views too (rank1/ to rank3/; "
+        "each one's .ckptfs/plan.json lists them)"), notes
     print("fp8 targets: left out of pytorch_model.bin, listed in plan.json and the log (a count "
           "and the first three when there are more)")
 

@@ -57,8 +57,9 @@ class Mount:
         with open(self.path(".ckptfs", "stats.json")) as f:
             return json.load(f)
 
-    def plan(self):
-        with open(self.path(".ckptfs", "plan.json")) as f:
+    def plan(self, sub=""):
+        """.ckptfs/plan.json, or a --ranks mount's sub/.ckptfs/plan.json"""
+        with open(self.path(*([sub] if sub else []), ".ckptfs", "plan.json")) as f:
             return json.load(f)
 
     def close(self):
