@@ -6,10 +6,11 @@ min-max over the repetitions, absolute figures beside the ratios). On every
 shape (Llama, hidden 1024 / 2048 / 4096, BF16): first reads of the identity,
 Megatron and F32-cast views against the FUSE ceiling (the identity view also
 against the passthrough serving its own files, one per tensor: what FUSE
-costs for that many files), the cached re-read of
-every file against the passthrough's, mount + read against the numpy peer,
-and cold reads (buffered and -o odirect) against dd iflag=direct; then a
-table of each ratio per shape, its spread and issue #23's goal. On the
+costs for that many files), the cached re-read of every file against the
+passthrough's, the same first reads with O_DIRECT opens (no page cache)
+against the passthrough read that way, mount + read against the numpy peer
+(read both ways), and cold reads (buffered and -o odirect) against dd
+iflag=direct; then a table of each ratio per shape, its spread and issue #23's goal. On the
 hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
   first reads, and a numpy HF -> GGUF peer against mount + read
   model.gguf; libckptfs in-process (tools/ckread.c) against the raw read;
@@ -25,6 +26,7 @@ noise of a shared machine hits all of them alike) (the passthrough lists its dir
 rows of its own, and the workflow row includes mount and unmount."""
 import argparse
 import json
+import mmap
 import random
 import os
 import shutil
@@ -50,10 +52,16 @@ def run(*a, **kw):
     return subprocess.run(list(a), check=True, capture_output=True, text=True, **kw)
 
 
-def read_files(paths, buf=bytearray(MB)):
+def read_files(paths, buf=bytearray(MB), direct=False):
+    """Reads every file whole in 1 MiB reads. direct: opened with O_DIRECT,
+    into a page-aligned buffer: no kernel page cache on either side of FUSE
+    (a loader that reads each byte once can ask for that)."""
     n = 0
+    if direct:
+        buf = memoryview(mmap.mmap(-1, MB))
     for p in paths:
-        with open(p, "rb", buffering=0) as f:
+        fd = os.open(p, os.O_RDONLY | (os.O_DIRECT if direct else 0))
+        with open(fd, "rb", buffering=0) as f:
             while True:
                 k = f.readinto(buf)
                 if not k:
@@ -293,6 +301,13 @@ GOALS = [("id", "identity tensors/ first read / FUSE ceiling", 0.95),
          ("f32", "Megatron + F32 cast first read / FUSE ceiling", 0.7),
          ("workflow", "mount + read Megatron: speed-up over the numpy peer", 3.0),
          ("bound", "  the most FUSE allows: peer / ceiling's read (no goal)", 0.0),
+         # the same goals read with O_DIRECT opens on both sides: no kernel
+         # page cache, so none of the fresh memory it takes (this VM's host
+         # faults) and one copy fewer
+         ("id_od", "O_DIRECT opens: identity first read / ceiling's", 0.95),
+         ("meg_od", "O_DIRECT opens: Megatron view first read / ceiling's", 0.8),
+         ("f32_od", "O_DIRECT opens: Megatron + F32 cast / ceiling's", 0.7),
+         ("workflow_od", "O_DIRECT opens: mount + read Megatron / the peer", 3.0),
          ("cold_id", "cold identity / cold dd iflag=direct", 0.8),
          ("cold_meg", "cold Megatron / cold dd iflag=direct", 0.8),
          ("cold_id_od", "cold identity -o odirect / cold dd iflag=direct", 0.8),
@@ -346,6 +361,7 @@ def shape_rows(work, hidden, layers, R, full):
     # so a slow spell of this shared machine hits all of them alike
     flat = lambda m: read_files([os.path.join(m.dir, "model.safetensors")])  # noqa: E731
     every = lambda m: read_files(m.files())  # noqa: E731
+    every_od = lambda m: read_files(m.files(), direct=True)  # noqa: E731
     gguf = lambda m: read_files([os.path.join(m.dir, "model.gguf")])  # noqa: E731
     # the passthrough over the identity view's own files (one per tensor,
     # copied out through a mount): what FUSE costs for that many files
@@ -360,7 +376,10 @@ def shape_rows(work, hidden, layers, R, full):
     read_files([os.path.join(per_tensor, n) for n in os.listdir(per_tensor)])
     subjects = [("pt", lambda: Passthrough(src), every), ("id", lambda: Ckptfs(src), every),
                 ("pt_files", lambda: Passthrough(per_tensor, every_file=True), every),
-                ("meg", lambda: Ckptfs(src, [meg]), every), ("f32", lambda: Ckptfs(src, [meg, to_f32]), every)]
+                ("meg", lambda: Ckptfs(src, [meg]), every), ("f32", lambda: Ckptfs(src, [meg, to_f32]), every),
+                ("pt_od", lambda: Passthrough(src), every_od), ("id_od", lambda: Ckptfs(src), every_od),
+                ("meg_od", lambda: Ckptfs(src, [meg]), every_od),
+                ("f32_od", lambda: Ckptfs(src, [meg, to_f32]), every_od)]
     if full:
         subjects += [("flat", lambda: Ckptfs(src), flat),
                      ("gguf16", lambda: Ckptfs(src, opts="gguf=F16,gguf_vocab=none"), gguf),
@@ -381,6 +400,9 @@ def shape_rows(work, hidden, layers, R, full):
     shutil.rmtree(per_tensor)
     ratio("meg", hidden, row("ckptfs Megatron view tensors/, first read vs ceiling", first["meg"], ceiling) / ceiling)
     ratio("f32", hidden, row("ckptfs Megatron view + cast to F32, first read vs ceiling", first["f32"], ceiling) / ceiling)
+    ceiling_od = row("passthrough, first read with O_DIRECT opens (no page cache)", first["pt_od"], ceiling)
+    for k, name in [("id_od", "identity tensors/"), ("meg_od", "Megatron view"), ("f32_od", "Megatron + F32")]:
+        ratio(k, hidden, row(f"ckptfs {name}, O_DIRECT opens vs that", first[k], ceiling_od) / ceiling_od)
     if full:
         row("ckptfs identity model.safetensors, first read vs ceiling", first["flat"], ceiling)
         row("ckptfs model.gguf F16, first read vs ceiling", first["gguf16"], ceiling)
@@ -407,17 +429,22 @@ def shape_rows(work, hidden, layers, R, full):
     peer_out = os.path.join(work, "peer.safetensors")
     peer = measure(lambda: peer_convert(src, peer_out, cfg), R)
 
-    def mount_and_read():
+    def mount_and_read(direct):
         m = Ckptfs(src, [meg])
         try:
-            return read_files(m.files())
+            return read_files(m.files(), direct=direct)
         finally:
             m.close()
-    mine = measure(mount_and_read, R)
-    pm, cm = statistics.median(t for t, _ in peer), statistics.median(t for t, _ in mine)
+    mine, mine_od = [], []
+    for _ in range(R):  # interleaved, as the first reads
+        mine += measure(lambda: mount_and_read(False), 1)
+        mine_od += measure(lambda: mount_and_read(True), 1)
+    pm, cm, cd = (statistics.median(t for t, _ in x) for x in (peer, mine, mine_od))
     print(f"{'numpy peer: mmap, convert, write, read back, delete':58s} {pm:8.2f} s")
     print(f"{'ckptfs: mount + read the Megatron view':58s} {cm:8.2f} s     speed-up {pm / cm:5.2f}x")
+    print(f"{'ckptfs: the same, read with O_DIRECT opens':58s} {cd:8.2f} s     speed-up {pm / cd:5.2f}x")
     ratio("workflow", hidden, pm / cm)
+    ratio("workflow_od", hidden, pm / cd)
     # what FUSE allows: the ceiling's first read of the same bytes alone
     # (no mount, no planning, no transform) against the peer
     fuse_s = total / (ceiling * 1e9)

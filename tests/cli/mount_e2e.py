@@ -5,6 +5,7 @@ xattrs; read-only; EIO after a source is truncated; a cache smaller than the
 model; the daemon started without -f; bad input refused before mounting."""
 import errno
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -109,13 +110,37 @@ with tempfile.TemporaryDirectory() as d:
         assert s2["read_requests"] == s1["read_requests"] > 0, (s1, s2)  # no page was dropped
         assert os.stat(m.path(".ckptfs", "stats.json")).st_size == len(open(m.path(".ckptfs", "stats.json"),
                                                                               "rb").read())
+        # a reader that opens with O_DIRECT skips the page cache: its reads
+        # reach the daemon although every page is cached, and get the same bytes
+        buf = mmap.mmap(-1, 1 << 20)  # page-aligned
+        for n in names[:6]:
+            fd = os.open(m.path("tensors", n), os.O_RDONLY | os.O_DIRECT)
+            got = bytearray()
+            while k := os.readv(fd, [buf]):
+                got += buf[:k]
+            os.close(fd)
+            assert got == first[n], n
+        s3 = m.stats()
+        assert s3["read_requests"] >= s2["read_requests"] + 6, (s2, s3)
     with Mount(srcs["llama"], [], "direct_io") as m:
         n = os.listdir(m.path("tensors"))[0]
         for _ in range(3):
             open(m.path("tensors", n), "rb").read()
         assert m.stats()["open_requests"] >= 3, m.stats()
+        # no page cache: a shared mapping is refused (the kernel's rule for
+        # FOPEN_DIRECT_IO), a private one (numpy's mmap_mode="c") reads the file
+        want = open(m.path("tensors", n), "rb").read()
+        fd = os.open(m.path("tensors", n), os.O_RDONLY)
+        try:
+            mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            raise AssertionError("a shared mmap of a direct_io file")
+        except OSError as e:
+            assert e.errno == errno.ENODEV, e
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_COPY) as mm:
+            assert len(want) > 0 and mm[:] == want
+        os.close(fd)
     print(f"{len(names)} tensors read twice: {s2['open_requests']} OPEN, the second pass from the page cache; "
-          "-o direct_io opens every time")
+          "-o direct_io opens every time; O_DIRECT opens reach the daemon; -o direct_io maps privately only")
 
     # without io_uring (forced): the pread path serves identical bytes
     with Mount(srcs["mixtral"], [mp("mixtral-hf-to-fused-experts.json")], "no_uring") as m:
