@@ -10,6 +10,9 @@
  * on every core. The casts in runs and the GGUF block quantizers are held to
  * the element path and to ggml's reference quantizers transcribed. */
 #include <check.h>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include <math.h>
 #include <pthread.h>
 #include <unistd.h>
@@ -19,6 +22,7 @@
 
 #include "kern/box.h"
 #include "kern/cpu.h"
+#include "kern/f16c.h"
 #include "kern/fpconv.h"
 #include "kern/ggml.h"
 #include "testutil.h"
@@ -361,9 +365,21 @@ END_TEST
  * beside the low halves where rounding to BF16 or F16 turns (0x7FFF-0x8001,
  * 0x0FFF-0x1001, 0x2FFF-0x3001, 0xF000: 65520), in runs of every length
  * 0..40 from every byte offset 0..3 of the buffers, so that block and tail
- * both meet every value. */
+ * both meet every value. Loop 0 runs them as this CPU does (the F16 casts
+ * by F16C's instructions where it has them, kern/f16c.h), loop 1 with
+ * flush-to-zero and denormals-are-zero set in MXCSR, where the F16 casts
+ * take the portable blocks and must give the same bits. */
 START_TEST(cast_runs_match_elements)
 {
+#if defined(__x86_64__)
+	unsigned csr = _mm_getcsr();
+	if (_i == 1)
+		_mm_setcsr(csr | 0x8040);
+	ck_assert_int_eq(!!ck_f16c_usable(), _i == 0 && __builtin_cpu_supports("f16c") &&
+						 __builtin_cpu_supports("avx2") && !(csr & 0x8040));
+#else
+	ck_assert(!ck_f16c_usable());
+#endif
 	static const uint16_t low[] = {0,      1,      0x0FFF, 0x1000, 0x1001, 0x2FFF, 0x3000,
 				       0x3001, 0x7FFF, 0x8000, 0x8001, 0xF000, 0xFFFF, 0x1234, 0xBEEF};
 	size_t nv = 65536 * (sizeof low / sizeof *low);
@@ -464,6 +480,9 @@ START_TEST(cast_runs_match_elements)
 	free(b);
 	free(in);
 	free(out);
+#if defined(__x86_64__)
+	_mm_setcsr(csr);
+#endif
 }
 END_TEST
 
@@ -765,7 +784,7 @@ int main(void)
 	tcase_add_loop_test(tc, narrow_formats_match_oracle, 0, 4);
 	tcase_add_test(tc, every_half_code_round_trips);
 	tcase_add_test(tc, mxfp4_codes_match_definition);
-	tcase_add_test(tc, cast_runs_match_elements);
+	tcase_add_loop_test(tc, cast_runs_match_elements, 0, 2);
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
 	tcase_add_test(tc, ggml_quantizers_match_reference);
 	tcase_add_test(tc, transposed_boxes_match_elements);
