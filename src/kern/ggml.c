@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "avx2.h"
 #include "fpconv.h"
 
 enum { Q4_0 = CK_GGML_Q4_0, Q8_0 = CK_GGML_Q8_0, Q4_K = CK_GGML_Q4_K, Q5_K = CK_GGML_Q5_K,
@@ -269,12 +270,20 @@ static int q4_0_lanes(const float *x, unsigned char *y)
 
 int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out)
 {
+	return ck_ggml_quant_with(type, x, n, out, 1);
+}
+
+int ck_ggml_quant_with(uint32_t type, const float *x, size_t n, unsigned char *out, int vector)
+{
 	if (type != Q8_0 && type != Q4_0)
 		return -1;
+	/* Q8_0 in AVX2 where the CPU has it (kern/avx2.h: 2.5x the lanes) */
+	int avx2 = vector && type == Q8_0 && ck_avx2_usable();
 	for (size_t i = 0; i < n; i++, x += 32)
 		if (type == Q8_0) {
-			if (!q8_0_lanes(x, out + i * 34))
-				quant_q8_0(x, out + i * 34);
+			unsigned char *y = out + i * 34;
+			if (!(avx2 ? ck_avx2_q8_0(x, y) : q8_0_lanes(x, y)))
+				quant_q8_0(x, y);
 		} else if (!q4_0_lanes(x, out + i * 18)) {
 			quant_q4_0(x, out + i * 18);
 		}

@@ -15,5 +15,8 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
 /* Quantize n blocks of 32 floats to Q8_0 or Q4_0 (the GGUF view), exactly as
  * ggml's reference quantizers. Returns -1 for any other type. */
 int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out);
+/* The same; vector 0: the portable code only, never the CPU's vector
+ * kernels (tests compare the two). */
+int ck_ggml_quant_with(uint32_t type, const float *x, size_t n, unsigned char *out, int vector);
 
 #endif
