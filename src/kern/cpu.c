@@ -2,8 +2,8 @@
 
 #include <string.h>
 
+#include "avx2.h"
 #include "elem.h"
-#include "f16c.h"
 
 float ck_cpu_load_f32(const unsigned char *p, enum ck_dtype dt)
 {
@@ -214,7 +214,7 @@ static int fast_cast(const unsigned char *src, enum ck_dtype s, enum ck_dtype d,
 		return 1;
 	}
 	/* F16 both ways: F16C's instructions first where this CPU has them
-	 * (kern/f16c.h: 7.6x the blocks below on BF16 -> F16), the rest here */
+	 * (kern/avx2.h: 7.6x the blocks below on BF16 -> F16), the rest here */
 	if (s == CK_DT_F16 && (d == CK_DT_F32 || d == CK_DT_BF16)) {
 		int64_t k = ck_f16c_from_f16(src, d == CK_DT_BF16, dst, n);
 		f16_run(src + 2 * k, d == CK_DT_BF16, dst + k * (d == CK_DT_BF16 ? 2 : 4), n - k);
@@ -262,10 +262,11 @@ static inline float elem_in(const struct ck_box *b, const unsigned char *p, floa
  * output per core one element at a time (each through a dtype switch). The
  * results are the element path's to the bit: the same F32 operations, and
  * NaN made canonical before the store (to_bf16 maps every NaN to 0x7FC0). */
-static void e4m3_scaled_run(const unsigned char *src, float sv, int divide, int to_bf16,
-			    unsigned char *dst, int64_t n)
+void ck_cpu_e4m3_scaled_run(const unsigned char *src, float sv, int divide, int to_bf16,
+			    unsigned char *dst, int64_t n, int vector)
 {
-	int64_t i = 0;
+	/* in AVX2 first where the CPU has it (kern/avx2.h) */
+	int64_t i = vector ? ck_avx2_e4m3_scaled(src, sv, divide, to_bf16, dst, n) : 0;
 	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
 		uint32_t sign[CAST_BLOCK], bits[CAST_BLOCK], sub[CAST_BLOCK];
 		float m[CAST_BLOCK], v[CAST_BLOCK];
@@ -346,8 +347,8 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 			end = n;
 		float sv = b->scaled ? ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt) : 1.0f;
 		if (fast) {
-			e4m3_scaled_run(src + i, sv, b->divide, fast == 1, dst + i * (int64_t)des,
-					end - i);
+			ck_cpu_e4m3_scaled_run(src + i, sv, b->divide, fast == 1,
+					       dst + i * (int64_t)des, end - i, 1);
 			i = end;
 		}
 		for (; i < end; i++)

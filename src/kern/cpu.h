@@ -23,6 +23,13 @@ void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype
 void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 			const unsigned char *scale, unsigned char *dst);
 
+/* n contiguous F8_E4M3 elements times (or, divide, over) sv, to BF16
+ * (to_bf16) or F32, as the element path rounds: the box kernel's run for
+ * block-scaled FP8. vector: in AVX2 first where the CPU has it
+ * (kern/avx2.h); 0, the portable blocks alone (tests compare the two). */
+void ck_cpu_e4m3_scaled_run(const unsigned char *src, float sv, int divide, int to_bf16,
+			    unsigned char *dst, int64_t n, int vector);
+
 /* Element conversions through F32, exposed for the tests' oracles. */
 float ck_cpu_load_f32(const unsigned char *p, enum ck_dtype dt);
 void ck_cpu_store_f32(unsigned char *p, enum ck_dtype dt, float v, int saturate);

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kern/avx2.h"
 #include "kern/box.h"
 #include "kern/cpu.h"
-#include "kern/f16c.h"
 #include "kern/fpconv.h"
 #include "kern/ggml.h"
 #include "testutil.h"
@@ -366,7 +366,7 @@ END_TEST
  * 0x0FFF-0x1001, 0x2FFF-0x3001, 0xF000: 65520), in runs of every length
  * 0..40 from every byte offset 0..3 of the buffers, so that block and tail
  * both meet every value. Loop 0 runs them as this CPU does (the F16 casts
- * by F16C's instructions where it has them, kern/f16c.h), loop 1 with
+ * by F16C's instructions where it has them, kern/avx2.h), loop 1 with
  * flush-to-zero and denormals-are-zero set in MXCSR, where the F16 casts
  * take the portable blocks and must give the same bits. */
 START_TEST(cast_runs_match_elements)
@@ -536,6 +536,48 @@ START_TEST(fp8_scaled_runs_match_elements)
 						}
 						ck_assert_uint_eq(out[(size_t)n * es], 0xAB);
 					}
+}
+END_TEST
+
+/* The FP8 run behind those boxes, both ways: loop 0 as this CPU runs it (in
+ * AVX2 where it has it, kern/avx2.h), loop 1 the portable blocks alone;
+ * every E4M3 code under each scale above, times and over, to BF16 and F32,
+ * runs of every length 0..40 and of 1024 from byte offsets 0..3. */
+START_TEST(fp8_runs_match_elements_both_paths)
+{
+	static const float scales[] = {1.0f,   0.5f,  3.7f,	-2.0f,	 1e-30f,  1e38f,
+				       0.0f,   -0.0f, INFINITY, NAN,	 2.2e-3f, 448.0f,
+				       -1e-3f, 7.0f,  1e-40f,	65504.0f};
+	unsigned char src[1024 + 4], out[4096 + 16];
+	for (int i = 0; i < 1024 + 4; i++)
+		src[i] = (unsigned char)((i * 167 + i / 256) & 0xFF);
+	for (int si = 0; si < 16; si++)
+		for (int divide = 0; divide < 2; divide++)
+			for (int to_bf16 = 0; to_bf16 < 2; to_bf16++)
+				for (int len = 0; len <= 41; len++) {
+					int n = len == 41 ? 1024 : len, off = len % 4;
+					size_t es = to_bf16 ? 2 : 4;
+					float sv = scales[si];
+					memset(out, 0xAB, sizeof out);
+					ck_cpu_e4m3_scaled_run(src + off, sv, divide, to_bf16,
+							       out + off, n, _i == 0);
+					for (int i = 0; i < n; i++) {
+						float v = ck_e4m3_to_f32(src[off + i]);
+						float r = divide ? v / sv : v * sv;
+						uint32_t want =
+							     r != r ? 0x7FC00000u : ck_f32_bits(r),
+							 got = 0;
+						if (to_bf16)
+							want = ck_f32_to_bf16(ck_bits_f32(want), 0);
+						memcpy(&got, out + off + (size_t)i * es, es);
+						ck_assert_msg(
+						    got == want,
+						    "E4M3 %02x %s %g -> %x, want %x (%s, n %d)",
+						    src[off + i], divide ? "/" : "*", (double)sv,
+						    got, want, to_bf16 ? "BF16" : "F32", n);
+					}
+					ck_assert_uint_eq(out[off + (size_t)n * es], 0xAB);
+				}
 }
 END_TEST
 
@@ -789,6 +831,7 @@ int main(void)
 	tcase_add_test(tc, mxfp4_codes_match_definition);
 	tcase_add_loop_test(tc, cast_runs_match_elements, 0, 2);
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
+	tcase_add_loop_test(tc, fp8_runs_match_elements_both_paths, 0, 2);
 	tcase_add_loop_test(tc, ggml_quantizers_match_reference, 0, 2);
 	tcase_add_test(tc, transposed_boxes_match_elements);
 	suite_add_tcase(s, tc);
