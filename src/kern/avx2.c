@@ -174,6 +174,20 @@ int64_t ck_f16c_from_f16(const unsigned char *src, int to_bf16, unsigned char *d
 	return n >= 8 && ck_f16c_usable() ? from_f16_avx(src, to_bf16, dst, n) : 0;
 }
 
+/* Eight F32 values times (or over) s, stored at dst as BF16 or as F32 with
+ * every NaN 0x7FC00000 (the element path's scale and rounding). */
+AVX2_TARGET static inline void scale_store8(__m256 v, __m256 s, int divide, int to_bf16,
+					    unsigned char *dst)
+{
+	__m256i u = _mm256_castps_si256(divide ? _mm256_div_ps(v, s) : _mm256_mul_ps(v, s));
+	if (to_bf16) {
+		_mm_storeu_si128((__m128i *)(void *)dst, bf16_8(u));
+	} else {
+		u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x7FC00000), nan_lanes(u));
+		_mm256_storeu_si256((__m256i *)(void *)dst, u);
+	}
+}
+
 /* Eight F8_E4M3 codes (low bytes of x) to F32 bit patterns: normal, subnormal
  * (m * 2^-9, exact in F32), NaN (0x7F | sign) as sign | 0x7FC00000. */
 AVX2_TARGET static inline __m256i e4m3_bits8(__m256i x)
@@ -202,13 +216,7 @@ AVX2_TARGET static int64_t e4m3_scaled_avx2(const unsigned char *src, float sv, 
 	for (; i + 8 <= n; i += 8) {
 		__m128i c = _mm_loadl_epi64((const __m128i *)(const void *)(src + i));
 		__m256 v = _mm256_castsi256_ps(e4m3_bits8(_mm256_cvtepu8_epi32(c)));
-		__m256i u = _mm256_castps_si256(divide ? _mm256_div_ps(v, s) : _mm256_mul_ps(v, s));
-		if (to_bf16) {
-			_mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), bf16_8(u));
-		} else {
-			u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x7FC00000), nan_lanes(u));
-			_mm256_storeu_si256((__m256i *)(void *)(dst + 4 * i), u);
-		}
+		scale_store8(v, s, divide, to_bf16, dst + i * (to_bf16 ? 2 : 4));
 	}
 	return i;
 }
@@ -217,6 +225,40 @@ int64_t ck_avx2_e4m3_scaled(const unsigned char *src, float sv, int divide, int 
 			    unsigned char *dst, int64_t n)
 {
 	return n >= 8 && ck_avx2_usable() ? e4m3_scaled_avx2(src, sv, divide, to_bf16, dst, n) : 0;
+}
+
+/* Eight E2M1 codes (nibbles of 4 bytes, the low one first) to F32: the
+ * magnitude from the table by the code's low three bits, the sign bit
+ * from its fourth. */
+AVX2_TARGET static inline __m256 e2m1_8(const unsigned char *p)
+{
+	int32_t w;
+	memcpy(&w, p, 4);
+	__m128i b = _mm_cvtsi32_si128(w);
+	__m256i x = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(b, b)); /* b0 b0 b1 b1 ... */
+	__m256i c = _mm256_and_si256(
+	    _mm256_srlv_epi32(x, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4)), _mm256_set1_epi32(15));
+	const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+	__m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28);
+	return _mm256_or_ps(_mm256_permutevar8x32_ps(mag, c), _mm256_castsi256_ps(sign));
+}
+
+AVX2_TARGET static int64_t fp4_scaled_avx2(const unsigned char *bytes, float sv, int divide,
+					   int to_bf16, unsigned char *dst, int64_t n)
+{
+	const __m256 s = _mm256_set1_ps(sv);
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		scale_store8(e2m1_8(bytes + i / 2), s, divide, to_bf16,
+			     dst + i * (to_bf16 ? 2 : 4));
+	}
+	return i;
+}
+
+int64_t ck_avx2_fp4_scaled(const unsigned char *bytes, float sv, int divide, int to_bf16,
+			   unsigned char *dst, int64_t n)
+{
+	return n >= 8 && ck_avx2_usable() ? fp4_scaled_avx2(bytes, sv, divide, to_bf16, dst, n) : 0;
 }
 
 #else
@@ -236,6 +278,13 @@ int64_t ck_avx2_e4m3_scaled(const unsigned char *src, float sv, int divide, int 
 			    unsigned char *dst, int64_t n)
 {
 	(void)src, (void)sv, (void)divide, (void)to_bf16, (void)dst, (void)n;
+	return 0;
+}
+
+int64_t ck_avx2_fp4_scaled(const unsigned char *bytes, float sv, int divide, int to_bf16,
+			   unsigned char *dst, int64_t n)
+{
+	(void)bytes, (void)sv, (void)divide, (void)to_bf16, (void)dst, (void)n;
 	return 0;
 }
 

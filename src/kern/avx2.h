@@ -23,6 +23,12 @@ int ck_avx2_q8_0(const float *x, unsigned char *y);
 int64_t ck_avx2_e4m3_scaled(const unsigned char *src, float sv, int divide, int to_bf16,
 			    unsigned char *dst, int64_t n);
 
+/* F4_E2M1 elements (MXFP4: two a byte, the low nibble first, from bytes'
+ * first) times (or over) sv, to F32 or BF16, as kern/cpu.c's
+ * ck_cpu_fp4_scaled_run: whole blocks of eight, their length returned. */
+int64_t ck_avx2_fp4_scaled(const unsigned char *bytes, float sv, int divide, int to_bf16,
+			   unsigned char *dst, int64_t n);
+
 /* The F16 casts with F16C's instructions (VCVTPS2PH, VCVTPH2PS: eight
  * elements each), where the CPU has F16C and AVX2 and the calling thread
  * has flush-to-zero and denormals-are-zero clear in MXCSR (a process that

@@ -81,6 +81,24 @@ static inline uint16_t f32_bits_to_bf16(uint32_t u)
 	return (u & 0x7FFFFFFFu) > 0x7F800000u ? (uint16_t)0x7FC0 : r;
 }
 
+/* A block of F32 bit patterns stored at dst: as BF16 (ck_f32_to_bf16, every
+ * NaN 0x7FC0), or as F32, every NaN made 0x7FC00000 when canon (the scaled
+ * element path's) and kept as it is otherwise (a widening's). */
+static inline void store_block(uint32_t *bits, int to_bf16, int canon, unsigned char *dst)
+{
+	if (to_bf16) {
+		uint16_t h[CAST_BLOCK];
+		for (int k = 0; k < CAST_BLOCK; k++)
+			h[k] = f32_bits_to_bf16(bits[k]);
+		memcpy(dst, h, sizeof h);
+		return;
+	}
+	if (canon)
+		for (int k = 0; k < CAST_BLOCK; k++)
+			bits[k] = (bits[k] & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : bits[k];
+	memcpy(dst, bits, CAST_BLOCK * sizeof *bits);
+}
+
 static void f32_to_bf16_run(const unsigned char *src, unsigned char *dst, int64_t n)
 {
 	int64_t i = 0;
@@ -127,14 +145,7 @@ static void f16_run(const unsigned char *src, int to_bf16, unsigned char *dst, i
 	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
 		uint32_t bits[CAST_BLOCK];
 		f16_block_bits(src + 2 * i, bits);
-		if (to_bf16) {
-			uint16_t o[CAST_BLOCK];
-			for (int k = 0; k < CAST_BLOCK; k++)
-				o[k] = f32_bits_to_bf16(bits[k]);
-			memcpy(dst + 2 * i, o, sizeof o);
-		} else {
-			memcpy(dst + 4 * i, bits, sizeof bits);
-		}
+		store_block(bits, to_bf16, 0, dst + i * (to_bf16 ? 2 : 4));
 	}
 	for (; i < n; i++) {
 		uint16_t h;
@@ -291,16 +302,7 @@ void ck_cpu_e4m3_scaled_run(const unsigned char *src, float sv, int divide, int 
 			for (int k = 0; k < CAST_BLOCK; k++)
 				v[k] = v[k] * sv;
 		memcpy(bits, v, sizeof bits);
-		if (to_bf16) {
-			uint16_t h[CAST_BLOCK];
-			for (int k = 0; k < CAST_BLOCK; k++)
-				h[k] = f32_bits_to_bf16(bits[k]);
-			memcpy(dst + 2 * i, h, sizeof h);
-		} else {
-			for (int k = 0; k < CAST_BLOCK; k++)
-				bits[k] = (bits[k] & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : bits[k];
-			memcpy(dst + 4 * i, bits, sizeof bits);
-		}
+		store_block(bits, to_bf16, 1, dst + i * (to_bf16 ? 2 : 4));
 	}
 	const enum ck_dtype out = to_bf16 ? CK_DT_BF16 : CK_DT_F32;
 	for (; i < n; i++)
@@ -361,6 +363,53 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 }
 
 /* MXFP4: element i of the row is nibble n0 + i * ss of src. */
+/* E2M1's sixteen values (fpconv.h's ck_e2m1_to_f32), for the runs below. */
+static const float E2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,	 4.0f,	6.0f,
+			       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+static void fp4_elem(const unsigned char *src, int64_t k, float sv, int divide, int to_bf16,
+		     unsigned char *dst)
+{
+	const enum ck_dtype out = to_bf16 ? CK_DT_BF16 : CK_DT_F32;
+	float v = ck_e2m1_to_f32((unsigned)(src[k >> 1] >> ((k & 1) * 4)) & 15);
+	ck_elem_finish(ck_elem_scaled(v, sv, divide), &out, 1, 0, dst);
+}
+
+void ck_cpu_fp4_scaled_run(const unsigned char *src, int64_t n0, float sv, int divide, int to_bf16,
+			   unsigned char *dst, int64_t n, int vector)
+{
+	size_t des = to_bf16 ? 2 : 4;
+	int64_t i = 0;
+	if (n > 0 && (n0 & 1)) /* an odd first nibble alone: then whole bytes */
+		fp4_elem(src, n0, sv, divide, to_bf16, dst), i = 1;
+	const unsigned char *bytes = src + ((n0 + i) >> 1); /* element i's, low nibble */
+	if (vector)
+		i += ck_avx2_fp4_scaled(bytes, sv, divide, to_bf16, dst + (size_t)i * des, n - i);
+	for (; i + CAST_BLOCK <= n; i += CAST_BLOCK) {
+		const unsigned char *p = src + ((n0 + i) >> 1);
+		uint32_t bits[CAST_BLOCK];
+		float v[CAST_BLOCK];
+		for (int k = 0; k < CAST_BLOCK; k++) {
+			float r = E2M1[(p[k >> 1] >> ((k & 1) * 4)) & 15];
+			v[k] = divide ? r / sv : r * sv;
+		}
+		memcpy(bits, v, sizeof bits);
+		store_block(bits, to_bf16, 1, dst + i * (int64_t)des);
+	}
+	for (; i < n; i++)
+		fp4_elem(src, n0 + i, sv, divide, to_bf16, dst + (size_t)i * des);
+}
+
+/* Whether box_row_fp4's runs take ck_cpu_fp4_scaled_run: as e4m3_fast. */
+static int fp4_fast(const struct ck_box *b, int64_t ss, int64_t ds)
+{
+	if (b->shifted || ss != 1 || ds != 1 || b->nc > 1 || (b->saturate & 1))
+		return 0;
+	if (b->nc == 0 || b->casts[0] == CK_DT_F32)
+		return 2;
+	return b->casts[0] == CK_DT_BF16 ? 1 : 0;
+}
+
 static void box_row_fp4(const struct ck_box *b, const unsigned char *src, int64_t n0, int64_t ss,
 			const unsigned char *scale, unsigned char *dst, int64_t ds, int64_t n)
 {
@@ -370,11 +419,17 @@ static void box_row_fp4(const struct ck_box *b, const unsigned char *src, int64_
 	int64_t scst = last >= 0 ? b->scstride[last] : 0;
 	if (scst == 0)
 		blk = n + ph;
+	int fast = fp4_fast(b, ss, ds);
 	for (int64_t i = 0; i < n;) {
 		int64_t q = (i + ph) / blk, end = (q + 1) * blk - ph;
 		if (end > n)
 			end = n;
 		float sv = ck_elem_load(scale + scst * q * (int64_t)scs, b->scdt);
+		if (fast) {
+			ck_cpu_fp4_scaled_run(src, n0 + i, sv, b->divide, fast == 1,
+					      dst + i * (int64_t)des, end - i, 1);
+			i = end;
+		}
 		for (; i < end; i++) {
 			int64_t k = n0 + i * ss;
 			float v = ck_e2m1_to_f32((unsigned)(src[k >> 1] >> ((k & 1) * 4)) & 15);

@@ -30,6 +30,12 @@ void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 void ck_cpu_e4m3_scaled_run(const unsigned char *src, float sv, int divide, int to_bf16,
 			    unsigned char *dst, int64_t n, int vector);
 
+/* n F4_E2M1 elements from nibble n0 of src (two a byte, the low one
+ * first), times (or over) sv, to BF16 or F32: MXFP4's run, as
+ * ck_cpu_e4m3_scaled_run. */
+void ck_cpu_fp4_scaled_run(const unsigned char *src, int64_t n0, float sv, int divide, int to_bf16,
+			   unsigned char *dst, int64_t n, int vector);
+
 /* Element conversions through F32, exposed for the tests' oracles. */
 float ck_cpu_load_f32(const unsigned char *p, enum ck_dtype dt);
 void ck_cpu_store_f32(unsigned char *p, enum ck_dtype dt, float v, int saturate);

@@ -581,6 +581,57 @@ START_TEST(fp8_runs_match_elements_both_paths)
 }
 END_TEST
 
+/* MXFP4's run (gpt-oss's experts), both ways as the FP8 one: every byte
+ * (two E2M1 codes) under E8M0 scales from 2^-127 to 2^127, NaN (0xFF) and
+ * other floats, times and over, to BF16 and F32, runs of every length
+ * 0..40 and of 1024 starting at even and odd nibbles, against
+ * ck_e2m1_to_f32 (held to the definition above) scaled in F32 and rounded
+ * by the element conversion. */
+START_TEST(fp4_runs_match_elements_both_paths)
+{
+	static const float scales[] = {1.0f, 0x1p-127f, 0x1p127f, NAN,	0x1p-20f, 0x1p40f,
+				       0.0f, -0.0f,	INFINITY, 3.7f, -2.0f,	  1e-40f};
+	unsigned char src[520], out[4096 + 16];
+	for (int i = 0; i < 520; i++)
+		src[i] = (unsigned char)((i * 167 + i / 256) & 0xFF);
+	for (size_t si = 0; si < sizeof scales / sizeof *scales; si++)
+		for (int divide = 0; divide < 2; divide++)
+			for (int to_bf16 = 0; to_bf16 < 2; to_bf16++)
+				for (int len = 0; len <= 41; len++)
+					for (int64_t n0 = 0; n0 < 2; n0++) {
+						int n = len == 41 ? 1024 : len;
+						size_t es = to_bf16 ? 2 : 4;
+						float sv = scales[si];
+						memset(out, 0xAB, sizeof out);
+						ck_cpu_fp4_scaled_run(src, n0, sv, divide, to_bf16,
+								      out, n, _i == 0);
+						for (int i = 0; i < n; i++) {
+							int64_t k = n0 + i;
+							unsigned code = (unsigned)(src[k >> 1] >>
+										   ((k & 1) * 4)) &
+									15;
+							float v = ck_e2m1_to_f32(code),
+							      r = divide ? v / sv : v * sv;
+							uint32_t want = r != r ? 0x7FC00000u
+									       : ck_f32_bits(r),
+								 got = 0;
+							if (to_bf16)
+								want = ck_f32_to_bf16(
+								    ck_bits_f32(want), 0);
+							memcpy(&got, out + (size_t)i * es, es);
+							ck_assert_msg(got == want,
+								      "E2M1 %x %s %g -> %x, want "
+								      "%x (%s, n %d, n0 %d)",
+								      code, divide ? "/" : "*",
+								      (double)sv, got, want,
+								      to_bf16 ? "BF16" : "F32", n,
+								      (int)n0);
+						}
+						ck_assert_uint_eq(out[(size_t)n * es], 0xAB);
+					}
+}
+END_TEST
+
 /* ggml's reference quantizers, transcribed from quantize_row_q8_0_ref and
  * quantize_row_q4_0_ref (ggml-quants.c): the running MAX macro, libm's
  * roundf, the scale stored as F16 (ck_f32_to_f16: every_f32_matches_oracle
@@ -832,6 +883,7 @@ int main(void)
 	tcase_add_loop_test(tc, cast_runs_match_elements, 0, 2);
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
 	tcase_add_loop_test(tc, fp8_runs_match_elements_both_paths, 0, 2);
+	tcase_add_loop_test(tc, fp4_runs_match_elements_both_paths, 0, 2);
 	tcase_add_loop_test(tc, ggml_quantizers_match_reference, 0, 2);
 	tcase_add_test(tc, transposed_boxes_match_elements);
 	suite_add_tcase(s, tc);
