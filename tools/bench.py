@@ -12,7 +12,8 @@ against the passthrough read that way, mount + read against the numpy peer
 (read both ways), and cold reads (buffered and -o odirect) against dd
 iflag=direct; then a table of each ratio per shape, its spread and issue #23's goal. On the
 hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
-  first reads, and a numpy HF -> GGUF peer against mount + read
+  first reads, the FP8 block-dequant and gpt-oss (MXFP4) views' first
+  reads (cached and O_DIRECT), and a numpy HF -> GGUF peer against mount + read
   model.gguf; libckptfs in-process (tools/ckread.c) against the raw read;
   `ckptfs diff` of two copies and of HF vs a Megatron copy through the
   inverse mapping (bytes per side); time to the first byte of a last-layer
@@ -473,7 +474,38 @@ def shape_rows(work, hidden, layers, R, full):
         read_files(shards)  # warm again for the rows that follow
     else:
         print("cold cache: /proc/sys/vm/drop_caches not writable here; skipped")
-    return src, cfg, shards, total, raw, ceiling, pm
+    return src, cfg, shards, total, raw, ceiling, ceiling_od, pm
+
+
+def quantized_views(work, hidden, cfg, R, ceiling, ceiling_od):
+    """The FP8 block-dequant view of this shape's Llama with 128 x 128-block
+    F8_E4M3 layers, and gpt-oss's Megatron view of a two-layer 20b preset
+    (MXFP4 experts, 32,000 vocabulary): GB/s of BF16 out, interleaved."""
+    s = SHAPES[hidden]
+    fp8 = os.path.join(work, f"llama-fp8-h{hidden}")
+    run(MKCKPT, "--model", "llama", "--hidden", str(hidden), "--intermediate", str(s["intermediate"]),
+        "--heads", str(s["heads"]), "--kv-heads", str(s["kv"]), "--vocab", "32000",
+        "--layers", str(cfg["num_hidden_layers"]), "--dtype", "BF16", "--fp8-block", "128",
+        "--shards", str(s["shards"]), fp8)
+    oss = os.path.join(work, "gpt-oss-2l")
+    run(MKCKPT, "--model", "gpt-oss", "--preset", "20b", "--layers", "2", "--vocab", "32000",
+        "--shards", "2", oss)
+    for d in (fp8, oss):
+        read_files([os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors")])
+    views = [("fp8", "FP8 block-dequant view (F8_E4M3 x 128x128 scales -> BF16)", fp8,
+              os.path.join(MAPS, "fp8-block-dequant.json")),
+             ("oss", "gpt-oss Megatron view (MXFP4 experts -> BF16)", oss,
+              os.path.join(MAPS, "gpt-oss-hf-to-megatron.json"))]
+    got = {(k, od): [] for k, _, _, _ in views for od in (False, True)}
+    for r in range(R):
+        for k, _, d, mp in (views if r % 2 == 0 else views[::-1]):
+            for od in (False, True):
+                got[(k, od)] += measure_fresh(lambda: Ckptfs(d, [mp]),
+                                              lambda m: read_files(m.files(), direct=od), 1)
+    for k, name, _, _ in views:
+        row(f"ckptfs {name}, first read vs ceiling", got[(k, False)], ceiling)
+        row("  the same, O_DIRECT opens vs the passthrough's", got[(k, True)], ceiling_od)
+    subprocess.run(["rm", "-rf", fp8, oss])
 
 
 def print_spread(shapes):
@@ -510,10 +542,15 @@ def main():
             src = shape_rows(work, h, a.layers, R, False)[0]
             subprocess.run(["rm", "-rf", src])
     # the main shape last: its per-shape rows, then the rows measured on it alone
-    src, cfg, shards, total, raw, ceiling, pm = shape_rows(work, main_h, a.layers, R, True)
+    src, cfg, shards, total, raw, ceiling, ceiling_od, pm = shape_rows(work, main_h, a.layers, R, True)
     meg = os.path.join(MAPS, "llama-hf-to-megatron.json")
     shards = [os.path.basename(f) for f in shards]
     layers = cfg["num_hidden_layers"]
+
+    # views whose CPU work per byte is high (block-scaled FP8 and MXFP4
+    # dequantised to BF16): first reads, through the page cache and with
+    # O_DIRECT opens, against the ceilings measured on this shape
+    quantized_views(work, main_h, cfg, R, ceiling, ceiling_od)
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read
