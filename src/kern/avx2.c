@@ -2,6 +2,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "fpconv.h"
@@ -69,6 +70,65 @@ AVX2_TARGET static int q8_0_avx2(const float *x, unsigned char *y)
 int ck_avx2_q8_0(const float *x, unsigned char *y)
 {
 	return ck_avx2_usable() && q8_0_avx2(x, y);
+}
+
+/* The lanes of kern/ggml.c's q4_0_lanes: the signed value at the first
+ * largest magnitude sets the scale (max / -8), each product plus 8.5
+ * truncated, its low byte taken as ggml's int8_t, capped at 15, and the
+ * nibbles of elements j and 16 + j paired as that code pairs them. */
+AVX2_TARGET static int q4_0_avx2(const float *x, unsigned char *y)
+{
+	const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+	__m256i a[4], m = _mm256_setzero_si256();
+	for (int k = 0; k < 4; k++) {
+		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * k));
+		a[k] = _mm256_and_si256(b, abs_mask);
+		m = _mm256_max_epi32(m, a[k]);
+	}
+	int32_t mb = hmax(m);
+	if (mb >= 0x7F800000)
+		return 0;
+	int first = 0;
+	for (int k = 0; mb && k < 4; k++) {
+		__m256i eq = _mm256_cmpeq_epi32(a[k], _mm256_set1_epi32(mb));
+		int bits = _mm256_movemask_ps(_mm256_castsi256_ps(eq));
+		if (bits) {
+			first = 8 * k + __builtin_ctz((unsigned)bits);
+			break;
+		}
+	}
+	float amax;
+	memcpy(&amax, &mb, sizeof amax);
+	const float max = mb ? x[first] : 0.0f;
+	const float d = max / -8, id = d != 0.0f ? 1.0f / d : 0.0f;
+	if (!(amax * fabsf(id) < LANE_LIMIT))
+		return 0;
+	uint16_t h = ck_f32_to_f16(d, 0);
+	memcpy(y, &h, 2);
+	const __m256 vid = _mm256_set1_ps(id), half = _mm256_set1_ps(8.5f);
+	__m256i c[4];
+	for (int k = 0; k < 4; k++) {
+		__m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid), half);
+		__m256i t = _mm256_cvttps_epi32(v);
+		__m256i i8 = _mm256_srai_epi32(_mm256_slli_epi32(t, 24), 24); /* the int8_t */
+		c[k] = _mm256_min_epi32(i8, _mm256_set1_epi32(15));
+	}
+	const __m256i lo8 = _mm256_set1_epi32(0xFF), lo4 = _mm256_set1_epi32(0x0F);
+	__m256i r0 = _mm256_or_si256(_mm256_and_si256(c[0], lo8),
+				     _mm256_slli_epi32(_mm256_and_si256(c[2], lo4), 4));
+	__m256i r1 = _mm256_or_si256(_mm256_and_si256(c[1], lo8),
+				     _mm256_slli_epi32(_mm256_and_si256(c[3], lo4), 4));
+	/* values 0..255: packed to 16 bits (in 128-bit halves, put back in
+	 * order by the permute), then to bytes */
+	__m256i w = _mm256_permute4x64_epi64(_mm256_packus_epi32(r0, r1), 0xD8);
+	__m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+	_mm_storeu_si128((__m128i *)(void *)(y + 2), bytes);
+	return 1;
+}
+
+int ck_avx2_q4_0(const float *x, unsigned char *y)
+{
+	return ck_avx2_usable() && q4_0_avx2(x, y);
 }
 
 #define MXCSR_DAZ 0x0040u
@@ -269,6 +329,12 @@ int ck_avx2_usable(void)
 }
 
 int ck_avx2_q8_0(const float *x, unsigned char *y)
+{
+	(void)x, (void)y;
+	return 0;
+}
+
+int ck_avx2_q4_0(const float *x, unsigned char *y)
 {
 	(void)x, (void)y;
 	return 0;

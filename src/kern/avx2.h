@@ -17,6 +17,10 @@ int ck_avx2_usable(void);
  * ggml's steps (a NaN or infinity, or a product at or above 2^22). */
 int ck_avx2_q8_0(const float *x, unsigned char *y);
 
+/* One Q4_0 block (18 bytes) as kern/ggml.c's q4_0_lanes, or 0 for the
+ * blocks they leave to ggml's steps. */
+int ck_avx2_q4_0(const float *x, unsigned char *y);
+
 /* F8_E4M3 elements times (or, divide, over) sv, to F32 or BF16, as
  * kern/cpu.c's e4m3_scaled_run: the longest prefix of whole blocks of eight,
  * its length returned (0 where the CPU has no AVX2). */

@@ -277,15 +277,17 @@ int ck_ggml_quant_with(uint32_t type, const float *x, size_t n, unsigned char *o
 {
 	if (type != Q8_0 && type != Q4_0)
 		return -1;
-	/* Q8_0 in AVX2 where the CPU has it (kern/avx2.h: 2.5x the lanes) */
-	int avx2 = vector && type == Q8_0 && ck_avx2_usable();
+	/* in AVX2 where the CPU has it (kern/avx2.h: Q8_0 2.5x the lanes) */
+	int avx2 = vector && ck_avx2_usable();
 	for (size_t i = 0; i < n; i++, x += 32)
 		if (type == Q8_0) {
 			unsigned char *y = out + i * 34;
 			if (!(avx2 ? ck_avx2_q8_0(x, y) : q8_0_lanes(x, y)))
 				quant_q8_0(x, y);
-		} else if (!q4_0_lanes(x, out + i * 18)) {
-			quant_q4_0(x, out + i * 18);
+		} else {
+			unsigned char *y = out + i * 18;
+			if (!(avx2 ? ck_avx2_q4_0(x, y) : q4_0_lanes(x, y)))
+				quant_q4_0(x, y);
 		}
 	return 0;
 }

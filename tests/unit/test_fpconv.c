@@ -708,7 +708,7 @@ static void quant_block(int k, uint64_t *rng, float *x)
 	case 2: /* -8 * scale first, +8 * scale later: Q4_0 keeps the first */
 		for (int j = 0; j < 32; j++)
 			x[j] = (float)(j % 9) - 4.5f;
-		x[3] = -8.0f, x[20] = 8.0f;
+		x[3] = -8.0f, x[6] = 8.0f, x[20] = 8.0f; /* a tie within 8 lanes too */
 		return;
 	case 3:
 		for (int j = 0; j < 32; j++)
