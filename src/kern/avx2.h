@@ -22,7 +22,7 @@ int ck_avx2_q8_0(const float *x, unsigned char *y);
 int ck_avx2_q4_0(const float *x, unsigned char *y);
 
 /* F8_E4M3 elements times (or, divide, over) sv, to F32 or BF16, as
- * kern/cpu.c's e4m3_scaled_run: the longest prefix of whole blocks of eight,
+ * kern/cpu.c's ck_cpu_e4m3_scaled_run: the longest prefix of whole blocks of eight,
  * its length returned (0 where the CPU has no AVX2). */
 int64_t ck_avx2_e4m3_scaled(const unsigned char *src, float sv, int divide, int to_bf16,
 			    unsigned char *dst, int64_t n);

@@ -310,7 +310,7 @@ void ck_cpu_e4m3_scaled_run(const unsigned char *src, float sv, int divide, int 
 			       dst + (size_t)i * (to_bf16 ? 2 : 4));
 }
 
-/* Whether box_row's scaled runs take e4m3_scaled_run: F8_E4M3 read and
+/* Whether box_row's scaled runs take ck_cpu_e4m3_scaled_run: F8_E4M3 read and
  * written contiguously, no shift, at most one cast (to F32 or BF16), not
  * saturating. 1 to BF16, 2 to F32, 0 no. */
 static int e4m3_fast(const struct ck_box *b, int64_t ss, int64_t ds)
@@ -362,7 +362,6 @@ static void box_row(const struct ck_box *b, const unsigned char *src, int64_t ss
 	}
 }
 
-/* MXFP4: element i of the row is nibble n0 + i * ss of src. */
 /* E2M1's sixteen values (fpconv.h's ck_e2m1_to_f32), for the runs below. */
 static const float E2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,	 4.0f,	6.0f,
 			       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
@@ -410,6 +409,7 @@ static int fp4_fast(const struct ck_box *b, int64_t ss, int64_t ds)
 	return b->casts[0] == CK_DT_BF16 ? 1 : 0;
 }
 
+/* MXFP4: element i of the row is nibble n0 + i * ss of src. */
 static void box_row_fp4(const struct ck_box *b, const unsigned char *src, int64_t n0, int64_t ss,
 			const unsigned char *scale, unsigned char *dst, int64_t ds, int64_t n)
 {
