@@ -26,6 +26,19 @@ AVX2_TARGET static inline int32_t hmax(__m256i v)
 	return _mm_cvtsi128_si32(m);
 }
 
+/* A block's 32 absolute values' bits into a, and the largest (as the
+ * lanes of kern/ggml.c find it: the bits order as the magnitudes do). */
+AVX2_TARGET static inline int32_t abs_bits_max(const float *x, __m256i *a)
+{
+	__m256i m = _mm256_setzero_si256();
+	for (int k = 0; k < 4; k++) {
+		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * k));
+		a[k] = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
+		m = _mm256_max_epi32(m, a[k]);
+	}
+	return hmax(m);
+}
+
 /* Eight products rounded half away from zero, low bytes only. */
 AVX2_TARGET static inline __m256i round8(const float *x, __m256 id)
 {
@@ -40,13 +53,8 @@ AVX2_TARGET static inline __m256i round8(const float *x, __m256 id)
 
 AVX2_TARGET static int q8_0_avx2(const float *x, unsigned char *y)
 {
-	const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-	__m256i m = _mm256_setzero_si256();
-	for (int k = 0; k < 4; k++) {
-		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * k));
-		m = _mm256_max_epi32(m, _mm256_and_si256(b, abs_mask));
-	}
-	int32_t mb = hmax(m);
+	__m256i a[4];
+	int32_t mb = abs_bits_max(x, a);
 	if (mb >= 0x7F800000)
 		return 0;
 	float amax;
@@ -78,14 +86,8 @@ int ck_avx2_q8_0(const float *x, unsigned char *y)
  * nibbles of elements j and 16 + j paired as that code pairs them. */
 AVX2_TARGET static int q4_0_avx2(const float *x, unsigned char *y)
 {
-	const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-	__m256i a[4], m = _mm256_setzero_si256();
-	for (int k = 0; k < 4; k++) {
-		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * k));
-		a[k] = _mm256_and_si256(b, abs_mask);
-		m = _mm256_max_epi32(m, a[k]);
-	}
-	int32_t mb = hmax(m);
+	__m256i a[4];
+	int32_t mb = abs_bits_max(x, a);
 	if (mb >= 0x7F800000)
 		return 0;
 	int first = 0;
