@@ -477,10 +477,12 @@ def shape_rows(work, hidden, layers, R, full):
     return src, cfg, shards, total, raw, ceiling, ceiling_od, pm
 
 
-def quantized_views(work, hidden, cfg, R, ceiling, ceiling_od):
+def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
     """The FP8 block-dequant view of this shape's Llama with 128 x 128-block
-    F8_E4M3 layers, and gpt-oss's Megatron view of a two-layer 20b preset
-    (MXFP4 experts, 32,000 vocabulary): GB/s of BF16 out, interleaved."""
+    F8_E4M3 layers, gpt-oss's Megatron view of a two-layer 20b preset
+    (MXFP4 experts, 32,000 vocabulary), both GB/s of BF16 out, and this
+    shape's model.gguf Q8_0 and Q4_0 (GB/s of blocks out; each quantizes the
+    BF16 source as it stands), interleaved."""
     s = SHAPES[hidden]
     fp8 = os.path.join(work, f"llama-fp8-h{hidden}")
     run(MKCKPT, "--model", "llama", "--hidden", str(hidden), "--intermediate", str(s["intermediate"]),
@@ -492,16 +494,19 @@ def quantized_views(work, hidden, cfg, R, ceiling, ceiling_od):
         "--shards", "2", oss)
     for d in (fp8, oss):
         read_files([os.path.join(d, f) for f in os.listdir(d) if f.endswith(".safetensors")])
-    views = [("fp8", "FP8 block-dequant view (F8_E4M3 x 128x128 scales -> BF16)", fp8,
-              os.path.join(MAPS, "fp8-block-dequant.json")),
-             ("oss", "gpt-oss Megatron view (MXFP4 experts -> BF16)", oss,
-              os.path.join(MAPS, "gpt-oss-hf-to-megatron.json"))]
+    tree = lambda m: m.files()  # noqa: E731
+    gguf = lambda m: [os.path.join(m.dir, "model.gguf")]  # noqa: E731
+    views = [("fp8", "FP8 block-dequant view (F8_E4M3 x 128x128 scales -> BF16)",
+              lambda: Ckptfs(fp8, [os.path.join(MAPS, "fp8-block-dequant.json")]), tree),
+             ("oss", "gpt-oss Megatron view (MXFP4 experts -> BF16)",
+              lambda: Ckptfs(oss, [os.path.join(MAPS, "gpt-oss-hf-to-megatron.json")]), tree),
+             ("q8", "model.gguf Q8_0 (from BF16)", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf),
+             ("q4", "model.gguf Q4_0 (from BF16)", lambda: Ckptfs(src, opts="gguf=Q4_0,gguf_vocab=none"), gguf)]
     got = {(k, od): [] for k, _, _, _ in views for od in (False, True)}
     for r in range(R):
-        for k, _, d, mp in (views if r % 2 == 0 else views[::-1]):
+        for k, _, factory, files in (views if r % 2 == 0 else views[::-1]):
             for od in (False, True):
-                got[(k, od)] += measure_fresh(lambda: Ckptfs(d, [mp]),
-                                              lambda m: read_files(m.files(), direct=od), 1)
+                got[(k, od)] += measure_fresh(factory, lambda m: read_files(files(m), direct=od), 1)
     for k, name, _, _ in views:
         row(f"ckptfs {name}, first read vs ceiling", got[(k, False)], ceiling)
         row("  the same, O_DIRECT opens vs the passthrough's", got[(k, True)], ceiling_od)
@@ -548,9 +553,9 @@ def main():
     layers = cfg["num_hidden_layers"]
 
     # views whose CPU work per byte is high (block-scaled FP8 and MXFP4
-    # dequantised to BF16): first reads, through the page cache and with
+    # dequantised to BF16, GGUF blocks quantized): first reads, through the page cache and with
     # O_DIRECT opens, against the ceilings measured on this shape
-    quantized_views(work, main_h, cfg, R, ceiling, ceiling_od)
+    quantized_views(work, src, main_h, cfg, R, ceiling, ceiling_od)
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read

@@ -35,6 +35,7 @@ void ck_eval_ctx_free(struct ck_eval_ctx *c)
 	free(c->scw.spare);
 	free(c->qwin);
 	free(c->fwin);
+	ck_value_free(&c->qstage.v);
 	free(c->reqs);
 	memset(c, 0, sizeof *c);
 }
@@ -737,34 +738,111 @@ static int eval_value(struct ck_eval_ctx *c, const struct ck_target *t, int64_t 
 	return eval_elems(c, t, e0, e1, buf, err);
 }
 
-/* A quantized target (the GGUF view): bytes [off, off+len) of its blocks.
- * The blocks touched are evaluated as F32 elements and quantized, at most
- * QSTEP blocks at a time. */
-#define QSTEP 16384
-static int read_quantized(struct ck_eval_ctx *c, const struct ck_target *t, uint64_t off,
-			  uint64_t len, unsigned char *dst, struct ck_err *err)
+/* The 2-byte float type (BF16 or F16) whose source elements the pieces of
+ * t only widen to F32 (a BF16 or F16 checkpoint's GGUF view, permuted or
+ * not), or CK_DT_INVALID when they do anything else. */
+static enum ck_dtype widened_from(const struct ck_catalog *cat, const struct ck_target *t)
+{
+	enum ck_dtype from = CK_DT_INVALID;
+	for (size_t i = 0; i < t->v.n; i++) {
+		const struct ck_piece *p = &t->v.p[i];
+		const struct ck_catalog_entry *src = &cat->entries[p->src];
+		if (p->n_casts != 1 || p->casts[0] != CK_DT_F32 || p->sc || p->shifted || p->fp4 ||
+		    src->t.quant || (src->t.dtype != CK_DT_BF16 && src->t.dtype != CK_DT_F16) ||
+		    (i && src->t.dtype != from))
+			return CK_DT_INVALID;
+		from = src->t.dtype;
+	}
+	return from;
+}
+
+/* Quantized target ti's value as the BF16 or F16 elements it widens, or t
+ * itself when its pieces do more than that: quantized from those (exact,
+ * as the cast is), the view makes no F32 copy of its values. Kept in the
+ * context for the next read of the same target. */
+static const struct ck_target *quant_source(struct ck_eval_ctx *c, uint32_t ti,
+					    const struct ck_target *t)
+{
+	if (c->qstage_ok && c->qstage_ti == ti)
+		return c->qstage_ok > 0 ? &c->qstage : t;
+	ck_value_free(&c->qstage.v);
+	c->qstage_ti = ti;
+	c->qstage_ok = -1;
+	struct ck_err e;
+	enum ck_dtype from = widened_from(c->eng->plan->cat, t);
+	/* with a GPU lane the F32 value stays the lane's work, as before (its
+	 * 2-byte-out boxes are not what the GPU tests cover) */
+	if (c->lane || from == CK_DT_INVALID || ck_value_copy(&c->qstage.v, &t->v, &e) < 0)
+		return t; /* out of memory: through F32, as any other */
+	c->qstage.name = t->name;
+	c->qstage.holes = t->holes;
+	c->qstage.v.dtype = from;
+	for (size_t i = 0; i < c->qstage.v.n; i++)
+		c->qstage.v.p[i].n_casts = 0;
+	c->qstage_ok = 1;
+	return &c->qstage;
+}
+
+/* Blocks [b, e) of a quantized target, their elements at x (of type from:
+ * CK_QSRC_*), into dst, which holds its bytes [off, off + len): the blocks
+ * whole in that range straight into it, a block cut by either end through
+ * a block of its own (only the first and the last block of a read can be
+ * cut). */
+static void quant_into(uint32_t type, int from, const unsigned char *x, uint64_t b, uint64_t e,
+		       uint64_t off, uint64_t len, unsigned char *dst)
 {
 	size_t qk, qb;
-	if (!ck_ggml_block(t->qtype, &qk, &qb) || t->v.dtype != CK_DT_F32)
+	ck_ggml_block(type, &qk, &qb);
+	const size_t xs = qk * (from == CK_QSRC_F32 ? 4 : 2);
+	const uint64_t end = off + len;
+	uint64_t w0 = (off + qb - 1) / qb, w1 = end / qb; /* the whole blocks */
+	w0 = w0 > b ? w0 : b;
+	w1 = w1 < e ? w1 : e;
+	if (w0 < w1)
+		ck_ggml_quant_with(type, from, x + (w0 - b) * xs, (size_t)(w1 - w0),
+				   dst + (w0 * qb - off), 1);
+	const uint64_t edge[2] = {b, e - 1};
+	for (int i = 0; i < (e - 1 > b ? 2 : 1); i++) {
+		uint64_t k = edge[i];
+		if (k >= w0 && k < w1)
+			continue;
+		unsigned char q[64];
+		ck_ggml_quant_with(type, from, x + (k - b) * xs, 1, q, 1);
+		uint64_t lo = k * qb > off ? k * qb : off;
+		uint64_t hi = (k + 1) * qb < end ? (k + 1) * qb : end;
+		memcpy(dst + (lo - off), q + (lo - k * qb), (size_t)(hi - lo));
+	}
+}
+
+/* A quantized target (the GGUF view): bytes [off, off+len) of its blocks.
+ * The blocks touched are evaluated (as F32, or as the BF16 or F16 source
+ * elements their cast would widen) and quantized, at most QSTEP blocks at a
+ * time. */
+#define QSTEP 16384
+static int read_quantized(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t len,
+			  unsigned char *dst, struct ck_err *err)
+{
+	const struct ck_target *t = &c->eng->plan->t[ti];
+	size_t qk, qb;
+	if (!ck_ggml_block(t->qtype, &qk, &qb) || t->v.dtype != CK_DT_F32 || qb > 64)
 		return ck_fail(err, CK_E_MAPPING, "\"%s\": cannot quantize to %s", t->name,
 			       ck_ggml_type_name(t->qtype));
+	const struct ck_target *v = quant_source(c, ti, t);
+	const int from = v == t			    ? CK_QSRC_F32
+			 : v->v.dtype == CK_DT_BF16 ? CK_QSRC_BF16
+						    : CK_QSRC_F16;
+	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
 	uint64_t b0 = off / qb, b1 = (off + len + qb - 1) / qb;
 	/* scratch kept in the context: fresh pages per read cost page faults */
-	if (grow(&c->fwin, &c->fwin_cap, QSTEP * (qk * sizeof(float) + qb), "quantization", err) < 0)
+	if (grow(&c->fwin, &c->fwin_cap, QSTEP * qk * es, "quantization", err) < 0)
 		return -1;
-	float *f = (float *)(void *)c->fwin;
-	unsigned char *q = c->fwin + QSTEP * qk * sizeof(float);
 	int rc = 0;
 	for (uint64_t b = b0; b < b1 && rc == 0; b += QSTEP) {
 		uint64_t e = b1 - b < QSTEP ? b1 : b + QSTEP;
-		rc = eval_value(c, t, (int64_t)(b * qk), (int64_t)(e * qk), (e - b) * qk * 4,
-				(unsigned char *)f, err);
-		if (rc < 0 || c->eng->dry_run)
-			continue;
-		ck_ggml_quant(t->qtype, f, (size_t)(e - b), q);
-		uint64_t lo = b * qb > off ? b * qb : off;
-		uint64_t hi = e * qb < off + len ? e * qb : off + len;
-		memcpy(dst + (lo - off), q + (lo - b * qb), (size_t)(hi - lo));
+		rc = eval_value(c, v, (int64_t)(b * qk), (int64_t)(e * qk), (e - b) * qk * es,
+				c->fwin, err);
+		if (rc == 0 && !c->eng->dry_run)
+			quant_into(t->qtype, from, c->fwin, b, e, off, len, dst);
 	}
 	return rc;
 }
@@ -778,7 +856,7 @@ int ck_engine_read(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t le
 	if (len == 0)
 		return 0;
 	if (t->qtype)
-		return read_quantized(c, t, off, len, dst, err);
+		return read_quantized(c, ti, off, len, dst, err);
 	size_t es = ck_dtype_size(t->v.dtype);
 	int64_t e0 = (int64_t)(off / es), e1 = (int64_t)((off + len + es - 1) / es);
 	int aligned = off % es == 0 && len % es == 0;

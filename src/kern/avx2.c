@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "fpconv.h"
+#include "ggml.h" /* CK_QSRC_* */
 
 int ck_avx2_usable(void)
 {
@@ -26,23 +27,38 @@ AVX2_TARGET static inline int32_t hmax(__m256i v)
 	return _mm_cvtsi128_si32(m);
 }
 
-/* A block's 32 absolute values' bits into a, and the largest (as the
+/* A block's 32 elements as four vectors of F32: from F32, from BF16
+ * (exact: its bits are the F32's top half), or from F16 (load_f16). */
+AVX2_TARGET static inline void load_f32(const void *x, __m256 *v)
+{
+	for (int k = 0; k < 4; k++)
+		v[k] = _mm256_loadu_ps((const float *)x + 8 * k);
+}
+
+AVX2_TARGET static inline void load_bf16(const void *x, __m256 *v)
+{
+	for (int k = 0; k < 4; k++) {
+		__m128i h = _mm_loadu_si128((const __m128i *)x + k);
+		v[k] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+	}
+}
+
+/* The block's 32 absolute values' bits into a, and the largest (as the
  * lanes of kern/ggml.c find it: the bits order as the magnitudes do). */
-AVX2_TARGET static inline int32_t abs_bits_max(const float *x, __m256i *a)
+AVX2_TARGET static inline int32_t abs_bits_max(const __m256 *v, __m256i *a)
 {
 	__m256i m = _mm256_setzero_si256();
 	for (int k = 0; k < 4; k++) {
-		__m256i b = _mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * k));
-		a[k] = _mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF));
+		a[k] = _mm256_and_si256(_mm256_castps_si256(v[k]), _mm256_set1_epi32(0x7FFFFFFF));
 		m = _mm256_max_epi32(m, a[k]);
 	}
 	return hmax(m);
 }
 
 /* Eight products rounded half away from zero, low bytes only. */
-AVX2_TARGET static inline __m256i round8(const float *x, __m256 id)
+AVX2_TARGET static inline __m256i round8(__m256 x, __m256 id)
 {
-	__m256 v = _mm256_mul_ps(_mm256_loadu_ps(x), id);
+	__m256 v = _mm256_mul_ps(x, id);
 	__m256i t = _mm256_cvttps_epi32(v);
 	__m256 f = _mm256_sub_ps(v, _mm256_cvtepi32_ps(t));
 	__m256i up = _mm256_castps_si256(_mm256_cmp_ps(f, _mm256_set1_ps(0.5f), _CMP_GE_OQ));
@@ -51,10 +67,11 @@ AVX2_TARGET static inline __m256i round8(const float *x, __m256 id)
 	return _mm256_and_si256(q, _mm256_set1_epi32(0xFF));
 }
 
-AVX2_TARGET static int q8_0_avx2(const float *x, unsigned char *y)
+/* The lanes of kern/ggml.c's q8_0_lanes over the block v. */
+AVX2_TARGET static inline int q8_0_avx2(const __m256 *v, unsigned char *y)
 {
 	__m256i a[4];
-	int32_t mb = abs_bits_max(x, a);
+	int32_t mb = abs_bits_max(v, a);
 	if (mb >= 0x7F800000)
 		return 0;
 	float amax;
@@ -67,41 +84,38 @@ AVX2_TARGET static int q8_0_avx2(const float *x, unsigned char *y)
 	const __m256 vid = _mm256_set1_ps(id);
 	/* packus works within 128-bit halves: the bytes come out in the order
 	 * 0-3 8-11 16-19 24-27 4-7 12-15 20-23 28-31, put back by the permute */
-	__m256i lo = _mm256_packus_epi32(round8(x, vid), round8(x + 8, vid));
-	__m256i hi = _mm256_packus_epi32(round8(x + 16, vid), round8(x + 24, vid));
+	__m256i lo = _mm256_packus_epi32(round8(v[0], vid), round8(v[1], vid));
+	__m256i hi = _mm256_packus_epi32(round8(v[2], vid), round8(v[3], vid));
 	__m256i bytes = _mm256_packus_epi16(lo, hi);
 	bytes = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 	_mm256_storeu_si256((__m256i *)(void *)(y + 2), bytes);
 	return 1;
 }
 
-int ck_avx2_q8_0(const float *x, unsigned char *y)
-{
-	return ck_avx2_usable() && q8_0_avx2(x, y);
-}
-
 /* The lanes of kern/ggml.c's q4_0_lanes: the signed value at the first
  * largest magnitude sets the scale (max / -8), each product plus 8.5
  * truncated, its low byte taken as ggml's int8_t, capped at 15, and the
  * nibbles of elements j and 16 + j paired as that code pairs them. */
-AVX2_TARGET static int q4_0_avx2(const float *x, unsigned char *y)
+AVX2_TARGET static inline int q4_0_avx2(const __m256 *v, unsigned char *y)
 {
 	__m256i a[4];
-	int32_t mb = abs_bits_max(x, a);
+	int32_t mb = abs_bits_max(v, a);
 	if (mb >= 0x7F800000)
 		return 0;
-	int first = 0;
-	for (int k = 0; mb && k < 4; k++) {
+	/* the first lane holding it, found without a branch (where it lies is
+	 * random: a loop that stops there mispredicts once a block) */
+	uint32_t at = 0;
+	for (int k = 0; k < 4; k++) {
 		__m256i eq = _mm256_cmpeq_epi32(a[k], _mm256_set1_epi32(mb));
-		int bits = _mm256_movemask_ps(_mm256_castsi256_ps(eq));
-		if (bits) {
-			first = 8 * k + __builtin_ctz((unsigned)bits);
-			break;
-		}
+		at |= (uint32_t)_mm256_movemask_ps(_mm256_castsi256_ps(eq)) << (8 * k);
 	}
+	float lane[32];
+	for (int k = 0; k < 4; k++)
+		_mm256_storeu_ps(lane + 8 * k, v[k]);
+	/* +0 when all are zeros (ggml's running max never moved) */
+	const float max = mb ? lane[__builtin_ctz(at)] : 0.0f;
 	float amax;
 	memcpy(&amax, &mb, sizeof amax);
-	const float max = mb ? x[first] : 0.0f;
 	const float d = max / -8, id = d != 0.0f ? 1.0f / d : 0.0f;
 	if (!(amax * fabsf(id) < LANE_LIMIT))
 		return 0;
@@ -110,8 +124,7 @@ AVX2_TARGET static int q4_0_avx2(const float *x, unsigned char *y)
 	const __m256 vid = _mm256_set1_ps(id), half = _mm256_set1_ps(8.5f);
 	__m256i c[4];
 	for (int k = 0; k < 4; k++) {
-		__m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), vid), half);
-		__m256i t = _mm256_cvttps_epi32(v);
+		__m256i t = _mm256_cvttps_epi32(_mm256_add_ps(_mm256_mul_ps(v[k], vid), half));
 		__m256i i8 = _mm256_srai_epi32(_mm256_slli_epi32(t, 24), 24); /* the int8_t */
 		c[k] = _mm256_min_epi32(i8, _mm256_set1_epi32(15));
 	}
@@ -128,9 +141,45 @@ AVX2_TARGET static int q4_0_avx2(const float *x, unsigned char *y)
 	return 1;
 }
 
-int ck_avx2_q4_0(const float *x, unsigned char *y)
+AVX2_F16C static inline void load_f16(const void *x, __m256 *v)
 {
-	return ck_avx2_usable() && q4_0_avx2(x, y);
+	for (int k = 0; k < 4; k++) /* VCVTPH2PS: exact */
+		v[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)x + k));
+}
+
+/* A block of elements of type from (ggml.h's CK_QSRC_*) as four vectors of
+ * F32. */
+AVX2_F16C static inline void load_block(int from, const unsigned char *x, __m256 *v)
+{
+	if (from == CK_QSRC_BF16)
+		load_bf16(x, v);
+	else if (from == CK_QSRC_F16)
+		load_f16(x, v);
+	else
+		load_f32(x, v);
+}
+
+/* n blocks of elements of type from into y; the number done, stopping at
+ * the first block the lanes leave to ggml's steps. */
+AVX2_F16C static size_t quant_avx2(int q4, int from, const unsigned char *x, size_t n,
+				   unsigned char *y)
+{
+	const size_t xs = from == CK_QSRC_F32 ? 128 : 64, ys = q4 ? 18 : 34;
+	size_t i = 0;
+	for (; i < n; i++) {
+		__m256 v[4];
+		load_block(from, x + i * xs, v);
+		if (!(q4 ? q4_0_avx2(v, y + i * ys) : q8_0_avx2(v, y + i * ys)))
+			break;
+	}
+	return i;
+}
+
+size_t ck_avx2_quant(int q4, int from, const void *x, size_t n, unsigned char *y)
+{
+	if (from == CK_QSRC_F16 ? !ck_f16c_usable() : !ck_avx2_usable())
+		return 0;
+	return quant_avx2(q4, from, x, n, y);
 }
 
 #define MXCSR_DAZ 0x0040u
@@ -330,15 +379,9 @@ int ck_avx2_usable(void)
 	return 0;
 }
 
-int ck_avx2_q8_0(const float *x, unsigned char *y)
+size_t ck_avx2_quant(int q4, int from, const void *x, size_t n, unsigned char *y)
 {
-	(void)x, (void)y;
-	return 0;
-}
-
-int ck_avx2_q4_0(const float *x, unsigned char *y)
-{
-	(void)x, (void)y;
+	(void)q4, (void)from, (void)x, (void)n, (void)y;
 	return 0;
 }
 

@@ -5,21 +5,20 @@
 #ifndef CK_KERN_AVX2_H
 #define CK_KERN_AVX2_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* Whether this CPU runs the AVX2 kernels (0 on other architectures). */
 int ck_avx2_usable(void);
 
-/* One Q8_0 block of 32 floats into y (34 bytes), as kern/ggml.c's lanes
- * do: the largest magnitude found on the absolute values' bits, each
- * product rounded half away from zero as its truncation plus the fraction's
- * test. Returns 0, writing nothing, for the blocks the lanes also leave to
- * ggml's steps (a NaN or infinity, or a product at or above 2^22). */
-int ck_avx2_q8_0(const float *x, unsigned char *y);
-
-/* One Q4_0 block (18 bytes) as kern/ggml.c's q4_0_lanes, or 0 for the
- * blocks they leave to ggml's steps. */
-int ck_avx2_q4_0(const float *x, unsigned char *y);
+/* Q8_0 (q4 0) or Q4_0 (q4 1) blocks of 32 elements of type from (ggml.h's
+ * CK_QSRC_F32, _BF16 or _F16) at x into y (34 or 18 bytes a block), as
+ * kern/ggml.c's lanes do them on the elements widened to F32: the largest magnitude found on the
+ * absolute values' bits, each product rounded as its truncation plus the fraction's test. Returns
+ * how many of the n blocks are done: it stops before the first block the lanes also leave to ggml's
+ * steps (a NaN or infinity, or a product at or above 2^22), and does none where the CPU has no AVX2
+ * (or, for F16, where ck_f16c_usable says no). */
+size_t ck_avx2_quant(int q4, int from, const void *x, size_t n, unsigned char *y);
 
 /* F8_E4M3 elements times (or, divide, over) sv, to F32 or BF16, as
  * kern/cpu.c's ck_cpu_e4m3_scaled_run: the longest prefix of whole blocks of eight,

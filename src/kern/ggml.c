@@ -270,24 +270,42 @@ static int q4_0_lanes(const float *x, unsigned char *y)
 
 int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out)
 {
-	return ck_ggml_quant_with(type, x, n, out, 1);
+	return ck_ggml_quant_with(type, CK_QSRC_F32, x, n, out, 1);
 }
 
-int ck_ggml_quant_with(uint32_t type, const float *x, size_t n, unsigned char *out, int vector)
+/* One block of 32 floats, the lanes where they take it, else ggml's steps. */
+static void quant_block(int q4, const float *x, unsigned char *y)
 {
-	if (type != Q8_0 && type != Q4_0)
+	if (q4 ? !q4_0_lanes(x, y) : !q8_0_lanes(x, y))
+		(q4 ? quant_q4_0 : quant_q8_0)(x, y);
+}
+
+int ck_ggml_quant_with(uint32_t type, int from, const void *x, size_t n, unsigned char *out,
+		       int vector)
+{
+	if ((type != Q8_0 && type != Q4_0) ||
+	    (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16))
 		return -1;
-	/* in AVX2 where the CPU has it (kern/avx2.h: Q8_0 2.5x the lanes) */
-	int avx2 = vector && ck_avx2_usable();
-	for (size_t i = 0; i < n; i++, x += 32)
-		if (type == Q8_0) {
-			unsigned char *y = out + i * 34;
-			if (!(avx2 ? ck_avx2_q8_0(x, y) : q8_0_lanes(x, y)))
-				quant_q8_0(x, y);
-		} else {
-			unsigned char *y = out + i * 18;
-			if (!(avx2 ? ck_avx2_q4_0(x, y) : q4_0_lanes(x, y)))
-				quant_q4_0(x, y);
+	const int q4 = type == Q4_0;
+	const size_t xs = from == CK_QSRC_F32 ? 128 : 64, ys = q4 ? 18 : 34;
+	const unsigned char *in = x;
+	for (size_t i = 0; i < n; i++) {
+		/* runs of blocks in AVX2 where the CPU has it (kern/avx2.h: Q8_0
+		 * 2.5x the lanes); each block it leaves goes through here */
+		if (vector) {
+			size_t k = ck_avx2_quant(q4, from, in + i * xs, n - i, out + i * ys);
+			if ((i += k) == n)
+				break;
 		}
+		float f[32];
+		for (int j = 0; from != CK_QSRC_F32 && j < 32; j++) { /* widened exactly */
+			uint16_t h;
+			memcpy(&h, in + i * xs + 2 * j, 2);
+			f[j] = from == CK_QSRC_BF16 ? ck_bf16_to_f32(h) : ck_f16_to_f32(h);
+		}
+		if (from == CK_QSRC_F32)
+			memcpy(f, in + i * xs, sizeof f);
+		quant_block(q4, f, out + i * ys);
+	}
 	return 0;
 }

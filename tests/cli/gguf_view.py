@@ -465,6 +465,7 @@ def run_all(d, rng, lib):
         print(f"{arch}: every tensor exact; llama.cpp's logits {r:.1e} relative to torch, same greedy")
 
     quantizer_corners(d, rng, lib)
+    half_sources(d, rng, lib)
     gemma(d, rng, lib)
     sentencepiece(d, src, lib)
     hostile(d, src)
@@ -524,6 +525,42 @@ def quantizer_corners(d, rng, lib):
             f"{w[name].reshape(-1, 32)[bad[0]]}"
     print(f"{rows * cols // 32} hostile blocks (ties, NaN, infinities, subnormals, random bits): "
           "Q8_0 and Q4_0 as ggml_quantize_chunk makes them")
+
+
+def half_sources(d, rng, lib):
+    """BF16 and F16 checkpoints (the common cases): their Q8_0 and Q4_0 views
+    quantize the 2-byte elements as they stand (no F32 copy in between), and
+    must give ggml's blocks of the floats those widen to: every tensor (Q/K
+    permuted, hostile blocks in one) and reads cut anywhere inside a block
+    (direct_io: each read reaches the daemon as asked; 4 KiB cache chunks,
+    whose ends fall inside blocks too)."""
+    for dt in ("BF16", "F16"):
+        os.makedirs(os.path.join(d, dt))
+        src, cfg, w = make_model(os.path.join(d, dt), "llama", rng)
+        name = "model.layers.0.mlp.down_proj.weight"
+        with np.errstate(all="ignore"):
+            w[name] = hostile_blocks(w[name].size // 32, rng).reshape(w[name].shape)
+            if dt == "BF16":  # the top half of each float's bits, and the floats that widens to
+                half = {k: (v.view(np.uint32) >> 16).astype(np.uint16) for k, v in w.items()}
+                wide = {k: (h.astype(np.uint32) << 16).view(np.float32) for k, h in half.items()}
+            else:  # numpy's rounding to F16, and its widening back
+                half = {k: v.astype(np.float16) for k, v in w.items()}
+                wide = {k: h.astype(np.float32) for k, h in half.items()}
+        ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                                {k: (dt, h.shape, h.tobytes()) for k, h in half.items()})
+        for ft in ("Q8_0", "Q4_0"):
+            with Mount(src, opts=f"gguf={ft},gguf_vocab=none") as m:
+                check_file(m.path("model.gguf"), wide, cfg, "llama", ft, lib)
+                whole = open(m.path("model.gguf"), "rb").read()
+            with Mount(src, opts=f"gguf={ft},gguf_vocab=none,direct_io,no_prefetch,chunk=4096") as m:
+                fd = os.open(m.path("model.gguf"), os.O_RDONLY)
+                cuts = [(int(rng.integers(0, len(whole))), int(n)) for n in (1, 2, 17, 33, 35, 1000, 70001)
+                        for _ in range(12)]
+                for off, n in cuts:
+                    assert os.pread(fd, n, off) == whole[off:off + n], (dt, ft, off, n)
+                os.close(fd)
+    print(f"BF16 and F16 sources: Q8_0 and Q4_0 views quantize them as ggml does the widened floats "
+          f"(every tensor, hostile blocks, {len(cuts)} reads cut inside blocks)")
 
 
 def gemma(d, rng, lib):

@@ -742,22 +742,47 @@ static void quant_block(int k, uint64_t *rng, float *x)
 	}
 }
 
-/* Loop 0: as this CPU quantizes (Q8_0 in AVX2 where it has it,
- * kern/avx2.h); loop 1: the portable code alone. */
+/* An F16 bit pattern's value as F32 bits, from the format's definition
+ * (sign, 5-bit exponent biased by 15, 10-bit fraction; NaN payloads kept
+ * as widening keeps them), for the reference. */
+static uint32_t f16_def_bits(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+	if (e == 31)
+		return sign | 0x7F800000u | m << 13;
+	float v = e ? ldexpf((float)(m + 1024), (int)e - 25) : ldexpf((float)m, -24);
+	return sign | ck_f32_bits(v);
+}
+
+/* Loops 0 and 1: F32 blocks; 2 and 3: the same blocks cut to BF16 (the
+ * top half of each float's bits); 4 and 5: those halves read as F16. The
+ * 2-byte ones are quantized as they are and held to the reference on the
+ * F32 they widen to. Even loops as this CPU quantizes (AVX2 where it has
+ * it, kern/avx2.h), odd ones the portable code alone. */
 START_TEST(ggml_quantizers_match_reference)
 {
 	enum { N = 40000 };
+	static const int from[] = {CK_QSRC_F32, CK_QSRC_BF16, CK_QSRC_F16};
+	static const char *const name[] = {"", " from BF16", " from F16"};
+	const int src = _i / 2, vector = _i % 2 == 0;
 	float *x = malloc(N * 32 * sizeof *x);
+	uint16_t *h = malloc(N * 32 * sizeof *h);
 	unsigned char *got = malloc(N * 34 + 1), want[34];
-	ck_assert(x && got);
+	ck_assert(x && h && got);
 	uint64_t rng = 0x9E3779B97F4A7C15ull;
 	for (int k = 0; k < N; k++)
 		quant_block(k, &rng, x + 32 * k);
+	for (int j = 0; src && j < N * 32; j++) {
+		h[j] = (uint16_t)(ck_f32_bits(x[j]) >> 16);
+		x[j] = ck_bits_f32(src == 1 ? (uint32_t)h[j] << 16 : f16_def_bits(h[j]));
+	}
 	for (int q4 = 0; q4 < 2; q4++) {
 		size_t bs = q4 ? 18 : 34;
 		got[N * bs] = 0xAB;
-		ck_assert_int_eq(
-		    ck_ggml_quant_with(q4 ? CK_GGML_Q4_0 : CK_GGML_Q8_0, x, N, got, _i == 0), 0);
+		ck_assert_int_eq(ck_ggml_quant_with(q4 ? CK_GGML_Q4_0 : CK_GGML_Q8_0, from[src],
+						    src ? (const void *)h : (const void *)x, N, got,
+						    vector),
+				 0);
 		ck_assert_uint_eq(got[N * bs], 0xAB);
 		for (int k = 0; k < N; k++) {
 			if (q4)
@@ -766,13 +791,17 @@ START_TEST(ggml_quantizers_match_reference)
 				ref_q8_0(x + 32 * k, want);
 			for (size_t b = 0; b < bs; b++)
 				ck_assert_msg(got[k * bs + b] == want[b],
-					      "%s block %d byte %zu: %02x, ggml's %02x (block starts %a %a)",
-					      q4 ? "Q4_0" : "Q8_0", k, b, got[k * bs + b], want[b],
-					      (double)x[32 * k], (double)x[32 * k + 1]);
+					      "%s%s block %d byte %zu: %02x, ggml's %02x (block "
+					      "starts %a %a)",
+					      q4 ? "Q4_0" : "Q8_0", name[src], k, b,
+					      got[k * bs + b], want[b], (double)x[32 * k],
+					      (double)x[32 * k + 1]);
 		}
 	}
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_K, x, 1, got), -1);
+	ck_assert_int_eq(ck_ggml_quant_with(CK_GGML_Q8_0, 3, x, 1, got, 1), -1);
 	free(x);
+	free(h);
 	free(got);
 }
 END_TEST
@@ -884,7 +913,7 @@ int main(void)
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
 	tcase_add_loop_test(tc, fp8_runs_match_elements_both_paths, 0, 2);
 	tcase_add_loop_test(tc, fp4_runs_match_elements_both_paths, 0, 2);
-	tcase_add_loop_test(tc, ggml_quantizers_match_reference, 0, 2);
+	tcase_add_loop_test(tc, ggml_quantizers_match_reference, 0, 6);
 	tcase_add_test(tc, transposed_boxes_match_elements);
 	suite_add_tcase(s, tc);
 	TCase *ex = tcase_create("exhaustive");
