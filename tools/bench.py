@@ -12,8 +12,8 @@ against the passthrough read that way, mount + read against the numpy peer
 (read both ways), and cold reads (buffered and -o odirect) against dd
 iflag=direct; then a table of each ratio per shape, its spread and issue #23's goal. On the
 hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
-  first reads, the FP8 block-dequant and gpt-oss (MXFP4) views' first
-  reads (cached and O_DIRECT), and a numpy HF -> GGUF peer against mount + read
+  first reads, the FP8 block-dequant and gpt-oss (MXFP4) views' and
+  model.gguf Q8_0 / Q4_0's first reads (cached and O_DIRECT), and a numpy HF -> GGUF peer against mount + read
   model.gguf; libckptfs in-process (tools/ckread.c) against the raw read;
   `ckptfs diff` of two copies and of HF vs a Megatron copy through the
   inverse mapping (bytes per side); time to the first byte of a last-layer
