@@ -878,6 +878,16 @@ int ck_cache_streamable(const struct ck_cache *c, uint32_t t)
 	return c->stream && c->stream[t];
 }
 
+uint64_t ck_cache_held(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len)
+{
+	uint64_t k = off / c->o.chunk, end = off;
+	pthread_mutex_lock(&c->mu);
+	while (end < off + len && find(c, t, k))
+		end = ++k * c->o.chunk;
+	pthread_mutex_unlock(&c->mu);
+	return (end < off + len ? end : off + len) - off;
+}
+
 int ck_cache_is_direct(const struct ck_cache *c, uint32_t t)
 {
 	return c->direct && c->direct[t] >= 0;
@@ -1077,8 +1087,8 @@ static void read_ahead(struct ck_cache *c, uint32_t t, uint64_t k)
 			c->prefetches++;
 }
 
-int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
-		  void *arg)
+int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, int ahead,
+		  ck_done_cb cb, void *arg)
 {
 	struct op *op = calloc(1, sizeof *op);
 	size_t cap = 0;
@@ -1146,9 +1156,10 @@ int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_
 			pos += len;
 		}
 	}
-	if (started >= 0 && !c->o.no_prefetch)
+	ahead = ahead && !c->o.no_prefetch;
+	if (started >= 0 && ahead)
 		prefetch_after(c, (uint32_t)started);
-	for (size_t i = 0; i < n && !c->o.no_prefetch; i++)
+	for (size_t i = 0; i < n && ahead; i++)
 		if (spans[i].len && !spans[i].lit)
 			read_ahead(c, spans[i].target, (spans[i].off + spans[i].len - 1) / c->o.chunk);
 	pthread_mutex_unlock(&c->mu);

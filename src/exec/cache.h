@@ -75,10 +75,13 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 /* Stops the evaluators (pending reads complete first) and frees. */
 void ck_cache_free(struct ck_cache *c);
 /* Read the target spans (ck_vfile_spans' format; literal spans are skipped);
- * cb gets the bytes as segments in span order. Returns 0 (cb will be or was called) or -ENOMEM (cb is not
- * called). */
-int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, ck_done_cb cb,
-		  void *arg);
+ * cb gets the bytes as segments in span order. ahead: the read may start
+ * evaluating what a sequential reader asks for next (the next group, the
+ * next chunks; not with no_prefetch); a reader that evaluates its large
+ * reads itself (libckptfs) would never take those. Returns 0 (cb will be or
+ * was called) or -ENOMEM (cb is not called). */
+int ck_cache_read(struct ck_cache *c, const struct ck_span *spans, size_t n, int ahead,
+		  ck_done_cb cb, void *arg);
 /* Targets that are one contiguous, cast-free range of a source file (renames,
  * the identity view) are never evaluated: a read of [off, off+len) is
  * answered from the file at *pos of *fd (after the same source-change check
@@ -95,6 +98,11 @@ int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
  * reads about its own bytes of source (ck_plan_streamable), and the CPU
  * evaluates (-o no_stream and the CUDA backend turn it off). */
 int ck_cache_streamable(const struct ck_cache *c, uint32_t t);
+/* How many bytes of [off, off+len) of t, from off, lie in chunks that are
+ * cached or being evaluated (prefetched ahead of a reader), one after the
+ * other: a reader takes those from the cache, or they would be evaluated
+ * twice. */
+uint64_t ck_cache_held(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len);
 /* Evaluate [off, off+len) of t straight into dst on the caller's thread
  * (a context from the cache's spares), after the same source-change check:
  * no cache entry and no copy, for a reader that consumes large ranges once

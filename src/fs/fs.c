@@ -823,8 +823,9 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 	}
 	fs.srv = srv;
 	/* the kernel keeps what it was given in its page cache unless
-	 * direct_io: the daemon's copy of a chunk served whole is a spare */
-	fs.o.serve.cache.drop_served = !o->direct_io;
+	 * direct_io: the daemon's copy of a chunk served whole is a spare (with
+	 * direct_io too when -o read_once says the readers keep what they read) */
+	fs.o.serve.cache.drop_served |= !o->direct_io;
 	if (ck_served_start(srv, &fs.o.serve, fs_log, &fs, err) < 0)
 		goto out;
 	fs.cache_plan = srv->plan;

@@ -358,7 +358,7 @@ void fs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		pending_free(p);
 		return;
 	}
-	int r = ck_cache_read(fs->cache, rest, (size_t)nr, read_done, p);
+	int r = ck_cache_read(fs->cache, rest, (size_t)nr, 1, read_done, p);
 	free(rest);
 	if (r < 0) {
 		pending_free(p);

@@ -387,6 +387,8 @@ void ckptfs_get_stats(ckptfs *h, struct ckptfs_stats *s, size_t size)
 		.gpu_reads = cs.gpu_reads,
 		.gpu_bytes = cs.gpu_bytes,
 		.streamed_reads = cs.streamed_reads,
+		.cache_dropped = cs.cache_dropped,
+		.cache_recycled = cs.cache_recycled,
 	};
 	memcpy(s, &all, size < sizeof all ? size : sizeof all);
 }

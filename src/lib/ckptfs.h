@@ -79,7 +79,7 @@ const char *ckptfs_version(void);
  *   set=NAME=VALUE               a config.json value as the mappings see it
  *                                (an integer or true/false; repeatable)
  *   cache_size=SIZE chunk=SIZE group_max=SIZE threads=N no_uring odirect
- *   no_direct no_prefetch no_stream max_shard_size=SIZE part_size=SIZE
+ *   no_direct no_prefetch no_stream read_once max_shard_size=SIZE part_size=SIZE
  *   zip_crc npy_f32 gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto
  *   gpu_mem=SIZE gpu_min=SIZE
  *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none dcp torch_dist eval_delay_ms=N
@@ -146,6 +146,9 @@ struct ckptfs_stats {
 	 * of a target whose reads are streamed (a cast, fused blocks; no_stream
 	 * turns those off) */
 	uint64_t streamed_reads;
+	/* chunks read whole and dropped before the budget forced it (read_once),
+	 * and chunks whose memory was reused rather than newly allocated */
+	uint64_t cache_dropped, cache_recycled;
 };
 /* Counters since open. size: sizeof(struct ckptfs_stats) as the caller
  * knows it (later versions only add fields at the end). */

@@ -45,7 +45,7 @@ enum {
 	S_ZIP_CRC = 1, S_NPY_F32, S_NO_DIRECT, S_NO_PREFETCH, S_NO_URING, S_DCP, S_TORCH_DIST,
 	S_CACHE_SIZE, S_CHUNK, S_GROUP_MAX, S_MAX_SHARD, S_PART_SIZE, S_GPU_MEM, S_GPU_MIN,
 	S_THREADS, S_EVAL_DELAY, S_GGUF_DEQUANT, S_GGUF, S_GGUF_PRE, S_GGUF_VOCAB, S_DEVICE, S_ODIRECT,
-	S_NO_STREAM
+	S_NO_STREAM, S_READ_ONCE
 };
 
 const struct ck_serve_optdef ck_serve_optdefs[] = {
@@ -80,6 +80,10 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
 	 "evaluate every read through the cache (default: a read of a tensor whose bytes come "
 	 "from its sources in order, a cast or fused blocks, is evaluated straight into its "
 	 "reply)"},
+	{S_READ_ONCE, "read_once", NULL,
+	 "the reader keeps what it reads (a loader copying each tensor once): an evaluated chunk "
+	 "read whole is a spare, dropped early and its memory reused for the next (a mount does "
+	 "this unless direct_io: the kernel's page cache keeps the bytes)"},
 	{S_NO_PREFETCH, "no_prefetch", NULL,
 	 "do not evaluate the next group ahead of a reader that starts a tensor (default: one "
 	 "group ahead, within half the cache)"},
@@ -144,6 +148,7 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 	case S_NO_DIRECT: o->cache.no_direct = 1; return 1;
 	case S_NO_PREFETCH: o->cache.no_prefetch = 1; return 1;
 	case S_NO_STREAM: o->cache.no_stream = 1; return 1;
+	case S_READ_ONCE: o->cache.drop_served = 1; return 1;
 	case S_NO_URING: o->cache.use_uring = 0; return 1;
 	case S_ODIRECT: o->cache.odirect = 1; return 1;
 	case S_DCP:
@@ -283,12 +288,14 @@ static void copy_done(void *arg, int err, const struct ck_seg *segs, size_t n)
 	wake(w, err);
 }
 
-/* Start one cache read and wait for its callback. Returns 0 or -errno. */
-static int read_wait(struct ck_cache *c, const struct ck_span *spans, size_t n, struct waiter *w)
+/* Start one cache read (ahead: as ck_cache_read) and wait for its
+ * callback. Returns 0 or -errno. */
+static int read_wait(struct ck_cache *c, const struct ck_span *spans, size_t n, int ahead,
+		     struct waiter *w)
 {
 	w->done = 0;
 	w->err = 0;
-	if (ck_cache_read(c, spans, n, copy_done, w) < 0)
+	if (ck_cache_read(c, spans, n, ahead, copy_done, w) < 0)
 		return -ENOMEM;
 	pthread_mutex_lock(&w->mu);
 	while (!w->done)
@@ -297,30 +304,75 @@ static int read_wait(struct ck_cache *c, const struct ck_span *spans, size_t n, 
 	return w->err;
 }
 
+enum { MAX_REST = 64 };
+
+/* The spans a read takes through the cache, at most `batch` bytes held at
+ * once: each piece queued, the queue read (flush) when full. ahead: the
+ * reads may prefetch (ck_cache_read), not for a large read, whose next
+ * large read would evaluate its bytes itself (ck_cache_eval_into). */
+struct cache_queue {
+	struct ck_span rest[MAX_REST];
+	size_t k;
+	uint64_t pending, batch;
+	int ahead;
+};
+
 /* The cache spans collected so far: read them, wait, empty the list. */
-static int flush(struct ck_served *s, struct ck_span *rest, size_t *k, uint64_t *bytes,
-		 unsigned char *buf, struct ck_err *err)
+static int flush(struct ck_served *s, struct cache_queue *q, unsigned char *buf, struct ck_err *err)
 {
-	if (!*k)
+	if (!q->k)
 		return 0;
 	struct waiter w = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .buf = buf};
-	int r = read_wait(s->cache, rest, *k, &w);
+	int r = read_wait(s->cache, q->rest, q->k, q->ahead, &w);
 	pthread_mutex_destroy(&w.mu);
 	pthread_cond_destroy(&w.cv);
 	if (r < 0)
-		return ck_fail_sys(err, -r, "evaluating %s", s->plan->t[rest[0].target].name);
-	*k = 0;
-	*bytes = 0;
+		return ck_fail_sys(err, -r, "evaluating %s", s->plan->t[q->rest[0].target].name);
+	q->k = 0;
+	q->pending = 0;
 	return 0;
+}
+
+static int queue_span(struct ck_served *s, struct cache_queue *q, uint32_t t, uint64_t off,
+		      uint64_t len, uint64_t dst, unsigned char *buf, struct ck_err *err)
+{
+	int rc = 0;
+	for (uint64_t o = 0; o < len && rc == 0;) {
+		uint64_t piece = len - o < q->batch - q->pending ? len - o : q->batch - q->pending;
+		q->rest[q->k++] = (struct ck_span){t, off + o, piece, dst + o, NULL};
+		q->pending += piece;
+		o += piece;
+		if (q->pending >= q->batch || q->k == MAX_REST)
+			rc = flush(s, q, buf, err);
+	}
+	return rc;
+}
+
+/* An evaluated span: what the cache already holds or is evaluating from its
+ * start (a prefetch ahead of this reader) is taken from there, not
+ * evaluated twice; the rest, if large or streamable, is evaluated straight
+ * into buf on this thread, else through the cache too. */
+static int read_evaluated(struct ck_served *s, struct cache_queue *q, const struct ck_span *sp,
+			  unsigned char *buf, struct ck_err *err)
+{
+	uint64_t held = ck_cache_held(s->cache, sp->target, sp->off, sp->len);
+	int rc = held ? queue_span(s, q, sp->target, sp->off, held, sp->dst, buf, err) : 0;
+	uint64_t off = sp->off + held, len = sp->len - held, dst = sp->dst + held;
+	if (rc < 0 || !len)
+		return rc;
+	if (len >= CK_STREAM_MIN || ck_cache_streamable(s->cache, sp->target))
+		return ck_cache_eval_into(s->cache, sp->target, off, len, buf + dst, err);
+	return queue_span(s, q, sp->target, off, len, dst, buf, err);
 }
 
 int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
 		   uint64_t batch, struct ck_err *err)
 {
-	enum { MAX_REST = 64 };
-	struct ck_span rest[MAX_REST];
-	size_t k = 0;
-	uint64_t pending = 0;
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += spans[i].len;
+	struct cache_queue q = {
+	    .k = 0, .pending = 0, .batch = batch, .ahead = total < CK_STREAM_MIN};
 	int rc = 0;
 	void *bounce = NULL; /* for O_DIRECT reads (-o odirect), made on first use */
 	for (size_t i = 0; i < n && rc == 0; i++) {
@@ -344,21 +396,12 @@ int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, u
 						 s->plan->t[sp->target].name);
 		} else if (r < 0) {
 			rc = ck_fail_sys(err, -r, "%s: its source changed", s->plan->t[sp->target].name);
-		} else if (sp->len >= CK_STREAM_MIN || ck_cache_streamable(s->cache, sp->target)) {
-			rc = ck_cache_eval_into(s->cache, sp->target, sp->off, sp->len, buf + sp->dst, err);
-		} else { /* through the cache, at most `batch` bytes held at once */
-			for (uint64_t o = 0; o < sp->len && rc == 0;) {
-				uint64_t piece = sp->len - o < batch - pending ? sp->len - o : batch - pending;
-				rest[k++] = (struct ck_span){sp->target, sp->off + o, piece, sp->dst + o, NULL};
-				pending += piece;
-				o += piece;
-				if (pending >= batch || k == MAX_REST)
-					rc = flush(s, rest, &k, &pending, buf, err);
-			}
+		} else {
+			rc = read_evaluated(s, &q, sp, buf, err);
 		}
 	}
 	if (rc == 0)
-		rc = flush(s, rest, &k, &pending, buf, err);
+		rc = flush(s, &q, buf, err);
 	free(bounce);
 	return rc;
 }
@@ -378,7 +421,7 @@ static int zip_crcs(struct ck_served *s, struct ck_err *err)
 			w.crc = 0;
 			for (uint64_t off = 0; rc == 0 && off < size; off += step) {
 				struct ck_span sp = {t, off, size - off < step ? size - off : step, 0, NULL};
-				int r = read_wait(s->cache, &sp, 1, &w);
+				int r = read_wait(s->cache, &sp, 1, 1, &w);
 				if (r < 0)
 					rc = ck_fail_sys(err, -r, "zip_crc: evaluating %s", s->plan->t[t].name);
 			}

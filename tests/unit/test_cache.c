@@ -134,7 +134,7 @@ static int cache_read(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len
 {
 	struct sync_read s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, buf};
 	struct ck_span sp = {t, off, len, 0, NULL};
-	ck_assert_int_eq(ck_cache_read(c, &sp, 1, done_cb, &s), 0);
+	ck_assert_int_eq(ck_cache_read(c, &sp, 1, 1, done_cb, &s), 0);
 	pthread_mutex_lock(&s.mu);
 	while (!s.done)
 		pthread_cond_wait(&s.cv, &s.mu);

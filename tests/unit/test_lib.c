@@ -274,6 +274,85 @@ START_TEST(t_streamed)
 }
 END_TEST
 
+/* read_once: a reader that keeps what it reads. d_t (1.25 MiB of 64 KiB
+ * chunks, through the cache: no_stream) read front to back in 16 KiB
+ * reads. Without it every chunk stays (the 4 MiB budget holds them all);
+ * with it the chunks read whole are dropped past cache_size / 8 and their
+ * memory is reused for the next ones. The bytes are the same either way. */
+START_TEST(t_read_once)
+{
+	unsigned char buf[16384];
+	char mopt[4200];
+	snprintf(mopt, sizeof mopt, "mapping=%s", map);
+	for (int once = 0; once <= 1; once++) {
+		const char *opts[] = {mopt,	   "cache_size=4MiB", "chunk=64KiB",
+				      "no_stream", "no_prefetch",     once ? "read_once" : NULL,
+				      NULL};
+		ckptfs *h = NULL;
+		struct ckptfs_error e;
+		ck_assert_msg(ckptfs_open(&h, src, opts, &e) == 0, "%s", e.message);
+		size_t i = (size_t)ckptfs_find(h, "d_t");
+		uint64_t size = ckptfs_tensor_bytes(h, i);
+		for (uint64_t off = 0; off < size; off += sizeof buf)
+			check_range(h, i, off, sizeof buf, buf);
+		struct ckptfs_stats s;
+		ckptfs_get_stats(h, &s, sizeof s);
+		ck_assert_uint_eq(s.cache_evictions, 0);
+		if (once) {
+			ck_assert_uint_gt(s.cache_dropped, 0);
+			ck_assert_uint_gt(s.cache_recycled, 0);
+			ck_assert_uint_le(s.cache_bytes, (512u + 4 * 64u) << 10);
+		} else {
+			ck_assert_uint_eq(s.cache_dropped, 0);
+			ck_assert_uint_ge(s.cache_bytes, size);
+		}
+		ckptfs_close(h);
+	}
+}
+END_TEST
+
+/* A small read of a_t evaluates its group (12 KiB, under group_max) and
+ * prefetches the next evaluated target, b32, into the cache. Reading b32
+ * then (a cast: streamed when nothing holds it) must take the prefetched
+ * bytes (done or in flight), not evaluate them again into the caller's
+ * buffer. */
+START_TEST(t_prefetched)
+{
+	ckptfs *h = open_ok("cache_size=1MiB", NULL);
+	unsigned char buf[16384];
+	check_range(h, (size_t)ckptfs_find(h, "a_t"), 0, 100, buf);
+	check_range(h, (size_t)ckptfs_find(h, "b32"), 0, sizeof buf, buf);
+	struct ckptfs_stats s;
+	ckptfs_get_stats(h, &s, sizeof s);
+	ck_assert_uint_eq(s.streamed_reads, 0);
+	ckptfs_close(h);
+}
+END_TEST
+
+/* One large read (all of model.safetensors, over 1 MiB) evaluates its
+ * large and streamable tensors itself; only the small transpose a_t goes
+ * through the cache, and nothing is prefetched for a next read, which
+ * would evaluate its own bytes anyway: the cache holds a_t's 12288 bytes
+ * and nothing else. */
+START_TEST(t_large_read)
+{
+	ckptfs *h = open_ok("cache_size=1MiB", NULL);
+	long k = ckptfs_file_find(h, "model.safetensors");
+	ck_assert_int_ge(k, 0);
+	uint64_t size = ckptfs_file_size(h, (size_t)k);
+	ck_assert_uint_gt(size, 1u << 20);
+	unsigned char *buf = malloc(size);
+	struct ckptfs_error e;
+	ck_assert_int_eq(ckptfs_file_read(h, (size_t)k, 0, buf, size, &e), (int64_t)size);
+	struct ckptfs_stats s;
+	ckptfs_get_stats(h, &s, sizeof s);
+	ck_assert_uint_eq(s.cache_bytes, 12288);
+	ck_assert_uint_ge(s.streamed_reads, 2); /* b32 and d_t */
+	free(buf);
+	ckptfs_close(h);
+}
+END_TEST
+
 /* model.safetensors through the library: its header parsed here, each
  * tensor's bytes against the expectation. */
 START_TEST(t_flat_file)
@@ -437,6 +516,9 @@ int main(void)
 	tcase_add_test(tc, t_metadata);
 	tcase_add_test(tc, t_values);
 	tcase_add_test(tc, t_streamed);
+	tcase_add_test(tc, t_read_once);
+	tcase_add_test(tc, t_prefetched);
+	tcase_add_test(tc, t_large_read);
 	tcase_add_test(tc, t_flat_file);
 	tcase_add_test(tc, t_npy_files);
 	tcase_add_test(tc, t_threads);
