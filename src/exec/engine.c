@@ -799,15 +799,15 @@ static void quant_into(uint32_t type, int from, const unsigned char *x, uint64_t
 	w0 = w0 > b ? w0 : b;
 	w1 = w1 < e ? w1 : e;
 	if (w0 < w1)
-		ck_ggml_quant_with(type, from, x + (w0 - b) * xs, (size_t)(w1 - w0),
-				   dst + (w0 * qb - off), 1);
+		ck_ggml_quant(type, from, x + (w0 - b) * xs, (size_t)(w1 - w0),
+			      dst + (w0 * qb - off), 1);
 	const uint64_t edge[2] = {b, e - 1};
 	for (int i = 0; i < (e - 1 > b ? 2 : 1); i++) {
 		uint64_t k = edge[i];
 		if (k >= w0 && k < w1)
 			continue;
 		unsigned char q[64];
-		ck_ggml_quant_with(type, from, x + (k - b) * xs, 1, q, 1);
+		ck_ggml_quant(type, from, x + (k - b) * xs, 1, q, 1);
 		uint64_t lo = k * qb > off ? k * qb : off;
 		uint64_t hi = (k + 1) * qb < end ? (k + 1) * qb : end;
 		memcpy(dst + (lo - off), q + (lo - k * qb), (size_t)(hi - lo));

@@ -61,10 +61,10 @@ struct ck_eval_ctx {
 	struct ck_window scw; /* its block scales */
 	unsigned char *qwin; /* quantized GGUF blocks before decoding */
 	size_t qwin_cap;
-	unsigned char *fwin; /* GGUF view: the values (F32 or BF16) before quantizing */
+	unsigned char *fwin; /* GGUF view: the values (F32, BF16 or F16) before quantizing */
 	size_t fwin_cap;
-	/* GGUF view of a BF16 source: the last quantized target read, as the
-	 * BF16 value its F32 cast reads (qstage_ok 1), or not that kind
+	/* GGUF view of a BF16 or F16 source: the last quantized target read, as
+	 * the 2-byte value its F32 cast widens (qstage_ok 1), or not that kind
 	 * (qstage_ok -1); 0: none yet. Its pieces are owned here. */
 	struct ck_target qstage;
 	uint32_t qstage_ti;

@@ -268,9 +268,18 @@ static int q4_0_lanes(const float *x, unsigned char *y)
 	return 1;
 }
 
-int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out)
+/* A block's 32 elements of type from as the F32 they widen to (exactly). */
+static void widen_block(int from, const unsigned char *x, float *f)
 {
-	return ck_ggml_quant_with(type, CK_QSRC_F32, x, n, out, 1);
+	if (from == CK_QSRC_F32) {
+		memcpy(f, x, 32 * sizeof *f);
+		return;
+	}
+	for (int j = 0; j < 32; j++) {
+		uint16_t h;
+		memcpy(&h, x + 2 * j, 2);
+		f[j] = from == CK_QSRC_BF16 ? ck_bf16_to_f32(h) : ck_f16_to_f32(h);
+	}
 }
 
 /* One block of 32 floats, the lanes where they take it, else ggml's steps. */
@@ -280,8 +289,7 @@ static void quant_block(int q4, const float *x, unsigned char *y)
 		(q4 ? quant_q4_0 : quant_q8_0)(x, y);
 }
 
-int ck_ggml_quant_with(uint32_t type, int from, const void *x, size_t n, unsigned char *out,
-		       int vector)
+int ck_ggml_quant(uint32_t type, int from, const void *x, size_t n, unsigned char *out, int vector)
 {
 	if ((type != Q8_0 && type != Q4_0) ||
 	    (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16))
@@ -298,13 +306,7 @@ int ck_ggml_quant_with(uint32_t type, int from, const void *x, size_t n, unsigne
 				break;
 		}
 		float f[32];
-		for (int j = 0; from != CK_QSRC_F32 && j < 32; j++) { /* widened exactly */
-			uint16_t h;
-			memcpy(&h, in + i * xs + 2 * j, 2);
-			f[j] = from == CK_QSRC_BF16 ? ck_bf16_to_f32(h) : ck_f16_to_f32(h);
-		}
-		if (from == CK_QSRC_F32)
-			memcpy(f, in + i * xs, sizeof f);
+		widen_block(from, in + i * xs, f);
 		quant_block(q4, f, out + i * ys);
 	}
 	return 0;

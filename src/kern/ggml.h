@@ -17,15 +17,12 @@ enum { CK_QSRC_F32, CK_QSRC_BF16, CK_QSRC_F16 };
 
 /* Decode n blocks of type into out (n * elems floats). */
 void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float *out);
-/* Quantize n blocks of 32 floats to Q8_0 or Q4_0 (the GGUF view), exactly as
- * ggml's reference quantizers. Returns -1 for any other type. */
-int ck_ggml_quant(uint32_t type, const float *x, size_t n, unsigned char *out);
-/* The same from elements of type from (CK_QSRC_F32, _BF16 or _F16),
- * quantized as the F32 they widen to: the GGUF view of a BF16 or F16
- * checkpoint makes no F32 copy of its values. vector 0: the portable
- * code only, never the CPU's vector kernels (tests compare the two).
- * Returns -1 for another type or another from. */
-int ck_ggml_quant_with(uint32_t type, int from, const void *x, size_t n, unsigned char *out,
-		       int vector);
+/* Quantize n blocks of 32 elements of type from (CK_QSRC_F32, _BF16 or
+ * _F16) to Q8_0 or Q4_0 (the GGUF view), exactly as ggml's reference
+ * quantizers do the F32 they widen to (the GGUF view of a BF16 or F16
+ * checkpoint makes no F32 copy of its values). vector 0: the portable code
+ * only, never the CPU's vector kernels (tests compare the two). Returns -1
+ * for another type or another from. */
+int ck_ggml_quant(uint32_t type, int from, const void *x, size_t n, unsigned char *out, int vector);
 
 #endif

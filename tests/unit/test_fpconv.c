@@ -779,9 +779,9 @@ START_TEST(ggml_quantizers_match_reference)
 	for (int q4 = 0; q4 < 2; q4++) {
 		size_t bs = q4 ? 18 : 34;
 		got[N * bs] = 0xAB;
-		ck_assert_int_eq(ck_ggml_quant_with(q4 ? CK_GGML_Q4_0 : CK_GGML_Q8_0, from[src],
-						    src ? (const void *)h : (const void *)x, N, got,
-						    vector),
+		ck_assert_int_eq(ck_ggml_quant(q4 ? CK_GGML_Q4_0 : CK_GGML_Q8_0, from[src],
+					       src ? (const void *)h : (const void *)x, N, got,
+					       vector),
 				 0);
 		ck_assert_uint_eq(got[N * bs], 0xAB);
 		for (int k = 0; k < N; k++) {
@@ -798,8 +798,8 @@ START_TEST(ggml_quantizers_match_reference)
 					      (double)x[32 * k + 1]);
 		}
 	}
-	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_K, x, 1, got), -1);
-	ck_assert_int_eq(ck_ggml_quant_with(CK_GGML_Q8_0, 3, x, 1, got, 1), -1);
+	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_K, CK_QSRC_F32, x, 1, got, 1), -1);
+	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q8_0, 3, x, 1, got, 1), -1);
 	free(x);
 	free(h);
 	free(got);
