@@ -348,13 +348,16 @@ static int queue_span(struct ck_served *s, struct cache_queue *q, uint32_t t, ui
 	return rc;
 }
 
-/* An evaluated span: what the cache already holds or is evaluating from its
- * start (a prefetch ahead of this reader) is taken from there, not
- * evaluated twice; the rest, if large or streamable, is evaluated straight
- * into buf on this thread, else through the cache too. */
+/* An evaluated span: small and not streamable, through the cache; else
+ * what the cache already holds or is evaluating from its start (a prefetch
+ * ahead of this reader) is taken from there, not evaluated twice, and the
+ * rest, if large or streamable, is evaluated straight into buf on this
+ * thread, else through the cache too. */
 static int read_evaluated(struct ck_served *s, struct cache_queue *q, const struct ck_span *sp,
 			  unsigned char *buf, struct ck_err *err)
 {
+	if (sp->len < CK_STREAM_MIN && !ck_cache_streamable(s->cache, sp->target))
+		return queue_span(s, q, sp->target, sp->off, sp->len, sp->dst, buf, err);
 	uint64_t held = ck_cache_held(s->cache, sp->target, sp->off, sp->len);
 	int rc = held ? queue_span(s, q, sp->target, sp->off, held, sp->dst, buf, err) : 0;
 	uint64_t off = sp->off + held, len = sp->len - held, dst = sp->dst + held;
