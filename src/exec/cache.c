@@ -14,6 +14,7 @@
 #define SERVED_MAX (16u << 20)
 
 enum { LOADING, READY };
+enum { STREAM_ALWAYS = 1, STREAM_LARGE = 2 };
 
 struct waiter {
 	struct waiter *next;
@@ -81,7 +82,9 @@ struct ck_cache {
 	atomic_uchar *file_changed; /* per source file, set once and logged */
 	atomic_int logged_errors;
 	int64_t *direct; /* per target: file offset of its bytes, or -1 (see ck_cache_direct) */
-	unsigned char *stream; /* per target: ck_plan_streamable (NULL: none is) */
+	/* per target: STREAM_ALWAYS (ck_plan_streamable), STREAM_LARGE (only
+	 * in order: ck_plan_in_order) or 0; NULL: none is */
+	unsigned char *stream;
 	uint32_t *next_eval; /* per target: the next evaluated target of another group, or n */
 	atomic_uint_fast64_t direct_reads;
 	/* contexts of callers evaluating into their own memory (ck_cache_eval_into) */
@@ -873,9 +876,9 @@ int ck_cache_eval_into(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t le
 	return r;
 }
 
-int ck_cache_streamable(const struct ck_cache *c, uint32_t t)
+int ck_cache_streamable(const struct ck_cache *c, uint32_t t, int large)
 {
-	return c->stream && c->stream[t];
+	return c->stream && (c->stream[t] == STREAM_ALWAYS || (large && c->stream[t]));
 }
 
 uint64_t ck_cache_held(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t len)
@@ -960,7 +963,9 @@ int ck_cache_new(const struct ck_plan *plan, const struct ck_cache_opts *o, stru
 			return ck_fail_sys(err, ENOMEM, "cache");
 		}
 		for (size_t t = 0; t < plan->n; t++)
-			c->stream[t] = (unsigned char)ck_plan_streamable(plan, (uint32_t)t);
+			c->stream[t] = ck_plan_streamable(plan, (uint32_t)t) ? STREAM_ALWAYS
+				       : ck_plan_in_order(plan, (uint32_t)t) ? STREAM_LARGE
+									     : 0;
 	}
 	if (build_next_eval(c) < 0) {
 		free(c->stream);

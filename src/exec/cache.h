@@ -96,8 +96,12 @@ int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
 /* 1 when a read of target t is best evaluated on its own into the reader's
  * buffer (ck_cache_eval_into) rather than through cache chunks: its window
  * reads about its own bytes of source (ck_plan_streamable), and the CPU
- * evaluates (-o no_stream and the CUDA backend turn it off). */
-int ck_cache_streamable(const struct ck_cache *c, uint32_t t);
+ * evaluates (-o no_stream and the CUDA backend turn it off). large: the
+ * span is part of a large read (1 MiB or more), whose neighbouring spans
+ * are evaluated that way anyway; then a target that is only in order
+ * (padded, quantized: ck_plan_in_order) is too, rather than its whole
+ * group going through the cache for a few bytes at the read's edge. */
+int ck_cache_streamable(const struct ck_cache *c, uint32_t t, int large);
 /* How many bytes of [off, off+len) of t, from off, lie in chunks that are
  * cached or being evaluated (prefetched ahead of a reader), one after the
  * other: a reader takes those from the cache, or they would be evaluated

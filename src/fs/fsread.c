@@ -191,7 +191,7 @@ static int all_streamable(struct ckfs *fs, const struct pending *p, const struct
 	if (p->n_odirect)
 		return 0;
 	for (size_t i = 0; i < nr; i++)
-		if (!ck_cache_streamable(fs->cache, rest[i].target))
+		if (!ck_cache_streamable(fs->cache, rest[i].target, 0))
 			return 0;
 	return 1;
 }

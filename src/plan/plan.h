@@ -94,11 +94,15 @@ int ck_plan_copy_some(const struct ck_plan *p, const unsigned char *keep, struct
  * cast-free range of one source file (a rename: reads are answered from the
  * file itself), or -1. */
 int64_t ck_plan_direct_offset(const struct ck_plan *plan, uint32_t t);
-/* 1 when any window of a target's output can be evaluated on its own for
- * about the cost of its own bytes: every piece reads its source in output
- * order, innermost dimension contiguous (casts, renames with a cast, fused
- * and sliced blocks; not transposes, block scales, quantized sources or
- * outputs, padding). */
+/* 1 when any window of a target's output reads about its own bytes of
+ * source: every piece reads its source in output order, innermost
+ * dimension contiguous (casts, renames with a cast, fused and sliced
+ * blocks, padding, GGUF-quantized outputs; not transposes, block scales,
+ * quantized sources). */
+int ck_plan_in_order(const struct ck_plan *plan, uint32_t t);
+/* In order, and cheap enough per byte that any read of it, small or large,
+ * is best evaluated on its own: no padding (zero runs between pieces) and
+ * no quantized output (whole blocks, a quantizer's cost). */
 int ck_plan_streamable(const struct ck_plan *plan, uint32_t t);
 /* Keep the parameters (which 1), the optimizer state (2) or both (0). */
 int ck_plan_keep_state(struct ck_plan *p, int which, struct ck_err *err);

@@ -404,11 +404,11 @@ static int piece_in_order(const struct ck_piece *p, int ndim)
 	return 1;
 }
 
-int ck_plan_streamable(const struct ck_plan *plan, uint32_t t)
+int ck_plan_in_order(const struct ck_plan *plan, uint32_t t)
 {
 	const struct ck_target *tg = &plan->t[t];
 	const struct ck_value *v = &tg->v;
-	if (!v->n || tg->holes || !tg->nbytes || tg->qtype)
+	if (!v->n || !tg->nbytes)
 		return 0;
 	for (size_t i = 0; i < v->n; i++) {
 		const struct ck_piece *p = &v->p[i];
@@ -417,6 +417,12 @@ int ck_plan_streamable(const struct ck_plan *plan, uint32_t t)
 			return 0;
 	}
 	return 1;
+}
+
+int ck_plan_streamable(const struct ck_plan *plan, uint32_t t)
+{
+	const struct ck_target *tg = &plan->t[t];
+	return !tg->holes && !tg->qtype && ck_plan_in_order(plan, t);
 }
 
 int ck_plan_copy_some(const struct ck_plan *p, const unsigned char *keep, struct ck_plan **out,

@@ -352,18 +352,22 @@ static int queue_span(struct ck_served *s, struct cache_queue *q, uint32_t t, ui
  * what the cache already holds or is evaluating from its start (a prefetch
  * ahead of this reader) is taken from there, not evaluated twice, and the
  * rest, if large or streamable, is evaluated straight into buf on this
- * thread, else through the cache too. */
+ * thread, else through the cache too. Within a large read (q->ahead 0) a
+ * small span of an in-order target counts as streamable: the large reads
+ * either side evaluate that target's bytes themselves, and the cache would
+ * evaluate its whole group again for the span. */
 static int read_evaluated(struct ck_served *s, struct cache_queue *q, const struct ck_span *sp,
 			  unsigned char *buf, struct ck_err *err)
 {
-	if (sp->len < CK_STREAM_MIN && !ck_cache_streamable(s->cache, sp->target))
+	int streamable = ck_cache_streamable(s->cache, sp->target, !q->ahead);
+	if (sp->len < CK_STREAM_MIN && !streamable)
 		return queue_span(s, q, sp->target, sp->off, sp->len, sp->dst, buf, err);
 	uint64_t held = ck_cache_held(s->cache, sp->target, sp->off, sp->len);
 	int rc = held ? queue_span(s, q, sp->target, sp->off, held, sp->dst, buf, err) : 0;
 	uint64_t off = sp->off + held, len = sp->len - held, dst = sp->dst + held;
 	if (rc < 0 || !len)
 		return rc;
-	if (len >= CK_STREAM_MIN || ck_cache_streamable(s->cache, sp->target))
+	if (len >= CK_STREAM_MIN || streamable)
 		return ck_cache_eval_into(s->cache, sp->target, off, len, buf + dst, err);
 	return queue_span(s, q, sp->target, off, len, dst, buf, err);
 }
