@@ -5,6 +5,7 @@
 #include "ckptfs.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,14 +24,30 @@ struct ckptfs {
 	 * "npy/NAME.npy" per target (n_laid_out: the first two kinds) */
 	char **names;
 	size_t n_files, n_laid_out;
+	/* where the last large read of each file, then of each target, ended
+	 * (0: none): a small read starting there continues a sequential
+	 * reader's large reads and is evaluated like them (sequel_of) */
+	_Atomic uint64_t *seq_end;
 };
+
+/* Whether a read of len bytes at off of file or target k continues a large
+ * read (see ck_served_read's `large`), and where the next would. Readers on
+ * several threads race here harmlessly: either answer gives the same bytes. */
+static int sequel_of(ckptfs *h, size_t k, uint64_t off, size_t len)
+{
+	int sequel = off && atomic_load_explicit(&h->seq_end[k], memory_order_relaxed) == off;
+	if (sequel || len >= CK_STREAM_MIN)
+		atomic_store_explicit(&h->seq_end[k], off + len, memory_order_relaxed);
+	return sequel;
+}
 
 static int list_files(ckptfs *h)
 {
 	const struct ck_tree *t = h->tree;
 	h->n_laid_out = t->n_roots + t->n_sub;
 	h->n_files = h->n_laid_out + t->plan->n;
-	if (!(h->names = calloc(h->n_files ? h->n_files : 1, sizeof *h->names)))
+	if (!(h->names = calloc(h->n_files ? h->n_files : 1, sizeof *h->names)) ||
+	    !(h->seq_end = calloc(h->n_files + t->plan->n + 1, sizeof *h->seq_end)))
 		return -1;
 	for (size_t k = 0; k < h->n_files; k++) {
 		const char *n = k < t->n_roots		? t->roots[k].name
@@ -204,6 +221,7 @@ void ckptfs_close(ckptfs *h)
 	for (size_t k = 0; h->names && k < h->n_files; k++)
 		free(h->names[k]);
 	free(h->names);
+	free((void *)h->seq_end);
 	free(h->source);
 	free(h);
 }
@@ -279,7 +297,8 @@ int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 		return usage(err, "ckptfs_read: %s is NULL", "buf");
 	struct ck_span sp = {ck_tree_cache_target(h->tree, (uint32_t)i), off, n, 0, NULL};
 	struct ck_err e;
-	if (n && ck_served_read(&h->srv, &sp, 1, buf, h->batch, &e) < 0) {
+	int large = sequel_of(h, h->n_files + i, off, n);
+	if (n && ck_served_read(&h->srv, &sp, 1, buf, h->batch, large, &e) < 0) {
 		put_err(err, &e);
 		return -1;
 	}
@@ -344,7 +363,7 @@ int64_t ckptfs_file_read(ckptfs *h, size_t k, uint64_t off, void *buf, size_t le
 			ck_vfile_spans(vf, off, n, sp, ns);
 	}
 	/* literal spans point into the layout: free it after the read */
-	int r = sp ? ck_served_read(&h->srv, sp, ns, buf, h->batch, &e)
+	int r = sp ? ck_served_read(&h->srv, sp, ns, buf, h->batch, sequel_of(h, k, off, n), &e)
 		   : ck_fail_sys(&e, ENOMEM, "ckptfs_file_read");
 	free(sp);
 	if (vf && built)

@@ -109,7 +109,11 @@ long ckptfs_tensor_group(const ckptfs *h, size_t i);
 
 /* Read bytes [off, off+len) of target i (C order, little endian) into buf.
  * Returns the bytes read: len, less at the end of the tensor, 0 past it;
- * or -1 with err. */
+ * or -1 with err. A read of 1 MiB or more is evaluated on the caller's
+ * thread, as is a smaller one starting where the last large read of the
+ * same target (file) ended: a sequential reader's last piece. Other small
+ * reads go through the shared cache, which evaluates a tensor's group once
+ * for many of them and prefetches what comes next. */
 int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 		    struct ckptfs_error *err);
 

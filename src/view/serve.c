@@ -373,13 +373,13 @@ static int read_evaluated(struct ck_served *s, struct cache_queue *q, const stru
 }
 
 int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
-		   uint64_t batch, struct ck_err *err)
+		   uint64_t batch, int large, struct ck_err *err)
 {
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++)
 		total += spans[i].len;
 	struct cache_queue q = {
-	    .k = 0, .pending = 0, .batch = batch, .ahead = total < CK_STREAM_MIN};
+	    .k = 0, .pending = 0, .batch = batch, .ahead = !large && total < CK_STREAM_MIN};
 	int rc = 0;
 	void *bounce = NULL; /* for O_DIRECT reads (-o odirect), made on first use */
 	for (size_t i = 0; i < n && rc == 0; i++) {

@@ -109,9 +109,12 @@ void ck_served_close(struct ck_served *s);
 /* Bytes of a read into buf: literal spans are copied, direct spans read
  * from their source file, large and streamable spans evaluated into buf, the rest through
  * the cache, at most batch bytes (> 0) of it in flight at once; the caller
- * waits. spans in ck_vfile_spans' format, dst relative to buf. Returns 0 or
- * -1 with err (CK_E_SYS: a failed source read, errno kept). Thread-safe. */
+ * waits. spans in ck_vfile_spans' format, dst relative to buf. large: the
+ * read continues a large one (a sequential reader's last piece of a file):
+ * read it as one (no prefetch; in-order spans evaluated into buf), however
+ * small. Returns 0 or -1 with err (CK_E_SYS: a failed source read, errno
+ * kept). Thread-safe. */
 int ck_served_read(struct ck_served *s, const struct ck_span *spans, size_t n, unsigned char *buf,
-		   uint64_t batch, struct ck_err *err);
+		   uint64_t batch, int large, struct ck_err *err);
 
 #endif

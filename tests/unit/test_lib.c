@@ -358,10 +358,13 @@ END_TEST
  * The read before evaluated the rest of that target into its own buffer;
  * the tail must be evaluated the same way, not through the cache, which
  * would evaluate the whole target's group again: every source byte is read
- * once. Source: p F32 [1024, 320] padded with zero rows to 1100 (p_pad, 1.34
+ * once. The same when the tail is a small read of its own (_i 1) that
+ * starts where the large read ended: a sequential reader's next piece.
+ * Source: p F32 [1024, 320] padded with zero rows to 1100 (p_pad, 1.34
  * MiB), then z F32 [512, 640] kept (1.25 MiB, read from the file). */
 START_TEST(t_large_read_edges)
 {
+	int sequel = _i;
 	free(src);
 	src = tu_path(dir, "pad.safetensors");
 	const struct tu_tensor t[] = {{"p", CK_DT_F32, 2, {1024, 320}},
@@ -383,6 +386,11 @@ START_TEST(t_large_read_edges)
 	ck_assert_uint_ge(cut, 1u << 20);
 	ck_assert_uint_ge(size - cut, 1u << 20);
 	ck_assert_int_eq(ckptfs_file_read(h, (size_t)k, 0, f, cut, &e), (int64_t)cut);
+	if (sequel) { /* the tail alone: small, but it continues the large read */
+		ck_assert_int_eq(ckptfs_file_read(h, (size_t)k, cut, f + cut, pad_end - cut, &e),
+				 (int64_t)(pad_end - cut));
+		cut = pad_end;
+	}
 	ck_assert_int_eq(ckptfs_file_read(h, (size_t)k, cut, f + cut, size - cut, &e),
 			 (int64_t)(size - cut));
 	struct ckptfs_stats s;
@@ -568,7 +576,7 @@ int main(void)
 	tcase_add_test(tc, t_read_once);
 	tcase_add_test(tc, t_prefetched);
 	tcase_add_test(tc, t_large_read);
-	tcase_add_test(tc, t_large_read_edges);
+	tcase_add_loop_test(tc, t_large_read_edges, 0, 2);
 	tcase_add_test(tc, t_flat_file);
 	tcase_add_test(tc, t_npy_files);
 	tcase_add_test(tc, t_threads);
