@@ -239,6 +239,28 @@ static struct ck_plan *own_plan(const struct tu_tensor *t, size_t n, const char 
 	return p;
 }
 
+/* Element i of an F32 or BF16 (ses 2) source tensor's bytes sb, as F32. */
+static float src_elem(const unsigned char *sb, size_t ses, int64_t i)
+{
+	float f;
+	if (ses == 4) {
+		memcpy(&f, sb + 4 * i, 4);
+		return f;
+	}
+	uint16_t h;
+	memcpy(&h, sb + 2 * i, 2);
+	return ck_bf16_to_f32(h);
+}
+
+static void own_plan_free(struct ck_plan *p, struct ck_catalog *tc, unsigned char *img, char *d)
+{
+	ck_plan_free(p);
+	ck_catalog_free(tc);
+	free(img);
+	tu_rmtree(d);
+	free(d);
+}
+
 /* A transpose read chunk by chunk, as the cache evaluates a group: each
  * chunk needs a few source columns of every row, and with rows under 4 KiB
  * the runs merge into one read of the window. That window is kept and
@@ -280,25 +302,74 @@ START_TEST(chunked_transpose_reads_source_once)
 		const unsigned char *sb = img + se->t.offset;
 		for (int64_t k = 0; k < cols; k++)
 			for (int64_t r = 0; r < rows; r++) {
-				float want;
-				if (ses == 4) {
-					memcpy(&want, sb + 4 * (r * cols + k), 4);
-				} else {
-					uint16_t h;
-					memcpy(&h, sb + 2 * (r * cols + k), 2);
-					want = ck_bf16_to_f32(h);
-				}
+				float want = src_elem(sb, ses, r * cols + k);
 				ck_assert(memcmp(&out[k * rows + r], &want, 4) == 0);
 			}
 		free(out);
 		ck_eval_ctx_free(&c);
 		ck_engine_fini(&e);
 	}
-	ck_plan_free(p);
-	ck_catalog_free(tc);
-	free(img);
-	tu_rmtree(d);
-	free(d);
+	own_plan_free(p, tc, img, d);
+}
+END_TEST
+
+/* Llama's rope permutation for GGUF, x.view(nh, 2, -1, H).transpose(1, 2)
+ * .reshape(-1, H): output row h*hd + 2i + j is source row h*hd + j*hd/2 + i,
+ * a piece per pair of output rows. Read whole, its pieces' rows together
+ * fill their source window, which is read in one request, not one per
+ * row; a few rows of one head read only their own source rows. Values
+ * against the file's rows moved by that formula; F32 and BF16 -> F32. */
+START_TEST(interleaved_rows_read_together)
+{
+	enum { NH = 4, HD = 16, H = 512 }; /* BF16 rows 7 apart: gaps over 4 KiB */
+	static const struct tu_tensor t[] = {{"q", CK_DT_F32, 2, {NH * HD, H}},
+					     {"k", CK_DT_BF16, 2, {NH * HD, H}}};
+	char *d;
+	unsigned char *img;
+	struct ck_catalog *tc;
+	struct ck_err err;
+	struct ck_plan *p =
+	    own_plan(t, 2,
+		     "{\"rules\": [{\"from\": \"q\", \"to\": \"qp\", \"expr\": "
+		     "\"x.view(4, 2, -1, 512).transpose(1, 2).reshape(-1, 512)\"},"
+		     "{\"from\": \"k\", \"to\": \"kp\", \"expr\": "
+		     "\"x.view(4, 2, -1, 512).transpose(1, 2).reshape(-1, 512).to(F32)\"}]}",
+		     &d, &img, &tc);
+	static const char *const src[] = {"q", "k"}, *const tgt[] = {"qp", "kp"};
+	for (int i = 0; i < 2; i++) {
+		const struct ck_catalog_entry *se = ck_catalog_find(tc, src[i]);
+		size_t ses = ck_dtype_size(se->t.dtype), n = (size_t)NH * HD * H * 4;
+		uint32_t ti = (uint32_t)(ck_plan_find(p, tgt[i]) - p->t);
+		ck_assert_uint_ge(p->t[ti].v.n, NH * HD / 2); /* the layout's pieces, as above */
+		struct ck_engine e;
+		ck_engine_init(&e, p, 1);
+		struct ck_eval_ctx c;
+		ck_eval_ctx_init(&c, &e);
+		float *out = malloc(n);
+		ck_assert_int_eq(ck_engine_read(&c, ti, 0, n, out, &err), 0);
+		ck_assert_uint_eq(atomic_load(&e.source_bytes_read), (uint64_t)NH * HD * H * ses);
+		ck_assert_uint_eq(atomic_load(&e.read_requests), 1);
+		const unsigned char *sb = img + se->t.offset;
+		for (int r = 0; r < NH * HD; r++) {
+			int h = r / HD, ii = r % HD / 2, j = r % 2, sr = h * HD + j * HD / 2 + ii;
+			for (int col = 0; col < H; col++) {
+				float want = src_elem(sb, ses, sr * H + col);
+				ck_assert_msg(memcmp(&out[r * H + col], &want, 4) == 0, "%s row %d",
+					      tgt[i], r);
+			}
+		}
+		/* rows 2..5 of head 1, in a context with no window yet: their
+		 * four source rows (1, 2, 9 and 10 of the head), not the head */
+		ck_eval_ctx_free(&c);
+		ck_eval_ctx_init(&c, &e);
+		atomic_store(&e.source_bytes_read, 0);
+		ck_assert_int_eq(ck_engine_read(&c, ti, (HD + 2) * H * 4, 4 * H * 4, out, &err), 0);
+		ck_assert_uint_eq(atomic_load(&e.source_bytes_read), 4 * H * ses);
+		free(out);
+		ck_eval_ctx_free(&c);
+		ck_engine_fini(&e);
+	}
+	own_plan_free(p, tc, img, d);
 }
 END_TEST
 
@@ -575,6 +646,7 @@ int main(void)
 	tcase_add_test(tc, regions_read_only_what_they_need);
 	tcase_add_test(tc, small_window_same_bytes);
 	tcase_add_test(tc, chunked_transpose_reads_source_once);
+	tcase_add_test(tc, interleaved_rows_read_together);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, convert_transposes_in_blocks);
