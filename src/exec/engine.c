@@ -86,7 +86,8 @@ static int push_req(struct ck_eval_ctx *c, struct reqlist *l, uint32_t file, uin
 		uint64_t end = last->off + last->len;
 		/* the next run, at most a small gap on (MXFP4 runs of odd nibbles
 		 * share their boundary byte): coalesce, gap included */
-		if (off >= last->off && off < end + CK_COALESCE_GAP &&
+		if (off >= last->off &&
+		    off < end + (r.align ? CK_COALESCE_GAP_DIRECT : CK_COALESCE_GAP) &&
 		    buf == (unsigned char *)last->buf + (off - last->off)) {
 			if (off + len > end)
 				last->len = off + len - last->off;
@@ -158,25 +159,26 @@ struct wshape {
 	int64_t run, nruns;
 };
 
-/* Whether every gap between the runs is under CK_COALESCE_GAP, so that
+/* Whether every gap between the runs is under gap (push_req's), so that
  * read_window's requests would merge into one read of the whole window
  * anyway. Read whole, the window is kept (window_get) and the next step of
  * the same source finds it: a transpose evaluated chunk by chunk (a few
  * source columns per chunk, every row) read the whole source tensor again
  * for every chunk, 5x its bytes for Llama's gate_proj as an EasyDeL kernel. */
-static int runs_coalesce(const struct step *s, const struct wshape *w, size_t ses)
+static int runs_coalesce(const struct step *s, const struct wshape *w, size_t ses, uint64_t gap)
 {
 	int64_t reach = w->run; /* elements from a run's start to its block's end */
 	for (int j = w->k; j < w->nd; j++) {
 		int64_t st = s->p->stride[w->dims[j]], n = s->hi[w->dims[j]] - s->lo[w->dims[j]];
-		if ((uint64_t)(st - reach) * ses >> s->p->fp4 >= CK_COALESCE_GAP)
+		if ((uint64_t)(st - reach) * ses >> s->p->fp4 >= gap)
 			return 0;
 		reach += st * (n - 1);
 	}
 	return w->nd > w->k;
 }
 
-static void window_shape(const struct step *s, int64_t wlo, int64_t whi, struct wshape *w)
+static void window_shape(const struct step *s, int64_t wlo, int64_t whi, uint64_t gap,
+			 struct wshape *w)
 {
 	size_t ses = ck_dtype_size(s->src->t.dtype);
 	w->nd = 0;
@@ -197,8 +199,8 @@ static void window_shape(const struct step *s, int64_t wlo, int64_t whi, struct 
 	 * read of the whole window beats thousands of requests. */
 	int dense = (uint64_t)(whi - wlo) <= (uint64_t)w->nruns * (uint64_t)w->run * 2;
 	w->whole = w->nruns == 1 || w->nruns > 65536 ||
-		   (dense && ((uint64_t)w->run * ses >> s->p->fp4) < CK_COALESCE_GAP) ||
-		   runs_coalesce(s, w, ses);
+		   (dense && ((uint64_t)w->run * ses >> s->p->fp4) < gap) ||
+		   runs_coalesce(s, w, ses, gap);
 }
 
 /* The file bytes [*b0, *b0 + *n) of source elements [wlo, whi). */
@@ -505,7 +507,10 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 		b.scaled ? &c->eng->plan->cat->entries[s->p->sc->src] : NULL;
 	size_t scs = sce ? ck_dtype_size(sce->t.dtype) : 0, scneed = (size_t)sc_n * scs;
 	struct wshape w;
-	window_shape(s, wlo, whi, &w);
+	const struct ck_engine *eng = c->eng;
+	window_shape(
+	    s, wlo, whi,
+	    eng->dfd && eng->dfd[s->src->file] >= 0 ? CK_COALESCE_GAP_DIRECT : CK_COALESCE_GAP, &w);
 	unsigned char *win, *scales = NULL;
 	if (c->on_gpu) {
 		if (ck_gpu_stage(c->lane, need, scneed, &win, &scales, err) < 0 ||

@@ -191,6 +191,54 @@ START_TEST(regions_read_only_what_they_need)
 }
 END_TEST
 
+/* A column slice (a 4 KiB run of each 16 KiB row): read buffered, one
+ * request per row, the 12 KiB gaps skipped; read with O_DIRECT, where each
+ * request reaches the device, the gaps are read through (under 64 KiB) in
+ * one request. The same values either way, against the file's bytes. */
+START_TEST(odirect_reads_through_small_gaps)
+{
+	struct ck_plan *p = plan_of(MAP);
+	size_t n = (size_t)R * 1024 * 4;
+	for (int direct = 0; direct <= 1; direct++) {
+		struct ck_engine e;
+		ck_engine_init(&e, p, 1);
+		maybe_direct(&e, direct * 2);
+		struct ck_eval_ctx c;
+		ck_eval_ctx_init(&c, &e);
+		struct ck_err err;
+		float *out = malloc(n);
+		ck_assert_int_eq(ck_engine_read(&c, tidx(p, "cols"), 0, n, out, &err), 0);
+		for (size_t r = 0; r < R; r++)
+			for (size_t k = 0; k < 1024; k++) {
+				float want = f32_at("big", r * C + 1024 + k);
+				ck_assert(memcmp(&out[r * 1024 + k], &want, 4) == 0);
+			}
+		ck_assert_uint_eq(atomic_load(&e.read_requests), direct ? 1 : R);
+		ck_assert_uint_eq(atomic_load(&e.source_bytes_read),
+				  direct ? ((R - 1) * C + 1024) * 4 : n);
+		/* the transpose in 64 KiB pieces (16 source columns each, rows 16
+		 * KiB apart): with O_DIRECT its window is read whole, kept and
+		 * extended piece by piece, so the source is read once, in far
+		 * fewer requests than one per row per piece (buffered); a fresh
+		 * context, so that nothing is kept from the slice */
+		ck_eval_ctx_free(&c);
+		ck_eval_ctx_init(&c, &e);
+		atomic_store(&e.source_bytes_read, 0);
+		atomic_store(&e.read_requests, 0);
+		for (size_t off = 0; off < (size_t)R * C * 4; off += n)
+			ck_assert_int_eq(ck_engine_read(&c, tidx(p, "tr"), off, n, out, &err), 0);
+		ck_assert_uint_eq(atomic_load(&e.source_bytes_read), (uint64_t)R * C * 4);
+		if (direct)
+			ck_assert_uint_lt(atomic_load(&e.read_requests),
+					  (uint64_t)R * C * 4 / n * 2);
+		free(out);
+		ck_eval_ctx_free(&c);
+		ck_engine_fini(&e);
+	}
+	ck_plan_free(p);
+}
+END_TEST
+
 /* A window smaller than one row forces the evaluation to split; bytes stay
  * the same. */
 START_TEST(small_window_same_bytes)
@@ -644,6 +692,7 @@ int main(void)
 	tcase_add_loop_test(tc, values_match_reference, 0, 4);
 	tcase_add_loop_test(tc, odirect_reads_any_range, 0, 2);
 	tcase_add_test(tc, regions_read_only_what_they_need);
+	tcase_add_test(tc, odirect_reads_through_small_gaps);
 	tcase_add_test(tc, small_window_same_bytes);
 	tcase_add_test(tc, chunked_transpose_reads_source_once);
 	tcase_add_test(tc, interleaved_rows_read_together);
