@@ -397,6 +397,22 @@ START_TEST(interleaved_rows_read_together)
 		ck_assert_int_eq(ck_engine_read(&c, ti, 0, n, out, &err), 0);
 		ck_assert_uint_eq(atomic_load(&e.source_bytes_read), (uint64_t)NH * HD * H * ses);
 		ck_assert_uint_eq(atomic_load(&e.read_requests), 1);
+		/* again in odd pieces (boxes of part rows and of some rows), every
+		 * other one in a fresh context (no window kept), into a second
+		 * buffer: the same bytes */
+		unsigned char *again = malloc(n);
+		for (size_t off = 0; off < n; off += 7777) {
+			if (off / 7777 % 2) {
+				ck_eval_ctx_free(&c);
+				ck_eval_ctx_init(&c, &e);
+			}
+			ck_assert_int_eq(ck_engine_read(&c, ti, off,
+							n - off < 7777 ? n - off : 7777,
+							again + off, &err),
+					 0);
+		}
+		ck_assert(memcmp(again, out, n) == 0);
+		free(again);
 		const unsigned char *sb = img + se->t.offset;
 		for (int r = 0; r < NH * HD; r++) {
 			int h = r / HD, ii = r % HD / 2, j = r % 2, sr = h * HD + j * HD / 2 + ii;
