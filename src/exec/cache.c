@@ -876,6 +876,11 @@ int ck_cache_eval_into(struct ck_cache *c, uint32_t t, uint64_t off, uint64_t le
 	return r;
 }
 
+int ck_cache_batched(const struct ck_cache *c, uint32_t t)
+{
+	return ck_engine_read_span(&c->eng, t) != 0;
+}
+
 int ck_cache_streamable(const struct ck_cache *c, uint32_t t, int large)
 {
 	return c->stream && (c->stream[t] == STREAM_ALWAYS || (large && c->stream[t]));

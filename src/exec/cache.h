@@ -102,6 +102,11 @@ int ck_cache_is_direct(const struct ck_cache *c, uint32_t t);
  * (padded, quantized: ck_plan_in_order) is too, rather than its whole
  * group going through the cache for a few bytes at the read's edge. */
 int ck_cache_streamable(const struct ck_cache *c, uint32_t t, int large);
+/* 1 when t is a large transpose (ck_engine_read_span): a read of its own
+ * evaluates every row of a source too big for one window, so the cache
+ * evaluates its chunks in batches, one read of the source for many. A
+ * reader taking it in pieces, however large, is best served from there. */
+int ck_cache_batched(const struct ck_cache *c, uint32_t t);
 /* How many bytes of [off, off+len) of t, from off, lie in chunks that are
  * cached or being evaluated (prefetched ahead of a reader), one after the
  * other: a reader takes those from the cache, or they would be evaluated

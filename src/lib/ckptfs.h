@@ -113,7 +113,9 @@ long ckptfs_tensor_group(const ckptfs *h, size_t i);
  * thread, as is a smaller one starting where the last large read of the
  * same target (file) ended: a sequential reader's last piece. Other small
  * reads go through the shared cache, which evaluates a tensor's group once
- * for many of them and prefetches what comes next. */
+ * for many of them and prefetches what comes next; so do the pieces of a
+ * transposed tensor too big for one evaluation window (an EasyDeL lm_head
+ * kernel), which a read of its own would take every source row for. */
 int64_t ckptfs_read(ckptfs *h, size_t i, uint64_t off, void *buf, size_t len,
 		    struct ckptfs_error *err);
 

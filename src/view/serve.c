@@ -360,7 +360,8 @@ static int read_evaluated(struct ck_served *s, struct cache_queue *q, const stru
 			  unsigned char *buf, struct ck_err *err)
 {
 	int streamable = ck_cache_streamable(s->cache, sp->target, !q->ahead);
-	if (sp->len < CK_STREAM_MIN && !streamable)
+	if ((sp->len < CK_STREAM_MIN && !streamable) ||
+	    (ck_cache_batched(s->cache, sp->target) && sp->len < s->plan->t[sp->target].nbytes))
 		return queue_span(s, q, sp->target, sp->off, sp->len, sp->dst, buf, err);
 	uint64_t held = ck_cache_held(s->cache, sp->target, sp->off, sp->len);
 	int rc = held ? queue_span(s, q, sp->target, sp->off, held, sp->dst, buf, err) : 0;

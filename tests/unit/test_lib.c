@@ -410,6 +410,51 @@ START_TEST(t_large_read_edges)
 }
 END_TEST
 
+/* A large transpose (its source over the engine's 32 MiB window) read in 2
+ * MiB pieces: each piece needs 62 source columns of every 2 KiB row, runs
+ * a page apart that a read takes whole, so a piece evaluated on its own
+ * reads the whole source (17 pieces, 17 times its bytes). Taken through the
+ * cache, whose jobs evaluate many of its chunks per read of the source, the
+ * source is read once. A read of the whole target is still evaluated on
+ * its own, in one pass. Values against the source's bytes transposed. */
+START_TEST(t_large_transpose_batched)
+{
+	enum { ROWS = 16896, COLS = 1024 }; /* BF16: 34.6 MB */
+	free(src);
+	src = tu_path(dir, "wide.safetensors");
+	const struct tu_tensor t[] = {{"w", CK_DT_BF16, 2, {ROWS, COLS}}};
+	tu_write_st(src, t, 1);
+	parse_source_header();
+	tu_write_str(map, "{\"rules\": [{\"from\": \"w\", \"to\": \"wt\", \"expr\": \"x.t()\"}]}");
+	const struct src_tensor *w = find_src("w");
+	uint64_t size = (uint64_t)ROWS * COLS * 2, piece = 2u << 20;
+	unsigned char *buf = malloc(size);
+	for (int whole = 0; whole <= 1; whole++) {
+		ckptfs *h = open_ok("cache_size=512MiB", "chunk=1MiB");
+		struct ckptfs_error e;
+		uint64_t step = whole ? size : piece;
+		for (uint64_t off = 0; off < size; off += step) {
+			size_t n = (size_t)(size - off < step ? size - off : step);
+			ck_assert_int_eq(ckptfs_read(h, 0, off, buf + off, n, &e), (int64_t)n);
+		}
+		struct ckptfs_stats s;
+		ckptfs_get_stats(h, &s, sizeof s);
+		ck_assert_uint_eq(s.source_bytes_read, size);
+		ck_assert_uint_eq(s.streamed_reads, whole); /* the whole read: on its own */
+		for (uint64_t c = 0; c < COLS; c++)
+			for (uint64_t r = 0; r < ROWS; r++)
+				for (int b = 0; b < 2; b++)
+					if (buf[(c * ROWS + r) * 2 + b] !=
+					    src_byte(w, (r * COLS + c) * 2 + b))
+						ck_abort_msg("wt (%llu, %llu)",
+							     (unsigned long long)c,
+							     (unsigned long long)r);
+		ckptfs_close(h);
+	}
+	free(buf);
+}
+END_TEST
+
 /* model.safetensors through the library: its header parsed here, each
  * tensor's bytes against the expectation. */
 START_TEST(t_flat_file)
@@ -577,6 +622,7 @@ int main(void)
 	tcase_add_test(tc, t_prefetched);
 	tcase_add_test(tc, t_large_read);
 	tcase_add_loop_test(tc, t_large_read_edges, 0, 2);
+	tcase_add_test(tc, t_large_transpose_batched);
 	tcase_add_test(tc, t_flat_file);
 	tcase_add_test(tc, t_npy_files);
 	tcase_add_test(tc, t_threads);
