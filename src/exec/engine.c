@@ -273,9 +273,9 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 }
 
 /* A cast-free sub-box that is one contiguous run in the source and in the
- * output (renames, row slices, cat along dim 0): read it straight into the
- * output, with no staging copy. */
-static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err *err)
+ * output (renames, row slices, cat along dim 0) is read straight into the
+ * output, with no staging copy (try_direct): its elements, else 0. */
+static int64_t direct_run(const struct ck_eval_ctx *c, const struct step *s)
 {
 	if (!ck_piece_plain(s->p) || c->on_gpu || s->src->t.quant)
 		return 0;
@@ -291,6 +291,14 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 			return 0; /* nor the source */
 		run *= ext;
 	}
+	return run;
+}
+
+static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err *err)
+{
+	int64_t run = direct_run(c, s);
+	if (!run)
+		return 0;
 	size_t es = ck_dtype_size(s->src->t.dtype);
 	int64_t so = src_at(s, s->lo), lin = 0;
 	for (int d = 0; d < s->ndim; d++)
@@ -586,10 +594,13 @@ static int clip_step(const struct ck_catalog *cat, const struct ck_target *t, si
  * pair of rows) each read their runs a row at a time, a few KiB per
  * request: 3x slower than a plain copy, 8x with O_DIRECT. Together they
  * cover a window of their source. When the steps of this box all read one
- * source as stored and need at least half of the bytes their windows span
+ * source as stored, need on average under BOX_STEP_MAX each (larger steps
+ * read well on their own) and at least 7/8 of the bytes their windows span
  * together, that span is read once into the window, where each step then
  * finds its bytes (run_step). A box of one piece, or of a few rows of
- * many, reads as before: only what it needs. */
+ * many, reads as before: only what it needs; so do steps read straight
+ * into the output (direct_run). */
+#define BOX_STEP_MAX (256u << 10)
 static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
 			   const int64_t *hi, struct ck_err *err)
 {
@@ -599,8 +610,8 @@ static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, con
 	size_t steps = 0;
 	for (size_t i = 0; i < t->v.n; i++) {
 		struct step s;
-		if (!clip_step(cat, t, i, lo, hi, NULL, 0, NULL, &s))
-			continue;
+		if (!clip_step(cat, t, i, lo, hi, NULL, 0, NULL, &s) || direct_run(c, &s))
+			continue; /* a direct step reads into the output, not the window */
 		if (s.p->sc || s.p->fp4 || s.src->t.quant || (src && s.src != src))
 			return 0;
 		src = s.src;
@@ -615,7 +626,8 @@ static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, con
 		need += (uint64_t)n * ck_dtype_size(src->t.dtype);
 		steps++;
 	}
-	if (steps < 2 || b1 - b0 > c->eng->window_max || need * 2 < b1 - b0)
+	if (steps < 2 || b1 - b0 > c->eng->window_max || need * 8 < (b1 - b0) * 7 ||
+	    need / steps > BOX_STEP_MAX)
 		return 0;
 	unsigned char *at;
 	return window_get(c, &c->win, src->file, b0, (size_t)(b1 - b0), 1, &at, "tensor",

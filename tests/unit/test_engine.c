@@ -239,6 +239,38 @@ START_TEST(odirect_reads_through_small_gaps)
 }
 END_TEST
 
+/* Row blocks of one source put side by side (how a fused QKV's groups are
+ * split back into q_proj): each block is one run of source and output,
+ * read straight into the output, and the blocks' common window (their
+ * source rows and the ones between) is not read besides: 24 rows of
+ * source for 24 rows out, in 3 requests. Values against the file. */
+START_TEST(row_blocks_read_once)
+{
+	struct ck_plan *p = plan_of(
+	    "{\"unused\": \"drop\", \"rules\": [{\"from\": \"big\", \"to\": \"picks\", "
+	    "\"expr\": \"cat([x.narrow(0, 0, 8), x.narrow(0, 16, 8), x.narrow(0, 32, 8)], 0)\"}]}");
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	struct ck_err err;
+	size_t n = (size_t)24 * C * 4;
+	float *out = malloc(n);
+	ck_assert_int_eq(ck_engine_read(&c, tidx(p, "picks"), 0, n, out, &err), 0);
+	ck_assert_uint_eq(atomic_load(&e.source_bytes_read), n);
+	ck_assert_uint_eq(atomic_load(&e.read_requests), 3);
+	for (size_t r = 0; r < 24; r++)
+		for (size_t k = 0; k < C; k++) {
+			float want = f32_at("big", (r / 8 * 16 + r % 8) * C + k);
+			ck_assert(memcmp(&out[r * C + k], &want, 4) == 0);
+		}
+	free(out);
+	ck_eval_ctx_free(&c);
+	ck_engine_fini(&e);
+	ck_plan_free(p);
+}
+END_TEST
+
 /* A window smaller than one row forces the evaluation to split; bytes stay
  * the same. */
 START_TEST(small_window_same_bytes)
@@ -709,6 +741,7 @@ int main(void)
 	tcase_add_loop_test(tc, odirect_reads_any_range, 0, 2);
 	tcase_add_test(tc, regions_read_only_what_they_need);
 	tcase_add_test(tc, odirect_reads_through_small_gaps);
+	tcase_add_test(tc, row_blocks_read_once);
 	tcase_add_test(tc, small_window_same_bytes);
 	tcase_add_test(tc, chunked_transpose_reads_source_once);
 	tcase_add_test(tc, interleaved_rows_read_together);
