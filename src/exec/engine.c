@@ -601,6 +601,7 @@ static int clip_step(const struct ck_catalog *cat, const struct ck_target *t, si
  * many, reads as before: only what it needs; so do steps read straight
  * into the output (direct_run). */
 #define BOX_STEP_MAX (256u << 10)
+#define BOX_MIN (64u << 10) /* output bytes of a box worth looking for one */
 static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
 			   const int64_t *hi, struct ck_err *err)
 {
@@ -640,7 +641,13 @@ static int eval_box(struct ck_eval_ctx *c, const struct ck_target *t, const int6
 		    struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
-	if (t->v.n > 1 && !c->on_gpu && read_box_window(c, t, lo, hi, err) < 0)
+	int64_t elems = 1;
+	for (int d = 0; d < t->v.ndim; d++)
+		elems *= hi[d] - lo[d];
+	/* a small box (a random 4 KiB read) gains little from one shared read,
+	 * and looking for it would visit every piece once more */
+	if (t->v.n > 1 && !c->on_gpu && (uint64_t)elems * ck_dtype_size(t->v.dtype) >= BOX_MIN &&
+	    read_box_window(c, t, lo, hi, err) < 0)
 		return -1;
 	for (size_t i = 0; i < t->v.n; i++) {
 		struct step s;
