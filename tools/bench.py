@@ -14,7 +14,9 @@ iflag=direct; then a table of each ratio per shape, its spread and issue #23's g
 hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
   first reads, the FP8 block-dequant and gpt-oss (MXFP4) views' and
   model.gguf Q8_0 / Q4_0's first reads (cached and O_DIRECT), and a numpy HF -> GGUF peer against mount + read
-  model.gguf; libckptfs in-process (tools/ckread.c) against the raw read;
+  model.gguf; libckptfs in-process (tools/ckread.c) against the raw read,
+  and model.gguf Q8_0 / Q4_0 copied out through it in 8 MiB reads (source
+  bytes read, peak RSS);
   `ckptfs diff` of two copies and of HF vs a Megatron copy through the
   inverse mapping (bytes per side); time to the first byte of a last-layer
   tensor; planning on sparse real-size presets and a 100k-key MoE; per-rank
@@ -571,6 +573,14 @@ def main():
         lib["meg"] += lib_read(meg)
     row("libckptfs identity, every target, first read vs raw", lib["id"], raw)
     row("libckptfs Megatron view, every target, first read vs raw", lib["meg"], raw)
+    # a loader copying model.gguf out in 8 MiB reads (ckread --file): each
+    # source byte read once, and the memory that takes
+    for ty in ("Q8_0", "Q4_0"):
+        rs = [json.loads(run(CKREAD, src, "-o", "gguf=" + ty, "-o", "gguf_vocab=none", "--file",
+                             "model.gguf", "/dev/null").stdout) for _ in range(R)]
+        row(f"libckptfs model.gguf {ty}, 8 MiB reads, vs raw", [(r["seconds"], r["bytes"]) for r in rs], raw)
+        print(f"  source bytes read / the source files' {max(r['source_bytes_read'] for r in rs) / total:.4f}, "
+              f"peak RSS {max(r['max_rss_kib'] for r in rs) / 1024:.0f} MiB")
 
     # diff reads both sides through the engine: bytes per side per second
     copy, meg_dir = os.path.join(work, "llama-copy"), os.path.join(work, "megatron")

@@ -4,7 +4,9 @@
  *          [-j N]                          with N reader threads (default 1)
  *          --list                          name, dtype, shape, bytes, group; reads nothing
  *          --dump DIR                      DIR/<i>.bin per target, DIR/index.tsv
- *          --file NAME OUT                 copy a served flat file (model.safetensors, ...)
+ *          --file NAME OUT                 copy a served flat file (model.safetensors, ...),
+ *                                          in 8 MiB reads as a loader would; prints its bytes,
+ *                                          seconds, source bytes read and peak RSS
  * OPT is a libckptfs option (mapping=NAME, mesh=tp=8, rank=3, cache_size=1G, ...).
  * Built against the installed library: cc ckread.c $(pkg-config --cflags --libs ckptfs) */
 #include <ckptfs.h>
@@ -15,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #define BUF (8u << 20)
@@ -57,6 +60,11 @@ static int copy_out(ckptfs *h, size_t i, int file, const char *path, struct ckpt
 	if (f && fclose(f) != 0 && rc == 0)
 		rc = sys_err(e, path, strerror(errno));
 	return rc;
+}
+
+static double seconds(struct timespec t0, struct timespec t1)
+{
+	return (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 }
 
 static void print_shape(FILE *f, const ckptfs *h, size_t i)
@@ -181,7 +189,20 @@ int main(int argc, char **argv)
 			fprintf(stderr, "ckread: no file %s in this view\n", file);
 			rc = 2;
 		} else {
+			struct timespec t0, t1;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
 			rc = copy_out(h, (size_t)k, 1, file_out, &e) < 0 ? fail(&e) : 0;
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			struct ckptfs_stats st;
+			ckptfs_get_stats(h, &st, sizeof st);
+			struct rusage ru;
+			getrusage(RUSAGE_SELF, &ru);
+			if (rc == 0)
+				printf("{\"bytes\": %" PRIu64
+				       ", \"seconds\": %.6f, \"source_bytes_read\": %" PRIu64
+				       ", \"max_rss_kib\": %ld}\n",
+				       ckptfs_file_size(h, (size_t)k), seconds(t0, t1),
+				       st.source_bytes_read, ru.ru_maxrss);
 		}
 	} else {
 		struct pool p = {.h = h, .mu = PTHREAD_MUTEX_INITIALIZER};
@@ -193,7 +214,7 @@ int main(int argc, char **argv)
 		for (int t = 0; t < threads; t++)
 			pthread_join(tid[t], NULL);
 		clock_gettime(CLOCK_MONOTONIC, &t1);
-		double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+		double s = seconds(t0, t1);
 		struct ckptfs_stats st;
 		ckptfs_get_stats(h, &st, sizeof st);
 		if (p.failed)
