@@ -355,7 +355,10 @@ static int queue_span(struct ck_served *s, struct cache_queue *q, uint32_t t, ui
  * thread, else through the cache too. Within a large read (q->ahead 0) a
  * small span of an in-order target counts as streamable: the large reads
  * either side evaluate that target's bytes themselves, and the cache would
- * evaluate its whole group again for the span. */
+ * evaluate its whole group again for the span. A large transpose's span
+ * (ck_cache_batched) goes through the cache, however large, unless it is
+ * the whole target: on its own it would read every source row for a few
+ * columns, where the cache's jobs read the source once for many chunks. */
 static int read_evaluated(struct ck_served *s, struct cache_queue *q, const struct ck_span *sp,
 			  unsigned char *buf, struct ck_err *err)
 {
