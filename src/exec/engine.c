@@ -410,6 +410,7 @@ static int window_get(struct ck_eval_ctx *c, struct ck_window *w, uint32_t file,
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	uint64_t b1 = b0 + n, wend = w->off + w->len;
+	w->decoded = NULL; /* buf is about to hold bytes as stored */
 	int same = w->valid && w->cat == cat && w->file == file;
 	uint64_t o0 = same && w->off > b0 ? w->off : b0;
 	uint64_t o1 = same && wend < b1 ? wend : b1;
@@ -472,12 +473,22 @@ static int step_span(const struct step *s, int64_t *wlo, int64_t *whi)
 	return split;
 }
 
-/* Whether window w holds file bytes [b0, b0 + n) as stored. */
-static int window_holds(const struct ck_window *w, const struct ck_catalog *cat, uint32_t file,
-			uint64_t b0, uint64_t n)
+/* Where the window holds step s's source, read for its box
+ * (read_box_window): bytes [fb0, fb0 + need) as stored, or a quantized
+ * source's elements [wlo, whi) decoded; NULL when it does not. */
+static unsigned char *held_for_step(const struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
+				    int64_t whi, uint64_t fb0, size_t need)
 {
-	return w->valid && w->cat == cat && w->file == file && b0 >= w->off &&
-	       b0 + n <= w->off + w->len;
+	const struct ck_window *w = &c->win;
+	if (w->cat != c->eng->plan->cat)
+		return NULL;
+	if (s->src->t.quant)
+		return w->decoded == s->src && wlo >= w->e0 && whi <= w->e1
+			   ? w->buf + (size_t)(wlo - w->e0) * 4
+			   : NULL;
+	return w->valid && w->file == s->src->file && fb0 >= w->off && fb0 + need <= w->off + w->len
+		   ? w->buf + (fb0 - w->off)
+		   : NULL;
 }
 
 static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
@@ -534,9 +545,7 @@ static int run_step(struct ck_eval_ctx *c, struct step *s, struct ck_err *err)
 				return ck_fail_sys(err, -rc, "%s: reading scales \"%s\"",
 						   c->eng->plan->cat->files[sce->file].path, sce->t.name);
 		}
-	} else if (!s->src->t.quant &&
-		   window_holds(&c->win, c->eng->plan->cat, s->src->file, fb0, need)) {
-		win = c->win.buf + (fb0 - c->win.off); /* read for the box (read_box_window) */
+	} else if ((win = held_for_step(c, s, wlo, whi, fb0, need)) != NULL) {
 		if (sce && window_get(c, &c->scw, sce->file, sce->t.offset + (uint64_t)sc_lo * scs,
 				      scneed, 1, &scales, "scales", sce->t.name, err) < 0)
 			return -1;
@@ -592,47 +601,68 @@ static int clip_step(const struct ck_catalog *cat, const struct ck_target *t, si
 /* Pieces of one source whose rows interleave (Llama's rope permutation for
  * GGUF: output rows alternate between the two halves of a head, a piece per
  * pair of rows) each read their runs a row at a time, a few KiB per
- * request: 3x slower than a plain copy, 8x with O_DIRECT. Together they
- * cover a window of their source. When the steps of this box all read one
- * source as stored, need on average under BOX_STEP_MAX each (larger steps
- * read well on their own) and at least 7/8 of the bytes their windows span
- * together, that span is read once into the window, where each step then
- * finds its bytes (run_step). A box of one piece, or of a few rows of
- * many, reads as before: only what it needs; so do steps read straight
- * into the output (direct_run). */
-#define BOX_STEP_MAX (256u << 10)
+ * request: 3x slower than a plain copy, 8x with O_DIRECT; from a quantized
+ * GGUF source each decoded its window's blocks, about twice its rows. Together
+ * they cover a window of their source. When the steps of this box all read
+ * one source (as stored, or GGUF-quantized), their own windows overlap or
+ * leave gaps (together they span over 9/8 of their union: read one by one
+ * they would read or decode bytes twice, or in many small requests) and
+ * they need at least 7/8 of the union's elements, the union is read (and
+ * decoded) once into the window, where each step then finds its elements
+ * (held_for_step). Steps that each read their own dense rows (row blocks
+ * with a cast) read as before. A box of one piece, or of a few rows of many, reads as
+ * before: only what it needs; so do steps read straight into the output
+ * (direct_run). */
 #define BOX_MIN (64u << 10) /* output bytes of a box worth looking for one */
 static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
 			   const int64_t *hi, struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
-	const struct ck_catalog_entry *src = NULL;
-	uint64_t b0 = UINT64_MAX, b1 = 0, need = 0;
+	struct step first = {0};
+	int64_t e0 = INT64_MAX, e1 = 0, need = 0, own = 0; /* source elements */
 	size_t steps = 0;
 	for (size_t i = 0; i < t->v.n; i++) {
 		struct step s;
 		if (!clip_step(cat, t, i, lo, hi, NULL, 0, NULL, &s) || direct_run(c, &s))
 			continue; /* a direct step reads into the output, not the window */
-		if (s.p->sc || s.p->fp4 || s.src->t.quant || (src && s.src != src))
+		if (s.p->sc || s.p->fp4 || (steps && s.src != first.src))
 			return 0;
-		src = s.src;
+		if (!steps)
+			first = s;
 		int64_t wlo, whi, n = 1;
 		step_span(&s, &wlo, &whi);
 		for (int d = 0; d < s.ndim; d++)
 			n *= s.hi[d] - s.lo[d];
-		uint64_t a, len;
-		window_bytes(&s, wlo, whi, &a, &len);
-		b0 = a < b0 ? a : b0;
-		b1 = a + len > b1 ? a + len : b1;
-		need += (uint64_t)n * ck_dtype_size(src->t.dtype);
+		e0 = wlo < e0 ? wlo : e0;
+		e1 = whi > e1 ? whi : e1;
+		need += n;
+		own += whi - wlo;
 		steps++;
 	}
-	if (steps < 2 || b1 - b0 > c->eng->window_max || need * 8 < (b1 - b0) * 7 ||
-	    need / steps > BOX_STEP_MAX)
+	if (!steps)
 		return 0;
-	unsigned char *at;
-	return window_get(c, &c->win, src->file, b0, (size_t)(b1 - b0), 1, &at, "tensor",
-			  src->t.name, err);
+	const struct ck_catalog_entry *src = first.src;
+	uint64_t es = ck_dtype_size(src->t.dtype), span = (uint64_t)(e1 - e0) * es;
+	if (steps < 2 || span > c->eng->window_max ||
+	    (uint64_t)need * 8 < (uint64_t)(e1 - e0) * 7 ||
+	    (uint64_t)own * 8 <= (uint64_t)(e1 - e0) * 9)
+		return 0;
+	if (!src->t.quant) {
+		unsigned char *at;
+		return window_get(c, &c->win, src->file, src->t.offset + (uint64_t)e0 * es,
+				  (size_t)span, 1, &at, "tensor", src->t.name, err);
+	}
+	struct ck_window *w = &c->win;
+	w->valid = 0;
+	w->decoded = NULL;
+	if (grow(&w->buf, &w->cap, (size_t)span, "tensor", err) < 0 ||
+	    read_quant(c, &first, e0, e1, w->buf, err) < 0)
+		return -1;
+	w->cat = cat;
+	w->decoded = src;
+	w->e0 = e0;
+	w->e1 = e1;
+	return 1;
 }
 
 /* Evaluate one box of the target into out (out[0] is element e0). */

@@ -50,10 +50,14 @@ struct ck_engine {
 struct ck_window {
 	unsigned char *buf, *spare;
 	size_t cap, spare_cap;
-	int valid;
+	int valid; /* buf holds bytes [off, off + len) of file as stored */
 	const void *cat;
 	uint32_t file;
 	uint64_t off, len;
+	/* or, not valid: buf holds the F32 values of elements [e0, e1) of this
+	 * GGUF-quantized catalog entry, decoded for a box (read_box_window) */
+	const void *decoded;
+	int64_t e0, e1;
 };
 
 /* Per-thread scratch: the I/O ring and the staging window. */

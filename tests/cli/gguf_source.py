@@ -389,6 +389,27 @@ def quantized(d):
     for k, y in want.items():
         ref = np.ascontiguousarray(y[1:5, 37:337].T)
         assert got["s." + k[2:]][2].tobytes() == ref.tobytes(), f"{k}: a mid-block slice differs"
+    # llama.cpp's Q/K row permutation undone on a Q8_0 tensor (gguf-llama-to-hf's
+    # expression, 4 heads of 32 rows): a piece per half head, each reading every
+    # other row. Decoded once for all of them, not once per piece (whose blocks
+    # span two halves' rows): the source bytes read are the tensor's, once
+    x = (rng.standard_normal((128, 512)) * 0.5).astype(np.float32)
+    q = np.zeros(128 * 512 // 32 * 34, np.uint8)
+    assert lib.ggml_quantize_chunk(8, x.ctypes.data, q.ctypes.data, 0, 128, 512, None) == q.size
+    deq = lib.dequantize_row_q8_0
+    deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    y = np.zeros(128 * 512, np.float32)
+    deq(q.ctypes.data, y.ctypes.data, y.size)
+    perm_src = os.path.join(d, "permuted.gguf")
+    write_gguf(perm_src, {"general.architecture": (8, "test")}, {"attn_q": (8, [128, 512], q.tobytes())})
+    pm = os.path.join(d, "unpermute.json")
+    json.dump({"rules": [{"from": "attn_q", "to": "q_proj",
+                          "expr": "x.view(4, -1, 2, 512).transpose(1, 2).reshape(-1, 512)"}]}, open(pm, "w"))
+    out = os.path.join(d, "unpermuted")
+    said = run("convert", perm_src, out, "--mapping", pm).stderr
+    ref = y.reshape(4, 16, 2, 512).transpose(0, 2, 1, 3).reshape(128, 512)
+    assert ckref.read_checkpoint_dir(out)["q_proj"][2].tobytes() == ref.tobytes(), "unpermuted Q8_0 differs"
+    assert f"(read {q.size} source bytes)" in said, f"the Q8_0 blocks are read more than once: {said}"
     bf = os.path.join(d, "deq-bf16")
     ckref.run(CKPTFS, "convert", path, bf, "--quiet", "--dtype", "BF16")
     got = ckref.read_checkpoint_dir(bf)
@@ -398,7 +419,8 @@ def quantized(d):
         assert (got[k][2] == r.reshape(y.shape)).all(), f"{k}: BF16 differs"
     print("quantized GGUF tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 from ggml's quantizer; every MXFP4 "
           "exponent and value code): decoded bit for bit "
-          "as ggml's dequantize_row_*, whole, mid-block slices and cast to BF16")
+          "as ggml's dequantize_row_*, whole, mid-block slices, cast to BF16, and a rope permutation "
+          "undone on Q8_0 blocks decoded once")
     if "--mount" in sys.argv:
         from mountlib import Mount
         for opts, bf16 in ((None, False), ("gguf_dequant=BF16", True)):
