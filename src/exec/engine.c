@@ -649,8 +649,10 @@ static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, con
 		return 0;
 	if (!src->t.quant) {
 		unsigned char *at;
-		return window_get(c, &c->win, src->file, src->t.offset + (uint64_t)e0 * es,
-				  (size_t)span, 1, &at, "tensor", src->t.name, err);
+		uint64_t b0, n;
+		window_bytes(&first, e0, e1, &b0, &n);
+		return window_get(c, &c->win, src->file, b0, (size_t)n, 1, &at, "tensor", src->t.name,
+				  err);
 	}
 	struct ck_window *w = &c->win;
 	w->valid = 0;
