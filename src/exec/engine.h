@@ -60,6 +60,12 @@ struct ck_window {
 	int64_t e0, e1;
 };
 
+/* A run of source bytes [off, off + len) of one file and where it goes. */
+struct ck_run {
+	uint64_t off, len;
+	unsigned char *dst;
+};
+
 /* Per-thread scratch: the I/O ring and the staging window. */
 struct ck_eval_ctx {
 	struct ck_engine *eng;
@@ -78,6 +84,9 @@ struct ck_eval_ctx {
 	int qstage_ok;
 	struct ck_io_req *reqs;
 	size_t reqs_cap;
+	struct ck_run *runs; /* a box's runs read straight into the output (read_box_scatter) */
+	size_t runs_cap;
+	unsigned char *sink;	  /* CK_COALESCE_GAP bytes: the gaps those reads pass through */
 	struct ck_gpu_lane *lane; /* this evaluator's GPU lane, if any */
 	int on_gpu;		  /* the read being evaluated runs on the lane */
 	int uring_fell_back; /* io_uring was asked for but is unavailable */

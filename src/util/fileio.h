@@ -8,6 +8,11 @@
 #include <stdint.h>
 
 int ck_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+struct iovec;
+/* The same for a scatter read: the n buffers of iov, filled in order from
+ * off on (preadv, short reads continued; iov is consumed: its entries are
+ * advanced). The buffers' lengths must add up to at most 1 GiB. */
+int ck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off);
 /* "dir/name", malloc'd; NULL on ENOMEM. */
 char *ck_path_join(const char *dir, const char *name);
 

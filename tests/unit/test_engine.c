@@ -469,6 +469,62 @@ START_TEST(interleaved_rows_read_together)
 }
 END_TEST
 
+/* Pieces that copy one source as stored but not as one block (the rope
+ * permutation again, F32: a piece per pair of rows, 512 rows of 2 KiB)
+ * read their rows straight into the output: the window, whose contents
+ * each piece then copied out, is never filled. Whole rows (one stretch,
+ * read in batches of iovecs) and rows cut at both ends (the gaps between
+ * them read through a sink); values against the permutation formula; a
+ * source cut short after planning is EIO naming the tensor. */
+START_TEST(permuted_rows_read_straight_into_output)
+{
+	enum { NH = 8, HD = 64, H = 512 };
+	const int C0 = _i ? 16 : 0, C1 = _i ? 496 : H, W = C1 - C0;
+	static const struct tu_tensor t[] = {{"q", CK_DT_F32, 2, {NH * HD, H}}};
+	char map[256], *d;
+	snprintf(map, sizeof map,
+		 "{\"rules\": [{\"from\": \"q\", \"to\": \"qp\", \"expr\": "
+		 "\"x.view(8, 2, -1, 512).transpose(1, 2).reshape(-1, 512).narrow(1, %d, %d)\"}]}",
+		 C0, W);
+	unsigned char *img;
+	struct ck_catalog *tc;
+	struct ck_err err;
+	struct ck_plan *p = own_plan(t, 1, map, &d, &img, &tc);
+	const struct ck_catalog_entry *se = ck_catalog_find(tc, "q");
+	uint32_t ti = (uint32_t)(ck_plan_find(p, "qp") - p->t);
+	size_t n = (size_t)NH * HD * W * 4;
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	float *out = malloc(n);
+	ck_assert_msg(ck_engine_read(&c, ti, 0, n, out, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(c.win.cap, 0); /* nothing staged */
+	/* the rows' bytes, and with the cut rows at most the gaps between them */
+	ck_assert_uint_ge(atomic_load(&e.source_bytes_read), (uint64_t)NH * HD * W * 4);
+	ck_assert_uint_le(atomic_load(&e.source_bytes_read), (uint64_t)(NH * HD * H - H + W) * 4);
+	const unsigned char *sb = img + se->t.offset;
+	for (int r = 0; r < NH * HD; r++) {
+		int h = r / HD, ii = r % HD / 2, j = r % 2, sr = h * HD + j * HD / 2 + ii;
+		for (int col = 0; col < W; col++) {
+			float want = src_elem(sb, 4, sr * H + C0 + col);
+			ck_assert_msg(memcmp(&out[r * W + col], &want, 4) == 0, "row %d col %d", r,
+				      col);
+		}
+	}
+	char *path = tu_path(d, "model.safetensors");
+	ck_assert_int_eq(truncate(path, (off_t)(se->t.offset + se->t.nbytes / 2)), 0);
+	free(path);
+	ck_assert_int_eq(ck_engine_read(&c, ti, 0, n, out, &err), -1);
+	ck_assert_int_eq(err.sys_errno, EIO);
+	ck_assert_ptr_nonnull(strstr(err.msg, "reading tensor \"q\""));
+	free(out);
+	ck_eval_ctx_free(&c);
+	ck_engine_fini(&e);
+	own_plan_free(p, tc, img, d);
+}
+END_TEST
+
 /* A source truncated after planning: EIO for the reads that need it. */
 START_TEST(truncated_source_is_eio)
 {
@@ -745,6 +801,7 @@ int main(void)
 	tcase_add_test(tc, small_window_same_bytes);
 	tcase_add_test(tc, chunked_transpose_reads_source_once);
 	tcase_add_test(tc, interleaved_rows_read_together);
+	tcase_add_loop_test(tc, permuted_rows_read_straight_into_output, 0, 2);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, convert_transposes_in_blocks);
