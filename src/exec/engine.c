@@ -618,6 +618,10 @@ static int clip_step(const struct ck_catalog *cat, const struct ck_target *t, si
  * SCATTER_RUN_MIN bytes or there are too many, -1 on error. */
 static int step_runs(struct ck_eval_ctx *c, const struct step *s, size_t *n, struct ck_err *err)
 {
+	const struct ck_engine *e = c->eng;
+	if (!ck_piece_plain(s->p) || s->tdt != s->src->t.dtype || s->src->t.quant ||
+	    (e->dfd && e->dfd[s->src->file] >= 0))
+		return 1; /* converted, or read aligned: through the window */
 	size_t es = ck_dtype_size(s->src->t.dtype);
 	int k = s->ndim; /* dims [k, ndim) form a run */
 	int64_t run = 1;
@@ -648,7 +652,7 @@ static int step_runs(struct ck_eval_ctx *c, const struct step *s, size_t *n, str
 		for (int d = 0; d < s->ndim; d++)
 			lin += idx[d] * s->cstride[d];
 		c->runs[(*n)++] =
-		    (struct ck_run){s->src->t.offset + (uint64_t)src_at(s, idx) * es,
+		    (struct ck_run){s->src, s->src->t.offset + (uint64_t)src_at(s, idx) * es,
 				    (uint64_t)run * es, s->out + (size_t)(lin - s->e0) * es};
 		int j = k - 1; /* the next run: outer dims, the last fastest */
 		while (j >= 0 && ++idx[j] == s->hi[j]) {
@@ -662,11 +666,14 @@ static int step_runs(struct ck_eval_ctx *c, const struct step *s, size_t *n, str
 
 static int cmp_run(const void *a, const void *b)
 {
-	uint64_t x = ((const struct ck_run *)a)->off, y = ((const struct ck_run *)b)->off;
-	return x < y ? -1 : x > y;
+	const struct ck_run *x = a, *y = b;
+	if (x->src->file != y->src->file)
+		return x->src->file < y->src->file ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* One preadv of n buffers from file offset off (the bytes they hold). */
+/* One preadv of n buffers from offset off of the file of src, the tensor
+ * of the read's first run (the bytes they hold). */
 static int scatter_read(struct ck_eval_ctx *c, const struct ck_catalog_entry *src,
 			struct iovec *iov, int n, uint64_t off, uint64_t bytes, struct ck_err *err)
 {
@@ -680,20 +687,21 @@ static int scatter_read(struct ck_eval_ctx *c, const struct ck_catalog_entry *sr
 	return 0;
 }
 
-/* The steps of a box that copy one buffered source as stored (no cast) but
- * not as one block (direct_run), such as Llama's rope permutation for GGUF
- * (a piece per pair of output rows), read their runs straight into the
- * output: sorted by source offset, a preadv per stretch of them (gaps under
- * CK_COALESCE_GAP read into a sink, as the window's requests would), one
- * copy out of the page cache instead of the window's two (attn_q of the
- * hidden-2048 Llama as a BF16 GGUF went at 2.0 GB/s, a plain tensor at 5).
- * Returns 1 when it read every such step, 0 when the box does not qualify
- * (runs that overlap, are small, or are read in small stretches; an O_DIRECT
- * source, whose reads are aligned), -1 on error. */
+/* The steps of a box that copy buffered sources as stored (no cast) but not
+ * as one block each (direct_run) read their runs straight into the output:
+ * Llama's rope permutation for GGUF (a piece per pair of output rows) and
+ * tensor-parallel shards joined along their rows (Megatron's row-parallel
+ * o_proj and down_proj from a tp checkpoint, a piece per shard). Sorted by
+ * file and offset, a preadv per stretch of runs (gaps under CK_COALESCE_GAP
+ * read into a sink, as the window's requests would): one copy out of the
+ * page cache instead of the window's two (attn_q of the hidden-2048 Llama as
+ * a BF16 GGUF went at 3 GB/s, a plain tensor at 6). Returns 1 when it read
+ * every such step, 0 when the box does not qualify (a step that converts or
+ * reads an O_DIRECT source, whose reads are aligned; runs that overlap, are
+ * small, or come in small stretches), -1 on error. */
 static int read_box_scatter(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
 			    const int64_t *hi, const int64_t *cstride, int64_t e0,
-			    unsigned char *out, const struct ck_catalog_entry *src,
-			    struct ck_err *err)
+			    unsigned char *out, struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	size_t n = 0;
@@ -705,36 +713,46 @@ static int read_box_scatter(struct ck_eval_ctx *c, const struct ck_target *t, co
 		if (r != 0)
 			return r < 0 ? -1 : 0;
 	}
+	if (!n)
+		return 0;
 	struct ck_run *runs = c->runs;
-	qsort(runs, n, sizeof *runs, cmp_run);
-	uint64_t bytes = 0, reads = 1;
+	qsort(runs, n, sizeof *runs, cmp_run); /* by file, then offset */
+	uint64_t bytes = 0, reads = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t end = i ? runs[i - 1].off + runs[i - 1].len : runs[0].off;
+		int fresh = !i || runs[i].src->file != runs[i - 1].src->file;
+		uint64_t end = fresh ? runs[i].off : runs[i - 1].off + runs[i - 1].len;
 		if (runs[i].off < end)
 			return 0; /* two steps read the same bytes */
-		reads += runs[i].off - end >= CK_COALESCE_GAP;
+		reads += fresh || runs[i].off - end >= CK_COALESCE_GAP;
 		bytes += runs[i].len;
 	}
-	if (!n || (reads > 1 && bytes / reads < SCATTER_READ_MIN))
+	if (reads > 1 && bytes / reads < SCATTER_READ_MIN)
 		return 0;
 	if (!c->sink && !(c->sink = malloc(CK_COALESCE_GAP)))
 		return ck_fail_sys(err, ENOMEM, "read sink");
 	struct iovec iov[SCATTER_IOV];
 	int k = 0;
-	uint64_t g0 = runs[0].off, at = g0;
+	size_t first = 0; /* the run the read being gathered starts at */
+	uint64_t at = runs[0].off;
 	for (size_t i = 0; i < n; i++) {
-		if (k && (runs[i].off - at >= CK_COALESCE_GAP || k + 2 > SCATTER_IOV)) {
-			if (scatter_read(c, src, iov, k, g0, at - g0, err) < 0)
+		if (k && (runs[i].src->file != runs[first].src->file ||
+			  runs[i].off - at >= CK_COALESCE_GAP || k + 2 > SCATTER_IOV)) {
+			if (scatter_read(c, runs[first].src, iov, k, runs[first].off,
+					 at - runs[first].off, err) < 0)
 				return -1;
 			k = 0;
-			g0 = at = runs[i].off;
+			first = i;
+			at = runs[i].off;
 		}
 		if (runs[i].off > at)
 			iov[k++] = (struct iovec){c->sink, (size_t)(runs[i].off - at)};
 		iov[k++] = (struct iovec){runs[i].dst, (size_t)runs[i].len};
 		at = runs[i].off + runs[i].len;
 	}
-	return scatter_read(c, src, iov, k, g0, at - g0, err) < 0 ? -1 : 1;
+	return scatter_read(c, runs[first].src, iov, k, runs[first].off, at - runs[first].off,
+			    err) < 0
+		   ? -1
+		   : 1;
 }
 
 /* Pieces of one source whose rows interleave (Llama's rope permutation for
@@ -754,14 +772,12 @@ static int read_box_scatter(struct ck_eval_ctx *c, const struct ck_target *t, co
  * (direct_run). */
 #define BOX_MIN (64u << 10) /* output bytes of a box worth looking for one */
 static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
-			   const int64_t *hi, const int64_t *cstride, int64_t oe0,
-			   unsigned char *out, struct ck_err *err)
+			   const int64_t *hi, struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	struct step first = {0};
 	int64_t e0 = INT64_MAX, e1 = 0, need = 0, own = 0; /* source elements */
 	size_t steps = 0;
-	int plain = 1; /* every step copies its source as stored */
 	for (size_t i = 0; i < t->v.n; i++) {
 		struct step s;
 		if (!clip_step(cat, t, i, lo, hi, NULL, 0, NULL, &s) || direct_run(c, &s))
@@ -770,7 +786,6 @@ static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, con
 			return 0;
 		if (!steps)
 			first = s;
-		plain &= ck_piece_plain(s.p) && s.tdt == s.src->t.dtype;
 		int64_t wlo, whi, n = 1;
 		step_span(&s, &wlo, &whi);
 		for (int d = 0; d < s.ndim; d++)
@@ -784,12 +799,6 @@ static int read_box_window(struct ck_eval_ctx *c, const struct ck_target *t, con
 	if (!steps)
 		return 0;
 	const struct ck_catalog_entry *src = first.src;
-	const struct ck_engine *eng = c->eng;
-	if (plain && !src->t.quant && !(eng->dfd && eng->dfd[src->file] >= 0)) {
-		int r = read_box_scatter(c, t, lo, hi, cstride, oe0, out, src, err);
-		if (r != 0)
-			return r < 0 ? -1 : 2;
-	}
 	uint64_t es = ck_dtype_size(src->t.dtype), span = (uint64_t)(e1 - e0) * es;
 	if (steps < 2 || span > c->eng->window_max ||
 	    (uint64_t)need * 8 < (uint64_t)(e1 - e0) * 7 ||
@@ -826,14 +835,15 @@ static int eval_box(struct ck_eval_ctx *c, const struct ck_target *t, const int6
 		elems *= hi[d] - lo[d];
 	/* a small box (a random 4 KiB read) gains little from one shared read,
 	 * and looking for it would visit every piece once more */
-	int held = 0; /* 2: the steps not read straight into out are in it already */
+	int held = 0; /* 1: the steps not read straight into out are in it already */
 	if (t->v.n > 1 && !c->on_gpu && (uint64_t)elems * ck_dtype_size(t->v.dtype) >= BOX_MIN &&
-	    (held = read_box_window(c, t, lo, hi, cstride, e0, out, err)) < 0)
+	    ((held = read_box_scatter(c, t, lo, hi, cstride, e0, out, err)) < 0 ||
+	     (!held && read_box_window(c, t, lo, hi, err) < 0)))
 		return -1;
 	for (size_t i = 0; i < t->v.n; i++) {
 		struct step s;
 		if (clip_step(cat, t, i, lo, hi, cstride, e0, out, &s) &&
-		    (held != 2 || direct_run(c, &s)) && run_step(c, &s, err) < 0)
+		    (!held || direct_run(c, &s)) && run_step(c, &s, err) < 0)
 			return -1;
 	}
 	return 0;

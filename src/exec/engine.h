@@ -60,8 +60,10 @@ struct ck_window {
 	int64_t e0, e1;
 };
 
-/* A run of source bytes [off, off + len) of one file and where it goes. */
+/* A run of source bytes [off, off + len) of the file of catalog entry src,
+ * and where it goes. */
 struct ck_run {
+	const struct ck_catalog_entry *src;
 	uint64_t off, len;
 	unsigned char *dst;
 };
