@@ -605,10 +605,6 @@ static int clip_step(const struct ck_catalog *cat, const struct ck_target *t, si
 /* Runs under this many bytes are not worth an iovec of their own: such a box
  * reads its union into the window (read_box_window) or step by step. */
 #define SCATTER_RUN_MIN 512u
-/* Average bytes a preadv of a scatter read must bring in when there are
- * several: runs further apart than CK_COALESCE_GAP start a read of their own,
- * and many small ones are cheaper as the window's batched requests. */
-#define SCATTER_READ_MIN (64u << 10)
 #define SCATTER_RUNS_MAX 65536 /* runs of one box */
 #define SCATTER_IOV 256 /* iovecs of one preadv (IOV_MAX: 1024; this stack holds 4 KiB of them) */
 
@@ -672,15 +668,46 @@ static int cmp_run(const void *a, const void *b)
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* One preadv of n buffers from offset off of the file of src, the tensor
- * of the read's first run (the bytes they hold). */
-static int scatter_read(struct ck_eval_ctx *c, const struct ck_catalog_entry *src,
-			struct iovec *iov, int n, uint64_t off, uint64_t bytes, struct ck_err *err)
+/* The reads of a box's runs from one source tensor (read_box_scatter): a
+ * run on its own (far from the others) is a request of the batch, straight
+ * into its place in the output; runs under CK_COALESCE_GAP apart are one
+ * preadv, the gaps into the sink. */
+struct scatter {
+	struct iovec iov[SCATTER_IOV];
+	int k;
+	uint64_t off, at; /* the stretch being gathered: [off, at) of the file */
+	struct reqlist l;
+};
+
+static int scatter_flush(struct ck_eval_ctx *c, const struct ck_catalog_entry *src,
+			 struct scatter *g, int batch, struct ck_err *err)
 {
 	const struct ck_catalog *cat = c->eng->plan->cat;
-	atomic_fetch_add(&c->eng->source_bytes_read, bytes);
-	atomic_fetch_add(&c->eng->read_requests, 1);
-	int r = c->eng->dry_run ? 0 : ck_preadv_full(cat->files[src->file].fd, iov, n, off);
+	int r = 0;
+	if (g->k == 1) { /* one run: a request of the batch */
+		if (g->l.n == g->l.cap) {
+			size_t nc = g->l.cap ? g->l.cap * 2 : 64;
+			struct ck_io_req *nr = realloc(g->l.r, nc * sizeof *nr);
+			if (!nr)
+				return ck_fail_sys(err, ENOMEM, "read requests");
+			g->l.r = c->reqs = nr;
+			g->l.cap = c->reqs_cap = nc;
+		}
+		g->l.r[g->l.n++] =
+		    src_req(c, src->file, g->off, g->iov[0].iov_len, g->iov[0].iov_base);
+	} else if (g->k) {
+		atomic_fetch_add(&c->eng->read_requests, 1);
+		if (!c->eng->dry_run)
+			r = ck_preadv_full(cat->files[src->file].fd, g->iov, g->k, g->off);
+	}
+	atomic_fetch_add(&c->eng->source_bytes_read, g->at - g->off);
+	g->k = 0;
+	g->off = g->at;
+	if (r == 0 && batch && g->l.n) {
+		atomic_fetch_add(&c->eng->read_requests, g->l.n);
+		r = c->eng->dry_run ? 0 : ck_io_read(&c->io, g->l.r, g->l.n);
+		g->l.n = 0;
+	}
 	if (r < 0)
 		return ck_fail_sys(err, -r, "%s: reading tensor \"%s\"", cat->files[src->file].path,
 				   src->t.name);
@@ -717,42 +744,29 @@ static int read_box_scatter(struct ck_eval_ctx *c, const struct ck_target *t, co
 		return 0;
 	struct ck_run *runs = c->runs;
 	qsort(runs, n, sizeof *runs, cmp_run); /* by file, then offset */
-	uint64_t bytes = 0, reads = 0;
-	for (size_t i = 0; i < n; i++) {
-		int fresh = !i || runs[i].src->file != runs[i - 1].src->file;
-		uint64_t end = fresh ? runs[i].off : runs[i - 1].off + runs[i - 1].len;
-		if (runs[i].off < end)
+	for (size_t i = 1; i < n; i++)
+		if (runs[i].src->file == runs[i - 1].src->file &&
+		    runs[i].off < runs[i - 1].off + runs[i - 1].len)
 			return 0; /* two steps read the same bytes */
-		reads += fresh || runs[i].off - end >= CK_COALESCE_GAP;
-		bytes += runs[i].len;
-	}
-	if (reads > 1 && bytes / reads < SCATTER_READ_MIN)
-		return 0;
 	if (!c->sink && !(c->sink = malloc(CK_COALESCE_GAP)))
 		return ck_fail_sys(err, ENOMEM, "read sink");
-	struct iovec iov[SCATTER_IOV];
-	int k = 0;
-	size_t first = 0; /* the run the read being gathered starts at */
-	uint64_t at = runs[0].off;
+	struct scatter g = {.l = {c->reqs, 0, c->reqs_cap}};
 	for (size_t i = 0; i < n; i++) {
-		if (k && (runs[i].src->file != runs[first].src->file ||
-			  runs[i].off - at >= CK_COALESCE_GAP || k + 2 > SCATTER_IOV)) {
-			if (scatter_read(c, runs[first].src, iov, k, runs[first].off,
-					 at - runs[first].off, err) < 0)
-				return -1;
-			k = 0;
-			first = i;
-			at = runs[i].off;
-		}
-		if (runs[i].off > at)
-			iov[k++] = (struct iovec){c->sink, (size_t)(runs[i].off - at)};
-		iov[k++] = (struct iovec){runs[i].dst, (size_t)runs[i].len};
-		at = runs[i].off + runs[i].len;
+		const struct ck_run *r = &runs[i];
+		/* a new tensor's runs (sorted by offset: entries are disjoint):
+		 * what is gathered is read, a failure naming its tensor */
+		int fresh = i && r->src != runs[i - 1].src;
+		if (g.k && (fresh || r->off - g.at >= CK_COALESCE_GAP || g.k + 2 > SCATTER_IOV) &&
+		    scatter_flush(c, runs[i - 1].src, &g, fresh, err) < 0)
+			return -1;
+		if (!g.k)
+			g.off = g.at = r->off;
+		if (r->off > g.at)
+			g.iov[g.k++] = (struct iovec){c->sink, (size_t)(r->off - g.at)};
+		g.iov[g.k++] = (struct iovec){r->dst, (size_t)r->len};
+		g.at = r->off + r->len;
 	}
-	return scatter_read(c, runs[first].src, iov, k, runs[first].off, at - runs[first].off,
-			    err) < 0
-		   ? -1
-		   : 1;
+	return scatter_flush(c, runs[n - 1].src, &g, 1, err) < 0 ? -1 : 1;
 }
 
 /* Pieces of one source whose rows interleave (Llama's rope permutation for
@@ -836,7 +850,7 @@ static int eval_box(struct ck_eval_ctx *c, const struct ck_target *t, const int6
 	/* a small box (a random 4 KiB read) gains little from one shared read,
 	 * and looking for it would visit every piece once more */
 	int held = 0; /* 1: the steps not read straight into out are in it already */
-	if (t->v.n > 1 && !c->on_gpu && (uint64_t)elems * ck_dtype_size(t->v.dtype) >= BOX_MIN &&
+	if (!c->on_gpu && (uint64_t)elems * ck_dtype_size(t->v.dtype) >= BOX_MIN &&
 	    ((held = read_box_scatter(c, t, lo, hi, cstride, e0, out, err)) < 0 ||
 	     (!held && read_box_window(c, t, lo, hi, err) < 0)))
 		return -1;

@@ -469,6 +469,37 @@ START_TEST(interleaved_rows_read_together)
 }
 END_TEST
 
+/* Each of the nrows rows of w F32 values in out is columns [c0, c0 + w) of
+ * row sr[r] (r with sr NULL) of the F32 source sb, whose rows are cols long. */
+static void rows_match(const float *out, int nrows, int w, const unsigned char *sb, int cols,
+		       int c0, const int *sr)
+{
+	for (int r = 0; r < nrows; r++)
+		for (int col = 0; col < w; col++) {
+			float want = src_elem(sb, 4, (int64_t)(sr ? sr[r] : r) * cols + c0 + col);
+			ck_assert_msg(memcmp(&out[(size_t)r * w + col], &want, 4) == 0,
+				      "row %d col %d", r, col);
+		}
+}
+
+/* The source of c's plan cut short in the middle of tensor se after
+ * planning: reading target ti's n bytes is EIO naming se. */
+static void cut_source_is_eio(struct ck_eval_ctx *c, const char *d,
+			      const struct ck_catalog_entry *se, uint32_t ti, size_t n)
+{
+	char *path = tu_path(d, "model.safetensors");
+	ck_assert_int_eq(truncate(path, (off_t)(se->t.offset + se->t.nbytes / 2)), 0);
+	free(path);
+	struct ck_err err;
+	void *out = malloc(n);
+	ck_assert_int_eq(ck_engine_read(c, ti, 0, n, out, &err), -1);
+	free(out);
+	ck_assert_int_eq(err.sys_errno, EIO);
+	char want[300];
+	snprintf(want, sizeof want, "reading tensor \"%s\"", se->t.name);
+	ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+}
+
 /* Pieces that copy one source as stored but not as one block (the rope
  * permutation again, F32: a piece per pair of rows, 512 rows of 2 KiB)
  * read their rows straight into the output: the window, whose contents
@@ -503,22 +534,12 @@ START_TEST(permuted_rows_read_straight_into_output)
 	/* the rows' bytes, and with the cut rows at most the gaps between them */
 	ck_assert_uint_ge(atomic_load(&e.source_bytes_read), (uint64_t)NH * HD * W * 4);
 	ck_assert_uint_le(atomic_load(&e.source_bytes_read), (uint64_t)(NH * HD * H - H + W) * 4);
-	const unsigned char *sb = img + se->t.offset;
-	for (int r = 0; r < NH * HD; r++) {
-		int h = r / HD, ii = r % HD / 2, j = r % 2, sr = h * HD + j * HD / 2 + ii;
-		for (int col = 0; col < W; col++) {
-			float want = src_elem(sb, 4, sr * H + C0 + col);
-			ck_assert_msg(memcmp(&out[r * W + col], &want, 4) == 0, "row %d col %d", r,
-				      col);
-		}
-	}
-	char *path = tu_path(d, "model.safetensors");
-	ck_assert_int_eq(truncate(path, (off_t)(se->t.offset + se->t.nbytes / 2)), 0);
-	free(path);
-	ck_assert_int_eq(ck_engine_read(&c, ti, 0, n, out, &err), -1);
-	ck_assert_int_eq(err.sys_errno, EIO);
-	ck_assert_ptr_nonnull(strstr(err.msg, "reading tensor \"q\""));
+	int sr[NH * HD]; /* the permutation: output row r is source row sr[r] */
+	for (int r = 0; r < NH * HD; r++)
+		sr[r] = r / HD * HD + r % 2 * HD / 2 + r % HD / 2;
+	rows_match(out, NH * HD, W, img + se->t.offset, H, C0, sr);
 	free(out);
+	cut_source_is_eio(&c, d, se, ti, n);
 	ck_eval_ctx_free(&c);
 	ck_engine_fini(&e);
 	own_plan_free(p, tc, img, d);
@@ -586,6 +607,52 @@ START_TEST(column_shards_read_straight_into_output)
 	free(pb);
 	tu_rmtree(d);
 	free(d);
+}
+END_TEST
+
+/* A column slice (a tensor-parallel rank's share of a row-parallel weight)
+ * reads its rows straight into the output too: rows under 4 KiB apart in
+ * one read (the gaps into a sink, at most the union's bytes), rows further
+ * apart one request each, its bytes and no more; the window is never filled.
+ * Values against the source rows; a source cut short is EIO naming it. */
+START_TEST(column_slice_reads_straight_into_output)
+{
+	enum { R = 256, C = 2048 };
+	const int c0 = _i ? 0 : 100, w = _i ? 512 : 1800;
+	static const struct tu_tensor t[] = {{"w", CK_DT_F32, 2, {R, C}}};
+	char map[160], *d;
+	snprintf(
+	    map, sizeof map,
+	    "{\"rules\": [{\"from\": \"w\", \"to\": \"s\", \"expr\": \"x.narrow(1, %d, %d)\"}]}",
+	    c0, w);
+	unsigned char *img;
+	struct ck_catalog *tc;
+	struct ck_err err;
+	struct ck_plan *p = own_plan(t, 1, map, &d, &img, &tc);
+	const struct ck_catalog_entry *se = ck_catalog_find(tc, "w");
+	uint32_t ti = (uint32_t)(ck_plan_find(p, "s") - p->t);
+	size_t n = (size_t)R * w * 4;
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	float *out = malloc(n);
+	ck_assert_msg(ck_engine_read(&c, ti, 0, n, out, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(c.win.cap, 0);
+	uint64_t got = atomic_load(&e.source_bytes_read);
+	if (_i) {
+		ck_assert_uint_eq(got, n);
+		ck_assert_uint_eq(atomic_load(&e.read_requests), R);
+	} else {
+		ck_assert_uint_ge(got, n);
+		ck_assert_uint_le(got, (uint64_t)((R - 1) * C + w) * 4);
+	}
+	rows_match(out, R, w, img + se->t.offset, C, c0, NULL);
+	free(out);
+	cut_source_is_eio(&c, d, se, ti, n);
+	ck_eval_ctx_free(&c);
+	ck_engine_fini(&e);
+	own_plan_free(p, tc, img, d);
 }
 END_TEST
 
@@ -867,6 +934,7 @@ int main(void)
 	tcase_add_test(tc, interleaved_rows_read_together);
 	tcase_add_loop_test(tc, permuted_rows_read_straight_into_output, 0, 2);
 	tcase_add_loop_test(tc, column_shards_read_straight_into_output, 0, 2);
+	tcase_add_loop_test(tc, column_slice_reads_straight_into_output, 0, 2);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, convert_transposes_in_blocks);
