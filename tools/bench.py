@@ -561,21 +561,27 @@ def main():
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read
-    def lib_read(*maps):
+    def lib_read(*maps, opts=()):
         args = [CKREAD, src, "-j", str(os.cpu_count())]
         for m in maps:
             args += ["-o", "mapping=" + m]
+        for o in opts:
+            args += ["-o", o]
         r = json.loads(run(*args).stdout)
         return [(r["seconds"], r["bytes"])]
-    lib = {"id": [], "meg": []}
+    lib = {"id": [], "meg": [], "rank": []}
     for _ in range(R):
         lib["id"] += lib_read()
         lib["meg"] += lib_read(meg)
+        lib["rank"] += lib_read(meg, opts=("mesh=tp=4", "rank=1"))
     row("libckptfs identity, every target, first read vs raw", lib["id"], raw)
     row("libckptfs Megatron view, every target, first read vs raw", lib["meg"], raw)
+    # a rank's share: row-parallel weights are column slices, a run per row
+    row("libckptfs Megatron view tp=4 rank 1, every target, vs raw", lib["rank"], raw)
     # a loader copying model.gguf out in 8 MiB reads (ckread --file): each
-    # source byte read once, and the memory that takes
-    for ty in ("Q8_0", "Q4_0"):
+    # source byte read once, and the memory that takes (BF16, the source's
+    # type: the rope permutation of Q and K as plain copies)
+    for ty in ("BF16", "Q8_0", "Q4_0"):
         rs = [json.loads(run(CKREAD, src, "-o", "gguf=" + ty, "-o", "gguf_vocab=none", "--file",
                              "model.gguf", "/dev/null").stdout) for _ in range(R)]
         row(f"libckptfs model.gguf {ty}, 8 MiB reads, vs raw", [(r["seconds"], r["bytes"]) for r in rs], raw)
