@@ -716,16 +716,18 @@ static int scatter_flush(struct ck_eval_ctx *c, const struct ck_catalog_entry *s
 
 /* The steps of a box that copy buffered sources as stored (no cast) but not
  * as one block each (direct_run) read their runs straight into the output:
- * Llama's rope permutation for GGUF (a piece per pair of output rows) and
+ * Llama's rope permutation for GGUF (a piece per pair of output rows),
  * tensor-parallel shards joined along their rows (Megatron's row-parallel
- * o_proj and down_proj from a tp checkpoint, a piece per shard). Sorted by
- * file and offset, a preadv per stretch of runs (gaps under CK_COALESCE_GAP
- * read into a sink, as the window's requests would): one copy out of the
- * page cache instead of the window's two (attn_q of the hidden-2048 Llama as
- * a BF16 GGUF went at 3 GB/s, a plain tensor at 6). Returns 1 when it read
- * every such step, 0 when the box does not qualify (a step that converts or
- * reads an O_DIRECT source, whose reads are aligned; runs that overlap, are
- * small, or come in small stretches), -1 on error. */
+ * o_proj and down_proj from a tp checkpoint, a piece per shard) and a tp
+ * rank's column slice of such a weight (a run per row). Sorted by file and
+ * offset, runs under CK_COALESCE_GAP apart are one preadv (the gaps read into
+ * a sink, as the window's requests read them) and a run further from the
+ * others is a request of an io_uring batch: the window's bytes and requests,
+ * but one copy out of the page cache instead of its two (attn_q of the
+ * hidden-2048 Llama as a BF16 GGUF went at 3 GB/s, a plain tensor at 6).
+ * Returns 1 when it read every such step, 0 when the box does not qualify (a
+ * step that converts or reads an O_DIRECT source, whose reads are aligned;
+ * runs under SCATTER_RUN_MIN bytes, too many, or overlapping), -1 on error. */
 static int read_box_scatter(struct ck_eval_ctx *c, const struct ck_target *t, const int64_t *lo,
 			    const int64_t *hi, const int64_t *cstride, int64_t e0,
 			    unsigned char *out, struct ck_err *err)
