@@ -150,7 +150,9 @@ static int build_names(struct ck_tree *v, struct ck_err *err)
 		size_t len = ck_escape_name(plan->t[i].name, CK_NAME_MAX, name);
 		if (!(v->names[i] = ck_strpool_add(&v->name_pool, name, len)))
 			return ck_fail_sys(err, ENOMEM, "mount");
-		len = ck_escape_name(plan->t[i].name, CK_NAME_MAX - 4, name);
+		/* the .npy name: the same unless it must be cut shorter */
+		if (len > CK_NAME_MAX - 4)
+			len = ck_escape_name(plan->t[i].name, CK_NAME_MAX - 4, name);
 		memcpy(name + len, ".npy", 5);
 		if (!(v->npy_names[i] = ck_strpool_add(&v->name_pool, name, len + 4)))
 			return ck_fail_sys(err, ENOMEM, "mount");
