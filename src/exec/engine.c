@@ -81,6 +81,20 @@ static struct ck_io_req src_req(const struct ck_eval_ctx *c, uint32_t file, uint
 	return (struct ck_io_req){e->plan->cat->files[file].fd, off, len, buf, 0};
 }
 
+/* Room in l for one more request (c->reqs keeps the grown array). */
+static int reqlist_room(struct ck_eval_ctx *c, struct reqlist *l, struct ck_err *err)
+{
+	if (l->n < l->cap)
+		return 0;
+	size_t nc = l->cap ? l->cap * 2 : 64;
+	struct ck_io_req *nr = realloc(l->r, nc * sizeof *nr);
+	if (!nr)
+		return ck_fail_sys(err, ENOMEM, "read requests");
+	l->r = c->reqs = nr;
+	l->cap = c->reqs_cap = nc;
+	return 0;
+}
+
 static int push_req(struct ck_eval_ctx *c, struct reqlist *l, uint32_t file, uint64_t off,
 		    uint64_t len, unsigned char *buf, struct ck_err *err)
 {
@@ -98,16 +112,8 @@ static int push_req(struct ck_eval_ctx *c, struct reqlist *l, uint32_t file, uin
 			return 0;
 		}
 	}
-	if (l->n == l->cap) {
-		size_t nc = l->cap ? l->cap * 2 : 64;
-		struct ck_io_req *nr = realloc(l->r, nc * sizeof *nr);
-		if (!nr)
-			return ck_fail_sys(err, ENOMEM, "read requests");
-		l->r = nr;
-		l->cap = nc;
-		c->reqs = nr;
-		c->reqs_cap = nc;
-	}
+	if (reqlist_room(c, l, err) < 0)
+		return -1;
 	l->r[l->n++] = r;
 	return 0;
 }
@@ -685,14 +691,8 @@ static int scatter_flush(struct ck_eval_ctx *c, const struct ck_catalog_entry *s
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	int r = 0;
 	if (g->k == 1) { /* one run: a request of the batch */
-		if (g->l.n == g->l.cap) {
-			size_t nc = g->l.cap ? g->l.cap * 2 : 64;
-			struct ck_io_req *nr = realloc(g->l.r, nc * sizeof *nr);
-			if (!nr)
-				return ck_fail_sys(err, ENOMEM, "read requests");
-			g->l.r = c->reqs = nr;
-			g->l.cap = c->reqs_cap = nc;
-		}
+		if (reqlist_room(c, &g->l, err) < 0)
+			return -1;
 		g->l.r[g->l.n++] =
 		    src_req(c, src->file, g->off, g->iov[0].iov_len, g->iov[0].iov_base);
 	} else if (g->k) {
@@ -854,7 +854,7 @@ static int eval_box(struct ck_eval_ctx *c, const struct ck_target *t, const int6
 	int held = 0; /* 1: the steps not read straight into out are in it already */
 	if (!c->on_gpu && (uint64_t)elems * ck_dtype_size(t->v.dtype) >= BOX_MIN &&
 	    ((held = read_box_scatter(c, t, lo, hi, cstride, e0, out, err)) < 0 ||
-	     (!held && read_box_window(c, t, lo, hi, err) < 0)))
+	     (!held && t->v.n > 1 && read_box_window(c, t, lo, hi, err) < 0)))
 		return -1;
 	for (size_t i = 0; i < t->v.n; i++) {
 		struct step s;

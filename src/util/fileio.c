@@ -8,28 +8,19 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#define MAX_CHUNK (1u << 30) /* one pread at most; Linux caps reads near 2 GiB */
-
 int ck_pread_full(int fd, void *buf, uint64_t len, uint64_t off)
 {
-	uint64_t got = 0;
-	while (got < len) {
-		size_t want = len - got > MAX_CHUNK ? MAX_CHUNK : (size_t)(len - got);
-		ssize_t n = pread(fd, (char *)buf + got, want, (off_t)(off + got));
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			return -EIO;
-		got += (uint64_t)n;
-	}
-	return 0;
+	struct iovec v = {buf, (size_t)len};
+	return ck_preadv_full(fd, &v, 1, off);
 }
 
 int ck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off)
 {
-	while (n > 0) {
+	for (;;) {
+		while (n > 0 && iov->iov_len == 0) /* nothing to read into */
+			iov++, n--;
+		if (n == 0)
+			return 0;
 		ssize_t got = preadv(fd, iov, n, (off_t)off);
 		if (got < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
@@ -46,7 +37,6 @@ int ck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off)
 			iov->iov_len -= (size_t)got;
 		}
 	}
-	return 0;
 }
 
 char *ck_path_join(const char *dir, const char *name)

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "ckpt/catalog.h"
@@ -17,6 +18,7 @@
 #include "map/mapping.h"
 #include "plan/plan.h"
 #include "testutil.h"
+#include "util/fileio.h"
 
 static char *dir;
 static struct ck_catalog *cat;
@@ -666,6 +668,37 @@ START_TEST(column_slice_reads_straight_into_output)
 }
 END_TEST
 
+/* ck_preadv_full: buffers filled in order, empty ones skipped (none at all
+ * reads nothing), a read past the end of the file EIO; ck_pread_full of
+ * nothing reads nothing. */
+START_TEST(preadv_full_fills_in_order)
+{
+	char *d = tu_mkdtemp(), *path = tu_path(d, "f");
+	unsigned char img[100];
+	for (int i = 0; i < 100; i++)
+		img[i] = (unsigned char)(i * 7 + 1);
+	FILE *f = fopen(path, "wb");
+	ck_assert(f && fwrite(img, 1, 100, f) == 100 && fclose(f) == 0);
+	int fd = open(path, O_RDONLY);
+	ck_assert_int_ge(fd, 0);
+	unsigned char a[10], b[20], z;
+	struct iovec v[] = {{&z, 0}, {a, 10}, {&z, 0}, {b, 20}, {&z, 0}};
+	ck_assert_int_eq(ck_preadv_full(fd, v, 5, 5), 0);
+	ck_assert(memcmp(a, img + 5, 10) == 0 && memcmp(b, img + 15, 20) == 0);
+	struct iovec none[] = {{&z, 0}, {&z, 0}};
+	ck_assert_int_eq(ck_preadv_full(fd, none, 2, 1000), 0);
+	struct iovec past[] = {{a, 10}, {b, 20}};
+	ck_assert_int_eq(ck_preadv_full(fd, past, 2, 80), -EIO);
+	ck_assert_int_eq(ck_pread_full(fd, a, 0, 1000), 0);
+	ck_assert_int_eq(ck_pread_full(fd, b, 20, 80), 0);
+	ck_assert(memcmp(b, img + 80, 20) == 0);
+	close(fd);
+	tu_rmtree(d);
+	free(path);
+	free(d);
+}
+END_TEST
+
 /* A source truncated after planning: EIO for the reads that need it. */
 START_TEST(truncated_source_is_eio)
 {
@@ -945,6 +978,7 @@ int main(void)
 	tcase_add_loop_test(tc, permuted_rows_read_straight_into_output, 0, 2);
 	tcase_add_loop_test(tc, column_shards_read_straight_into_output, 0, 3);
 	tcase_add_loop_test(tc, column_slice_reads_straight_into_output, 0, 2);
+	tcase_add_test(tc, preadv_full_fills_in_order);
 	tcase_add_loop_test(tc, truncated_source_is_eio, 0, 4);
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, convert_transposes_in_blocks);
