@@ -36,7 +36,10 @@ static void pending_free(struct pending *p)
 	free(p);
 }
 
-#define MAX_IOV 1024 /* UIO_MAXIOV: writev takes no more */
+/* The most pieces one reply may have: writev takes UIO_MAXIOV (1024), and
+ * fuse_reply_iov puts the reply's header in front of ours. A reply of 1024
+ * pieces was refused (EINVAL): its reader waited for good. */
+#define MAX_IOV (1024 - 1)
 
 /* Where the O_DIRECT spans of one reply are read: `dio`, a pooled buffer
  * they are read into aligned and answered from (no copy), and `bounce`, a

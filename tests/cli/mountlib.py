@@ -1,17 +1,49 @@
 """Real mounts for the tests: the daemon runs in the foreground (-f) so its
 sanitizer reports reach us; readiness is the daemon's "mounted" line, read
 blocking (no sleep-polling); teardown always unmounts, then checks that the
-daemon exited cleanly and printed no error or sanitizer report."""
+daemon exited cleanly and printed no error or sanitizer report (its own
+"ckptfs:" lines, and libfuse's "fuse:" ones).
+
+A mount still open after HANG_S seconds is taken as hung: the test's and
+the daemon's stacks are printed and the daemon is killed, so the reader
+blocked on it fails now, with the stacks, instead of at the suite's
+timeout with nothing to go on."""
 import errno
+import faulthandler
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 CKPTFS = os.environ["CKPTFS"]
 BAD = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "ThreadSanitizer")
+# the longest a test keeps one mount is under a minute, sanitizers included
+HANG_S = float(os.environ.get("CKPTFS_TEST_HANG_S", "300"))
+
+
+def dump_hang(proc, mountpoint):
+    """Called when a mount has been open HANG_S seconds: print where the
+    test and the daemon are, then kill the daemon (the kernel then fails
+    the requests it was waiting on)."""
+    if proc.poll() is not None:
+        return
+    print(f"\nmountlib: the mount on {mountpoint} has been open {HANG_S:.0f} s: taken as hung; "
+          f"the test's threads, then the daemon's (pid {proc.pid}):", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    if shutil.which("gdb"):
+        subprocess.run(["gdb", "-p", str(proc.pid), "-batch", "-ex", "thread apply all bt"],
+                       stdout=sys.stderr, stderr=subprocess.DEVNULL, timeout=120, check=False)
+    else:
+        for t in sorted(os.listdir(f"/proc/{proc.pid}/task")):
+            with open(f"/proc/{proc.pid}/task/{t}/wchan") as f:
+                print(f"  thread {t}: waiting in {f.read() or '-'}", file=sys.stderr)
+    sys.stderr.flush()
+    proc.kill()
+    subprocess.run(["fusermount3", "-uz", mountpoint], check=False)
 
 
 def have_fuse():
@@ -41,9 +73,13 @@ class Mount:
         self.expect_errors = expect_errors
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, text=True)
         self.lines = []
+        self.watchdog = threading.Timer(HANG_S, dump_hang, (self.proc, self.dir))
+        self.watchdog.daemon = True
+        self.watchdog.start()
         while True:  # blocks until the daemon says mounted, or exits
             line = self.proc.stderr.readline()
             if not line:
+                self.watchdog.cancel()
                 self.proc.wait(timeout=30)
                 raise AssertionError(f"daemon exited ({self.proc.returncode}): {''.join(self.lines)}")
             self.lines.append(line)
@@ -63,6 +99,7 @@ class Mount:
             return json.load(f)
 
     def close(self):
+        self.watchdog.cancel()
         if self.proc.poll() is None:
             subprocess.run(["fusermount3", "-u", self.dir], check=False)
             try:
@@ -78,7 +115,8 @@ class Mount:
         assert not any(b in log for b in BAD), f"sanitizer report from the daemon:\n{log}"
         assert self.proc.returncode == 0, f"daemon exit {self.proc.returncode}:\n{log}"
         if not self.expect_errors:
-            bad = [l for l in log.splitlines() if l.startswith("ckptfs:") and "mounted" not in l]
+            bad = [l for l in log.splitlines()
+                   if (l.startswith("ckptfs:") and "mounted" not in l) or l.startswith("fuse:")]
             assert not bad, f"daemon reported errors: {bad}"
         return log
 

@@ -12,6 +12,12 @@ buffer go through a bounce buffer.
 
 A cast view of 3000 tiny tensors is answered from the cache the same way.
 
+At the boundary: a one-page read of exactly 1023, 1024 and 1025 tensors.
+libfuse puts its header in front of a reply's pieces, so a reply of 1024
+pieces is 1025 for writev: the kernel refused it and the reader waited for
+good (a CI run hung on it). Each such page is read alone (no readahead), and
+stats.json's count of direct reads shows the reads had those many pieces.
+
 The expectation is the source itself (numpy's F16 -> F32 for the cast): every tensor of every flat file the
 mount serves, parsed by ckref's reader (written from the format, not from
 ckptfs), equals the bytes written into the source, and preads of
@@ -19,6 +25,7 @@ ckptfs), equals the bytes written into the source, and preads of
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -51,6 +58,20 @@ for p, off, n in jobs["at"]:
     got.append(os.pread(fd, n, off).hex())
     os.close(fd)
 json.dump(got, open(os.path.join(out, "at.json"), "w"))
+"""
+
+
+# the child for one-page reads: each (path, offset) read alone, 4096 bytes,
+# with readahead off, so each is one request of exactly that page
+PAGE_READER = r"""
+import os, sys, json
+got = []
+for p, off in json.loads(sys.argv[1]):
+    fd = os.open(p, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    got.append(os.pread(fd, 4096, off).hex())
+    os.close(fd)
+print(json.dumps(got))
 """
 
 
@@ -102,6 +123,120 @@ def check(m, work, want, what):
         assert b == raw[off:off + n], f"{what}: pread of {p} at {off}"
 
 
+def boundary_units(n):
+    """n tensor names in file order (they sort as written), each with its
+    size in units (a unit: 4 bytes): mostly 1, and in every 3300, one of 2,
+    one of 3 and two of a half, each a page or more from the others.
+    However the data lies against the pages, some page holds 1023 tensors,
+    one 1024 and one 1025 (on 4-byte boundaries: a plain page 1024, one
+    with a double 1023, one with the halves 1025; off them: 1025, 1024 and,
+    with the triple, 1023)."""
+    def units(i):
+        return {100: 2, 1200: 3, 2300: 0.5, 2301: 0.5}.get(i % 3300, 1)
+    return {f"b{i:05d}": units(i) for i in range(n)}
+
+
+def page_plan(m, flat, sizes):
+    """The one-page reads of `flat` wholly inside its data, by how many
+    tensors each holds: {count: [offset, ...]} (the layout from the mount's
+    own header, read with readahead off so no data page is cached)."""
+    fd = os.open(m.path(flat), os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
+    header = json.loads(os.pread(fd, n, 8))
+    size = os.fstat(fd).st_size
+    os.close(fd)
+    start = 8 + n
+    ends = sorted(start + e["data_offsets"][1] for k, e in header.items() if k != "__metadata__")
+    assert len(ends) == len(sizes) and ends[-1] == size, (len(ends), len(sizes))
+    plan = {}
+    first = (start + 4096 + 4095) // 4096 * 4096  # past the header's last page
+    for off in range(first, size - 4096 + 1, 4096):
+        # tensors ending inside the page, plus one running past its end
+        k = sum(1 for e in ends if off < e <= off + 4096) + (off + 4096 not in ends)
+        plan.setdefault(k, []).append(off)
+    return plan, start, header
+
+
+def read_pages(m, flat, offs, what):
+    jobs = json.dumps([(m.path(flat), off) for off in offs])
+    try:
+        r = subprocess.run([sys.executable, "-c", PAGE_READER, jobs], check=True, timeout=DEADLINE,
+                           capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"{what}: a one-page read of {flat} got no answer in {DEADLINE} s")
+    return [bytes.fromhex(h) for h in json.loads(r.stdout)]
+
+
+def expected_page(start, header, want, off):
+    page = bytearray(4096)
+    for k, e in header.items():
+        if k == "__metadata__":
+            continue
+        b, en = start + e["data_offsets"][0], start + e["data_offsets"][1]
+        if en > off and b < off + 4096:
+            raw = want[k][2]
+            lo, hi = max(b, off), min(en, off + 4096)
+            page[lo - off:hi - off] = raw[lo - b:hi - b]
+    return bytes(page)
+
+
+def check_boundary(m, want, what, direct):
+    """One page each of 1023, 1024 and 1025 tensors, read alone: the right
+    bytes, answered (not left waiting), and, read from the source files,
+    that many direct reads."""
+    plan, start, header = page_plan(m, "model.safetensors", want)
+    picks = []
+    for k in (1023, 1024, 1025):
+        assert plan.get(k), f"{what}: no page of {k} tensors: {sorted((c, len(o)) for c, o in plan.items())}"
+        picks.append((k, plan[k][0]))
+    before = m.stats()["direct_reads"]
+    pages = read_pages(m, "model.safetensors", [off for _, off in picks], what)
+    for (k, off), page in zip(picks, pages):
+        assert page == expected_page(start, header, want, off), f"{what}: page of {k} tensors at {off}"
+    if direct:
+        got = m.stats()["direct_reads"] - before
+        assert got == sum(k for k, _ in picks), f"{what}: {got} direct reads, not {sum(k for k, _ in picks)}"
+
+
+def boundaries(work, rng):
+    """Replies of 1023, 1024 and 1025 pieces: from the source files
+    (buffered and -o odirect), and cast through the cache (-o no_stream)."""
+    src = os.path.join(work, "bound")
+    os.mkdir(src)
+    want = {}
+    for i, u in boundary_units(20000).items():
+        n = int(4 * u)
+        want[i] = ("U8", (n,), rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"), want)
+    for opts in (None, "odirect"):
+        with Mount(src, opts=opts) as m:
+            check_boundary(m, want, f"pieces at the writev limit ({opts or 'buffered'})", True)
+    # F16 -> F32 through the cache: a tensor of one element is 4 bytes
+    src16 = os.path.join(work, "bound16")
+    os.mkdir(src16)
+    f16, as_f32 = {}, {}
+    for i, u in boundary_units(20000).items():
+        if u != int(u):
+            continue  # no F32 tensor of 2 bytes: 1025 pieces is not made here
+        k = int(u)
+        a = rng.standard_normal(k).astype(np.float16)
+        f16[i] = ("F16", (k,), a.tobytes())
+        as_f32[i] = ("F32", (k,), a.astype(np.float32).tobytes())
+    ckref.write_safetensors(os.path.join(src16, "model.safetensors"), f16)
+    cast = os.path.join(work, "bound-f32.json")
+    with open(cast, "w") as f:
+        json.dump({"rules": [{"from": "{k:path}", "to": "{k}", "expr": "x.to(F32)"}]}, f)
+    with Mount(src16, [cast], "no_stream") as m:
+        plan, start, header = page_plan(m, "model.safetensors", as_f32)
+        for k in (1023, 1024):
+            assert plan.get(k), f"cast: no page of {k} tensors: {sorted((c, len(o)) for c, o in plan.items())}"
+        offs = [plan[1023][0], plan[1024][0]]
+        for off, page in zip(offs, read_pages(m, "model.safetensors", offs, "cast")):
+            assert page == expected_page(start, header, as_f32, off), f"cast: page at {off}"
+        assert m.stats()["groups_evaluated"] > 0
+
+
 def main():
     skip_unless_fuse()
     rng = np.random.default_rng(23)
@@ -148,8 +283,9 @@ def main():
             check(m, work, as_f32, "cast mount, no_stream")
             s = m.stats()
             assert s["groups_evaluated"] > 0 and s["streamed_reads"] == 0, s
+        boundaries(work, rng)
         print(f"tiny tensors: {len(want)} tensors, buffered and odirect, flat files and unaligned preads; "
-              f"{len(f16)} cast, streamed and from the cache: ok")
+              f"{len(f16)} cast, streamed and from the cache; replies of 1023, 1024 and 1025 pieces: ok")
     finally:
         shutil.rmtree(work)
 
