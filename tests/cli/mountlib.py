@@ -1,6 +1,7 @@
 """Real mounts for the tests: the daemon runs in the foreground (-f) so its
 sanitizer reports reach us; readiness is the daemon's "mounted" line, read
-blocking (no sleep-polling); teardown always unmounts, then checks that the
+blocking (no sleep-polling), and the rest of its log by a thread while it
+serves (a full pipe would stop the daemon); teardown always unmounts, then checks that the
 daemon exited cleanly and printed no error or sanitizer report (its own
 "ckptfs:" lines, and libfuse's "fuse:" ones).
 
@@ -85,6 +86,14 @@ class Mount:
             self.lines.append(line)
             if "ckptfs: mounted" in line:
                 break
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
+
+    def _drain(self):
+        """Reads the daemon's log while it serves: a pipe left full would
+        stop the daemon at its next log line, and every reader with it."""
+        for line in self.proc.stderr:
+            self.lines.append(line)
 
     def path(self, *p):
         return os.path.join(self.dir, *p)
@@ -108,9 +117,9 @@ class Mount:
                 self.proc.kill()
                 subprocess.run(["fusermount3", "-uz", self.dir], check=False)
                 raise AssertionError("daemon did not exit after unmount")
-        rest = self.proc.stderr.read()
+        self.drain.join(timeout=60)  # the daemon has exited: its log ends
         self.proc.stderr.close()
-        log = "".join(self.lines) + rest
+        log = "".join(self.lines)
         os.rmdir(self.dir)
         assert not any(b in log for b in BAD), f"sanitizer report from the daemon:\n{log}"
         assert self.proc.returncode == 0, f"daemon exit {self.proc.returncode}:\n{log}"
