@@ -13,7 +13,8 @@ buffer go through a bounce buffer.
 A cast view of 3000 tiny tensors is answered from the cache the same way.
 
 Requests of every shape: random windows of 1 to 256 pages, each one
-request, against the files read whole (and checked) through another mount.
+request, and with `-o direct_io` windows of any offset and 1 byte to 1 MiB,
+against the files read whole (and checked) through another mount.
 
 At the boundary: a one-page read of exactly 1023, 1024 and 1025 tensors.
 libfuse puts its header in front of a reply's pieces, so a reply of 1024
@@ -78,8 +79,9 @@ print(json.dumps(got))
 """
 
 
-# the child for random windows: page-aligned reads of 1 to 256 pages, each
-# one request (readahead off), against the file read whole elsewhere
+# the child for random windows against the file read whole elsewhere, each
+# one request: through the page cache (readahead off) page-aligned reads of
+# 1 to 256 pages; with -o direct_io ("exact") any offset and 1 byte to 1 MiB
 WINDOW_READER = r"""
 import os, sys, json, random
 jobs = json.loads(sys.argv[1])
@@ -90,10 +92,14 @@ for path, whole_path in jobs["files"]:
     fd = os.open(path, os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
     for _ in range(jobs["n"]):
-        pages = rng.choice([1, 2, 3, 5, 8, 13, 32, 100, 256])
-        off = rng.randrange(len(whole) // 4096 + 1) * 4096
-        if os.pread(fd, pages * 4096, off) != whole[off:off + pages * 4096]:
-            bad.append((os.path.basename(path), off, pages))
+        if jobs["exact"]:
+            n = int(2 ** rng.uniform(0, 20))
+            off = rng.randrange(len(whole))
+        else:
+            n = 4096 * rng.choice([1, 2, 3, 5, 8, 13, 32, 100, 256])
+            off = rng.randrange(len(whole) // 4096 + 1) * 4096
+        if os.pread(fd, n, off) != whole[off:off + n]:
+            bad.append((os.path.basename(path), off, n))
     os.close(fd)
 print(json.dumps(bad))
 """
@@ -148,8 +154,9 @@ def check(m, work, want, what):
 
 
 def windows(src, work, want):
-    """Requests of every shape: random page-aligned windows of model.safetensors
-    and pytorch_model.bin, each one request, in a fresh mount, against the
+    """Requests of every shape: random windows of model.safetensors and
+    pytorch_model.bin, each one request (page-aligned through the page
+    cache; any offset and length with -o direct_io), in a fresh mount, against the
     files read whole through another mount and checked there against the
     source (ckref's reader; torch.load for pytorch_model.bin)."""
     out = tempfile.mkdtemp(dir=work)
@@ -166,16 +173,17 @@ def windows(src, work, want):
         assert all(sd[k].numpy().tobytes() == v[2] for k, v in want.items()), "pytorch_model.bin"
     except ImportError:
         print("SKIP part: python3-torch is not installed (pytorch_model.bin checked by windows only)")
-    with Mount(src) as m:
-        jobs = json.dumps({"files": [(m.path(f), os.path.join(out, str(i))) for i, f in enumerate(names)],
-                           "n": 150, "seed": 7})
-        try:
-            r = subprocess.run([sys.executable, "-c", WINDOW_READER, jobs], check=True,
-                               timeout=DEADLINE, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"windows: a read got no answer in {DEADLINE} s")
-        bad = json.loads(r.stdout)
-        assert not bad, f"windows that differ from the whole file: {bad[:5]}"
+    for opts in (None, "direct_io"):
+        with Mount(src, opts=opts) as m:
+            jobs = json.dumps({"files": [(m.path(f), os.path.join(out, str(i))) for i, f in enumerate(names)],
+                               "n": 150, "seed": 7, "exact": opts is not None})
+            try:
+                r = subprocess.run([sys.executable, "-c", WINDOW_READER, jobs], check=True,
+                                   timeout=DEADLINE, capture_output=True, text=True)
+            except subprocess.TimeoutExpired:
+                raise AssertionError(f"windows ({opts}): a read got no answer in {DEADLINE} s")
+            bad = json.loads(r.stdout)
+            assert not bad, f"windows ({opts}) that differ from the whole file: {bad[:5]}"
 
 
 def boundary_units(n):
