@@ -3,12 +3,13 @@
  * reports through a pipe once FUSE_INIT has arrived, or sends its error. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,9 +23,11 @@
 
 /* -o options of the mount alone (the serving options are the library's
  * too: ck_serve_optdefs). */
-enum { MO_FUSE_THREADS = 1, MO_LOG, MO_DIRECT_IO, MO_NONEMPTY };
+enum { MO_FUSE_THREADS = 1, MO_LOG, MO_DIRECT_IO, MO_NONEMPTY, MO_MAX_READ };
 static const struct ck_serve_optdef mount_o_opts[] = {
 	{MO_FUSE_THREADS, "fuse_threads", "N", "most FUSE worker threads (default 10; 1 to 64)"},
+	{MO_MAX_READ, "max_read", "BYTES",
+	 "largest read request the kernel sends (4096 to 1048576; default 1 MiB)"},
 	{MO_LOG, "log", "FILE", "append daemon messages to FILE"},
 	{MO_DIRECT_IO, "direct_io", NULL,
 	 "bypass the kernel page cache for data files (one copy less; no mmap)"},
@@ -32,14 +35,14 @@ static const struct ck_serve_optdef mount_o_opts[] = {
 	{0, NULL, NULL, NULL},
 };
 
-/* The FUSE and mount(8) options passed on to libfuse; anything else is
- * refused here with one line instead of two from libfuse after the fork. */
+/* The FUSE and mount(8) options passed on to libfuse: those a low-level
+ * session of libfuse 3.14 takes (it refuses max_background, max_threads,
+ * clone_fd, relatime, ... as unknown). Anything else is refused here with
+ * one line instead of two from libfuse after the fork. */
 static const char *const fuse_flags[] = {
-	"allow_other", "allow_root", "auto_unmount", "default_permissions", "debug",
-	"ro", "noatime", "nodiratime", "relatime", "nodev", "nosuid", "noexec", "dev",
-	"suid", "exec", "async_read", "sync_read", "clone_fd"};
-static const char *const fuse_valued[] = {"fsname", "subtype", "max_read", "max_background",
-					  "congestion_threshold", "max_idle_threads", "max_threads"};
+	"allow_other", "allow_root", "auto_unmount", "default_permissions", "debug", "ro",
+	"noatime", "nodev", "nosuid", "noexec", "dev", "suid", "exec"};
+static const char *const fuse_valued[] = {"fsname", "subtype"};
 
 static void print_o_opts(FILE *f, const struct ck_serve_optdef *d)
 {
@@ -183,6 +186,14 @@ static int mount_o_opt(int id, const char *opt, const char *val, struct ck_fs_op
 			return bad(err, opt, "a file name");
 		o->log_path = val;
 		return 0;
+	case MO_MAX_READ: {
+		char *end;
+		long v = val ? strtol(val, &end, 10) : -1;
+		if (!val || !*val || *end || v < 4096 || v > (1 << 20))
+			return bad(err, opt, "4096 to 1048576 bytes: a request is at most 1 MiB");
+		o->max_read = (unsigned)v;
+		return 0;
+	}
 	case MO_DIRECT_IO: o->direct_io = 1; return 0;
 	default: o->nonempty = 1; return 0; /* MO_NONEMPTY */
 	}
@@ -205,17 +216,18 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 		const struct ck_serve_optdef *d = ck_serve_optdef_find(mount_o_opts, opt, klen);
 		if (d && !d->arg && eq)
 			return bad(err, opt, "a flag takes no value");
-		if (d) {
-			if (mount_o_opt(d->id, opt, eq ? eq + 1 : NULL, o, err) < 0)
-				return -1;
-		} else if (fuse_option(opt, klen)) {
+		if (d && mount_o_opt(d->id, opt, eq ? eq + 1 : NULL, o, err) < 0)
+			return -1;
+		/* max_read is the kernel's too: FUSE_INIT's answer must repeat it */
+		if (!d || d->id == MO_MAX_READ) {
+			if (!d && !fuse_option(opt, klen))
+				return ck_fail(
+				    err, CK_E_USAGE,
+				    "mount: unknown option -o %s (see ckptfs mount --help)", opt);
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
 			fuse_argv[(*fuse_argc)++] = "-o";
 			fuse_argv[(*fuse_argc)++] = opt;
-		} else {
-			return ck_fail(err, CK_E_USAGE,
-				       "mount: unknown option -o %s (see ckptfs mount --help)", opt);
 		}
 	}
 	return 0;
@@ -339,7 +351,10 @@ static int mount_main(int argc, char **argv, int *synced)
 	}
 	int pipefd[2] = {-1, -1};
 	if (!o.foreground) {
-		if (pipe(pipefd) < 0) {
+		/* close-on-exec: a helper libfuse starts (fusermount3 for
+		 * -o auto_unmount lives as long as the mount) must not hold the
+		 * write end, or the parent would wait for its end for good */
+		if (pipe2(pipefd, O_CLOEXEC) < 0) {
 			close_view(&srv, &v);
 			return ck_cli_report((ck_fail_sys(&err, errno, "pipe"), &err));
 		}

@@ -179,6 +179,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * max_write (reference/fuse-performance.md) */
 	conn->max_write = 1u << 20;
 	conn->max_readahead = 1u << 20;
+	/* libfuse refuses the INIT (EPROTO, after this returns) unless this
+	 * repeats -o max_read */
+	conn->max_read = fs->o.max_read;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	/* Every file is immutable, so opens need no answer: an OPEN and a

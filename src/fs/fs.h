@@ -23,6 +23,7 @@ struct ck_fs_opts {
 	int direct_io;	  /* no kernel page cache for data files (readers that never mmap) */
 	const char *log_path;
 	int nonempty; /* the mount point may hold files */
+	unsigned max_read; /* -o max_read: largest READ request (0: FUSE's 1 MiB) */
 };
 
 /* Mount the prepared view s (ck_served_prepare; started here, after the

@@ -95,7 +95,7 @@ def check_mount_o(out):
             o_opts.append((section, m.group(1), m.group(2)))
     serving = [n for s, n, _ in o_opts if s == "serving"]
     own = [n for s, n, _ in o_opts if s == "mount"]
-    assert len(serving) >= 20 and len(own) == 4, o_opts
+    assert len(serving) >= 20 and len(own) == 5, o_opts
     assert len(set(serving + own)) == len(serving + own), o_opts
     for section, name, eq in o_opts:
         assert re.search("`" + name + r"[`=\[]", mount_text), f"README's mount options lack {name}"

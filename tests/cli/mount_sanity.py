@@ -1,16 +1,22 @@
 """The mount's own rules (issue #15): a regular file, a live mount point or a
 non-empty directory (without -o nonempty) is refused with one line, exit 2,
-nothing mounted; so is an unknown -o option or a cache of fewer than 4
-chunks. A mounted config.json is the source's bytes. Every extended
+nothing mounted; so is an unknown -o option (FUSE options libfuse's
+low-level session refuses included), a max_read out of range or a cache of
+fewer than 4 chunks. -o max_read reaches the kernel (a 1 MiB read comes as
+that many requests); -o auto_unmount mounts in the background and returns
+(its helper does not keep the parent waiting), and the mount goes when the
+daemon is killed. A mounted config.json is the source's bytes. Every extended
 attribute a tensor lists can be read, even for a group whose source names
 pass the 64 KiB xattr limit."""
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ckref  # noqa: E402
@@ -26,6 +32,68 @@ def refused(src, mnt, want, *extra):
     assert p.returncode == 2, (p.returncode, p.stderr)
     assert len(lines) == 1 and want in lines[0], (want, p.stderr)
     assert not is_mounted(mnt) or want == "already a mount point", f"{mnt} was mounted"
+
+
+def requests_for_one_read(m, name, n):
+    """stats.json's count of direct reads for one n-byte read of a renamed
+    tensor, readahead off: the kernel's requests for it."""
+    before = m.stats()["direct_reads"]
+    fd = os.open(m.path("tensors", name), os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+    got = os.pread(fd, n, 0)
+    os.close(fd)
+    return got, m.stats()["direct_reads"] - before
+
+
+def max_read(d):
+    """-o max_read=65536: a 1 MiB read of a tensor arrives as 16 requests
+    (1 without), with the source's bytes. Without FUSE_INIT's answer
+    repeating it, libfuse refused the INIT after "mounted": nothing served."""
+    src = os.path.join(d, "one")
+    os.mkdir(src)
+    raw = bytes(range(256)) * 4096  # 1 MiB
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"), {"w": ("U8", (len(raw),), raw)})
+    for opts, want in ((None, 1), ("max_read=65536", 16)):
+        with Mount(src, opts=opts) as m:
+            got, n = requests_for_one_read(m, "w", len(raw))
+            assert got == raw, f"-o {opts}: bytes"
+            assert n == want, f"-o {opts}: {n} requests for 1 MiB, not {want}"
+    print("-o max_read=65536: a 1 MiB read in 16 requests (1 without), the source's bytes")
+
+
+def daemon_of(mnt):
+    """The pid of the daemon serving mnt (its command line names it)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(argv) > 4 and argv[1] == b"mount" and argv[3] == mnt.encode():
+            return int(pid)
+    raise AssertionError(f"no daemon serving {mnt}")
+
+
+def auto_unmount(src, mnt):
+    """In the background with -o auto_unmount: the command returns once the
+    mount is live (libfuse's fusermount3 helper, which lives as long as the
+    mount, once held the readiness pipe open and the command waited for
+    good), and killing the daemon takes the mount away."""
+    p = subprocess.run([CKPTFS, "mount", src, mnt, "-o", "auto_unmount"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and is_mounted(mnt), p.stderr
+    try:
+        assert "config.json" in os.listdir(mnt)
+        os.kill(daemon_of(mnt), signal.SIGKILL)
+        for _ in range(200):
+            if not is_mounted(mnt):
+                break
+            time.sleep(0.05)
+        assert not is_mounted(mnt), "the mount outlived its killed daemon with -o auto_unmount"
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", mnt], check=False)
+    print("-o auto_unmount: the command returns once mounted; a killed daemon's mount goes")
 
 
 def main():
@@ -53,6 +121,10 @@ def main():
         refused(src, empty, "less than 4 chunks", "-o", "cache_size=1MiB")
         refused(src, empty, "bad option -o chunk=1", "-o", "chunk=1")
         refused(src, empty, "-o needs a value", "-o")
+        for o in ("max_background=20", "max_threads=4", "clone_fd", "relatime", "async_read"):
+            refused(src, empty, f"unknown option -o {o}", "-o", o)
+        refused(src, empty, "bad option -o max_read=100", "-o", "max_read=100")
+        refused(src, empty, "bad option -o max_read=2097152", "-o", "max_read=2097152")
         with Mount(src) as m:
             refused(src, m.dir, "already a mount point")
             assert open(m.path("config.json")).read() == raw, "config.json is not the source's bytes"
@@ -66,6 +138,8 @@ def main():
         assert os.listdir(full) == ["x"]
         print("mount refuses a file, a live mount point, a non-empty dir, unknown options; "
               "config.json verbatim")
+        max_read(d)
+        auto_unmount(src, empty)
 
         # a group whose source names pass 64 KiB: user.ckptfs.sources stays readable
         big = os.path.join(d, "big")
