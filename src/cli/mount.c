@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../exec/outdir.h"
 #include "../fs/fs.h"
 #include "cli.h"
 #include "mpi_sync.h"
@@ -346,6 +347,16 @@ static int mount_main(int argc, char **argv, int *synced)
 	    (!realpath(mnt_sub, mountpoint) &&
 	     ck_fail(&err, CK_E_USAGE, "%s: mount point: %s", mnt_sub, strerror(errno)) < 0) ||
 	    check_mountpoint(mountpoint, o.nonempty, &err) < 0) {
+		close_view(&srv, &v);
+		return ck_cli_report(&err);
+	}
+	/* the log last (nothing is created for a mount refused above), before
+	 * the fork: a refusal is this command's one line */
+	char *map_paths[CK_MAX_MAPPINGS];
+	for (int k = 0; k < v.n_maps; k++)
+		map_paths[k] = v.maps[k]->path;
+	if (o.log_path &&
+	    (o.log_fd = ck_log_open(o.log_path, source, v.cat, map_paths, v.n_maps, &err)) < 0) {
 		close_view(&srv, &v);
 		return ck_cli_report(&err);
 	}

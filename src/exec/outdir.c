@@ -150,6 +150,77 @@ int ck_outdir_check_source(const char *outdir, const char *source, const struct 
 	return rc;
 }
 
+/* Is directory `dir` (named as given, or resolved) where the log's
+ * directory `real` is (a single-file source), or one of its ancestors (a
+ * directory source)? */
+static int log_in_dir(const char *dir, const char *real, int below)
+{
+	struct stat st, rst;
+	char r[PATH_MAX];
+	for (int k = 0; k < 2; k++) {
+		if (k && !realpath(dir, r))
+			return 0;
+		if (stat(k ? r : dir, &st) < 0)
+			continue;
+		struct id id = {st.st_dev, st.st_ino};
+		if (below ? is_self_or_ancestor(&id, real)
+			  : stat(real, &rst) == 0 && rst.st_dev == id.dev && rst.st_ino == id.ino)
+			return 1;
+	}
+	return 0;
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+int ck_log_open(const char *path, const char *source, const struct ck_catalog *cat,
+		char *const *maps, int n_maps, struct ck_err *err)
+{
+	struct stat st, f;
+	char d[PATH_MAX], real[PATH_MAX];
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return ck_fail(err, CK_E_USAGE, "-o log=%s: not a regular file", path);
+	dir_of(path, d, sizeof d);
+	if (!realpath(d, real))
+		return ck_fail(err, CK_E_USAGE, "-o log=%s: %s: %s", path, d, strerror(errno));
+	int below = stat(source, &st) == 0 && S_ISDIR(st.st_mode);
+	const char *near = below && log_in_dir(source, real, 1) ? source : NULL;
+	for (size_t i = 0; !near && i < cat->n_files; i++) {
+		char r[PATH_MAX]; /* the file's directory, and that of the file it links to */
+		dir_of(cat->files[i].path, d, sizeof d);
+		int in = log_in_dir(d, real, below);
+		if (!in && realpath(cat->files[i].path, r)) {
+			dir_of(r, d, sizeof d);
+			in = log_in_dir(d, real, below);
+		}
+		if (in)
+			near = cat->files[i].path;
+	}
+	if (near)
+		return ck_fail(err, CK_E_USAGE,
+			       "-o log=%s: lies %s the checkpoint (%s): refusing to write there",
+			       path, below ? "in the directory of" : "beside", near);
+	int fd =
+	    open(path, O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return ck_fail_sys(err, errno, "-o log=%s: cannot open the log", path);
+	const char *is = fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ? "not a regular file" : NULL;
+	for (size_t i = 0; !is && i < cat->n_files; i++)
+		if (fstat(cat->files[i].fd, &f) == 0 && same_file(&st, &f))
+			is = "the source file";
+	for (int k = 0; !is && k < n_maps; k++)
+		if (stat(maps[k], &f) == 0 && same_file(&st, &f))
+			is = "a mapping";
+	if (is) {
+		close(fd);
+		return ck_fail(err, CK_E_USAGE, "-o log=%s: %s: refusing to write to it", path, is);
+	}
+	fcntl(fd, F_SETFL, O_APPEND); /* a regular file: blocking writes */
+	return fd;
+}
+
 /* ---- staging and committing ---- */
 
 int ck_mkdirs(const char *path, struct ck_err *err)

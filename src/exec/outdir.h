@@ -45,6 +45,17 @@ int ck_mkdirs(const char *path, struct ck_err *err);
 int ck_outdir_check_source(const char *outdir, const char *source, const struct ck_catalog *cat,
 			   struct ck_err *err);
 
+/* The file a mount's daemon appends its log to (-o log=FILE), opened here,
+ * before the fork, O_APPEND (created 0644 if missing). Refused unless it is
+ * a regular file (a FIFO would hold the daemon for good), lies outside the
+ * source's directories (a directory source: in or below it, and the
+ * directories its files resolve to; a single file: beside it, where the
+ * view reads config.json and the tokenizer) and is neither a source file
+ * nor a mapping (device and inode): a log line appended to any of them
+ * would corrupt it. Returns the descriptor, or -1 with err set. */
+int ck_log_open(const char *path, const char *source, const struct ck_catalog *cat,
+		char *const *maps, int n_maps, struct ck_err *err);
+
 /* Decide the mode and create the staging directory. shared_names (NULL
  * unless SHARED) lists the files this distributed run writes: other
  * checkpoint files in OUTDIR are refused unless overwrite. */

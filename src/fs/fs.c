@@ -819,7 +819,8 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 	struct fuse_session *se = NULL;
 	struct fuse_loop_config *cfg = NULL;
 	struct fuse_args args = FUSE_ARGS_INIT(fuse_argc, fuse_argv);
-	if (o->log_path && !(fs.log = fopen(o->log_path, "a"))) {
+	if (o->log_path && !(fs.log = fdopen(o->log_fd, "a"))) {
+		close(o->log_fd);
 		fs.log = stderr;
 		ck_fail_sys(err, errno, "%s: cannot open the log", o->log_path);
 		goto out;
@@ -857,13 +858,15 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 			mountpoint);
 		goto out_signals;
 	}
-	if (!o->foreground) { /* detach stdio; messages go to the log, if any */
+	/* detach stdio: the caller's pipes must see their end (a script's
+	 * $(ckptfs mount ...) returns); stderr (libfuse's own messages) goes
+	 * to the log, if any */
+	if (!o->foreground) {
 		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
 		if (null >= 0) {
 			dup2(null, 0);
 			dup2(null, 1);
-			if (!o->log_path)
-				dup2(null, 2);
+			dup2(o->log_path ? fileno(fs.log) : null, 2);
 			close(null);
 		}
 		if (chdir("/") != 0)

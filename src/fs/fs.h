@@ -22,6 +22,7 @@ struct ck_fs_opts {
 	int fuse_threads; /* most FUSE worker threads */
 	int direct_io;	  /* no kernel page cache for data files (readers that never mmap) */
 	const char *log_path;
+	int log_fd;   /* with log_path: the log, opened by ck_log_open before the fork */
 	int nonempty; /* the mount point may hold files */
 	unsigned max_read; /* -o max_read: largest READ request (0: FUSE's 1 MiB) */
 };

@@ -96,6 +96,44 @@ def auto_unmount(src, mnt):
     print("-o auto_unmount: the command returns once mounted; a killed daemon's mount goes")
 
 
+def log_file(d, src, mnt):
+    """-o log=FILE is appended to, so it may not be anything the mount
+    reads: a source file, a file in the source directory (created or not),
+    a mapping, a file beside a single-file source; nor a FIFO (the daemon
+    would wait on it for good). Each is refused in one line, nothing
+    mounted, nothing created or changed. A good log gets the daemon's lines,
+    and the background command's pipes see their end (a script's
+    $(ckptfs mount ...) returns): the daemon kept the caller's stderr."""
+    shard = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))[0]
+    before = {f: open(os.path.join(src, f), "rb").read() for f in os.listdir(src)}
+    refused(src, mnt, "lies in the directory of the checkpoint", "-o", f"log={src}/{shard}")
+    refused(src, mnt, "lies in the directory of the checkpoint", "-o", f"log={src}/../llama/new.log")
+    logs = os.path.join(d, "logs")
+    os.mkdir(logs)
+    fifo = os.path.join(logs, "fifo")
+    os.mkfifo(fifo)
+    refused(src, mnt, "not a regular file", "-o", f"log={fifo}")
+    mp = os.path.join(logs, "map.json")
+    shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mappings",
+                                 "llama-hf-to-megatron.json"), mp)
+    refused(src, mnt, "a mapping", "--mapping", mp, "-o", f"log={mp}")
+    one = os.path.join(d, "one", "model.safetensors")  # max_read's single-file source
+    refused(one, mnt, "lies beside the checkpoint", "-o", f"log={os.path.dirname(one)}/x.log")
+    assert {f: open(os.path.join(src, f), "rb").read() for f in os.listdir(src)} == before
+    assert sorted(os.listdir(os.path.dirname(one))) == ["model.safetensors"]
+    log = os.path.join(logs, "ckptfs.log")
+    p = subprocess.run([CKPTFS, "mount", src, mnt, "-o", f"log={log}"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and is_mounted(mnt), p.stderr
+    try:
+        assert "config.json" in os.listdir(mnt)
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], check=True)
+    assert f"ckptfs: mounted {src} on {mnt}" in open(log).read(), open(log).read()
+    print("-o log: a source file, the source directory, a FIFO, a mapping and beside a single file "
+          "refused; a good log gets the daemon's lines and the command returns")
+
+
 def main():
     skip_unless_fuse()
     d = tempfile.mkdtemp(prefix="ckptfs-sanity-")
@@ -140,6 +178,7 @@ def main():
               "config.json verbatim")
         max_read(d)
         auto_unmount(src, empty)
+        log_file(d, src, empty)
 
         # a group whose source names pass 64 KiB: user.ckptfs.sources stays readable
         big = os.path.join(d, "big")
