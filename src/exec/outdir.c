@@ -179,10 +179,15 @@ int ck_log_open(const char *path, const char *source, const struct ck_catalog *c
 		char *const *maps, int n_maps, struct ck_err *err)
 {
 	struct stat st, f;
-	char d[PATH_MAX], real[PATH_MAX];
+	char d[PATH_MAX], real[PATH_MAX], target[PATH_MAX];
 	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
 		return ck_fail(err, CK_E_USAGE, "-o log=%s: not a regular file", path);
-	dir_of(path, d, sizeof d);
+	/* where a link leads is where the lines go (open follows it, and would
+	 * create a missing target) */
+	int linked = lstat(path, &f) == 0 && S_ISLNK(f.st_mode);
+	if (linked && !realpath(path, target))
+		return ck_fail(err, CK_E_USAGE, "-o log=%s: a symbolic link to nothing", path);
+	dir_of(linked ? target : path, d, sizeof d);
 	if (!realpath(d, real))
 		return ck_fail(err, CK_E_USAGE, "-o log=%s: %s: %s", path, d, strerror(errno));
 	int below = stat(source, &st) == 0 && S_ISDIR(st.st_mode);

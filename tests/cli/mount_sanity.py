@@ -101,7 +101,8 @@ def log_file(d, src, mnt):
     reads: a source file, a file in the source directory (created or not),
     a mapping, a file beside a single-file source; nor a FIFO (the daemon
     would wait on it for good). Each is refused in one line, nothing
-    mounted, nothing created or changed. A good log gets the daemon's lines,
+    mounted, nothing created or changed (a link is judged by where it
+    leads, and one to nothing is refused). A good log gets the daemon's lines,
     and the background command's pipes see their end (a script's
     $(ckptfs mount ...) returns): the daemon kept the caller's stderr."""
     shard = sorted(f for f in os.listdir(src) if f.endswith(".safetensors"))[0]
@@ -117,6 +118,13 @@ def log_file(d, src, mnt):
     shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mappings",
                                  "llama-hf-to-megatron.json"), mp)
     refused(src, mnt, "a mapping", "--mapping", mp, "-o", f"log={mp}")
+    link = os.path.join(logs, "link.log")  # where a link leads is where the lines go
+    os.symlink(os.path.join(src, "config.json"), link)
+    refused(src, mnt, "lies in the directory of the checkpoint", "-o", f"log={link}")
+    os.remove(link)
+    os.symlink(os.path.join(src, "made.log"), link)
+    refused(src, mnt, "a symbolic link to nothing", "-o", f"log={link}")
+    os.remove(link)
     one = os.path.join(d, "one", "model.safetensors")  # max_read's single-file source
     refused(one, mnt, "lies beside the checkpoint", "-o", f"log={os.path.dirname(one)}/x.log")
     assert {f: open(os.path.join(src, f), "rb").read() for f in os.listdir(src)} == before
