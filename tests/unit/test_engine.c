@@ -502,6 +502,47 @@ static void cut_source_is_eio(struct ck_eval_ctx *c, const char *d,
 	ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
 }
 
+/* One source tensor planned through map, and its target `to` read whole (n
+ * bytes) by a fresh engine, the window left empty: what the tests of reads
+ * straight into the output share. whole_read_end checks that a source cut
+ * short after planning is EIO naming it, and frees everything. */
+struct whole_read {
+	char *d;
+	unsigned char *img;
+	struct ck_catalog *tc;
+	struct ck_plan *p;
+	const struct ck_catalog_entry *se; /* the source tensor */
+	uint32_t ti;			   /* the target */
+	struct ck_engine e;
+	struct ck_eval_ctx c;
+	float *out;
+	size_t n;
+};
+
+static void whole_read(struct whole_read *r, const struct tu_tensor *t, const char *map,
+		       const char *from, const char *to, size_t n)
+{
+	struct ck_err err;
+	r->p = own_plan(t, 1, map, &r->d, &r->img, &r->tc);
+	r->se = ck_catalog_find(r->tc, from);
+	r->ti = (uint32_t)(ck_plan_find(r->p, to) - r->p->t);
+	r->n = n;
+	ck_engine_init(&r->e, r->p, 1);
+	ck_eval_ctx_init(&r->c, &r->e);
+	r->out = malloc(n);
+	ck_assert_msg(ck_engine_read(&r->c, r->ti, 0, n, r->out, &err) == 0, "%s", err.msg);
+	ck_assert_uint_eq(r->c.win.cap, 0); /* nothing staged */
+}
+
+static void whole_read_end(struct whole_read *r)
+{
+	free(r->out);
+	cut_source_is_eio(&r->c, r->d, r->se, r->ti, r->n);
+	ck_eval_ctx_free(&r->c);
+	ck_engine_fini(&r->e);
+	own_plan_free(r->p, r->tc, r->img, r->d);
+}
+
 /* Pieces that copy one source as stored but not as one block (the rope
  * permutation again, F32: a piece per pair of rows, 512 rows of 2 KiB)
  * read their rows straight into the output: the window, whose contents
@@ -514,37 +555,21 @@ START_TEST(permuted_rows_read_straight_into_output)
 	enum { NH = 8, HD = 64, H = 512 };
 	const int C0 = _i ? 16 : 0, C1 = _i ? 496 : H, W = C1 - C0;
 	static const struct tu_tensor t[] = {{"q", CK_DT_F32, 2, {NH * HD, H}}};
-	char map[256], *d;
+	char map[256];
 	snprintf(map, sizeof map,
 		 "{\"rules\": [{\"from\": \"q\", \"to\": \"qp\", \"expr\": "
 		 "\"x.view(8, 2, -1, 512).transpose(1, 2).reshape(-1, 512).narrow(1, %d, %d)\"}]}",
 		 C0, W);
-	unsigned char *img;
-	struct ck_catalog *tc;
-	struct ck_err err;
-	struct ck_plan *p = own_plan(t, 1, map, &d, &img, &tc);
-	const struct ck_catalog_entry *se = ck_catalog_find(tc, "q");
-	uint32_t ti = (uint32_t)(ck_plan_find(p, "qp") - p->t);
-	size_t n = (size_t)NH * HD * W * 4;
-	struct ck_engine e;
-	ck_engine_init(&e, p, 1);
-	struct ck_eval_ctx c;
-	ck_eval_ctx_init(&c, &e);
-	float *out = malloc(n);
-	ck_assert_msg(ck_engine_read(&c, ti, 0, n, out, &err) == 0, "%s", err.msg);
-	ck_assert_uint_eq(c.win.cap, 0); /* nothing staged */
+	struct whole_read r;
+	whole_read(&r, t, map, "q", "qp", (size_t)NH * HD * W * 4);
 	/* the rows' bytes, and with the cut rows at most the gaps between them */
-	ck_assert_uint_ge(atomic_load(&e.source_bytes_read), (uint64_t)NH * HD * W * 4);
-	ck_assert_uint_le(atomic_load(&e.source_bytes_read), (uint64_t)(NH * HD * H - H + W) * 4);
-	int sr[NH * HD]; /* the permutation: output row r is source row sr[r] */
-	for (int r = 0; r < NH * HD; r++)
-		sr[r] = r / HD * HD + r % 2 * HD / 2 + r % HD / 2;
-	rows_match(out, NH * HD, W, img + se->t.offset, H, C0, sr);
-	free(out);
-	cut_source_is_eio(&c, d, se, ti, n);
-	ck_eval_ctx_free(&c);
-	ck_engine_fini(&e);
-	own_plan_free(p, tc, img, d);
+	ck_assert_uint_ge(atomic_load(&r.e.source_bytes_read), (uint64_t)NH * HD * W * 4);
+	ck_assert_uint_le(atomic_load(&r.e.source_bytes_read), (uint64_t)(NH * HD * H - H + W) * 4);
+	int sr[NH * HD]; /* the permutation: output row k is source row sr[k] */
+	for (int k = 0; k < NH * HD; k++)
+		sr[k] = k / HD * HD + k % 2 * HD / 2 + k % HD / 2;
+	rows_match(r.out, NH * HD, W, r.img + r.se->t.offset, H, C0, sr);
+	whole_read_end(&r);
 }
 END_TEST
 
@@ -632,39 +657,24 @@ START_TEST(column_slice_reads_straight_into_output)
 	enum { R = 256, C = 2048 };
 	const int c0 = _i ? 0 : 100, w = _i ? 512 : 1800;
 	static const struct tu_tensor t[] = {{"w", CK_DT_F32, 2, {R, C}}};
-	char map[160], *d;
+	char map[160];
 	snprintf(
 	    map, sizeof map,
 	    "{\"rules\": [{\"from\": \"w\", \"to\": \"s\", \"expr\": \"x.narrow(1, %d, %d)\"}]}",
 	    c0, w);
-	unsigned char *img;
-	struct ck_catalog *tc;
-	struct ck_err err;
-	struct ck_plan *p = own_plan(t, 1, map, &d, &img, &tc);
-	const struct ck_catalog_entry *se = ck_catalog_find(tc, "w");
-	uint32_t ti = (uint32_t)(ck_plan_find(p, "s") - p->t);
 	size_t n = (size_t)R * w * 4;
-	struct ck_engine e;
-	ck_engine_init(&e, p, 1);
-	struct ck_eval_ctx c;
-	ck_eval_ctx_init(&c, &e);
-	float *out = malloc(n);
-	ck_assert_msg(ck_engine_read(&c, ti, 0, n, out, &err) == 0, "%s", err.msg);
-	ck_assert_uint_eq(c.win.cap, 0);
-	uint64_t got = atomic_load(&e.source_bytes_read);
+	struct whole_read r;
+	whole_read(&r, t, map, "w", "s", n);
+	uint64_t got = atomic_load(&r.e.source_bytes_read);
 	if (_i) {
 		ck_assert_uint_eq(got, n);
-		ck_assert_uint_eq(atomic_load(&e.read_requests), R);
+		ck_assert_uint_eq(atomic_load(&r.e.read_requests), R);
 	} else {
 		ck_assert_uint_ge(got, n);
 		ck_assert_uint_le(got, (uint64_t)((R - 1) * C + w) * 4);
 	}
-	rows_match(out, R, w, img + se->t.offset, C, c0, NULL);
-	free(out);
-	cut_source_is_eio(&c, d, se, ti, n);
-	ck_eval_ctx_free(&c);
-	ck_engine_fini(&e);
-	own_plan_free(p, tc, img, d);
+	rows_match(r.out, R, w, r.img + r.se->t.offset, C, c0, NULL);
+	whole_read_end(&r);
 }
 END_TEST
 
