@@ -15,15 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../util/crc32.h"
-#include "../util/jsonw.h"
 #include "../plan/explain.h"
 #include "../plan/shard.h"
+#include "../util/crc32.h"
+#include "../util/jsonw.h"
+#include "../view/tree.h"
 #include "bdi.h"
 #include "bufpool.h"
-#include "../view/tree.h"
+#include "ready.h"
 
-static void fs_log(void *ctx, const char *msg)
+void fs_log(void *ctx, const char *msg)
 {
 	struct ckfs *fs = ctx;
 	if (!fs->log)
@@ -198,12 +199,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	}
 	if (ck_raise_bdi_readahead(fs->mountpoint, 1024) < 0)
 		fs_log(fs, "could not raise the mount's bdi read_ahead_kb (reads stay at 128 KiB)");
-	if (fs->ready_fd >= 0) {
-		if (write(fs->ready_fd, "OK\n", 3) != 3)
-			fs_log(fs, "could not report readiness");
-		close(fs->ready_fd);
-		fs->ready_fd = -1;
-	}
 	size_t n = 0;
 	for (size_t k = 0; k < fs->n_views; k++)
 		n += fs->views[k].plan->n;
@@ -215,7 +210,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	else
 		snprintf(msg, sizeof msg, "mounted %s on %s (%zu tensors)", fs->source,
 			 fs->mountpoint, n);
-	fs_log(fs, msg);
+	fs_ready_start(fs, msg); /* logs it once the kernel has taken the answer */
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -780,6 +775,22 @@ static int report(int *ready_fd, struct ck_err *err)
 	return -1;
 }
 
+/* A background daemon lets go of the caller's stdio: the caller's pipes
+ * must see their end (a script's $(ckptfs mount ...) returns); stderr
+ * (libfuse's own messages) goes to the log, if any. */
+static void detach_stdio(struct ckfs *fs)
+{
+	int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (null >= 0) {
+		dup2(null, 0);
+		dup2(null, 1);
+		dup2(fs->o.log_path ? fileno(fs->log) : null, 2);
+		close(null);
+	}
+	if (chdir("/") != 0)
+		fs_log(fs, "cannot chdir to /");
+}
+
 static void free_fs(struct ckfs *fs)
 {
 	ck_served_stop(fs->srv); /* the caller closes it */
@@ -858,20 +869,8 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 			mountpoint);
 		goto out_signals;
 	}
-	/* detach stdio: the caller's pipes must see their end (a script's
-	 * $(ckptfs mount ...) returns); stderr (libfuse's own messages) goes
-	 * to the log, if any */
-	if (!o->foreground) {
-		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-			dup2(o->log_path ? fileno(fs.log) : null, 2);
-			close(null);
-		}
-		if (chdir("/") != 0)
-			fs_log(&fs, "cannot chdir to /");
-	}
+	if (!o->foreground)
+		detach_stdio(&fs);
 	cfg = fuse_loop_cfg_create();
 	if (!cfg) {
 		ck_fail_sys(err, ENOMEM, "FUSE loop");
@@ -891,7 +890,14 @@ out_unmount:
 	 * them finish and join them before the session goes away */
 	ck_served_stop(srv);
 	fs.cache = NULL;
-	fuse_session_unmount(se);
+	fuse_session_unmount(se); /* closes the device: a check still waiting fails */
+	int refused = fs_ready_join(&fs);
+	if (refused && rc == 0) {
+		rc = ck_fail_sys(err, refused,
+				 "%s: the kernel refused the mount's answer to its INIT (a stat "
+				 "of its root failed), nothing mounted",
+				 mountpoint);
+	}
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:

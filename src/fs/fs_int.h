@@ -42,6 +42,11 @@ struct ckfs {
 	struct ck_cache *cache; /* srv's */
 	struct ck_bufpool pool; /* reply buffers of direct reads */
 	int ready_fd;
+	/* readiness (ready.c): the check's thread, the "mounted" line it
+	 * logs, and the errno of its request when the kernel refused it */
+	pthread_t ready_thread;
+	int ready_started, ready_errno;
+	char *ready_msg;
 	FILE *log;
 	pthread_mutex_t log_mu;
 	time_t mounted_at;
@@ -73,7 +78,8 @@ struct snapshot {
 	struct snapshot *prev, *next;
 };
 
-
+/* One line of the daemon's log ("ckptfs: " msg); ctx is the ckfs. */
+void fs_log(void *ctx, const char *msg);
 uint64_t fs_ino_count(const struct ck_tree *v);
 /* An N_FILE node's file: a root file, or one of dcp/'s. */
 static inline const struct ck_tree_file *fs_file(const struct node *nd)

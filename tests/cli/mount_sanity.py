@@ -5,7 +5,8 @@ low-level session refuses included), a max_read out of range or a cache of
 fewer than 4 chunks. -o max_read reaches the kernel (a 1 MiB read comes as
 that many requests); -o auto_unmount mounts in the background and returns
 (its helper does not keep the parent waiting), and the mount goes when the
-daemon is killed. A mounted config.json is the source's bytes. Every extended
+daemon is killed. A mount whose INIT the kernel was refused is reported as
+failed, not as mounted. A mounted config.json is the source's bytes. Every extended
 attribute a tensor lists can be read, even for a group whose source names
 pass the 64 KiB xattr limit."""
 import json
@@ -94,6 +95,45 @@ def auto_unmount(src, mnt):
         if is_mounted(mnt):
             subprocess.run(["fusermount3", "-uz", mnt], check=False)
     print("-o auto_unmount: the command returns once mounted; a killed daemon's mount goes")
+
+
+def daemons_of(mnt):
+    try:
+        return [daemon_of(mnt)]
+    except AssertionError:
+        return []
+
+
+def refused_init(src, mnt):
+    """libfuse calls the init operation first and may refuse the kernel's
+    INIT after it (its checks of the answer: capabilities, max_read); the
+    kernel then fails every request. A shim (LD_PRELOAD) sends that refusal.
+    Both in the background and with -f the command fails in one line, exit
+    1, nothing mounted and no daemon left: it used to say "mounted" and exit
+    0, over a mount whose every access failed (ECONNREFUSED)."""
+    shim = os.environ["REFUSE_INIT_SO"]
+    assert os.path.isfile(shim), f"{shim}: not built"  # ld.so would ignore it
+    env = dict(os.environ, LD_PRELOAD=shim)
+    if "ASAN_OPTIONS" in env:  # the shim is loaded ahead of ASan's runtime
+        env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
+    for how in ((), ("-f",)):
+        p = subprocess.run([CKPTFS, "mount", src, mnt, *how], capture_output=True, text=True,
+                           timeout=60, env=env)
+        try:
+            lines = p.stderr.splitlines()
+            assert p.returncode == 1, (how, p.returncode, p.stderr)
+            assert len(lines) == 1 and "refused the mount's answer to its INIT" in lines[0] \
+                and "Connection refused" in lines[0], (how, p.stderr)
+            for _ in range(100):  # the background daemon unmounts as it goes
+                if not is_mounted(mnt) and not daemons_of(mnt):
+                    break
+                time.sleep(0.05)
+            assert not is_mounted(mnt), (how, "mounted")
+            assert not daemons_of(mnt), (how, "a daemon is left")
+        finally:
+            if is_mounted(mnt):
+                subprocess.run(["fusermount3", "-uz", mnt], check=False)
+    print("a refused INIT: the command fails in one line, exit 1, nothing mounted (background and -f)")
 
 
 def log_file(d, src, mnt):
@@ -186,6 +226,7 @@ def main():
               "config.json verbatim")
         max_read(d)
         auto_unmount(src, empty)
+        refused_init(src, empty)
         log_file(d, src, empty)
 
         # a group whose source names pass 64 KiB: user.ckptfs.sources stays readable
