@@ -892,12 +892,16 @@ out_unmount:
 	fs.cache = NULL;
 	fuse_session_unmount(se); /* closes the device: a check still waiting fails */
 	int refused = fs_ready_join(&fs);
-	if (refused && rc == 0) {
-		rc = ck_fail_sys(err, refused,
-				 "%s: the kernel refused the mount's answer to its INIT (a stat "
-				 "of its root failed), nothing mounted",
-				 mountpoint);
-	}
+	if (refused && rc == 0)
+		rc = refused == ECONNREFUSED
+			 ? ck_fail_sys(err, refused,
+				       "%s: the kernel refused the mount's answer to its INIT (a "
+				       "stat of its root failed), nothing mounted",
+				       mountpoint)
+			 : ck_fail_sys(err, refused,
+				       "%s: the mount ended before it answered its first request "
+				       "(a stat of its root), nothing mounted",
+				       mountpoint);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:

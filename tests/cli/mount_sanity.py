@@ -133,7 +133,28 @@ def refused_init(src, mnt):
         finally:
             if is_mounted(mnt):
                 subprocess.run(["fusermount3", "-uz", mnt], check=False)
-    print("a refused INIT: the command fails in one line, exit 1, nothing mounted (background and -f)")
+    # an INIT never answered: no "mounted" (it used to come at once); a
+    # SIGTERM ends the wait, exit 1, nothing mounted
+    env["REFUSE_INIT_DROP"] = "1"
+    p = subprocess.Popen([CKPTFS, "mount", src, mnt, "-f"], stderr=subprocess.PIPE, text=True,
+                         env=env)
+    try:
+        time.sleep(1.5)
+        assert p.poll() is None, f"exit {p.returncode} with the INIT unanswered: {p.stderr.read()}"
+        os.kill(p.pid, signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+        lines = err.splitlines()
+        assert p.returncode == 1, (p.returncode, err)
+        assert len(lines) == 1 and "ended before it answered its first request" in lines[0], err
+        assert not is_mounted(mnt), "mounted"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", mnt], check=False)
+    print("a refused INIT: the command fails in one line, exit 1, nothing mounted (background and "
+          "-f); an INIT never answered: no \"mounted\", and SIGTERM ends it with exit 1")
 
 
 def log_file(d, src, mnt):
