@@ -11,13 +11,14 @@
 #include "../exec/outdir.h"
 #include "../kern/device.h"
 #include "../plan/shard.h"
-#include "../util/jsonw.h"
 #include "../util/error.h"
+#include "../util/jsonw.h"
 #include "../view/gguf_view.h"
 #include "cli.h"
 #include "convert_dcp.h"
-#include "opts.h"
+#include "interrupt.h"
 #include "mpi_sync.h"
+#include "opts.h"
 
 /* Rank 0 of a group-sharded convert: model.safetensors.index.json for
  * every rank's file, from the same assignment every rank computed. */
@@ -323,6 +324,35 @@ static int begin_output(struct output *out, const char *outdir, const char *sour
 	return r;
 }
 
+/* Say what a killed convert into the same place left (ck_outdir_stale):
+ * the space it holds is hidden, and after --overwrite's swap was cut short
+ * it may hold the user's subdirectories. */
+static void warn_stale(const struct ck_outdir *od)
+{
+	struct ck_outdir_stale s;
+	ck_outdir_stale(od, &s);
+	if (!s.n)
+		return;
+	char shown[PATH_MAX + 64], more[64] = "";
+	ck_escape_controls(s.path, shown, sizeof shown);
+	if (s.n > 1)
+		snprintf(more, sizeof more, " (and %d more)", s.n - 1);
+	char out[PATH_MAX + 64];
+	ck_escape_controls(od->final, out, sizeof out);
+	if (s.foreign)
+		fprintf(stderr,
+			"ckptfs: warning: %s%s: left by a convert that was killed (process %ld is "
+			"gone; %.1f MB in all); it holds %d entr%s of %s, moved there for "
+			"--overwrite's swap: move %s back into %s before removing it\n",
+			shown, more, s.pid, (double)s.bytes / 1e6, s.foreign,
+			s.foreign == 1 ? "y" : "ies", out, s.foreign == 1 ? "it" : "them", out);
+	else
+		fprintf(stderr,
+			"ckptfs: warning: %s%s: left by a convert that was killed (process %ld is "
+			"gone; %.1f MB of partial output in all): remove %s to free the space\n",
+			shown, more, s.pid, (double)s.bytes / 1e6, s.n == 1 ? "it" : "them");
+}
+
 /* Put the output in place if every rank succeeded (all), else take it
  * back: rank 0 of a group-sharded convert writes the index, or DCP's
  * .metadata (without MPI it does so after its own part: check every rank's
@@ -404,20 +434,39 @@ static int convert_main(int argc, char **argv, int *synced)
 		o.config = v.cat->config_raw;
 		o.config_len = v.cat->config_len;
 	}
+	/* from here a signal takes the partial output back (interrupt.h) */
+	struct ck_interrupt intr;
+	if (ck_interrupt_start(&intr) == 0)
+		o.cancel = &intr.sig;
 	struct output out;
 	if (begin_output(&out, outdir, source, &v, &va, overwrite, dcp, &err) < 0) {
+		ck_interrupt_stop(&intr);
 		ck_view_close(&v);
 		return ck_cli_report(&err);
 	}
+	warn_stale(&out.od);
 	struct ck_convert_stats stats = {0};
 	size_t n_written = 0;
 	int rc = write_view(&v, &ca, dcp, &o, out.od.stage, &n_written, &stats, &err);
+	if (rc == 0 && atomic_load(&intr.sig)) /* after the last chunk's check */
+		rc = ck_fail(&err, CK_E_SYS, "convert: interrupted");
 	/* under mpirun every rank learns whether all succeeded; only then does
 	 * any rank put its output in place */
 	int all = ck_mpi_all_ok(rc == 0);
 	*synced = 1;
 	rc = end_output(&out, rc, all, source, &v, &va, overwrite, dcp, dtype ? dt : CK_DT_INVALID,
 			&err);
+	int sig = ck_interrupt_stop(&intr);
+	if (rc < 0 && sig) {
+		char name[32], shown[600];
+		ck_escape_controls(outdir, shown, sizeof shown);
+		fprintf(stderr,
+			"ckptfs: %s: interrupted by %s: nothing written (the partial output is "
+			"removed)\n",
+			shown, ck_interrupt_name(sig, name, sizeof name));
+		ck_view_close(&v);
+		return 128 + sig;
+	}
 	if (rc < 0) {
 		ck_view_close(&v);
 		return ck_cli_report(&err);

@@ -47,9 +47,17 @@ struct job {
 	atomic_size_t next;
 	atomic_uint_fast64_t done;
 	atomic_int failed;
+	const atomic_int *cancel; /* the options' */
 	pthread_mutex_t err_lock;
 	struct ck_err err;
 };
+
+static int interrupted(const struct job *j, struct ck_err *err)
+{
+	if (j->cancel && atomic_load(j->cancel))
+		return ck_fail(err, CK_E_SYS, "convert: interrupted");
+	return 0;
+}
 
 static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
@@ -98,7 +106,7 @@ static int write_blocks(struct job *j, struct ck_eval_ctx *c, const struct outf 
 	if (!buf)
 		return ck_fail_sys(err, ENOMEM, "convert: a block of \"%s\"", t->name);
 	int rc = 0;
-	while (rc == 0 && ck_blocks_next(&b)) {
+	while (rc == 0 && (rc = interrupted(j, err)) == 0 && ck_blocks_next(&b)) {
 		uint64_t seg = (b.k1 - b.k0) * row;
 		rc = ck_engine_read_box(c, pt->target, b.lo, b.hi, buf, err);
 		for (uint64_t r = 0; r < b.rows && rc == 0; r++)
@@ -122,7 +130,8 @@ static int write_item(struct job *j, struct ck_eval_ctx *c, const struct item *i
 		return r;
 	for (uint64_t off = 0; off < pt->len; off += j->chunk) {
 		uint64_t len = pt->len - off < j->chunk ? pt->len - off : j->chunk;
-		if (ck_engine_read(c, pt->target, pt->src + off, len, buf, err) < 0)
+		if (interrupted(j, err) < 0 ||
+		    ck_engine_read(c, pt->target, pt->src + off, len, buf, err) < 0)
 			return -1;
 		if (pwrite_all(f->fd, buf, len, pt->off + off) < 0)
 			return ck_fail_sys(err, errno, "%s: write failed", f->final);
@@ -342,6 +351,7 @@ int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files
 	struct job j;
 	memset(&j, 0, sizeof j);
 	j.plan = plan;
+	j.cancel = o->cancel;
 	pthread_mutex_init(&j.err_lock, NULL);
 	ck_engine_init(&j.eng, plan, o->use_uring);
 	j.chunk = o->chunk ? o->chunk : CHUNK;
@@ -363,7 +373,8 @@ int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files
 	for (size_t k = 0; k < n; k++)
 		j.files[k].fd = -1;
 	if (ck_mkdirs(outdir, err) < 0 || prepare(&j, files, n, outdir, &total, err) < 0 ||
-	    run_workers(&j, o, total, err) < 0 || commit(&j, n, outdir, err) < 0)
+	    run_workers(&j, o, total, err) < 0 || interrupted(&j, err) < 0 ||
+	    commit(&j, n, outdir, err) < 0)
 		goto out;
 	if (stats) {
 		stats->bytes_written = 0;

@@ -5,6 +5,7 @@
 #ifndef CK_CONVERT_H
 #define CK_CONVERT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "../kern/gpu.h"
@@ -24,6 +25,9 @@ struct ck_convert_opts {
 				 * converts: the index is written by rank 0) */
 	struct ck_gpu *gpu;	/* CUDA backend with a lane per thread, or NULL */
 	uint64_t gpu_min;	/* reads from this size go to the GPU */
+	/* non-zero: stop at the next chunk and fail ("interrupted"), leaving
+	 * no temp file (the CLI's signal watcher sets it); or NULL */
+	const atomic_int *cancel;
 	/* test hooks (0: the defaults): the engine's window, output bytes per
 	 * engine call and per block of a large transpose */
 	uint64_t window_max, chunk, block;

@@ -16,6 +16,7 @@
 #define CK_OUTDIR_H
 
 #include <limits.h>
+#include <stdint.h>
 
 #include "../ckpt/catalog.h"
 #include "../util/error.h"
@@ -61,6 +62,20 @@ int ck_log_open(const char *path, const char *source, const struct ck_catalog *c
  * checkpoint files in OUTDIR are refused unless overwrite. */
 int ck_outdir_begin(struct ck_outdir *o, const char *outdir, int overwrite, int shared,
 		    const char *const *shared_names, int n_shared, struct ck_err *err);
+/* What a convert into the same OUTDIR left when it was killed (SIGKILL,
+ * the OOM killer, a crash; from SIGINT, SIGTERM and SIGHUP the CLI cleans
+ * up): staging directories beside or inside OUTDIR and --shard-groups'
+ * temp files whose process is gone. Found, never removed: a staging
+ * directory of --overwrite may hold subdirectories of OUTDIR, moved there
+ * for the swap (carried over) when the process died. */
+struct ck_outdir_stale {
+	int n;		     /* how many */
+	char path[PATH_MAX]; /* the first, or the first with foreign entries */
+	long pid;	     /* the process that made that one */
+	uint64_t bytes;	     /* the files in them all */
+	int foreign;	     /* entries in that one that are not checkpoint files */
+};
+void ck_outdir_stale(const struct ck_outdir *o, struct ck_outdir_stale *s);
 /* Put the staged files in place (see above). */
 int ck_outdir_commit(struct ck_outdir *o, struct ck_err *err);
 /* After a failure: remove the staging directory and what it holds. */
