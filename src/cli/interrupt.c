@@ -23,20 +23,25 @@ static void *watch(void *arg)
 	}
 }
 
-int ck_interrupt_start(struct ck_interrupt *in)
+void ck_interrupt_signals(sigset_t *set)
 {
-	atomic_init(&in->sig, 0);
-	atomic_init(&in->done, 0);
-	in->started = 0;
-	sigemptyset(&in->set);
+	sigemptyset(set);
 	/* a signal the caller ignores stays ignored (nohup's SIGHUP; a
 	 * shell's background job's SIGINT): blocked, it would be taken */
 	static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
 	for (size_t k = 0; k < sizeof sigs / sizeof *sigs; k++) {
 		struct sigaction sa;
 		if (sigaction(sigs[k], NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
-			sigaddset(&in->set, sigs[k]);
+			sigaddset(set, sigs[k]);
 	}
+}
+
+int ck_interrupt_start(struct ck_interrupt *in)
+{
+	atomic_init(&in->sig, 0);
+	atomic_init(&in->done, 0);
+	in->started = 0;
+	ck_interrupt_signals(&in->set);
 	sigaddset(&in->set, WAKE);
 	if (pthread_sigmask(SIG_BLOCK, &in->set, &in->old) != 0)
 		return -1;

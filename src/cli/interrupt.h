@@ -21,6 +21,9 @@ struct ck_interrupt {
 	int started;
 };
 
+/* The signals that stop a command: SIGINT, SIGTERM and SIGHUP, but for
+ * those the caller ignores. */
+void ck_interrupt_signals(sigset_t *set);
 /* Block the signals and start the watcher. Returns 0, or -1 when no thread
  * could be started (the signals then keep their default action). */
 int ck_interrupt_start(struct ck_interrupt *in);

@@ -5,11 +5,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include "../exec/outdir.h"
 #include "../fs/fs.h"
 #include "cli.h"
+#include "interrupt.h"
 #include "mpi_sync.h"
 #include "opts.h"
 
@@ -243,21 +246,60 @@ static void close_view(struct ck_served *srv, struct ck_view *v)
 
 /* The parent after the fork: wait for the daemon's word ("OK" once
  * FUSE_INIT arrived, or its error) and, under mpirun, for every rank's. */
-static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *synced)
+/* The daemon's word, read from fd into msg. A stop signal that comes
+ * first (the set `stop`, blocked since before the fork) is passed on to the
+ * daemon as SIGTERM, so that it does not mount after the command died: the
+ * word then read is its end. Returns the signal taken, or 0. */
+static int read_word(int fd, pid_t pid, const sigset_t *stop, char *msg, size_t cap, size_t *got)
+{
+	int sfd = signalfd(-1, stop, SFD_CLOEXEC), sig = 0;
+	*got = 0;
+	for (;;) {
+		struct pollfd p[2] = {{fd, POLLIN, 0}, {sfd, POLLIN, 0}};
+		if (poll(p, sfd >= 0 ? 2 : 1, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		struct signalfd_siginfo si;
+		if (sfd >= 0 && (p[1].revents & POLLIN) && read(sfd, &si, sizeof si) == sizeof si &&
+		    !sig) {
+			sig = (int)si.ssi_signo;
+			kill(pid, SIGTERM);
+		}
+		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		ssize_t r = *got < cap - 1 ? read(fd, msg + *got, cap - 1 - *got) : 0;
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		*got += (size_t)r;
+	}
+	msg[*got] = '\0';
+	if (sfd >= 0)
+		close(sfd);
+	return sig;
+}
+
+static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *synced,
+		       const sigset_t *stop)
 {
 	close(pipefd[1]);
 	char msg[2048];
 	size_t got = 0;
-	ssize_t r;
-	while (got < sizeof msg - 1 && (r = read(pipefd[0], msg + got, sizeof msg - 1 - got)) != 0) {
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			break;
-		got += (size_t)r;
-	}
-	msg[got] = '\0';
+	int sig = read_word(pipefd[0], pid, stop, msg, sizeof msg, &got), st;
 	close(pipefd[0]);
+	if (sig) { /* the daemon was told to stop: it unmounts, if it mounted */
+		char name[32], shown[PATH_MAX + 64];
+		waitpid(pid, &st, 0);
+		*synced = 1;
+		ck_mpi_all_ok(0);
+		ck_escape_controls(mountpoint, shown, sizeof shown);
+		fprintf(stderr, "ckptfs: %s: interrupted by %s: not mounted\n", shown,
+			ck_interrupt_name(sig, name, sizeof name));
+		return 128 + sig;
+	}
 	int ok = !strncmp(msg, "OK\n", 3);
 	/* under mpirun: return once every rank's mount is live; if one failed,
 	 * the others unmount, so nothing half-mounted remains. mpirun
@@ -269,7 +311,7 @@ static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *sy
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGHUP);
 	sigprocmask(SIG_BLOCK, &block, &old);
-	int all = ck_mpi_agree(ok), st;
+	int all = ck_mpi_agree(ok);
 	*synced = 1;
 	if (ok && all == 0) { /* unmount before MPI ends (see ck_mpi_agree) */
 		kill(pid, SIGTERM);
@@ -369,7 +411,14 @@ static int mount_main(int argc, char **argv, int *synced)
 			close_view(&srv, &v);
 			return ck_cli_report((ck_fail_sys(&err, errno, "pipe"), &err));
 		}
+		/* a stop signal before the daemon's word is passed on to it
+		 * (read_word): blocked from before the fork, so none is lost */
+		sigset_t stop, old;
+		ck_interrupt_signals(&stop);
+		sigprocmask(SIG_BLOCK, &stop, &old);
 		pid_t pid = fork();
+		if (pid <= 0) /* the daemon takes signals as libfuse sets them */
+			sigprocmask(SIG_SETMASK, &old, NULL);
 		if (pid < 0) {
 			close_view(&srv, &v);
 			return ck_cli_report((ck_fail_sys(&err, errno, "fork"), &err));
@@ -383,7 +432,7 @@ static int mount_main(int argc, char **argv, int *synced)
 		 * checkers see memory in use, not lost. The daemon frees its
 		 * copy when it unmounts. */
 		if (pid > 0)
-			exit(parent_wait(pid, pipefd, mountpoint, synced));
+			exit(parent_wait(pid, pipefd, mountpoint, synced, &stop));
 		close(pipefd[0]);
 		setsid();
 	}

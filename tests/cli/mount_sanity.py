@@ -104,6 +104,13 @@ def daemons_of(mnt):
         return []
 
 
+def listed(mnt):
+    """mnt in the mount table, without touching it: is_mounted's realpath
+    stats it, and a mount whose INIT is not answered holds that for good."""
+    with open("/proc/self/mountinfo") as f:
+        return any(line.split()[4] == mnt for line in f)
+
+
 def refused_init(src, mnt):
     """libfuse calls the init operation first and may refuse the kernel's
     INIT after it (its checks of the answer: capabilities, max_read); the
@@ -125,13 +132,13 @@ def refused_init(src, mnt):
             assert len(lines) == 1 and "refused the mount's answer to its INIT" in lines[0] \
                 and "Connection refused" in lines[0], (how, p.stderr)
             for _ in range(100):  # the background daemon unmounts as it goes
-                if not is_mounted(mnt) and not daemons_of(mnt):
+                if not listed(mnt) and not daemons_of(mnt):
                     break
                 time.sleep(0.05)
-            assert not is_mounted(mnt), (how, "mounted")
+            assert not listed(mnt), (how, "mounted")
             assert not daemons_of(mnt), (how, "a daemon is left")
         finally:
-            if is_mounted(mnt):
+            if listed(mnt):
                 subprocess.run(["fusermount3", "-uz", mnt], check=False)
     # an INIT never answered: no "mounted" (it used to come at once); a
     # SIGTERM ends the wait, exit 1, nothing mounted
@@ -146,15 +153,39 @@ def refused_init(src, mnt):
         lines = err.splitlines()
         assert p.returncode == 1, (p.returncode, err)
         assert len(lines) == 1 and "ended before it answered its first request" in lines[0], err
-        assert not is_mounted(mnt), "mounted"
+        assert not listed(mnt), "mounted"
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
-        if is_mounted(mnt):
+        if listed(mnt):
+            subprocess.run(["fusermount3", "-uz", mnt], check=False)
+    # in the background: a SIGTERM to the waiting command reaches the daemon
+    # too (the command used to die alone, and its daemon mounted later)
+    p = subprocess.Popen([CKPTFS, "mount", src, mnt], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        for _ in range(200):  # the daemon has mounted (the INIT waits for good)
+            if listed(mnt):
+                break
+            time.sleep(0.01)
+        assert p.poll() is None and listed(mnt), p.poll()
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=60)[1]
+        lines = err.splitlines()
+        assert p.returncode == 128 + signal.SIGTERM, (p.returncode, err)
+        assert len(lines) == 1 and "interrupted by SIGTERM: not mounted" in lines[0], err
+        assert not listed(mnt) and not daemons_of(mnt), "the daemon outlived the command"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in daemons_of(mnt):
+            os.kill(pid, signal.SIGKILL)
+        if listed(mnt):
             subprocess.run(["fusermount3", "-uz", mnt], check=False)
     print("a refused INIT: the command fails in one line, exit 1, nothing mounted (background and "
-          "-f); an INIT never answered: no \"mounted\", and SIGTERM ends it with exit 1")
+          "-f); an INIT never answered: no \"mounted\", and SIGTERM ends it with exit 1 (-f) or "
+          "128 + 15, the daemon stopped with it (background)")
 
 
 def log_file(d, src, mnt):
