@@ -244,8 +244,6 @@ static void close_view(struct ck_served *srv, struct ck_view *v)
 	ck_view_close(v);
 }
 
-/* The parent after the fork: wait for the daemon's word ("OK" once
- * FUSE_INIT arrived, or its error) and, under mpirun, for every rank's. */
 /* The daemon's word, read from fd into msg. A stop signal that comes
  * first (the set `stop`, blocked since before the fork) is passed on to the
  * daemon as SIGTERM, so that it does not mount after the command died: the
@@ -282,6 +280,8 @@ static int read_word(int fd, pid_t pid, const sigset_t *stop, char *msg, size_t 
 	return sig;
 }
 
+/* The parent after the fork: wait for the daemon's word ("OK" once
+ * the kernel took the INIT answer, or its error) and, under mpirun, for every rank's. */
 static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *synced,
 		       const sigset_t *stop)
 {
