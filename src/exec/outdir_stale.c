@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +22,8 @@ static long pid_after(const char *name, const char *prefix)
 	char *end;
 	errno = 0;
 	long pid = strtol(name + n, &end, 10);
-	if (errno || pid <= 0 || (*end && *end != '-'))
-		return 0;
+	if (errno || pid <= 0 || pid > INT_MAX || (*end && *end != '-'))
+		return 0; /* not a pid_t: not one of ours */
 	return pid;
 }
 

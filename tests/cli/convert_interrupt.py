@@ -137,12 +137,23 @@ def killed(d, src):
     stage = glob.glob(os.path.join(d, ".killed.ckptfs-stage-*"))
     assert len(stage) == 1, stage
     assert stage[0].endswith(f"-{p.pid}"), (stage, p.pid)
+    # look-alikes that no convert made: not pids (too large for pid_t, 0,
+    # not digits), a FIFO, a live process's; none is counted
+    for name in ("99999999999", "4294967295", "0", "12ab"):
+        os.mkdir(os.path.join(d, f".killed.ckptfs-stage-{name}"))
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    os.mkfifo(os.path.join(d, f".killed.ckptfs-stage-{dead.pid}"))
+    os.mkdir(os.path.join(d, f".killed.ckptfs-stage-{os.getpid()}"))
     q = subprocess.run([CKPTFS, "convert", src, out, "--mapping", MAP, "--quiet"],
                        capture_output=True, text=True, timeout=300)
     warn = [line for line in q.stderr.splitlines() if line.startswith("ckptfs: warning:")]
     assert q.returncode == 0, q.stderr
     assert len(warn) == 1 and stage[0] in warn[0] and f"process {p.pid} is gone" in warn[0] \
-        and "remove it" in warn[0], q.stderr
+        and "remove it" in warn[0] and "more)" not in warn[0], q.stderr
+    for f in glob.glob(os.path.join(d, ".killed.ckptfs-stage-*")):
+        if f != stage[0]:
+            os.remove(f) if not os.path.isdir(f) else os.rmdir(f)
     assert os.path.isdir(stage[0]), "the stale staging directory was removed"
     shutil.rmtree(stage[0])
     # --overwrite's swap cut short: the staging directory holds OUTDIR's logs/
