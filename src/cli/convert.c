@@ -445,6 +445,7 @@ static int convert_main(int argc, char **argv, int *synced)
 		return ck_cli_report(&err);
 	}
 	warn_stale(&out.od);
+	o.shown_dir = out.od.final; /* messages name OUTDIR, not the staging directory */
 	struct ck_convert_stats stats = {0};
 	size_t n_written = 0;
 	int rc = write_view(&v, &ca, dcp, &o, out.od.stage, &n_written, &stats, &err);

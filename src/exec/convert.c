@@ -28,6 +28,7 @@
 struct outf {
 	const struct ck_vfile *v;
 	char *tmp, *final;
+	char *shown; /* in messages: where the user will look for it */
 	int fd;
 };
 
@@ -48,6 +49,7 @@ struct job {
 	atomic_uint_fast64_t done;
 	atomic_int failed;
 	const atomic_int *cancel; /* the options' */
+	const char *shown_dir;	  /* the options' */
 	pthread_mutex_t err_lock;
 	struct ck_err err;
 };
@@ -111,7 +113,7 @@ static int write_blocks(struct job *j, struct ck_eval_ctx *c, const struct outf 
 		rc = ck_engine_read_box(c, pt->target, b.lo, b.hi, buf, err);
 		for (uint64_t r = 0; r < b.rows && rc == 0; r++)
 			if (pwrite_all(f->fd, buf + r * seg, seg, pt->off + (r * b.n + b.k0) * row) < 0)
-				rc = ck_fail_sys(err, errno, "%s: write failed", f->final);
+				rc = ck_fail_sys(err, errno, "%s: write failed", f->shown);
 		if (rc == 0)
 			atomic_fetch_add(&j->done, b.rows * seg);
 	}
@@ -134,7 +136,7 @@ static int write_item(struct job *j, struct ck_eval_ctx *c, const struct item *i
 		    ck_engine_read(c, pt->target, pt->src + off, len, buf, err) < 0)
 			return -1;
 		if (pwrite_all(f->fd, buf, len, pt->off + off) < 0)
-			return ck_fail_sys(err, errno, "%s: write failed", f->final);
+			return ck_fail_sys(err, errno, "%s: write failed", f->shown);
 		atomic_fetch_add(&j->done, len);
 	}
 	return 0;
@@ -308,18 +310,19 @@ static int prepare(struct job *j, const struct ck_out_file *in, size_t n, const 
 		struct outf *f = &j->files[k];
 		const struct ck_vfile *v = f->v = in[k].v;
 		if (!(f->tmp = path2(outdir, tmpname, in[k].name)) ||
-		    !(f->final = path2(outdir, "", in[k].name)))
+		    !(f->final = path2(outdir, "", in[k].name)) ||
+		    !(f->shown = path2(j->shown_dir ? j->shown_dir : outdir, "", in[k].name)))
 			return ck_fail_sys(err, ENOMEM, "convert");
 		f->fd = open(f->tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 		if (f->fd < 0 || ftruncate(f->fd, (off_t)v->size) < 0)
-			return ck_fail_sys(err, errno, "%s: cannot write", f->tmp);
+			return ck_fail_sys(err, errno, "%s: cannot write", f->shown);
 		for (size_t p = 0; p < v->n; p++) {
 			const struct ck_vpart *pt = &v->parts[p];
 			if (pt->target != CK_VLIT) {
 				j->items[j->n_items++] = (struct item){(uint32_t)k, (uint32_t)p};
 				*total += pt->len;
 			} else if (pwrite_all(f->fd, v->blob + pt->src, pt->len, pt->off) < 0) {
-				return ck_fail_sys(err, errno, "%s: write failed", f->tmp);
+				return ck_fail_sys(err, errno, "%s: write failed", f->shown);
 			}
 		}
 	}
@@ -335,11 +338,12 @@ static int commit(struct job *j, size_t n, const char *outdir, struct ck_err *er
 		bad |= close(f->fd) < 0;
 		f->fd = -1;
 		if (bad)
-			return ck_fail_sys(err, errno, "%s", f->tmp);
+			return ck_fail_sys(err, errno, "%s: write failed", f->shown);
 	}
 	for (size_t k = 0; k < n; k++)
 		if (rename(j->files[k].tmp, j->files[k].final) < 0)
-			return ck_fail_sys(err, errno, "%s", j->files[k].final);
+			return ck_fail_sys(err, errno, "%s: cannot put it in place",
+					   j->files[k].shown);
 	fsync_dir(outdir);
 	return 0;
 }
@@ -352,6 +356,7 @@ int ck_convert_files(const struct ck_plan *plan, const struct ck_out_file *files
 	memset(&j, 0, sizeof j);
 	j.plan = plan;
 	j.cancel = o->cancel;
+	j.shown_dir = o->shown_dir;
 	pthread_mutex_init(&j.err_lock, NULL);
 	ck_engine_init(&j.eng, plan, o->use_uring);
 	j.chunk = o->chunk ? o->chunk : CHUNK;
@@ -395,6 +400,7 @@ out:
 			unlink(f->tmp);
 		free(f->tmp);
 		free(f->final);
+		free(f->shown);
 	}
 	free(j.files);
 	free(j.items);

@@ -25,6 +25,9 @@ struct ck_convert_opts {
 				 * converts: the index is written by rank 0) */
 	struct ck_gpu *gpu;	/* CUDA backend with a lane per thread, or NULL */
 	uint64_t gpu_min;	/* reads from this size go to the GPU */
+	/* the directory messages name a file in (the OUTDIR that the staging
+	 * directory written to stands for), or NULL: the one written to */
+	const char *shown_dir;
 	/* non-zero: stop at the next chunk and fail ("interrupted"), leaving
 	 * no temp file (the CLI's signal watcher sets it); or NULL */
 	const atomic_int *cancel;

@@ -52,7 +52,14 @@ def writing(parent, out):
     return False
 
 
-def convert(src, out, *extra, preexec=None):
+def default_signals():
+    """The convert's signals as a terminal gives them: a test run under
+    nohup (or by a runner that ignores SIGHUP) must not pass that on."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def convert(src, out, *extra, preexec=default_signals):
     return subprocess.Popen([CKPTFS, "convert", src, out, "--mapping", MAP, "--dtype", "F32",
                              "--threads", "1", "--quiet", *extra],
                             stderr=subprocess.PIPE, text=True, preexec_fn=preexec)
@@ -114,7 +121,8 @@ def interrupted(d, src):
 def ignored(d, src):
     """nohup's SIGHUP: the caller ignores it, so the convert goes on."""
     out = os.path.join(d, "nohup")
-    p = convert(src, out, preexec=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    p = convert(src, out, preexec=lambda: (default_signals(),
+                                           signal.signal(signal.SIGHUP, signal.SIG_IGN)))
     while p.poll() is None and not writing(d, out):
         time.sleep(0.002)
     if p.poll() is None:

@@ -162,7 +162,8 @@ def refused_init(src, mnt):
             subprocess.run(["fusermount3", "-uz", mnt], check=False)
     # in the background: a SIGTERM to the waiting command reaches the daemon
     # too (the command used to die alone, and its daemon mounted later)
-    p = subprocess.Popen([CKPTFS, "mount", src, mnt], stderr=subprocess.PIPE, text=True, env=env)
+    p = subprocess.Popen([CKPTFS, "mount", src, mnt], stderr=subprocess.PIPE, text=True, env=env,
+                         preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     try:
         for _ in range(200):  # the daemon has mounted (the INIT waits for good)
             if listed(mnt):
