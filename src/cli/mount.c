@@ -303,14 +303,8 @@ static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *sy
 	int ok = !strncmp(msg, "OK\n", 3);
 	/* under mpirun: return once every rank's mount is live; if one failed,
 	 * the others unmount, so nothing half-mounted remains. mpirun
-	 * terminates the job when a rank exits non-zero: finish the unmount
-	 * below before taking its signal */
-	sigset_t block, old;
-	sigemptyset(&block);
-	sigaddset(&block, SIGTERM);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGHUP);
-	sigprocmask(SIG_BLOCK, &block, &old);
+	 * terminates the job when a rank exits non-zero: the stop signals,
+	 * blocked since before the fork, wait until the unmount below is done */
 	int all = ck_mpi_agree(ok);
 	*synced = 1;
 	if (ok && all == 0) { /* unmount before MPI ends (see ck_mpi_agree) */
@@ -323,7 +317,6 @@ static int parent_wait(pid_t pid, int pipefd[2], const char *mountpoint, int *sy
 		fprintf(stderr, "ckptfs: another rank failed to mount; %s unmounted\n", mountpoint);
 		return 1;
 	}
-	sigprocmask(SIG_SETMASK, &old, NULL);
 	if (ok)
 		return 0;
 	waitpid(pid, &st, 0);
