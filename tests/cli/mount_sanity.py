@@ -146,8 +146,13 @@ def refused_init(src, mnt):
     p = subprocess.Popen([CKPTFS, "mount", src, mnt, "-f"], stderr=subprocess.PIPE, text=True,
                          env=env)
     try:
-        time.sleep(1.5)
-        assert p.poll() is None, f"exit {p.returncode} with the INIT unanswered: {p.stderr.read()}"
+        for _ in range(3000):  # mounted (its signal handlers are in place by then)
+            if listed(mnt) or p.poll() is not None:
+                break
+            time.sleep(0.01)
+        time.sleep(0.5)  # time to say "mounted", were it to
+        assert p.poll() is None and listed(mnt), \
+            f"exit {p.returncode} with the INIT unanswered: {p.stderr.read()}"
         os.kill(p.pid, signal.SIGTERM)
         err = p.communicate(timeout=60)[1]
         lines = err.splitlines()
@@ -165,8 +170,8 @@ def refused_init(src, mnt):
     p = subprocess.Popen([CKPTFS, "mount", src, mnt], stderr=subprocess.PIPE, text=True, env=env,
                          preexec_fn=lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL))
     try:
-        for _ in range(200):  # the daemon has mounted (the INIT waits for good)
-            if listed(mnt):
+        for _ in range(3000):  # the daemon has mounted (the INIT waits for good)
+            if listed(mnt) or p.poll() is not None:
                 break
             time.sleep(0.01)
         assert p.poll() is None and listed(mnt), p.poll()
