@@ -254,10 +254,17 @@ static int read_word(int fd, pid_t pid, const sigset_t *stop, char *msg, size_t 
 	*got = 0;
 	for (;;) {
 		struct pollfd p[2] = {{fd, POLLIN, 0}, {sfd, POLLIN, 0}};
-		if (poll(p, sfd >= 0 ? 2 : 1, -1) < 0) {
-			if (errno == EINTR)
-				continue;
+		/* told to stop, the daemon is told again each second until it
+		 * ends: libfuse's loop checks whether to end, then waits, and a
+		 * signal that lands between the two is lost on it */
+		int n = poll(p, sfd >= 0 ? 2 : 1, sig ? 1000 : -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
 			break;
+		if (n == 0) {
+			kill(pid, SIGTERM);
+			continue;
 		}
 		struct signalfd_siginfo si;
 		if (sfd >= 0 && (p[1].revents & POLLIN) && read(sfd, &si, sizeof si) == sizeof si &&

@@ -881,6 +881,7 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 	/* the loop answers the signal that ended it (SIGINT, SIGTERM, SIGHUP:
 	 * the handlers fuse_set_signal_handlers installs): a clean stop */
 	int loop = fuse_session_loop_mt(se, cfg);
+	atomic_store(&fs.loop_ended, 1);
 	rc = loop == 0 || loop == SIGINT || loop == SIGTERM || loop == SIGHUP ? 0 : -1;
 	if (rc < 0)
 		ck_fail(err, CK_E_SYS, "the FUSE loop failed");

@@ -6,6 +6,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -47,6 +48,7 @@ struct ckfs {
 	pthread_t ready_thread;
 	int ready_started, ready_errno;
 	char *ready_msg;
+	atomic_int loop_ended; /* the FUSE loop has returned */
 	FILE *log;
 	pthread_mutex_t log_mu;
 	time_t mounted_at;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void report_ready(struct ckfs *fs)
@@ -38,8 +39,14 @@ static void *confirm(void *arg)
 	fs->ready_errno = errno;
 	/* The loop ends on a signal. libfuse's workers block every signal
 	 * (and this thread, started from one, too), so the main thread,
-	 * waiting in the loop, takes it. */
-	kill(getpid(), SIGTERM);
+	 * waiting in the loop, takes it; again each second until the loop
+	 * has ended, since one that lands between its check and its wait is
+	 * lost on it. */
+	while (!atomic_load(&fs->loop_ended)) {
+		kill(getpid(), SIGTERM);
+		for (int k = 0; k < 100 && !atomic_load(&fs->loop_ended); k++)
+			nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+	}
 	return NULL;
 }
 
