@@ -235,7 +235,7 @@ static int write_small(const char *tmp, const char *data, size_t len, struct ck_
 int ck_write_file_atomic(const char *dir, const char *name, const void *data, size_t len,
 			 struct ck_err *err)
 {
-	char *tmp = path2(dir, ".ckptfs-tmp-", name), *final = path2(dir, "", name);
+	char *tmp = path2(dir, CK_TMP_TAG, name), *final = path2(dir, "", name);
 	int rc = -1;
 	if (!tmp || !final)
 		ck_fail_sys(err, ENOMEM, "%s", name);
@@ -305,7 +305,7 @@ static int prepare(struct job *j, const struct ck_out_file *in, size_t n, const 
 	if (!(j->items = calloc(n_items ? n_items : 1, sizeof *j->items)))
 		return ck_fail_sys(err, ENOMEM, "convert");
 	char tmpname[64];
-	snprintf(tmpname, sizeof tmpname, ".ckptfs-tmp-%d-", (int)getpid());
+	snprintf(tmpname, sizeof tmpname, CK_TMP_TAG "%d-", (int)getpid());
 	for (size_t k = 0; k < n; k++) {
 		struct outf *f = &j->files[k];
 		const struct ck_vfile *v = f->v = in[k].v;

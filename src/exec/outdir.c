@@ -338,9 +338,9 @@ int ck_outdir_begin(struct ck_outdir *o, const char *outdir, int overwrite, int 
 	dir_of(o->final, fdir, sizeof fdir);
 	o->mode = !exists ? CK_OUT_NEW : found[0] ? CK_OUT_REPLACE : CK_OUT_INTO;
 	int r = o->mode == CK_OUT_INTO
-			? snprintf(o->stage, sizeof o->stage, "%s/.ckptfs-stage-%d", o->final,
+			? snprintf(o->stage, sizeof o->stage, "%s/" CK_STAGE_TAG "%d", o->final,
 				   (int)getpid())
-			: snprintf(o->stage, sizeof o->stage, "%s/.%s.ckptfs-stage-%d",
+			: snprintf(o->stage, sizeof o->stage, "%s/.%s" CK_STAGE_TAG "%d",
 				   strcmp(fdir, "/") ? fdir : "", strrchr(o->final, '/') + 1,
 				   (int)getpid());
 	if (r >= (int)sizeof o->stage)

@@ -21,6 +21,13 @@
 #include "../ckpt/catalog.h"
 #include "../util/error.h"
 
+/* The names of what a convert writes before its commit, which a later one
+ * finds again (ck_outdir_stale): a staging directory ".OUTNAME" CK_STAGE_TAG
+ * "PID" beside OUTDIR, or CK_STAGE_TAG "PID" inside it; a file being
+ * written, CK_TMP_TAG "PID-NAME". */
+#define CK_STAGE_TAG ".ckptfs-stage-"
+#define CK_TMP_TAG ".ckptfs-tmp-"
+
 enum ck_outdir_mode {
 	CK_OUT_NEW,	/* OUTDIR did not exist: stage beside it, rename */
 	CK_OUT_INTO,	/* OUTDIR has no checkpoint: stage inside it, move files in */

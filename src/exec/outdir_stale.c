@@ -51,7 +51,7 @@ static void measure(const char *path, const struct stat *st, uint64_t *bytes, in
 			continue;
 		if (fstatat(dirfd(d), n, &es, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(es.st_mode))
 			*bytes += (uint64_t)es.st_blocks * 512;
-		if (!ck_outdir_owned(n) && strncmp(n, ".ckptfs-tmp-", 12) != 0)
+		if (!ck_outdir_owned(n) && strncmp(n, CK_TMP_TAG, strlen(CK_TMP_TAG)) != 0)
 			(*foreign)++;
 	}
 	closedir(d);
@@ -92,12 +92,12 @@ void ck_outdir_stale(const struct ck_outdir *o, struct ck_outdir_stale *s)
 	char *slash = strrchr(parent, '/');
 	if (!slash)
 		return;
-	snprintf(prefix, sizeof prefix, ".%s.ckptfs-stage-", slash + 1);
+	snprintf(prefix, sizeof prefix, ".%s" CK_STAGE_TAG, slash + 1);
 	if (slash == parent)
 		slash[1] = '\0';
 	else
 		*slash = '\0';
 	scan(parent, prefix, s);	     /* beside OUTDIR: a new one, --overwrite */
-	scan(o->final, ".ckptfs-stage-", s); /* inside it: into a directory */
-	scan(o->final, ".ckptfs-tmp-", s);   /* --shard-groups' files */
+	scan(o->final, CK_STAGE_TAG, s); /* inside it: into a directory */
+	scan(o->final, CK_TMP_TAG, s);   /* --shard-groups' files */
 }
