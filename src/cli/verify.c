@@ -13,6 +13,7 @@
 #include "../gen/ckgen.h"
 #include "../util/jsonw.h"
 #include "cli.h"
+#include "interrupt.h"
 #include "opts.h"
 
 static void put_index(FILE *f, const struct ck_target *t, uint64_t flat)
@@ -319,8 +320,12 @@ static int generate(const char *model, int64_t fp8_block, char *dir, size_t n,
 	spec.fp8_block = fp8_block;
 	const char *tmp = getenv("TMPDIR");
 	snprintf(dir, n, "%s/ckptfs-check-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(dir))
-		return ck_fail_sys(err, errno, "%s", dir);
+	if (!mkdtemp(dir)) {
+		int e = errno;
+		ck_fail_sys(err, e, "%s", dir);
+		dir[0] = '\0'; /* nothing of ours to remove */
+		return -1;
+	}
 	if (ckgen_write(&spec, dir, err) < 0)
 		return -1;
 	return 0;
@@ -340,6 +345,48 @@ static void remove_generated(const char *dir)
 	if (d)
 		closedir(d);
 	rmdir(dir);
+}
+
+/* MAP then INVERSE over the checkpoint at src against src itself. A
+ * recorded signal (stop) withholds the verdict. */
+static int prove(const char *map, const char *inverse, const char *src, struct ck_view_args *both,
+		 const atomic_int *stop)
+{
+	struct ck_err err;
+	struct ck_view_args none = {.rank = -1};
+	both->maps[both->n_maps++] = (char *)map;
+	both->maps[both->n_maps++] = (char *)inverse;
+	struct ck_view A, B;
+	if (ck_view_open(&A, src, &none, &err) < 0)
+		return ck_cli_report(&err);
+	if (ck_view_open(&B, src, both, &err) < 0) {
+		ck_view_close(&A);
+		return ck_cli_report(&err);
+	}
+	struct pairing p;
+	struct ck_cmp_report rep;
+	struct ck_cmp_opts o = {.bytes = 1, .use_uring = 1};
+	size_t nv = 0;
+	long bad = compare_views(A.plan, B.plan, &o, 0, &p, &rep, &nv, &err);
+	int rc;
+	if (bad < 0)
+		rc = ck_cli_report(&err);
+	else if (stop && atomic_load(stop))
+		rc = 1;
+	else {
+		if (bad)
+			printf(
+			    "check-mapping: %s then %s does NOT reproduce the source: %ld of %zu "
+			    "tensors differ\n",
+			    map, inverse, bad, A.plan->n);
+		else
+			printf("check-mapping: %s then %s reproduces all %zu tensors of the source "
+			       "byte for byte (%" PRIu64 " bytes)\n",
+			       map, inverse, A.plan->n, rep.bytes_a);
+		rc = bad ? 5 : 0;
+	}
+	release(&p, &rep, &A, &B);
+	return rc;
 }
 
 enum { C_INVERSE = 1, C_MODEL, C_SOURCE, C_FP8_BLOCK, C_SET };
@@ -363,7 +410,7 @@ int ck_cmd_check_mapping(int argc, char **argv)
 	const char *map = NULL, *inverse = NULL, *source = NULL, *model = NULL, *val;
 	int64_t fp8_block = 0;
 	struct ck_err err;
-	struct ck_view_args none = {.rank = -1}, both = {.rank = -1};
+	struct ck_view_args both = {.rank = -1};
 	for (int i = 1, id; (id = ck_cli_next(&ck_verb_check_mapping, argc, argv, &i, NULL, &val,
 					       &err));) {
 		if (id == CK_CLI_ERROR || (id == C_SET && ck_view_add_set(&both, val, &err) < 0))
@@ -389,48 +436,27 @@ int ck_cmd_check_mapping(int argc, char **argv)
 					      "usage: ckptfs check-mapping MAP --inverse MAP2 "
 					      "(--model NAME [--fp8-block B] | --source SRC)"),
 				      &err));
+	/* --model writes a checkpoint to a temporary directory: a signal waits
+	 * until it is removed (interrupt.h) */
+	struct ck_interrupt intr;
+	int watched = model && ck_interrupt_start(&intr) == 0;
 	char gen[4096] = "";
-	if (model && generate(model, fp8_block, gen, sizeof gen, &err) < 0) {
-		if (gen[0])
-			remove_generated(gen);
-		return ck_cli_report(&err);
-	}
-	const char *src = model ? gen : source;
-	both.maps[both.n_maps++] = (char *)map;
-	both.maps[both.n_maps++] = (char *)inverse;
-	struct ck_view A, B;
 	int rc;
-	if (ck_view_open(&A, src, &none, &err) < 0) {
+	if (model && generate(model, fp8_block, gen, sizeof gen, &err) < 0)
 		rc = ck_cli_report(&err);
-		goto out_gen;
-	}
-	if (ck_view_open(&B, src, &both, &err) < 0) {
-		rc = ck_cli_report(&err);
-		ck_view_close(&A);
-		goto out_gen;
-	}
-	struct pairing p;
-	struct ck_cmp_report rep;
-	struct ck_cmp_opts o = {.bytes = 1, .use_uring = 1};
-	size_t nv = 0;
-	long bad = compare_views(A.plan, B.plan, &o, 0, &p, &rep, &nv, &err);
-	if (bad < 0) {
-		rc = ck_cli_report(&err);
-	} else {
-		if (bad)
-			printf("check-mapping: %s then %s does NOT reproduce the source: %ld of %zu "
-			       "tensors differ\n",
-			       map, inverse, bad, A.plan->n);
-		else
-			printf("check-mapping: %s then %s reproduces all %zu tensors of the source "
-			       "byte for byte (%" PRIu64 " bytes)\n",
-			       map, inverse, A.plan->n, rep.bytes_a);
-		rc = bad ? 5 : 0;
-	}
-	release(&p, &rep, &A, &B);
-out_gen:
+	else
+		rc = prove(map, inverse, model ? gen : source, &both, watched ? &intr.sig : NULL);
 	if (gen[0])
 		remove_generated(gen);
+	int sig = watched ? ck_interrupt_stop(&intr) : 0;
+	if (sig) {
+		char name[32];
+		fprintf(stderr,
+			"ckptfs: check-mapping: interrupted by %s: no result (the generated "
+			"checkpoint is removed)\n",
+			ck_interrupt_name(sig, name, sizeof name));
+		return 128 + sig;
+	}
 	if (fflush(stdout) != 0 && rc == 0)
 		rc = 1;
 	return rc;

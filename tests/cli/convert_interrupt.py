@@ -13,7 +13,10 @@
   warns about the staging directory it left, names the dead process, and
   leaves it alone. A staging directory of --overwrite's swap that holds an
   entry of OUTDIR (a subdirectory moved there) says so: it must not simply
-  be removed."""
+  be removed.
+- check-mapping --model writes a tiny checkpoint to a temporary directory:
+  a signal while it is there removes it and exits 128 + the signal (it
+  used to die and leave the directory in $TMPDIR)."""
 import glob
 import os
 import shutil
@@ -29,6 +32,7 @@ from safety import tree_digest  # noqa: E402
 
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
 MAP = "llama-hf-to-megatron"
+MAPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mappings")
 
 
 def leftovers(parent, out):
@@ -181,6 +185,56 @@ def killed(d, src):
           "process, and keeps it (one holding an entry of OUTDIR says so)")
 
 
+def stopped(pid):
+    """Whether the process is stopped (state T in /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def check_mapping_interrupted(d):
+    """A shim stops check-mapping right after it made its temporary
+    directory (the run lasts milliseconds: no window to hit otherwise); the
+    signal is sent while it is stopped, then it continues."""
+    shim = os.environ["STOP_AT_MKDTEMP_SO"]
+    assert os.path.isfile(shim), f"{shim}: not built"  # ld.so would ignore it
+    tmp = os.path.join(d, "tmp")
+    os.mkdir(tmp)
+    env = dict(os.environ, LD_PRELOAD=shim, TMPDIR=tmp)
+    if "ASAN_OPTIONS" in env:  # the shim is loaded ahead of ASan's runtime
+        env["ASAN_OPTIONS"] += ":verify_asan_link_order=0"
+    args = [CKPTFS, "check-mapping", os.path.join(MAPS, MAP + ".json"), "--inverse",
+            os.path.join(MAPS, "megatron-to-llama-hf.json"), "--model", "llama"]
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, preexec_fn=default_signals)
+        deadline = time.monotonic() + 60
+        while p.poll() is None and not stopped(p.pid) and time.monotonic() < deadline:
+            time.sleep(0.002)
+        assert p.poll() is None and stopped(p.pid), (sig, p.returncode)
+        made = os.listdir(tmp)
+        assert len(made) == 1 and made[0].startswith("ckptfs-check-"), made
+        p.send_signal(sig)
+        p.send_signal(signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+        lines = err.splitlines()
+        assert p.returncode == 128 + sig, (sig, p.returncode, err)
+        assert len(lines) == 1 and f"interrupted by {sig.name}" in lines[0] \
+            and "check-mapping" in lines[0], (sig, err)
+        assert out == "", (sig, out)  # no verdict from a run told to stop
+        assert os.listdir(tmp) == [], (sig, os.listdir(tmp))
+    # the shim does not change an uninterrupted run's answer
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, preexec_fn=default_signals)
+    while p.poll() is None and not stopped(p.pid):
+        time.sleep(0.002)
+    p.send_signal(signal.SIGCONT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0 and "reproduces all" in out and err == "", (p.returncode, out, err)
+    assert os.listdir(tmp) == []
+    print("check-mapping --model: SIGTERM, SIGINT, SIGHUP with its temporary checkpoint on "
+          "disk: exit 128 + N, one line, no verdict, the directory removed")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ckptfs-interrupt-")
     try:
@@ -191,6 +245,7 @@ def main():
         interrupted(d, src)
         ignored(d, src)
         killed(d, src)
+        check_mapping_interrupted(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
