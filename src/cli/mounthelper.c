@@ -14,8 +14,6 @@
 
 #include "cli.h"
 
-#define MAX_ARGS 96
-
 static int fstab_only(const char *o)
 {
 	static const char *const names[] = {"defaults", "auto", "noauto", "user", "users",
@@ -56,52 +54,51 @@ int ck_mount_helper(int argc, char **argv)
 					      "usage: mount.ckptfs SOURCE MOUNTPOINT [-o "
 					      "mapping=NAME,mesh=tp=8,rank=R,...]"),
 				      &err));
-	char *av[MAX_ARGS], rest[4096] = "", *copy = strdup(opts ? opts : "");
-	char meshbuf[256];
-	int ac = 0;
-	if (!copy)
+	/* sized from OPTS: every option adds at most two arguments, and what
+	 * goes on as -o is never longer than OPTS (nothing is cut short) */
+	size_t olen = opts ? strlen(opts) : 0;
+	char *copy = strdup(opts ? opts : ""), *rest = calloc(1, olen + 1);
+	char **av = calloc(olen + 16, sizeof *av);
+	if (!copy || !rest || !av) {
+		free(copy);
+		free(rest);
+		free(av);
 		return ck_cli_report((ck_fail_sys(&err, ENOMEM, "mount.ckptfs"), &err));
+	}
+	int ac = 0;
 	av[ac++] = "mount";
 	av[ac++] = src;
 	av[ac++] = mnt;
 	if (foreground)
 		av[ac++] = "-f";
-	int rc = 0;
-	for (char *save, *o = strtok_r(copy, ",", &save); o && rc == 0; o = strtok_r(NULL, ",", &save)) {
+	for (char *save, *o = strtok_r(copy, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
 		static const char *const views[] = {"mapping=", "mesh=", "rank=", "ranks=", "device="};
+		static const char *const flags[] = {"--mapping", "--mesh", "--rank", "--ranks",
+						    "--device"};
 		size_t k = 0;
 		while (k < sizeof views / sizeof *views && strncmp(o, views[k], strlen(views[k])))
 			k++;
 		if (k < sizeof views / sizeof *views) {
-			if (ac + 2 >= MAX_ARGS)
-				rc = ck_fail(&err, CK_E_USAGE, "mount.ckptfs: too many options");
 			char *val = strchr(o, '=') + 1;
-			if (k == 1) { /* axes joined with ':' inside one mount option */
-				snprintf(meshbuf, sizeof meshbuf, "%s", val);
-				for (char *c = meshbuf; *c; c++)
-					if (*c == ':')
-						*c = ',';
-				val = meshbuf;
-			}
-			static const char *const flags[] = {"--mapping", "--mesh", "--rank", "--ranks",
-							    "--device"};
+			for (char *c = val; k == 1 && *c; c++)
+				if (*c == ':') /* mesh: axes joined with ':' inside one option */
+					*c = ',';
 			av[ac++] = (char *)flags[k];
 			av[ac++] = val;
 		} else if (!fstab_only(o)) {
-			size_t n = strlen(rest);
-			snprintf(rest + n, sizeof rest - n, "%s%s", n ? "," : "", o);
+			if (rest[0])
+				strcat(rest, ",");
+			strcat(rest, o);
 		}
 	}
-	if (rc == 0 && rest[0]) {
+	if (rest[0]) {
 		av[ac++] = "-o";
 		av[ac++] = rest;
 	}
 	av[ac] = NULL;
-	if (rc < 0) {
-		free(copy);
-		return ck_cli_report(&err);
-	}
-	rc = ck_cmd_mount(ac, av);
+	int rc = ck_cmd_mount(ac, av);
 	free(copy);
+	free(rest);
+	free(av);
 	return rc;
 }

@@ -96,6 +96,27 @@ def main():
             assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and "bogus_option" in p.stderr, p.stderr
             assert not is_mounted(mnt)
             print("a bad option: one line, exit 2, nothing mounted")
+            # hostile option lists: 47 view options used to write past the
+            # helper's fixed argument array (ASan: stack overflow), and a list
+            # past 4 KiB was cut short, mid-option, without a word
+            p = subprocess.run([HELPER, src, mnt, "-o", ",".join(["mapping=identity"] * 47)],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 \
+                and "at most 16 --mapping" in p.stderr, (p.returncode, p.stderr)
+            assert not is_mounted(mnt)
+            many = ",".join(["cache_size=64MiB"] * 300)  # 5 KiB of valid options
+            p = subprocess.run([HELPER, src, mnt, "-o", f"mapping=identity,{many},bogus_option"],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 \
+                and "bogus_option" in p.stderr, (p.returncode, p.stderr)
+            assert not is_mounted(mnt)
+            p = subprocess.run([HELPER, src, mnt, "-o", f"mapping=identity,{many}"],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0 and is_mounted(mnt), p.stderr
+            assert names(mnt) == sorted(ckref.read_checkpoint_dir(src))
+            assert subprocess.run(["umount", mnt]).returncode == 0 and not is_mounted(mnt)
+            print("47 view options: one line, exit 2; 5 KiB of options passed on whole (the "
+                  "last one bad: named; all good: mounted)")
         finally:
             if is_mounted(mnt):
                 subprocess.run(["umount", "-l", mnt])
