@@ -128,9 +128,10 @@ static int check_mountpoint(const char *path, int nonempty, struct ck_err *err)
 		return ck_fail(err, CK_E_USAGE, "%s: mount point is not a directory", path);
 	FILE *mi = fopen("/proc/self/mountinfo", "r");
 	if (mi) {
-		char line[8192];
+		char *line = NULL; /* whole lines: an overlay's can pass 8 KiB */
+		size_t cap = 0;
 		int mounted = 0;
-		while (!mounted && fgets(line, sizeof line, mi)) {
+		while (!mounted && getline(&line, &cap, mi) > 0) {
 			/* "id parent major:minor root MOUNTPOINT ...", octal escapes */
 			char *f = line;
 			for (int k = 0; k < 4 && f; k++)
@@ -150,6 +151,7 @@ static int check_mountpoint(const char *path, int nonempty, struct ck_err *err)
 			mp[n] = '\0';
 			mounted = !strcmp(mp, path);
 		}
+		free(line);
 		fclose(mi);
 		if (mounted)
 			return ck_fail(err, CK_E_USAGE,
@@ -228,6 +230,8 @@ static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *f
 				return ck_fail(
 				    err, CK_E_USAGE,
 				    "mount: unknown option -o %s (see ckptfs mount --help)", opt);
+			if (!d && eq && !eq[1]) /* the kernel refuses fsname= */
+				return bad(err, opt, "a value after '='");
 			if (*fuse_argc + 2 >= MAX_FUSE_ARGS)
 				return ck_fail(err, CK_E_USAGE, "mount: too many options");
 			fuse_argv[(*fuse_argc)++] = "-o";

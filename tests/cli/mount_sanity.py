@@ -269,6 +269,8 @@ def main():
             refused(src, empty, f"unknown option -o {o}", "-o", o)
         refused(src, empty, "bad option -o max_read=100", "-o", "max_read=100")
         refused(src, empty, "bad option -o max_read=2097152", "-o", "max_read=2097152")
+        for o in ("fsname=", "subtype="):  # the kernel refuses them: two lines, "cannot mount"
+            refused(src, empty, f"bad option -o {o} (a value after '='", "-o", o)
         with Mount(src) as m:
             refused(src, m.dir, "already a mount point")
             assert open(m.path("config.json")).read() == raw, "config.json is not the source's bytes"
