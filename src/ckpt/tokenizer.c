@@ -9,6 +9,7 @@
 #include "../util/fileio.h"
 #include "../util/json_strict.h"
 #include "../util/strmap.h"
+#include "tokenizer_int.h"
 
 #define MAX_TOKENIZER_BYTES ((size_t)256 << 20)
 #define MAX_SIDE_BYTES ((size_t)16 << 20) /* tokenizer_config.json, generation_config.json */
@@ -46,7 +47,7 @@ static int read_json(const char *dir, const char *name, size_t max, cJSON **out,
 	return r;
 }
 
-static int alloc_vocab(struct ck_vocab *v, int64_t n, int scores, struct ck_err *err)
+int ck_tok_alloc(struct ck_vocab *v, int64_t n, int scores, struct ck_err *err)
 {
 	if (n < 1 || n > MAX_VOCAB)
 		return ck_fail(err, CK_E_SOURCE, "a vocabulary of %lld tokens (1 to %lld)",
@@ -56,7 +57,7 @@ static int alloc_vocab(struct ck_vocab *v, int64_t n, int scores, struct ck_err 
 	v->types = calloc(v->n, sizeof *v->types);
 	v->scores = scores ? calloc(v->n, sizeof *v->scores) : NULL;
 	v->bos = v->eos = v->unk = v->pad = -1;
-	v->add_bos = v->add_eos = -1;
+	v->add_bos = v->add_eos = v->add_space_prefix = -1;
 	if (!v->tokens || !v->types || (scores && !v->scores))
 		return ck_fail_sys(err, ENOMEM, "vocabulary");
 	return 0;
@@ -64,7 +65,7 @@ static int alloc_vocab(struct ck_vocab *v, int64_t n, int scores, struct ck_err 
 
 /* Ids the tokenizer files do not cover: "[PADn]", unused (as llama.cpp's
  * converter pads a vocabulary to the embedding's rows). */
-static int pad_vocab(struct ck_vocab *v, struct ck_err *err)
+int ck_tok_pad(struct ck_vocab *v, struct ck_err *err)
 {
 	for (size_t i = 0; i < v->n; i++) {
 		if (v->tokens[i])
@@ -195,7 +196,7 @@ static void spm_trainer(struct pb sub, struct ck_vocab *v)
 static int load_spm(const char *buf, size_t len, const char *path, int64_t vocab_size,
 		    struct ck_vocab *v, struct ck_err *err)
 {
-	if (alloc_vocab(v, vocab_size, 1, err) < 0)
+	if (ck_tok_alloc(v, vocab_size, 1, err) < 0)
 		return -1;
 	v->model = "llama";
 	struct pb b = {(const unsigned char *)buf, (const unsigned char *)buf + len};
@@ -225,35 +226,37 @@ static int load_spm(const char *buf, size_t len, const char *path, int64_t vocab
 	for (size_t i = 0; i < n && v->unk < 0; i++)
 		if (v->types[i] == CK_TOK_UNKNOWN)
 			v->unk = (int64_t)i;
-	return pad_vocab(v, err);
+	return ck_tok_pad(v, err);
 }
 
-/* ---- tokenizer.json: byte-level BPE ---- */
+/* ---- tokenizer.json: byte-level BPE (SentencePiece-style: tokenizer_spm_json.c) ---- */
 
-static int is_type(const cJSON *o, const char *type)
+int ck_tok_is_type(const cJSON *o, const char *type)
 {
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
 	return cJSON_IsString(t) && !strcmp(t->valuestring, type);
 }
 
-/* Whether o (a pre-tokenizer or decoder, possibly a Sequence) has a part of
- * this type; *split gets the last Split's regex. */
-static int has_part(const cJSON *o, const char *type, const char **split)
+/* Whether o (a normalizer, pre-tokenizer or decoder, possibly a Sequence)
+ * has a part of this type; *split gets the last Split's regex. */
+int ck_tok_has_part(const cJSON *o, const char *type, const char **split)
 {
 	if (!cJSON_IsObject(o))
 		return 0;
-	if (is_type(o, "Split")) {
+	if (ck_tok_is_type(o, "Split")) {
 		const cJSON *re = cJSON_GetObjectItemCaseSensitive(
 			cJSON_GetObjectItemCaseSensitive(o, "pattern"), "Regex");
 		if (split && cJSON_IsString(re))
 			*split = re->valuestring;
 	}
-	int found = is_type(o, type);
+	int found = ck_tok_is_type(o, type);
 	const cJSON *seq = cJSON_GetObjectItemCaseSensitive(o, "pretokenizers");
 	if (!seq)
 		seq = cJSON_GetObjectItemCaseSensitive(o, "decoders");
+	if (!seq)
+		seq = cJSON_GetObjectItemCaseSensitive(o, "normalizers");
 	const cJSON *e;
-	cJSON_ArrayForEach(e, seq) found |= has_part(e, type, split);
+	cJSON_ArrayForEach(e, seq) found |= ck_tok_has_part(e, type, split);
 	return found;
 }
 
@@ -280,8 +283,8 @@ static const char *pre_name(const char *split)
 
 /* Token text at the id idj says: returns the id, or -1 with err. A vocab
  * entry (dup_ok 0) may not take an id twice; an added token may restate one. */
-static int64_t put_token(struct ck_vocab *v, const cJSON *idj, const char *text, int dup_ok,
-			 const char *path, struct ck_err *err)
+int64_t ck_tok_put(struct ck_vocab *v, const cJSON *idj, const char *text, int dup_ok,
+		   const char *path, struct ck_err *err)
 {
 	int64_t id;
 	if (ck_json_int(idj, 0, (int64_t)v->n - 1, &id) < 0)
@@ -327,32 +330,15 @@ static int load_merges(const cJSON *merges, const char *path, struct ck_vocab *v
 	return 0;
 }
 
-static int load_bpe(const cJSON *root, const char *path, int64_t vocab_size, struct ck_vocab *v,
-		    struct ck_err *err)
+int ck_tok_vocab_added(const cJSON *root, const cJSON *model, const char *path, struct ck_vocab *v,
+		       struct ck_err *err)
 {
-	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-	if (!is_type(model, "BPE"))
-		return ck_fail(err, CK_E_SOURCE, "%s: model.type is not \"BPE\" (GGUF's gpt2 "
-						 "vocabulary is byte-level BPE; a SentencePiece model "
-						 "needs tokenizer.model)",
-			       path);
-	const char *split = NULL;
-	int bytelevel = has_part(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "ByteLevel",
-				 &split) |
-			has_part(cJSON_GetObjectItemCaseSensitive(root, "decoder"), "ByteLevel", NULL);
-	if (!bytelevel)
-		return ck_fail(err, CK_E_SOURCE, "%s: a BPE without the ByteLevel pre-tokenizer "
-						 "(SentencePiece-style: ckptfs needs tokenizer.model)",
-			       path);
-	if (alloc_vocab(v, vocab_size, 0, err) < 0)
-		return -1;
-	v->model = "gpt2";
 	const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab"), *e;
 	if (!cJSON_IsObject(vocab))
 		return ck_fail(err, CK_E_SOURCE, "%s: model.vocab is not an object", path);
 	cJSON_ArrayForEach(e, vocab)
 	{
-		int64_t id = put_token(v, e, e->string, 0, path, err);
+		int64_t id = ck_tok_put(v, e, e->string, 0, path, err);
 		if (id < 0)
 			return -1;
 		v->types[id] = CK_TOK_NORMAL;
@@ -364,17 +350,48 @@ static int load_bpe(const cJSON *root, const char *path, int64_t vocab_size, str
 		const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
 		if (!cJSON_IsString(c))
 			return ck_fail(err, CK_E_SOURCE, "%s: an added token without content", path);
-		int64_t k = put_token(v, id, c->valuestring, 1, path, err);
+		int64_t k = ck_tok_put(v, id, c->valuestring, 1, path, err);
 		if (k < 0)
 			return -1;
 		v->types[k] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? CK_TOK_CONTROL
 											   : CK_TOK_USER;
 	}
+	return 0;
+}
+
+static int load_bpe(const cJSON *root, const char *path, int64_t vocab_size, struct ck_vocab *v,
+		    struct ck_err *err)
+{
+	const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+	if (!ck_tok_is_type(model, "BPE"))
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: model.type is not \"BPE\" (GGUF's vocabularies "
+			       "from tokenizer.json are byte-level or SentencePiece-"
+			       "style BPE; a Unigram model needs tokenizer.model)",
+			       path);
+	const char *split = NULL;
+	int bytelevel =
+	    ck_tok_has_part(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "ByteLevel",
+			    &split) |
+	    ck_tok_has_part(cJSON_GetObjectItemCaseSensitive(root, "decoder"), "ByteLevel", NULL);
+	if (!bytelevel && ck_tok_spm_style(root))
+		return ck_tok_load_spm_json(root, path, vocab_size, v, err);
+	if (!bytelevel)
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: a BPE neither byte-level (no ByteLevel "
+			       "pre-tokenizer) nor SentencePiece-style (no Metaspace, "
+			       "no byte_fallback): GGUF has no vocabulary for it",
+			       path);
+	if (ck_tok_alloc(v, vocab_size, 0, err) < 0)
+		return -1;
+	v->model = "gpt2";
+	if (ck_tok_vocab_added(root, model, path, v, err) < 0)
+		return -1;
 	if (!v->pre && !(v->pre = strdup(pre_name(split))))
 		return ck_fail_sys(err, ENOMEM, "%s", path);
 	if (load_merges(cJSON_GetObjectItemCaseSensitive(model, "merges"), path, v, err) < 0)
 		return -1;
-	return pad_vocab(v, err);
+	return ck_tok_pad(v, err);
 }
 
 /* ---- special tokens and the chat template ---- */
@@ -490,7 +507,7 @@ int ck_vocab_load(const char *dir, const cJSON *config, int64_t vocab_size, int 
 int ck_vocab_placeholder(int64_t vocab_size, struct ck_vocab *v, struct ck_err *err)
 {
 	memset(v, 0, sizeof *v);
-	if (alloc_vocab(v, vocab_size, 0, err) < 0) {
+	if (ck_tok_alloc(v, vocab_size, 0, err) < 0) {
 		ck_vocab_free(v);
 		return -1;
 	}

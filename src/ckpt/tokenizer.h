@@ -1,8 +1,9 @@
 /* The tokenizer beside a Hugging Face checkpoint, as GGUF needs it
  * (tokenizer.ggml.*): from SentencePiece's tokenizer.model ("llama": pieces,
- * scores, types; the protobuf parsed here) or from tokenizer.json's
+ * scores, types; the protobuf parsed here), from tokenizer.json's
  * byte-level BPE ("gpt2": tokens, types, merges, and the pre-tokenizer named
- * from its split pattern), with the special tokens and chat template of
+ * from its split pattern) or its SentencePiece-style BPE ("llama", scores
+ * from the merges' ranks), with the special tokens and chat template of
  * tokenizer_config.json, generation_config.json and config.json. Every
  * file is untrusted: ids are checked against the model's vocabulary size,
  * sizes are bounded, and an error names the file and what is wrong. */
@@ -31,6 +32,7 @@ struct ck_vocab {
 	size_t n_merges;
 	int64_t bos, eos, unk, pad; /* -1: none */
 	int add_bos, add_eos;	    /* -1: not said */
+	int add_space_prefix;	    /* llama: -1 not said (llama.cpp's default: yes) */
 	char *chat_template;
 	const char *from; /* the file the tokens came from (messages) */
 	int placeholder;  /* gguf_vocab=none: token i is "<tok_i>" */

@@ -334,6 +334,8 @@ static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)
 			ck_gguf_meta_u32(m, ids[k], (uint32_t)vals[k]);
 	if (v->add_bos >= 0)
 		ck_gguf_meta_bool(m, "tokenizer.ggml.add_bos_token", v->add_bos);
+	if (v->add_space_prefix >= 0)
+		ck_gguf_meta_bool(m, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
 	if (v->add_eos >= 0)
 		ck_gguf_meta_bool(m, "tokenizer.ggml.add_eos_token", v->add_eos);
 	if (v->chat_template)

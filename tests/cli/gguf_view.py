@@ -19,6 +19,9 @@ not ckptfs:
   config.json and the tokenizer (tokens, types, merges, special ids, chat
   template), and llama.cpp's own tokenization with the served vocabulary;
   a SentencePiece tokenizer.model (protobuf written here) as "llama";
+  the real Llama 2 tokenizer.json (SentencePiece-style BPE, no
+  tokenizer.model) as "llama", llama.cpp's tokens of seven texts equal to
+  the fast tokenizer's BPE written here;
 - convert --format gguf writes the mount's bytes; inspect --format gguf
   lists the same tensors; the library serves model.gguf too;
 - hostile inputs: unsupported architectures, per-rank mounts, missing or
@@ -300,19 +303,23 @@ def check_vocab(meta, src):
     assert meta["tokenizer.chat_template"] == tc["chat_template"]
 
 
+def merge_lowest(syms, rank):
+    """BPE over a list of symbols: the lowest-ranked merge first (leftmost
+    of equals), until no adjacent pair has a rank."""
+    while True:
+        pairs = [(rank.get((syms[i], syms[i + 1]), 1 << 30), i) for i in range(len(syms) - 1)]
+        r, i = min(pairs, default=(1 << 30, 0))
+        if r == 1 << 30:
+            return syms
+        syms[i:i + 2] = [syms[i] + syms[i + 1]]
+
+
 def bpe(text, merges):
     """Byte-level BPE of words (space-led), lowest-ranked merge first."""
     rank = {tuple(m.split(" ")): i for i, m in enumerate(merges)}
     out = []
     for k, word in enumerate(text.split(" ")):
-        syms = list(("Ġ" if k else "") + word)
-        while True:
-            pairs = [(rank.get((syms[i], syms[i + 1]), 1 << 30), i) for i in range(len(syms) - 1)]
-            r, i = min(pairs, default=(1 << 30, 0))
-            if r == 1 << 30:
-                break
-            syms[i:i + 2] = [syms[i] + syms[i + 1]]
-        out += syms
+        out += merge_lowest(list(("Ġ" if k else "") + word), rank)
     return out
 
 
@@ -468,6 +475,7 @@ def run_all(d, rng, lib):
     half_sources(d, rng, lib)
     gemma(d, rng, lib)
     sentencepiece(d, src, lib)
+    spm_tokenizer_json(d)
     hostile(d, src)
 
 
@@ -705,6 +713,101 @@ def sentencepiece(d, src, lib):
         assert "tokenizer.ggml.merges" not in meta
         gs.llama_cpp(MODULES, m.path("model.gguf"), [1, 259, 260])  # llama.cpp loads and runs it
     print("SentencePiece tokenizer.model: pieces, scores, types and special ids as written; llama.cpp runs it")
+
+
+SPM_TEXTS = ["Hello world, this is a test of tokenization: naïve café 東京 🙂",
+             "  two leading spaces and  double  spaces  ",
+             "The quick brown fox jumps over the lazy dog. 1234567890 3.14159",
+             "def f(x):\n    return x**2  # a comment\n\ttabbed",
+             "supercalifragilisticexpialidocious antidisestablishmentarianism",
+             "Ünïcödé ñ ß æ ø å Ελληνικά русский العربية हिन्दी 한국어 日本語",
+             "<s> not special </s> [INST] x [/INST]"]
+
+
+def spm_bpe(text, vocab, merges):
+    """tokenizer.json's SentencePiece-style BPE as the fast tokenizer runs it
+    (its normalizer: the mark U+2581 before the text and for every space;
+    no pre-tokenizer): characters, the lowest-ranked merge first, and a
+    character outside the vocabulary as its UTF-8 bytes' <0xHH> pieces."""
+    rank = {}
+    for i, m in enumerate(merges):
+        rank.setdefault(tuple(m.split(" ")) if isinstance(m, str) else tuple(m), i)
+    out = []
+    for sym in merge_lowest(list("▁" + text.replace(" ", "▁")), rank):
+        out += [vocab[sym]] if sym in vocab else [vocab[f"<0x{b:02X}>"] for b in sym.encode()]
+    return out
+
+
+def spm_tokenizer_json(d):
+    """A repository with only tokenizer.json whose BPE came from
+    SentencePiece (the real Llama 2 tokenizer of
+    hf-internal-testing/tiny-random-LlamaForCausalLM: 32000 pieces, 61249
+    merges, byte fallback): served as GGUF's "llama" vocabulary, which it
+    used to refuse ("needs tokenizer.model"). llama.cpp scores merges by the
+    merged piece; ckptfs derives the scores from the merges' ranks, and
+    llama.cpp's tokenization of texts in six scripts equals the fast
+    tokenizer's algorithm written here over the same file."""
+    real = os.path.join(gs.TESTS, "..", "..", "shared", "fixtures", "real", "tokenizer",
+                        "hf-internal-testing-tiny-random-LlamaForCausalLM")
+    src = os.path.join(d, "llama-spm-json")
+    ckref.run(MKCKPT, "--model", "llama", "--vocab", "32000", "--hidden", "64", "--heads", "4",
+              "--kv-heads", "2", "--layers", "1", src)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(os.path.join(real, f), src)
+    tok = json.load(open(os.path.join(src, "tokenizer.json")))
+    vocab, merges = tok["model"]["vocab"], tok["model"]["merges"]
+    with Mount(src, opts="gguf=F32") as m:
+        path = m.path("model.gguf")
+        meta, _, _ = read_gguf(path)
+        by_id = sorted(vocab, key=vocab.get)
+        assert meta["tokenizer.ggml.model"] == "llama" and meta["tokenizer.ggml.tokens"] == by_id
+        assert "tokenizer.ggml.merges" not in meta and meta["tokenizer.ggml.add_space_prefix"] is True
+        types = meta["tokenizer.ggml.token_type"]
+        assert types[:3] == [2, 3, 3] and set(types[3:259]) == {6} and set(types[259:]) == {1}
+        assert (meta["tokenizer.ggml.unknown_token_id"], meta["tokenizer.ggml.bos_token_id"],
+                meta["tokenizer.ggml.eos_token_id"]) == (0, 1, 2)
+        first = {}  # a piece's score: minus the rank of the first merge that makes it
+        for i, mg in enumerate(merges):
+            first.setdefault("".join(mg.split(" ") if isinstance(mg, str) else mg), i + 1)
+        scores = meta["tokenizer.ggml.scores"]
+        assert all(scores[vocab[t]] == -r for t, r in first.items()), "scores"
+        for text in SPM_TEXTS:
+            p = subprocess.run(["node", os.path.join(HERE, "gguf_client.mjs"), MODULES, path, text],
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, p.stderr[-2000:]
+            got = json.loads(p.stdout.strip().splitlines()[-1])
+            want = spm_bpe(text, vocab, merges)
+            assert got["tokens"] == want, (text, got["tokens"], want)
+            assert got["detokenized"] == text, (text, got["detokenized"])
+
+    def edited(name, fn):
+        v = os.path.join(d, name)
+        shutil.copytree(src, v)
+        t = json.load(open(os.path.join(v, "tokenizer.json")))
+        fn(t)
+        json.dump(t, open(os.path.join(v, "tokenizer.json"), "w"))
+        return v
+    mnt = os.path.join(d, "mnt-spm")
+    os.mkdir(mnt)
+    for v, says in (
+            (edited("spm-badmerge", lambda t: t["model"]["merges"].append("▁zzz qqq")),
+             "merge 61249 makes \"▁zzzqqq\", which is not in the vocabulary"),
+            (edited("spm-mark", lambda t: t.update(pre_tokenizer={"type": "Metaspace", "replacement": "_"})),
+             "Metaspace replacement \"_\" is not U+2581"),
+            (edited("spm-neither", lambda t: (t["model"].update(byte_fallback=False),
+                                              t.update(normalizer=None, decoder=None))),
+             "a BPE neither byte-level")):
+        refused(["mount", v, mnt, "-o", "gguf"], says, 3)
+        assert not os.listdir(mnt)
+    # a Metaspace pre-tokenizer that never prepends: add_space_prefix false
+    v = edited("spm-never", lambda t: t.update(normalizer=None, pre_tokenizer={
+        "type": "Metaspace", "replacement": "▁", "prepend_scheme": "never", "split": False}))
+    with Mount(v, opts="gguf") as m:
+        meta, _, _ = read_gguf(m.path("model.gguf"))
+        assert meta["tokenizer.ggml.add_space_prefix"] is False, meta.get("tokenizer.ggml.add_space_prefix")
+    print(f"SentencePiece-style tokenizer.json (the real Llama 2 one, {len(merges)} merges): "
+          f"\"llama\" vocabulary, scores from the merge ranks; llama.cpp's tokens of {len(SPM_TEXTS)} texts "
+          "equal the fast tokenizer's BPE; a merge outside the vocabulary, another mark, neither style refused")
 
 
 def refused(args, says, code=None):

@@ -1,7 +1,8 @@
 /* Fuzz target: tokenizer files beside a checkpoint (the GGUF view). The
  * first byte picks the file the rest becomes: even, a SentencePiece
- * tokenizer.model (protobuf); odd, a tokenizer.json (byte-level BPE), for a
- * model of 300 token embeddings. Files go to a per-process directory. */
+ * tokenizer.model (protobuf); odd, a tokenizer.json (byte-level or
+ * SentencePiece-style BPE), for a model of 300 token embeddings. Files go
+ * to a per-process directory. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
