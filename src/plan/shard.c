@@ -259,6 +259,12 @@ static int shard_target(struct ck_target *t, const struct ck_partition *r, const
 			if (ck_value_narrow(v, d, c[d] * part, part, err) < 0)
 				return -1;
 		} else { /* view the dim as [k, S/k], take each block's part, view back */
+			if (v->ndim == CK_MAX_DIMS) /* the view takes one dim more */
+				return ck_fail(
+				    err, CK_E_MAPPING,
+				    "%s: partition rule %d: a block-wise split of \"%s\" "
+				    "needs a dim more than its %d (at most %d)",
+				    path, r->index, t->name, v->ndim, CK_MAX_DIMS);
 			int64_t sh[CK_MAX_DIMS];
 			int nd = 0;
 			for (int e = 0; e < v->ndim; e++) {

@@ -112,6 +112,33 @@ with tempfile.TemporaryDirectory() as d:
         assert p.returncode in (2, 4) and msg in p.stderr and p.stderr.count("\n") == 1, (mesh, p.stderr)
     p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "tp=2", check=False)
     assert p.returncode == 2 and "--mesh needs --rank" in p.stderr, p.stderr
+
+    # a block-wise split ("blocks": 2 on dim 0, over tp=2) views the dim as
+    # [blocks, rows]: one dim more. At 7 dims each rank holds row 0 or 1 of
+    # each block; at 8 (the most a tensor has) it is refused in one line (it
+    # wrote past a fixed array of 8)
+    for nd in (7, 8):
+        bw = os.path.join(d, f"blockwise{nd}")
+        os.mkdir(bw)
+        shape = (4,) + (1,) * (nd - 2) + (3,)
+        w = np.arange(12, dtype=np.float32).reshape(shape)
+        ckref.write_safetensors(os.path.join(bw, "model.safetensors"), {"w": ("F32", shape, w.tobytes())})
+        bmap = os.path.join(d, f"blockwise{nd}.json")
+        json.dump({"rules": [{"from": "w", "to": "w"}],
+                   "partition": [{"match": "w", "spec": ["tp"] + [None] * (nd - 1),
+                                  "blocks": [2] + [1] * (nd - 1)}]}, open(bmap, "w"))
+        for r in range(2):
+            out = os.path.join(d, f"blockwise{nd}-out{r}")
+            p = ckref.run(CKPTFS, "convert", bw, out, "--mapping", bmap, "--mesh", "tp=2", "--rank", str(r),
+                          "--quiet", check=False)
+            if nd == 8:
+                assert p.returncode == 4 and p.stderr.count("\n") == 1 and \
+                    "a block-wise split of \"w\" needs a dim more than its 8" in p.stderr, p.stderr
+                assert not os.path.exists(out)
+            else:
+                assert p.returncode == 0, p.stderr
+                assert np.array_equal(arrays(out)["w"], w[[r, 2 + r]]), (r, arrays(out)["w"])
+    print("block-wise split over tp=2 of a 7-dim tensor: each rank its row of each block; 8 dims refused")
     odd = os.path.join(d, "odd-vocab")
     ckref.run(MKCKPT, "--hidden", "128", "--heads", "16", "--kv-heads", "8", "--intermediate", "192",
               "--vocab", "255", "--layers", "1", odd)
