@@ -33,6 +33,9 @@ int ck_mesh_parse(const char *text, struct ck_mesh *m, struct ck_err *err)
 				       1 << 20);
 		m->size[m->n++] = v;
 		s = *end ? end + 1 : end;
+		if (ck_mesh_world(m) > CK_MAX_WORLD) /* eight axes of 2^20 overflow int64 */
+			return ck_fail(err, CK_E_USAGE, "--mesh \"%s\": more than %d ranks in all",
+				       text, CK_MAX_WORLD);
 	}
 	if (!m->n)
 		return ck_fail(err, CK_E_USAGE, "--mesh: no axes");

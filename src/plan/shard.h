@@ -12,6 +12,8 @@
 #include "plan.h"
 
 #define CK_MAX_AXES 8
+/* ranks in a mesh: far past any cluster, and a product that stays exact */
+#define CK_MAX_WORLD (1 << 24)
 
 struct ck_mesh {
 	int n;

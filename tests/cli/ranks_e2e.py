@@ -107,7 +107,10 @@ with tempfile.TemporaryDirectory() as d:
                             ("pp=3", "0", "2 values of {L} do not split evenly over pp=3"),
                             ("tp=4", "4", "rank 4 is outside the mesh"),
                             ("tp=3", "0", "tp must divide the number of KV groups"),
-                            ("tp=2,tp=2", "0", "given twice"), ("tp", "0", "expected AXIS=SIZE")]:
+                            ("tp=2,tp=2", "0", "given twice"), ("tp", "0", "expected AXIS=SIZE"),
+                            # 2^81 ranks: the product overflowed int64 (to a world of 0)
+                            ("a=1048576,b=1048576,c=1048576,d=1048576,tp=2", "0",
+                             "more than 16777216 ranks in all")]:
         p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", mesh, "--rank", rank, check=False)
         assert p.returncode in (2, 4) and msg in p.stderr and p.stderr.count("\n") == 1, (mesh, p.stderr)
     p = ckref.run(CKPTFS, "inspect", src, "--mapping", MAP, "--mesh", "tp=2", check=False)
