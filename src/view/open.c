@@ -87,12 +87,13 @@ static int parse_ranks(const char *text, int64_t world, int64_t **out, size_t *n
 			return ck_fail(err, CK_E_USAGE, "--ranks local needs the launcher's RANK, "
 							"LOCAL_RANK and LOCAL_WORLD_SIZE (or "
 							"OMPI_COMM_WORLD_*)");
-		for (int64_t k = r - lr; k < r - lr + ls; k++) {
-			if (k >= world)
-				return ck_fail(err, CK_E_USAGE, "--ranks local: rank %lld is outside the "
-								"mesh (world size %lld)",
-					       (long long)k, (long long)world);
-			(*out)[(*n)++] = k;
+		for (int64_t k = 0; k < ls; k++) { /* r - lr + k: no sum past int64 */
+			if (k >= world - (r - lr))
+				return ck_fail(err, CK_E_USAGE,
+					       "--ranks local: rank %lld is outside the "
+					       "mesh (world size %lld)",
+					       (long long)(r - lr + k), (long long)world);
+			(*out)[(*n)++] = r - lr + k;
 		}
 		return 0;
 	}

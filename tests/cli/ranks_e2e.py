@@ -405,3 +405,10 @@ with tempfile.TemporaryDirectory() as d:
     for bad, msg in [("3-1", "expected ascending ranks"), ("0-4", "rank 4 is outside the mesh"), ("1,1", "ascending")]:
         p = ckref.run(CKPTFS, "mount", src, d, "--mapping", MAP, "--mesh", "tp=4", "--ranks", bad, check=False)
         assert p.returncode == 2 and msg in p.stderr, (bad, p.stderr)
+    # --ranks local from a launcher's environment: a node of 2^63-1 ranks
+    # (rank + size overflowed int64: the loop ran no times)
+    env = dict(os.environ, RANK="5", LOCAL_RANK="0", LOCAL_WORLD_SIZE=str(2**63 - 1))
+    p = subprocess.run([CKPTFS, "mount", src, d, "--mapping", MAP, "--mesh", "dp=4,tp=2", "--ranks", "local"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and \
+        "rank 8 is outside the mesh (world size 8)" in p.stderr, (p.returncode, p.stderr)
