@@ -17,14 +17,15 @@ static const struct arch {
 	const char *hf, *gguf, *mapping;
 	int spm;
 } ARCHS[] = {
-	{"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1},
-	{"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1},
-	{"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1},
-	{"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
-	{"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
-	{"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
-	{"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
-	{"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1},
+    {"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1},
+    {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1},
+    {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1},
+    {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
+    {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
+    {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
+    {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
+    {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1},
+    {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type. */
@@ -154,6 +155,27 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 	ck_gguf_meta_f32(m, "gemma2.attn_logit_softcapping", (float)acap);
 	ck_gguf_meta_f32(m, "gemma2.final_logit_softcapping", (float)fcap);
 	ck_gguf_meta_u32(m, "gemma2.attention.sliding_window", (uint32_t)swa);
+	return 0;
+}
+
+/* Phi-3: the sliding window (0 for none, as llama.cpp's converter writes
+ * it; a null window is none) and the context the rope was trained on. A
+ * partial rotary factor (Phi-4-mini) is refused: the view has no test of a
+ * rope on part of the head. */
+static int phi3_meta(const cJSON *c, double ctx, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double swa, orig, rot;
+	if (cfg_num(c, "sliding_window", 0, 1, 0, UINT32_MAX, &swa, err) < 0 ||
+	    cfg_num(c, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig, err) < 0 ||
+	    cfg_num(c, "partial_rotary_factor", 1, 1, 0, 1, &rot, err) < 0)
+		return -1;
+	if (rot != 1)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: partial_rotary_factor %g: the GGUF view "
+			       "serves Phi-3 with the rope on the whole head only",
+			       rot);
+	ck_gguf_meta_u32(m, "phi3.attention.sliding_window", (uint32_t)swa);
+	ck_gguf_meta_u32(m, "phi3.rope.scaling.original_context_length", (uint32_t)orig);
 	return 0;
 }
 
@@ -289,6 +311,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "gemma2") && gemma2_meta(c, H, L, nh, hd, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, H, L, nh, hd, m, err) < 0)
+		return -1;
+	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, ctx, m, err) < 0)
 		return -1;
 	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
 	if (rs && !cJSON_IsNull(rs)) {

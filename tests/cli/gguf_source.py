@@ -195,6 +195,29 @@ def real_fixture(d):
     print("real GGUFs: the tiny Llama's 12 tensors exact, through the mapping unpermuted; 6 vocabularies")
 
 
+def phi3_unfuse(src, cfg):
+    """HF Phi-3 tensors (name -> (dtype, shape, array)) as HF Llama's
+    (name -> (dtype, array)): qkv_proj split into q, k, v rows, gate_up_proj
+    into its halves."""
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    nkv = cfg["num_key_value_heads"]
+    hd = H // nh
+    out = {}
+    for k, (dt, _, a) in src.items():
+        if k.endswith("self_attn.qkv_proj.weight"):
+            p = k[:-len("qkv_proj.weight")]
+            out[p + "q_proj.weight"] = (dt, a[:nh * hd])
+            out[p + "k_proj.weight"] = (dt, a[nh * hd:(nh + nkv) * hd])
+            out[p + "v_proj.weight"] = (dt, a[(nh + nkv) * hd:])
+        elif k.endswith("mlp.gate_up_proj.weight"):
+            p = k[:-len("gate_up_proj.weight")]
+            out[p + "gate_proj.weight"] = (dt, a[:a.shape[0] // 2])
+            out[p + "up_proj.weight"] = (dt, a[a.shape[0] // 2:])
+        else:
+            out[k] = (dt, a)
+    return out
+
+
 def llama_parts(cfg, hd, T):
     """What every Llama-style forward pass here shares: RMSNorm, the rotary
     embedding on halves (cos, sin for T positions) and the causal mask."""

@@ -4,8 +4,9 @@ not ckptfs:
 - the real llama.cpp (node-llama-cpp) loads MNT/model.gguf and its logits
   equal a plain torch forward pass over the source weights (F32 within 1e-3
   relative, same greedy tokens) for Llama (grouped-query), Qwen2 (Q/K/V
-  biases), Qwen3 (Q/K norms, explicit head_dim), Mixtral (experts) and
-  Gemma (norms written as 1 + w; a view leaving them as offsets fails);
+  biases), Qwen3 (Q/K norms, explicit head_dim), Mixtral (experts),
+  Gemma (norms written as 1 + w; a view leaving them as offsets fails) and
+  Phi-3 (fused attn_qkv and ffn_up; gate and up swapped fails);
   F16, BF16, Q8_0 and Q4_0 files against the same model with its weights
   rounded as the file holds them;
 - negative control: a view whose Q/K rows are not permuted (the user's
@@ -78,7 +79,7 @@ def make_model(d, arch, rng, extra=()):
     generator's values up to 2 would saturate attention)."""
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
-    model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3") else "llama"
+    model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3", "phi3") else "llama"
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -474,6 +475,7 @@ def run_all(d, rng, lib):
     quantizer_corners(d, rng, lib)
     half_sources(d, rng, lib)
     gemma(d, rng, lib)
+    phi3(d, rng, lib)
     sentencepiece(d, src, lib)
     spm_tokenizer_json(d)
     hostile(d, src)
@@ -569,6 +571,71 @@ def half_sources(d, rng, lib):
                 os.close(fd)
     print(f"BF16 and F16 sources: Q8_0 and Q4_0 views quantize them as ggml does the widened floats "
           f"(every tensor, hostile blocks, {len(cuts)} reads cut inside blocks)")
+
+
+PHI3_NAMES = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
+              "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+              "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def phi3(d, rng, lib):
+    """Phi-3 (arch phi3): the fused qkv_proj and gate_up_proj served as
+    attn_qkv and ffn_up as they are (llama.cpp splits both; the NeoX rope,
+    no Q/K permutation), every tensor's bytes as the converter names them,
+    the sliding window and rope context in the metadata; llama.cpp's logits
+    against the torch Llama forward over the weights split into q/k/v and
+    gate/up (gguf_source.phi3_unfuse). Negative control: a source with the
+    gate and up halves swapped must differ. A partial rotary factor
+    (Phi-4-mini) is refused."""
+    import torch
+    src, cfg, w = make_model(d, "phi3", rng)
+    cfg["sliding_window"] = 2047  # Phi-3-mini-4k's
+    json.dump(cfg, open(os.path.join(src, "config.json"), "w"), indent=1)
+    # Phi-3's SentencePiece vocabulary: llama.cpp looks up its special
+    # tokens by text for a model named phi3 (and fails to load without them)
+    os.unlink(os.path.join(src, "tokenizer.json"))
+    pieces = [("<unk>", 0.0, 2), ("<s>", 0.0, 3), ("</s>", 0.0, 3), ("<|endoftext|>", 0.0, 3)]
+    pieces += [(f"<0x{b:02X}>", 0.0, 6) for b in range(256)] + [("▁a", -1.0, 1), ("▁b", -2.0, 1)]
+    open(os.path.join(src, "tokenizer.model"), "wb").write(spm_model(pieces))
+    json.dump({"bos_token": "<s>", "eos_token": "<|endoftext|>"}, open(os.path.join(src, "tokenizer_config.json"), "w"))
+    llama = {k: a for k, (_, a) in gs.phi3_unfuse({k: ("F32", v.shape, v) for k, v in w.items()},
+                                                   cfg).items()}
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    ref = {}
+    for k, a in w.items():
+        p = k.split(".")
+        ref[top[k] if k in top else f"blk.{p[2]}.{PHI3_NAMES['.'.join(p[3:-1])]}.{p[-1]}"] = a
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
+    want_meta = {"general.architecture": "phi3", "phi3.context_length": cfg["max_position_embeddings"],
+                 "phi3.embedding_length": H, "phi3.block_count": cfg["num_hidden_layers"],
+                 "phi3.feed_forward_length": cfg["intermediate_size"], "phi3.attention.head_count": nh,
+                 "phi3.attention.head_count_kv": cfg["num_key_value_heads"],
+                 "phi3.rope.dimension_count": H // nh, "phi3.attention.sliding_window": 2047,
+                 "phi3.rope.scaling.original_context_length": cfg["max_position_embeddings"]}
+    with Mount(src, opts="gguf=F32") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = read_gguf(path)
+        assert set(tensors) == set(ref), sorted(set(tensors) ^ set(ref))
+        for name, shape, t, _ in infos:
+            assert (t, shape) == (0, list(ref[name].shape)) and tensors[name] == ref[name].tobytes(), name
+        for k, v in want_meta.items():
+            assert meta.get(k) == v, (k, meta.get(k), v)
+        r, same = logits(path, llama, cfg)
+    assert r < 1e-3 and same, f"phi3: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    bad = os.path.join(d, "phi3-upgate")
+    shutil.copytree(src, bad)
+    swap = {k: np.concatenate([v[len(v) // 2:], v[:len(v) // 2]]) if "gate_up" in k else v for k, v in w.items()}
+    ckref.write_safetensors(os.path.join(bad, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in swap.items()})
+    with Mount(bad, opts="gguf=F32") as m:
+        r_bad, _ = logits(m.path("model.gguf"), llama, cfg)
+    assert r_bad > 100 * max(r, 1e-6), f"phi3: gate and up swapped still match ({r_bad:.1e})"
+    json.dump(dict(cfg, partial_rotary_factor=0.75), open(os.path.join(bad, "config.json"), "w"))
+    refused(["inspect", bad, "--format", "gguf"], "partial_rotary_factor 0.75", 3)
+    print(f"phi3: fused attn_qkv and ffn_up exact, sliding window in the metadata; llama.cpp's logits "
+          f"{r:.1e} relative to torch, same greedy; gate and up swapped: off by {r_bad:.1e}; "
+          "a partial rotary factor refused")
 
 
 def gemma(d, rng, lib):

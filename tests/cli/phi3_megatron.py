@@ -25,27 +25,6 @@ import megatron_forward as mf  # noqa: E402
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
 
 
-def unfuse(src, cfg):
-    """HF Phi-3 tensors (name -> (dtype, shape, array)) as HF Llama's."""
-    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
-    nkv = cfg["num_key_value_heads"]
-    hd = H // nh
-    out = {}
-    for k, (dt, _, a) in src.items():
-        if k.endswith("self_attn.qkv_proj.weight"):
-            p = k[:-len("qkv_proj.weight")]
-            out[p + "q_proj.weight"] = (dt, a[:nh * hd])
-            out[p + "k_proj.weight"] = (dt, a[nh * hd:(nh + nkv) * hd])
-            out[p + "v_proj.weight"] = (dt, a[(nh + nkv) * hd:])
-        elif k.endswith("mlp.gate_up_proj.weight"):
-            p = k[:-len("gate_up_proj.weight")]
-            out[p + "gate_proj.weight"] = (dt, a[:a.shape[0] // 2])
-            out[p + "up_proj.weight"] = (dt, a[a.shape[0] // 2:])
-        else:
-            out[k] = (dt, a)
-    return out
-
-
 with tempfile.TemporaryDirectory() as d:
     for heads in ("8", "4"):
         src = os.path.join(d, "phi3-" + heads)
@@ -53,7 +32,7 @@ with tempfile.TemporaryDirectory() as d:
         cfg = json.load(open(os.path.join(src, "config.json")))
         assert cfg["architectures"] == ["Phi3ForCausalLM"]
         hf = ckref.read_checkpoint_dir(src)
-        llama = unfuse(hf, cfg)
+        llama = gs.phi3_unfuse(hf, cfg)
         ref = ckref.llama_to_megatron_ref(llama, cfg)
         meg = os.path.join(d, "meg-" + heads)
         ckref.convert(CKPTFS, src, meg, ["phi3-hf-to-megatron"])
