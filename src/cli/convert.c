@@ -279,7 +279,7 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	} else if (rc == 0) {
 		rc = ck_convert(v->plan, stage, o, stats, err);
 	}
-	*n_written = gopt->on ? g.plan->n : dcp ? d.n_keys : v->plan->n;
+	*n_written = gopt->on ? g.plan->n + g.n_extra : dcp ? d.n_keys : v->plan->n;
 	if (dcp && d.n_omitted && rc == 0)
 		fprintf(stderr, "ckptfs: %zu tensors left out of the DCP directory (no torch storage "
 				"type for their dtype), the first: %s\n",

@@ -114,9 +114,11 @@ int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int j
 		print_meta(&g.meta, 1);
 		printf("},\n  \"tensors\": [");
 	} else {
-		printf("model.gguf: %" PRIu64 " bytes, GGUF v3, architecture %s, type %s, %zu tensors, "
+		printf("model.gguf: %" PRIu64
+		       " bytes, GGUF v3, architecture %s, type %s, %zu tensors, "
 		       "vocabulary %s (%zu tokens from %s)\n",
-		       g.file.size, g.arch, g.type, g.plan->n, g.vocab.model, g.vocab.n, g.vocab.from);
+		       g.file.size, g.arch, g.type, g.plan->n + g.n_extra, g.vocab.model, g.vocab.n,
+		       g.vocab.from);
 		print_meta(&g.meta, 0);
 		printf("%-40s %-5s %-24s %12s %12s\n", "NAME", "TYPE", "SHAPE", "BYTES", "OFFSET");
 	}
@@ -139,6 +141,19 @@ int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int j
 		} else {
 			printf("%-40s %-5s %-24s %12" PRIu64 " %12" PRIu64 "\n", t->name,
 			       type_name((uint32_t)ck_gguf_type_of(t)), shape, t->nbytes, off);
+		}
+	}
+	for (size_t k = 0; k < g.n_extra; k++) { /* computed from config.json: F32, 1-D */
+		const struct ck_gguf_extra *x = &g.extra[k];
+		if (json)
+			printf("%s\n    {\"name\": \"%s\", \"type\": \"F32\", \"shape\": [%" PRId64
+			       "], \"bytes\": %" PRId64 ", \"offset\": %" PRIu64 "}",
+			       g.plan->n + k ? "," : "", x->name, x->n, x->n * 4, x->offset);
+		else {
+			char shape[32];
+			snprintf(shape, sizeof shape, "[%" PRId64 "]", x->n);
+			printf("%-40s %-5s %-24s %12" PRId64 " %12" PRIu64 "\n", x->name, "F32",
+			       shape, x->n * 4, x->offset);
 		}
 	}
 	if (json)

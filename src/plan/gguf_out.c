@@ -111,8 +111,27 @@ int64_t ck_gguf_type_of(const struct ck_target *t)
 	}
 }
 
-int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_vfile *out,
-		  struct ck_err *err)
+/* One tensor info: name, dims (fastest-varying first), type, offset. */
+static void put_info(struct ck_gguf_meta *h, const char *name, int ndim, const int64_t *shape,
+		     uint32_t type, uint64_t off)
+{
+	put_str(h, name);
+	put_u32(h, (uint32_t)(ndim ? ndim : 1));
+	for (int d = ndim - 1; d >= 0; d--)
+		put_u64(h, (uint64_t)shape[d]);
+	if (!ndim)
+		put_u64(h, 1);
+	put_u32(h, type);
+	put_u64(h, off);
+}
+
+static uint64_t aligned(uint64_t n)
+{
+	return (n + CK_GGUF_ALIGN - 1) / CK_GGUF_ALIGN * CK_GGUF_ALIGN;
+}
+
+int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_gguf_extra *x,
+		  size_t n_x, struct ck_vfile *out, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
 	if (m->b.oom)
@@ -120,7 +139,7 @@ int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct 
 	struct ck_gguf_meta h = {0};
 	put(&h, "GGUF", 4);
 	put_u32(&h, 3);
-	put_u64(&h, p->n);
+	put_u64(&h, p->n + n_x);
 	put_u64(&h, m->n);
 	put(&h, m->b.p, m->b.n);
 	uint64_t off = 0;
@@ -134,23 +153,29 @@ int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct 
 				       : t->v.ndim > 4 ? "GGUF holds at most 4 dims"
 						       : "GGUF names are at most 63 bytes");
 		}
-		put_str(&h, t->name);
-		put_u32(&h, (uint32_t)(t->v.ndim ? t->v.ndim : 1));
-		for (int d = t->v.ndim - 1; d >= 0; d--) /* fastest-varying first */
-			put_u64(&h, (uint64_t)t->v.shape[d]);
-		if (!t->v.ndim)
-			put_u64(&h, 1);
-		put_u32(&h, (uint32_t)type);
-		put_u64(&h, off);
-		off += (t->nbytes + CK_GGUF_ALIGN - 1) / CK_GGUF_ALIGN * CK_GGUF_ALIGN;
+		put_info(&h, t->name, t->v.ndim, t->v.shape, (uint32_t)type, off);
+		off += aligned(t->nbytes);
+	}
+	for (size_t k = 0; k < n_x; k++) {
+		put_info(&h, x[k].name, 1, &x[k].n, CK_GGUF_F32, off);
+		x[k].offset = off; /* the data section's: the header is added below */
+		off += aligned((uint64_t)x[k].n * 4);
 	}
 	static const unsigned char zeros[CK_GGUF_ALIGN];
 	put(&h, zeros, (CK_GGUF_ALIGN - h.b.n % CK_GGUF_ALIGN) % CK_GGUF_ALIGN);
 	int r = h.b.oom ? -1 : ck_vfile_lit(out, h.b.p, h.b.n);
+	for (size_t k = 0; k < n_x; k++)
+		x[k].offset += h.b.n;
 	ck_gguf_meta_free(&h);
 	for (size_t i = 0; i < p->n && r == 0; i++) {
-		uint64_t n = p->t[i].nbytes, pad = (CK_GGUF_ALIGN - n % CK_GGUF_ALIGN) % CK_GGUF_ALIGN;
+		uint64_t n = p->t[i].nbytes, pad = aligned(n) - n;
 		r = ck_vfile_target(out, (uint32_t)i, 0, n);
+		if (r == 0 && pad)
+			r = ck_vfile_fill(out, 0, (size_t)pad);
+	}
+	for (size_t k = 0; k < n_x && r == 0; k++) {
+		uint64_t n = (uint64_t)x[k].n * 4, pad = aligned(n) - n;
+		r = ck_vfile_lit(out, x[k].data, (size_t)n); /* little-endian floats, as GGUF's */
 		if (r == 0 && pad)
 			r = ck_vfile_fill(out, 0, (size_t)pad);
 	}

@@ -37,10 +37,19 @@ void ck_gguf_meta_free(struct ck_gguf_meta *m);
  * BF16; -1 when its dtype has none. */
 int64_t ck_gguf_type_of(const struct ck_target *t);
 
+/* A tensor the view computes from config.json rather than maps from the
+ * source (Llama 3's rope_freqs.weight): F32, one dim, its bytes literal. */
+struct ck_gguf_extra {
+	const char *name;
+	float *data;
+	int64_t n;
+	uint64_t offset; /* in the file: set by ck_gguf_build */
+};
+
 /* Lay out the file: out gets literal bytes and spans of p's targets (p's
- * indices). Fails (CK_E_MAPPING) on a name over 63 bytes, more than 4 dims
- * or a dtype GGUF cannot hold. */
-int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_vfile *out,
-		  struct ck_err *err);
+ * indices), then the n_x extra tensors. Fails (CK_E_MAPPING) on a name
+ * over 63 bytes, more than 4 dims or a dtype GGUF cannot hold. */
+int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_gguf_extra *x,
+		  size_t n_x, struct ck_vfile *out, struct ck_err *err);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,10 +268,88 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, struct ck_err
 	return ck_plan_refresh(p, err);
 }
 
-/* general.*, the architecture's hyper-parameters and rope. */
-static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *ft,
-		     const char *name, struct ck_gguf_meta *m, struct ck_err *err)
+/* Llama 3's rope scaling as llama.cpp takes it: a tensor rope_freqs.weight
+ * of head_dim / 2 divisors, one per rotary frequency f (ggml divides the
+ * angle by it): 1 where the wavelength 2 pi / f is under
+ * original_max_position_embeddings / high_freq_factor, factor where it is
+ * over original / low_freq_factor, and between them 1 / ((1 - s) / factor +
+ * s) with s = (original / wavelength - low) / (high - low), Hugging Face's
+ * smooth interpolation (_compute_llama3_parameters); in float32, as both
+ * compute it. */
+static int llama3_freqs(const cJSON *c, const cJSON *rs, double theta, double hd,
+			struct ck_gguf_view *g, struct ck_err *err)
 {
+	double factor, low, high, orig, orig_top;
+	if (cfg_num(rs, "factor", 0, 0, 1e-6, 1e6, &factor, err) < 0 ||
+	    cfg_num(rs, "low_freq_factor", 1, 1, 1e-6, 1e6, &low, err) < 0 ||
+	    cfg_num(rs, "high_freq_factor", 4, 1, 1e-6, 1e6, &high, err) < 0 ||
+	    cfg_num(c, "original_max_position_embeddings", 8192, 1, 1, UINT32_MAX, &orig_top, err) <
+		0 ||
+	    cfg_num(rs, "original_max_position_embeddings", orig_top, 1, 1, UINT32_MAX, &orig,
+		    err) < 0)
+		return -1;
+	if (high <= low)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: rope_scaling llama3: high_freq_factor %g "
+			       "must exceed low_freq_factor %g",
+			       high, low);
+	int64_t n = (int64_t)hd / 2;
+	float *f = calloc((size_t)(n ? n : 1), sizeof *f);
+	if (!f)
+		return ck_fail_sys(err, ENOMEM, "rope_freqs");
+	float lo_wave = (float)(orig / low), hi_wave = (float)(orig / high);
+	for (int64_t i = 0; i < n; i++) {
+		float freq = 1.0f / powf((float)theta, (float)(2 * i) / (float)hd);
+		float wave = 2.0f * (float)M_PI / freq;
+		float s = ((float)orig / wave - (float)low) / (float)(high - low);
+		f[i] = wave < hi_wave	? 1.0f
+		       : wave > lo_wave ? (float)factor
+					: 1.0f / ((1.0f - s) / (float)factor + s);
+	}
+	g->extra[g->n_extra++] = (struct ck_gguf_extra){"rope_freqs.weight", f, n, 0};
+	return 0;
+}
+
+/* rope_scaling: linear and yarn as metadata, llama3 (the llama family) as
+ * the rope_freqs tensor; another type is refused. */
+static int rope_scaling(const cJSON *c, const struct arch *a, double ctx, double theta, double hd,
+			struct ck_gguf_view *g, struct ck_err *err)
+{
+	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+	if (!rs || cJSON_IsNull(rs))
+		return 0;
+	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "rope_type"));
+	if (!type)
+		type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "type"));
+	if (type && !strcmp(type, "llama3") && !strcmp(a->gguf, "llama"))
+		return llama3_freqs(c, rs, theta, hd, g, err);
+	if (!type || (strcmp(type, "linear") && strcmp(type, "yarn")))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: rope_scaling type %s: the GGUF view "
+			       "supports linear and yarn%s",
+			       type ? type : "(none)",
+			       strcmp(a->gguf, "llama") ? "" : ", and llama3 for the llama family");
+	double factor;
+	if (cfg_num(rs, "factor", 0, 0, 1e-6, 1e6, &factor, err) < 0)
+		return -1;
+	char k[128];
+	snprintf(k, sizeof k, "%s.rope.scaling.type", a->gguf);
+	ck_gguf_meta_str(&g->meta, k, type);
+	snprintf(k, sizeof k, "%s.rope.scaling.factor", a->gguf);
+	ck_gguf_meta_f32(&g->meta, k, (float)factor);
+	double orig;
+	snprintf(k, sizeof k, "%s.rope.scaling.original_context_length", a->gguf);
+	if (!strcmp(type, "yarn") &&
+	    cfg_num(rs, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig, err) == 0)
+		ck_gguf_meta_u32(&g->meta, k, (uint32_t)orig);
+	return 0;
+}
+
+/* general.*, the architecture's hyper-parameters and rope. */
+static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *ft, const char *name,
+		     struct ck_gguf_view *g, struct ck_err *err)
+{
+	struct ck_gguf_meta *m = &g->meta;
 	double ctx, H, ff, L, nh, nkv, theta, eps, hd, ne = 0, nu = 0;
 	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
 	    cfg_num(c, "hidden_size", 0, 0, 1, UINT32_MAX, &H, err) < 0 ||
@@ -314,28 +393,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		return -1;
 	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, ctx, m, err) < 0)
 		return -1;
-	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
-	if (rs && !cJSON_IsNull(rs)) {
-		const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "rope_type"));
-		if (!type)
-			type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "type"));
-		double factor;
-		if (!type || (strcmp(type, "linear") && strcmp(type, "yarn")))
-			return ck_fail(err, CK_E_SOURCE, "config.json: rope_scaling type %s: the GGUF view "
-							 "supports linear and yarn (llama3's needs a "
-							 "rope_freqs tensor, not made yet)",
-				       type ? type : "(none)");
-		if (cfg_num(rs, "factor", 0, 0, 1e-6, 1e6, &factor, err) < 0)
-			return -1;
-		ck_gguf_meta_str(m, KEY("rope.scaling.type"), type);
-		ck_gguf_meta_f32(m, KEY("rope.scaling.factor"), (float)factor);
-		double orig;
-		if (!strcmp(type, "yarn") &&
-		    cfg_num(rs, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig, err) == 0)
-			ck_gguf_meta_u32(m, KEY("rope.scaling.original_context_length"), (uint32_t)orig);
-	}
 #undef KEY
-	return 0;
+	return rope_scaling(c, a, ctx, theta, hd, g, err);
 }
 
 static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)
@@ -426,11 +485,12 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	g->type = ft->name;
 	char name[256];
 	model_name(cat, name, sizeof name);
-	if (assign_types(g->plan, ft, err) < 0 || load_vocab(cat, a, o, g->plan, &g->vocab, err) < 0 ||
-	    arch_meta(cat->config, a, ft, name, &g->meta, err) < 0)
+	if (assign_types(g->plan, ft, err) < 0 ||
+	    load_vocab(cat, a, o, g->plan, &g->vocab, err) < 0 ||
+	    arch_meta(cat->config, a, ft, name, g, err) < 0)
 		goto fail;
 	vocab_meta(&g->vocab, &g->meta);
-	if (ck_gguf_build(g->plan, &g->meta, &g->file, err) < 0)
+	if (ck_gguf_build(g->plan, &g->meta, g->extra, g->n_extra, &g->file, err) < 0)
 		goto fail;
 	g->header_bytes = g->file.n ? g->file.parts[0].len : 0;
 	return 0;
@@ -446,5 +506,7 @@ void ck_gguf_view_free(struct ck_gguf_view *g)
 	ck_gguf_meta_free(&g->meta);
 	ck_vocab_free(&g->vocab);
 	ck_mapping_free(g->arch_map);
+	for (size_t k = 0; k < g->n_extra; k++)
+		free(g->extra[k].data);
 	memset(g, 0, sizeof *g);
 }

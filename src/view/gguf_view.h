@@ -29,6 +29,8 @@ struct ck_gguf_view {
 	const char *type;  /* the file's type (general.file_type's name) */
 	struct ck_mapping *arch_map;
 	uint64_t header_bytes; /* header, metadata, infos and padding */
+	struct ck_gguf_extra extra[1]; /* tensors computed from config.json */
+	size_t n_extra;
 };
 
 /* "F32" ... "Q4_0" (any case): 0, or -1 with err naming the option. */

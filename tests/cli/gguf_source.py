@@ -21,6 +21,7 @@ GGUF reader and writer written here from the format description
   5 dims, data past the end, overlapping tensors, a quantized type) are
   refused with one line."""
 import json
+import math
 import os
 import shutil
 import struct
@@ -231,6 +232,15 @@ def llama_parts(cfg, hd, T):
         h = x.shape[-1] // 2
         return torch.cat([-x[..., h:], x[..., :h]], -1)
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type") == "llama3":  # Hugging Face's _compute_llama3_parameters
+        factor, lo, hi = rs["factor"], rs.get("low_freq_factor", 1.0), rs.get("high_freq_factor", 4.0)
+        old = rs.get("original_max_position_embeddings", 8192)
+        wave = 2 * math.pi / inv
+        scaled = torch.where(wave > old / lo, inv / factor, inv)
+        smooth = (old / wave - lo) / (hi - lo)
+        mid = (wave >= old / hi) & (wave <= old / lo)
+        inv = torch.where(mid, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
     ang = torch.arange(T).double()[:, None] * inv[None]
     ang = torch.cat([ang, ang], -1)
     return rms, rot, ang.cos().float(), ang.sin().float(), torch.full((T, T), float("-inf")).triu(1)

@@ -476,6 +476,7 @@ def run_all(d, rng, lib):
     half_sources(d, rng, lib)
     gemma(d, rng, lib)
     phi3(d, rng, lib)
+    llama3_rope(d, src, cfg, w)
     sentencepiece(d, src, lib)
     spm_tokenizer_json(d)
     hostile(d, src)
@@ -571,6 +572,49 @@ def half_sources(d, rng, lib):
                 os.close(fd)
     print(f"BF16 and F16 sources: Q8_0 and Q4_0 views quantize them as ggml does the widened floats "
           f"(every tensor, hostile blocks, {len(cuts)} reads cut inside blocks)")
+
+
+def llama3_rope(d, src, cfg, w):
+    """Llama 3.1's rope scaling (rope_type llama3): llama.cpp takes it as a
+    tensor rope_freqs.weight of head_dim / 2 divisors, which the view
+    computes from config.json; its values against the converter's formula
+    (numpy, float32, written here), and llama.cpp's logits against the torch
+    forward with Hugging Face's llama3 frequencies. The original context is
+    small (256) so that the head's 4 frequencies fall in all three bands and
+    the scaled ones turn within the test's 10 positions; negative control:
+    the file without the tensor must differ."""
+    rs = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 256}
+    l3 = os.path.join(d, "llama3-rope")
+    shutil.copytree(src, l3)
+    c3 = dict(cfg, rope_scaling=rs)
+    json.dump(c3, open(os.path.join(l3, "config.json"), "w"))
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    freq = np.float32(1) / np.float32(cfg["rope_theta"]) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd))
+    wave = np.float32(2 * np.pi) / freq
+    smooth = (np.float32(256) / wave - np.float32(1)) / np.float32(3)
+    want = np.where(wave < 256 / 4, np.float32(1), np.where(wave > 256 / 1, np.float32(8),
+                    np.float32(1) / ((np.float32(1) - smooth) / np.float32(8) + smooth))).astype(np.float32)
+    assert len(set(want.tolist())) >= 3, want  # unscaled, scaled and smoothed frequencies
+    with Mount(l3, opts="gguf=F32") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = read_gguf(path)
+        info = [i for i in infos if i[0] == "rope_freqs.weight"]
+        assert info and info[0][1:3] == ([hd // 2], 0), info
+        got = np.frombuffer(tensors["rope_freqs.weight"], np.float32)
+        assert np.allclose(got, want, rtol=1e-6, atol=0), (got, want)
+        assert not [k for k in meta if "rope.scaling" in k], [k for k in meta if "rope" in k]
+        r, same = logits(path, w, c3)
+    assert r < 1e-3 and same, f"llama3 rope: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    with Mount(src, opts="gguf=F32") as m:
+        r_bad, _ = logits(m.path("model.gguf"), w, c3)
+    assert r_bad > 100 * max(r, 1e-6), f"llama3 rope: the file without rope_freqs still matches ({r_bad:.1e})"
+    p = subprocess.run([CKPTFS, "inspect", l3, "--format", "gguf"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and f"{len(infos)} tensors" in p.stdout.splitlines()[0] and \
+        "rope_freqs.weight" in p.stdout, p.stdout[:400]
+    print(f"llama3 rope scaling: rope_freqs.weight as the converter computes it ({got.tolist()}); "
+          f"llama.cpp's logits {r:.1e} relative to torch with Hugging Face's llama3 frequencies; "
+          f"without the tensor: off by {r_bad:.1e}")
 
 
 PHI3_NAMES = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
@@ -927,8 +971,11 @@ def hostile(d, src):
         gs.llama_cpp(MODULES, m.path("model.gguf"), [1, 2, 3])
     mount_refused(variant("noctx", cfg_edit(max_position_embeddings=None)), "gguf",
                   "max_position_embeddings", 3)
-    mount_refused(variant("rope3", cfg_edit(rope_scaling={"rope_type": "llama3", "factor": 8.0})),
-                  "gguf", "rope_scaling type llama3", 3)
+    mount_refused(variant("rope3", cfg_edit(rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                                                          "low_freq_factor": 4.0, "high_freq_factor": 1.0})),
+                  "gguf", "high_freq_factor 1 must exceed low_freq_factor 4", 3)
+    mount_refused(variant("ropex", cfg_edit(rope_scaling={"rope_type": "dynamic", "factor": 2.0})),
+                  "gguf", "rope_scaling type dynamic", 3)
     mount_refused(variant("bigid", tok_edit(lambda t: t["model"]["vocab"].update({"zz": 4000}))), "gguf",
                   "tokenizer.json: token \"zz\": id outside", 3)
     mount_refused(variant("dupid", tok_edit(lambda t: t["model"]["vocab"].update({"zz": 7}))), "gguf",
@@ -959,7 +1006,7 @@ def hostile(d, src):
     assert not os.path.exists(os.path.join(d, "x"))
     print("refused with one line, nothing mounted or written: an unsupported architecture, a bad type, a "
           "per-rank mount, no tokenizer (placeholder with gguf_vocab=none), missing max_position_embeddings, "
-          "llama3 rope scaling, tokenizer ids outside or shared, bad merges, WordPiece, truncated JSON, a FIFO, "
+          "a llama3 rope scaling with high <= low, a dynamic one, tokenizer ids outside or shared, bad merges, WordPiece, truncated JSON, a FIFO, "
           "a malformed tokenizer.model, a piece with a NUL byte")
 
 
