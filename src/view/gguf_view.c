@@ -23,6 +23,7 @@ static const struct arch {
     {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1},
     {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
     {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
+    {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0},
     {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
     {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
     {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1},
@@ -156,6 +157,36 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 	ck_gguf_meta_f32(m, "gemma2.attn_logit_softcapping", (float)acap);
 	ck_gguf_meta_f32(m, "gemma2.final_logit_softcapping", (float)fcap);
 	ck_gguf_meta_u32(m, "gemma2.attention.sliding_window", (uint32_t)swa);
+	return 0;
+}
+
+/* Qwen3-MoE: the experts' counts and width. llama.cpp's qwen3moe runs every
+ * layer's MLP as experts and renormalizes the top-k weights; a config with
+ * dense layers or raw top-k weights is refused, not served as another
+ * model. */
+static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double ne, nu, ff, step;
+	if (cfg_num(c, "num_experts", 0, 0, 1, 65535, &ne, err) < 0 ||
+	    cfg_num(c, "num_experts_per_tok", 0, 0, 1, ne, &nu, err) < 0 ||
+	    cfg_num(c, "moe_intermediate_size", 0, 0, 1, UINT32_MAX, &ff, err) < 0 ||
+	    cfg_num(c, "decoder_sparse_step", 1, 1, 1, 65535, &step, err) < 0)
+		return -1;
+	const cJSON *dense = cJSON_GetObjectItemCaseSensitive(c, "mlp_only_layers");
+	const cJSON *norm = cJSON_GetObjectItemCaseSensitive(c, "norm_topk_prob");
+	if (step != 1 || cJSON_GetArraySize(dense) > 0)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: dense layers among the experts "
+			       "(decoder_sparse_step %g, %d mlp_only_layers): llama.cpp's "
+			       "qwen3moe makes every layer sparse",
+			       step, cJSON_GetArraySize(dense));
+	if (norm && !cJSON_IsTrue(norm))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: norm_topk_prob is not true: llama.cpp's "
+			       "qwen3moe always renormalizes the top-k weights");
+	ck_gguf_meta_u32(m, "qwen3moe.expert_count", (uint32_t)ne);
+	ck_gguf_meta_u32(m, "qwen3moe.expert_used_count", (uint32_t)nu);
+	ck_gguf_meta_u32(m, "qwen3moe.expert_feed_forward_length", (uint32_t)ff);
 	return 0;
 }
 
@@ -392,6 +423,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, H, L, nh, hd, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, ctx, m, err) < 0)
+		return -1;
+	if (!strcmp(a->gguf, "qwen3moe") && qwen3moe_meta(c, m, err) < 0)
 		return -1;
 #undef KEY
 	return rope_scaling(c, a, ctx, theta, hd, g, err);

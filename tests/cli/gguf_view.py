@@ -3,8 +3,9 @@ model.gguf llama.cpp loads, checked with clients and references that are
 not ckptfs:
 - the real llama.cpp (node-llama-cpp) loads MNT/model.gguf and its logits
   equal a plain torch forward pass over the source weights (F32 within 1e-3
-  relative, same greedy tokens) for Llama (grouped-query), Qwen2 (Q/K/V
-  biases), Qwen3 (Q/K norms, explicit head_dim), Mixtral (experts),
+  relative, same greedy tokens) for Llama (grouped-query; 3.1's llama3
+  rope scaling as rope_freqs.weight), Qwen2 (Q/K/V biases), Qwen3 (Q/K
+  norms, explicit head_dim), Qwen3-MoE, Mixtral (experts),
   Gemma (norms written as 1 + w; a view leaving them as offsets fails) and
   Phi-3 (fused attn_qkv and ffn_up; gate and up swapped fails);
   F16, BF16, Q8_0 and Q4_0 files against the same model with its weights
@@ -79,7 +80,8 @@ def make_model(d, arch, rng, extra=()):
     generator's values up to 2 would saturate attention)."""
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
-    model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3", "phi3") else "llama"
+    model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3", "phi3") else \
+        "qwen3-moe" if arch == "qwen3moe" else "llama"
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -253,8 +255,8 @@ def check_file(path, w, cfg, arch, ftype, lib):
         want_t, want = expected(name, ref[name], ftype, lib)
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
-    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma": "gemma",
-          "gemma2": "gemma2", "gemma3": "gemma3"}[arch]
+    ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3moe",
+          "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
                  f"{ga}.context_length": cfg["max_position_embeddings"],
@@ -270,7 +272,11 @@ def check_file(path, w, cfg, arch, ftype, lib):
     if arch == "mixtral":
         assert meta["llama.expert_count"] == cfg["num_local_experts"]
         assert meta["llama.expert_used_count"] == cfg["num_experts_per_tok"]
-    if arch in ("qwen3", "gemma", "gemma2", "gemma3"):
+    if arch == "qwen3moe":
+        assert (meta["qwen3moe.expert_count"], meta["qwen3moe.expert_used_count"],
+                meta["qwen3moe.expert_feed_forward_length"]) == \
+            (cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]), meta
+    if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
         assert meta[f"{ga}.attention.key_length"] == hd == meta[f"{ga}.attention.value_length"]
     if arch == "gemma2":
         for k in ("attn_logit_softcapping", "final_logit_softcapping"):
@@ -476,6 +482,7 @@ def run_all(d, rng, lib):
     half_sources(d, rng, lib)
     gemma(d, rng, lib)
     phi3(d, rng, lib)
+    qwen3moe(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     sentencepiece(d, src, lib)
     spm_tokenizer_json(d)
@@ -572,6 +579,37 @@ def half_sources(d, rng, lib):
                 os.close(fd)
     print(f"BF16 and F16 sources: Q8_0 and Q4_0 views quantize them as ggml does the widened floats "
           f"(every tensor, hostile blocks, {len(cuts)} reads cut inside blocks)")
+
+
+def qwen3moe(d, rng, lib):
+    """Qwen3-MoE (arch qwen3moe): Q/K norms, no permutation, the router as
+    ffn_gate_inp (F32) and each layer's experts stacked into
+    ffn_{gate,up,down}_exps; every tensor against numpy (the weights under
+    Mixtral's names, which gguf_reference stacks the same way), the expert
+    counts and width in the metadata, and llama.cpp's logits against the
+    torch forward (softmax router, top-k renormalized, as
+    norm_topk_prob says). Dense layers among the experts and raw top-k
+    weights, which llama.cpp's qwen3moe cannot run, are refused."""
+    import re
+    src, cfg, w = make_model(d, "qwen3moe", rng)
+    kind = {"gate": "w1", "up": "w3", "down": "w2"}
+    mix = {re.sub(r"\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.",
+                  lambda m: f".block_sparse_moe.experts.{m[1]}.{kind[m[2]]}.",
+                  k.replace(".mlp.gate.", ".block_sparse_moe.gate.")): a for k, a in w.items()}
+    assert sum("block_sparse_moe.experts" in k for k in mix) == 3 * cfg["num_experts"] * cfg["num_hidden_layers"]
+    with Mount(src, opts="gguf") as m:
+        path = m.path("model.gguf")
+        check_file(path, mix, cfg, "qwen3moe", "F32", lib)
+        r, same = logits(path, mix, cfg)
+    assert r < 1e-3 and same, f"qwen3moe: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    bad = os.path.join(d, "qwen3moe-bad")
+    shutil.copytree(src, bad)
+    for edit, says in (({"norm_topk_prob": False}, "norm_topk_prob is not true"),
+                       ({"mlp_only_layers": [0]}, "dense layers among the experts")):
+        json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    print(f"qwen3moe: every tensor exact (experts stacked, router F32), expert counts in the metadata; "
+          f"llama.cpp's logits {r:.1e} relative to torch, same greedy; raw top-k and dense layers refused")
 
 
 def llama3_rope(d, src, cfg, w):
