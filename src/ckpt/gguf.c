@@ -436,9 +436,10 @@ static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
 static const struct {
 	const char *gguf, *hf, *type;
 } HF_ARCHS[] = {
-	{"llama", "LlamaForCausalLM", "llama"},
-	{"qwen2", "Qwen2ForCausalLM", "qwen2"},
-	{"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    {"llama", "LlamaForCausalLM", "llama"},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
 };
 
 /* rope.scaling.* (linear, yarn) as config.json's rope_scaling. */
@@ -468,9 +469,11 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char 
 	       strcmp(a->valuestring, HF_ARCHS[ai].gguf))
 		ai++;
 	if (!cJSON_IsString(a) || ai == sizeof HF_ARCHS / sizeof *HF_ARCHS) {
-		ck_fail(err, CK_E_SOURCE, "%s: general.architecture %s%s%s: only llama, qwen2 and "
-					  "qwen3 GGUFs get a config.json",
-			what, cJSON_IsString(a) ? "\"" : "", cJSON_IsString(a) ? a->valuestring : "missing",
+		ck_fail(err, CK_E_SOURCE,
+			"%s: general.architecture %s%s%s: only llama, qwen2, "
+			"qwen3 and qwen3moe GGUFs get a config.json",
+			what, cJSON_IsString(a) ? "\"" : "",
+			cJSON_IsString(a) ? a->valuestring : "missing",
 			cJSON_IsString(a) ? "\"" : "");
 		return NULL;
 	}
@@ -495,6 +498,15 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char 
 		return NULL;
 	}
 	int moe = oke && ne > 0 && !strcmp(g, "llama");
+	int okf = 1;
+	double eff = num(meta, g, "expert_feed_forward_length", &okf);
+	if (!strcmp(g, "qwen3moe") && (!oke || !okf || ne < 1)) {
+		ck_fail(err, CK_E_SOURCE,
+			"%s: qwen3moe metadata is incomplete (expert_count, "
+			"expert_used_count, expert_feed_forward_length)",
+			what);
+		return NULL;
+	}
 	const char *cls = moe ? "MixtralForCausalLM" : HF_ARCHS[ai].hf;
 	cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateStringArray(&cls, 1);
 	if (!c || !arch || !cJSON_AddItemToObject(c, "architectures", arch)) {
@@ -514,6 +526,14 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char 
 	if (moe) {
 		cJSON_AddNumberToObject(c, "num_local_experts", ne);
 		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
+	}
+	if (!strcmp(g, "qwen3moe")) { /* every layer sparse, top-k renormalized: llama.cpp's */
+		cJSON_AddNumberToObject(c, "num_experts", ne);
+		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
+		cJSON_AddNumberToObject(c, "moe_intermediate_size", eff);
+		cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+		cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+		cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
 	}
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);

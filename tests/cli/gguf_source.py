@@ -490,7 +490,7 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama"):
            "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
            "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
-           "block_sparse_moe.gate": "ffn_gate_inp"}
+           "block_sparse_moe.gate": "ffn_gate_inp", "mlp.gate": "ffn_gate_inp"}
     vocab, hd = cfg["vocab_size"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     meta = {"general.architecture": (8, arch), f"{arch}.context_length": (4, 2048),
             f"{arch}.embedding_length": (4, cfg["hidden_size"]), f"{arch}.block_count": (4, cfg["num_hidden_layers"]),
@@ -506,15 +506,18 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama"):
             "tokenizer.ggml.merges": (9, (8, []))}
     if "head_dim" in cfg:
         meta[f"{arch}.attention.key_length"] = meta[f"{arch}.attention.value_length"] = (4, hd)
-    if "num_local_experts" in cfg:
-        meta[f"{arch}.expert_count"] = (4, cfg["num_local_experts"])
+    if "num_local_experts" in cfg or "num_experts" in cfg:
+        meta[f"{arch}.expert_count"] = (4, cfg.get("num_local_experts") or cfg["num_experts"])
         meta[f"{arch}.expert_used_count"] = (4, cfg["num_experts_per_tok"])
+    if "moe_intermediate_size" in cfg:
+        meta[f"{arch}.expert_feed_forward_length"] = (4, cfg["moe_intermediate_size"])
     out, experts = {}, {}
     for k, (dt, shape, a) in st.items():
         g = names.get(k)
         parts = k.split(".")
-        if not g and ".experts." in k:  # block_sparse_moe.experts.{E}.w{1,3,2}.weight
-            w = {"w1": "gate", "w3": "up", "w2": "down"}[parts[-2]]
+        if not g and ".experts." in k:  # Mixtral's experts.{E}.w{1,3,2}, Qwen3-MoE's {gate,up,down}_proj
+            w = {"w1": "gate", "w3": "up", "w2": "down", "gate_proj": "gate", "up_proj": "up",
+                 "down_proj": "down"}[parts[-2]]
             experts.setdefault(f"blk.{parts[2]}.ffn_{w}_exps.weight", {})[int(parts[-3])] = a
             continue
         if not g:
@@ -534,16 +537,17 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama"):
 
 def other_archs(d):
     """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
-    head_dim) and Mixtral (stacked experts, permuted Q/K) GGUFs, written here,
+    head_dim), Mixtral (stacked experts, permuted Q/K) and Qwen3-MoE (stacked
+    experts, Q/K norms) GGUFs, written here,
     map back to the Hugging Face bytes with their shipped mappings, through a
     config.json made from the metadata that says what the source's does; the
     same for the GGUFs ckptfs's own view serves."""
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
-                               ("mixtral", "llama", [])):
+                               ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", [])):
         src = os.path.join(d, "src-" + model)
         ckref.run(MKCKPT, "--model", model, *extra, src)
         cfg = json.load(open(os.path.join(src, "config.json")))
-        mp = MAP.replace("gguf-llama-to-hf", f"gguf-{model}-to-hf")
+        mp = MAP.replace("gguf-llama-to-hf", f"gguf-{model.replace('-', '')}-to-hf")
         good = os.path.join(d, model + ".gguf")
         llama_gguf(src, good, True, arch=arch)
         p = run("diff", src, good, "--mapping", mp)
@@ -553,7 +557,9 @@ def other_archs(d):
         got = json.load(open(os.path.join(out, "config.json")))
         keys = ["architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "vocab_size", "tie_word_embeddings", "rope_theta"]
-        keys += {"qwen3": ["head_dim"], "mixtral": ["num_local_experts", "num_experts_per_tok"]}.get(model, [])
+        keys += {"qwen3": ["head_dim"], "mixtral": ["num_local_experts", "num_experts_per_tok"],
+                 "qwen3-moe": ["head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                               "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"]}.get(model, [])
         assert all(got.get(k) == cfg.get(k) for k in keys), (model, {k: (got.get(k), cfg.get(k)) for k in keys})
         assert np.float32(got["rms_norm_eps"]) == np.float32(cfg["rms_norm_eps"]), model
         view = os.path.join(d, "view-" + model)
@@ -565,7 +571,7 @@ def other_archs(d):
             llama_gguf(src, bad, False, arch=arch)
             p = run("diff", src, bad, "--mapping", mp)
             assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
-    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim) and Mixtral (stacked experts) GGUFs, written here "
+    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral and Qwen3-MoE (stacked experts) GGUFs, written here "
           "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "
           "the source's does; Mixtral's without the Q/K permutation differs")
 
