@@ -336,6 +336,14 @@ static int llama3_freqs(const cJSON *c, const cJSON *rs, double theta, double hd
 		f[i] = wave < hi_wave	? 1.0f
 		       : wave > lo_wave ? (float)factor
 					: 1.0f / ((1.0f - s) / (float)factor + s);
+		double bad = f[i];
+		if (!isfinite(bad) || bad <= 0) { /* a rope_theta far out of range */
+			free(f);
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: rope_scaling llama3 gives "
+				       "frequency %lld a divisor of %g",
+				       (long long)i, bad);
+		}
 	}
 	g->extra[g->n_extra++] = (struct ck_gguf_extra){"rope_freqs.weight", f, n, 0};
 	return 0;
