@@ -349,8 +349,63 @@ static int llama3_freqs(const cJSON *c, const cJSON *rs, double theta, double hd
 	return 0;
 }
 
+/* One of Phi-3's LongRoPE factor lists (head_dim / 2 numbers) as a tensor. */
+static int longrope_list(const cJSON *rs, const char *key, const char *name, int64_t n,
+			 struct ck_gguf_view *g, struct ck_err *err)
+{
+	const cJSON *l = cJSON_GetObjectItemCaseSensitive(rs, key), *e;
+	if (!cJSON_IsArray(l) || cJSON_GetArraySize(l) != n)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: rope_scaling.%s must be a list of %lld "
+			       "numbers (head_dim / 2)",
+			       key, (long long)n);
+	float *f = calloc((size_t)(n ? n : 1), sizeof *f);
+	if (!f)
+		return ck_fail_sys(err, ENOMEM, "%s", name);
+	int64_t i = 0;
+	cJSON_ArrayForEach(e, l)
+	{
+		if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble <= 0 ||
+		    e->valuedouble > 1e9) {
+			free(f);
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: rope_scaling.%s[%lld] is not a "
+				       "positive number",
+				       key, (long long)i);
+		}
+		f[i++] = (float)e->valuedouble;
+	}
+	g->extra[g->n_extra++] = (struct ck_gguf_extra){name, f, n, 0};
+	return 0;
+}
+
+/* Phi-3's LongRoPE (type longrope, or su before it): the long and short
+ * per-frequency divisors as rope_factors_long / rope_factors_short (llama.cpp
+ * takes the long ones when its context passes the original one, as Hugging
+ * Face does when the sequence does), and the attention factor Hugging Face
+ * scales cos and sin by: rope_scaling.attention_factor, else sqrt(1 +
+ * ln(scale) / ln(original)) for scale = max / original positions > 1. */
+static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
+			 struct ck_gguf_view *g, struct ck_err *err)
+{
+	double orig, att;
+	if (cfg_num(c, "original_max_position_embeddings", 0, 0, 1, UINT32_MAX, &orig, err) < 0)
+		return -1;
+	double scale = ctx / orig;
+	double def = scale > 1 && orig > 1 ? sqrt(1 + log(scale) / log(orig)) : 1;
+	if (cfg_num(rs, "attention_factor", def, 1, 1e-6, 1e6, &att, err) < 0 ||
+	    longrope_list(rs, "long_factor", "rope_factors_long.weight", (int64_t)hd / 2, g, err) <
+		0 ||
+	    longrope_list(rs, "short_factor", "rope_factors_short.weight", (int64_t)hd / 2, g,
+			  err) < 0)
+		return -1;
+	ck_gguf_meta_f32(&g->meta, "phi3.rope.scaling.attn_factor", (float)att);
+	return 0;
+}
+
 /* rope_scaling: linear and yarn as metadata, llama3 (the llama family) as
- * the rope_freqs tensor; another type is refused. */
+ * the rope_freqs tensor, Phi-3's longrope as two factor tensors; another
+ * type is refused. */
 static int rope_scaling(const cJSON *c, const struct arch *a, double ctx, double theta, double hd,
 			struct ck_gguf_view *g, struct ck_err *err)
 {
@@ -362,12 +417,16 @@ static int rope_scaling(const cJSON *c, const struct arch *a, double ctx, double
 		type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "type"));
 	if (type && !strcmp(type, "llama3") && !strcmp(a->gguf, "llama"))
 		return llama3_freqs(c, rs, theta, hd, g, err);
+	if (type && (!strcmp(type, "longrope") || !strcmp(type, "su")) && !strcmp(a->gguf, "phi3"))
+		return phi3_longrope(c, rs, ctx, hd, g, err);
 	if (!type || (strcmp(type, "linear") && strcmp(type, "yarn")))
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: rope_scaling type %s: the GGUF view "
 			       "supports linear and yarn%s",
 			       type ? type : "(none)",
-			       strcmp(a->gguf, "llama") ? "" : ", and llama3 for the llama family");
+			       !strcmp(a->gguf, "llama")  ? ", and llama3 for the llama family"
+			       : !strcmp(a->gguf, "phi3") ? ", and longrope for Phi-3"
+							  : "");
 	double factor;
 	if (cfg_num(rs, "factor", 0, 0, 1e-6, 1e6, &factor, err) < 0)
 		return -1;

@@ -29,7 +29,7 @@ struct ck_gguf_view {
 	const char *type;  /* the file's type (general.file_type's name) */
 	struct ck_mapping *arch_map;
 	uint64_t header_bytes; /* header, metadata, infos and padding */
-	struct ck_gguf_extra extra[1]; /* tensors computed from config.json */
+	struct ck_gguf_extra extra[2]; /* tensors computed from config.json */
 	size_t n_extra;
 };
 

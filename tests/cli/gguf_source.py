@@ -241,9 +241,15 @@ def llama_parts(cfg, hd, T):
         smooth = (old / wave - lo) / (hi - lo)
         mid = (wave >= old / hi) & (wave <= old / lo)
         inv = torch.where(mid, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+    att = 1.0
+    if rs.get("type", rs.get("rope_type")) in ("longrope", "su"):  # _compute_longrope_parameters
+        orig = cfg["original_max_position_embeddings"]
+        scale = cfg["max_position_embeddings"] / orig
+        att = rs.get("attention_factor") or (math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0)
+        inv = inv / torch.tensor(rs["long_factor"] if T > orig else rs["short_factor"], dtype=torch.float64)
     ang = torch.arange(T).double()[:, None] * inv[None]
     ang = torch.cat([ang, ang], -1)
-    return rms, rot, ang.cos().float(), ang.sin().float(), torch.full((T, T), float("-inf")).triu(1)
+    return rms, rot, (ang.cos() * att).float(), (ang.sin() * att).float(), torch.full((T, T), float("-inf")).triu(1)
 
 
 def llama_forward(w, cfg, toks):

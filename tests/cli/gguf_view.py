@@ -715,9 +715,44 @@ def phi3(d, rng, lib):
     assert r_bad > 100 * max(r, 1e-6), f"phi3: gate and up swapped still match ({r_bad:.1e})"
     json.dump(dict(cfg, partial_rotary_factor=0.75), open(os.path.join(bad, "config.json"), "w"))
     refused(["inspect", bad, "--format", "gguf"], "partial_rotary_factor 0.75", 3)
+    r_long = phi3_longrope(d, src, cfg, llama)
     print(f"phi3: fused attn_qkv and ffn_up exact, sliding window in the metadata; llama.cpp's logits "
           f"{r:.1e} relative to torch, same greedy; gate and up swapped: off by {r_bad:.1e}; "
-          "a partial rotary factor refused")
+          f"LongRoPE (128k-style) {r_long:.1e}; a partial rotary factor refused")
+
+
+def phi3_longrope(d, src, cfg, llama):
+    """Phi-3's LongRoPE (Phi-3-mini-128k, Phi-3.5-mini): llama.cpp takes the
+    long and short per-frequency divisors as tensors and the attention
+    factor as metadata. The original context (8) is shorter than the test's
+    10 tokens and llama.cpp's context of 64, so both Hugging Face and
+    llama.cpp take the long factors. The tensors and the factor against the
+    config, llama.cpp's logits against torch with Hugging Face's LongRoPE
+    frequencies and cos/sin scaling; against the short factors they differ."""
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    rs = {"type": "longrope", "long_factor": [1.0, 1.5, 4.0, 12.0][:hd // 2],
+          "short_factor": [1.0, 1.1, 1.3, 2.0][:hd // 2]}
+    assert hd // 2 == 4, hd
+    c = dict(cfg, rope_scaling=rs, original_max_position_embeddings=8)
+    lr = os.path.join(d, "phi3-longrope")
+    shutil.copytree(src, lr)
+    json.dump(c, open(os.path.join(lr, "config.json"), "w"))
+    att = np.sqrt(1 + np.log(c["max_position_embeddings"] / 8) / np.log(8))
+    with Mount(lr, opts="gguf=F32") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = read_gguf(path)
+        for name, key in (("rope_factors_long.weight", "long_factor"), ("rope_factors_short.weight", "short_factor")):
+            assert np.array_equal(np.frombuffer(tensors[name], np.float32), np.float32(rs[key])), name
+        assert np.isclose(meta["phi3.rope.scaling.attn_factor"], att, rtol=1e-6), meta["phi3.rope.scaling.attn_factor"]
+        assert meta["phi3.rope.scaling.original_context_length"] == 8
+        r, same = logits(path, llama, c)
+        short = dict(c, rope_scaling=dict(rs, long_factor=rs["short_factor"]))
+        r_short, _ = logits(path, llama, short)
+    assert r < 1e-3 and same, f"phi3 longrope: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    assert r_short > 100 * max(r, 1e-6), f"phi3 longrope: the short factors match too ({r_short:.1e})"
+    json.dump(dict(c, rope_scaling=dict(rs, long_factor=[1.0])), open(os.path.join(lr, "config.json"), "w"))
+    refused(["inspect", lr, "--format", "gguf"], "rope_scaling.long_factor must be a list of 4 numbers", 3)
+    return r
 
 
 def gemma(d, rng, lib):
