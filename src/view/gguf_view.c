@@ -114,6 +114,52 @@ static int cfg_num(const cJSON *config, const char *key, double def, int def_ok,
 	return 0;
 }
 
+/* Where config.json keeps the rope. transformers 5 writes "rope_parameters":
+ * one object ({"rope_type", "rope_theta", "factor", ...}) or one per
+ * attention type ({"full_attention": {...}, "sliding_attention": {...}});
+ * earlier versions rope_theta, rope_scaling and (Gemma 3)
+ * rope_local_base_freq at the top. Reading only the old keys served a
+ * version-5 checkpoint with rope_theta's default and no scaling. */
+struct rope_src {
+	const cJSON *theta;   /* the object holding "rope_theta" */
+	const cJSON *scaling; /* the object holding the scaling's type, or NULL */
+	const cJSON *local;   /* the sliding layers' base is its local_key */
+	const char *local_key;
+	int v5; /* rope_parameters */
+};
+
+static void rope_src_of(const cJSON *c, struct rope_src *r)
+{
+	const cJSON *rp = cJSON_GetObjectItemCaseSensitive(c, "rope_parameters");
+	if (!cJSON_IsObject(rp)) {
+		const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
+		*r = (struct rope_src){c, cJSON_IsNull(rs) ? NULL : rs, c, "rope_local_base_freq",
+				       0};
+		return;
+	}
+	const cJSON *full = cJSON_GetObjectItemCaseSensitive(rp, "full_attention");
+	const cJSON *slide = cJSON_GetObjectItemCaseSensitive(rp, "sliding_attention");
+	r->theta = r->scaling = cJSON_IsObject(full) ? full : rp;
+	r->local = cJSON_IsObject(slide) ? slide : c;
+	r->local_key = cJSON_IsObject(slide) ? "rope_theta" : "rope_local_base_freq";
+	r->v5 = 1;
+}
+
+/* The scaling's type: "rope_type", else "type"; NULL when neither says. */
+static const char *rope_type(const cJSON *rs)
+{
+	const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "rope_type"));
+	return t ? t : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "type"));
+}
+
+/* Whether rs scales the rope: a type but "default"; in rope_parameters no
+ * type is the default too (an old rope_scaling without one is refused). */
+static int rope_scaled(const struct rope_src *r, const cJSON *rs)
+{
+	const char *t = rs ? rope_type(rs) : NULL;
+	return rs && (t ? strcmp(t, "default") != 0 : !r->v5);
+}
+
 /* A soft-capping value: Hugging Face's default when absent, but an explicit
  * null means "no capping", which llama.cpp's gemma2 cannot express (it
  * always divides by the cap and takes tanh), so that and a cap of 0 are
@@ -221,11 +267,19 @@ static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
 		       struct ck_gguf_meta *m, struct ck_err *err)
 {
 	double qs, swa, pattern, local;
+	struct rope_src r;
+	rope_src_of(c, &r);
 	if (cfg_num(c, "query_pre_attn_scalar", hd, 1, 1, 1e9, &qs, err) < 0 ||
 	    cfg_num(c, "sliding_window", 4096, 1, 1, UINT32_MAX, &swa, err) < 0 ||
 	    cfg_num(c, "sliding_window_pattern", 6, 1, 1, 65535, &pattern, err) < 0 ||
-	    cfg_num(c, "rope_local_base_freq", 10000, 1, 1e-6, 1e12, &local, err) < 0)
+	    cfg_num(r.local, r.local_key, 10000, 1, 1e-6, 1e12, &local, err) < 0)
 		return -1;
+	if (r.local != c && rope_scaled(&r, r.local))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: rope_parameters.sliding_attention is "
+			       "scaled (%s): llama.cpp's gemma3 does not scale its "
+			       "sliding-window layers",
+			       rope_type(r.local));
 	if (query_scale_check(qs, H, L, nh, hd, 62, "gemma3", err) < 0)
 		return -1;
 	if (pattern != 6)
@@ -233,8 +287,11 @@ static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
 						 "gemma3 makes every 6th layer global",
 			       pattern);
 	if (local != 10000)
-		return ck_fail(err, CK_E_SOURCE, "config.json: rope_local_base_freq %g: llama.cpp's "
-						 "gemma3 uses 10000 on its sliding-window layers",
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: %s %g: llama.cpp's gemma3 uses 10000 on "
+			       "its sliding-window layers",
+			       r.local == c ? "rope_local_base_freq"
+					    : "rope_parameters.sliding_attention.rope_theta",
 			       local);
 	const cJSON *types = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
 	int listed = types && !cJSON_IsNull(types);
@@ -409,12 +466,12 @@ static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
 static int rope_scaling(const cJSON *c, const struct arch *a, double ctx, double theta, double hd,
 			struct ck_gguf_view *g, struct ck_err *err)
 {
-	const cJSON *rs = cJSON_GetObjectItemCaseSensitive(c, "rope_scaling");
-	if (!rs || cJSON_IsNull(rs))
+	struct rope_src r;
+	rope_src_of(c, &r);
+	const cJSON *rs = r.scaling;
+	if (!rope_scaled(&r, rs))
 		return 0;
-	const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "rope_type"));
-	if (!type)
-		type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(rs, "type"));
+	const char *type = rope_type(rs);
 	if (type && !strcmp(type, "llama3") && !strcmp(a->gguf, "llama"))
 		return llama3_freqs(c, rs, theta, hd, g, err);
 	if (type && (!strcmp(type, "longrope") || !strcmp(type, "su")) && !strcmp(a->gguf, "phi3"))
@@ -449,13 +506,15 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 {
 	struct ck_gguf_meta *m = &g->meta;
 	double ctx, H, ff, L, nh, nkv, theta, eps, hd, ne = 0, nu = 0;
+	struct rope_src r;
+	rope_src_of(c, &r);
 	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
 	    cfg_num(c, "hidden_size", 0, 0, 1, UINT32_MAX, &H, err) < 0 ||
 	    cfg_num(c, "intermediate_size", 0, 0, 1, UINT32_MAX, &ff, err) < 0 ||
 	    cfg_num(c, "num_hidden_layers", 0, 0, 1, 65535, &L, err) < 0 ||
 	    cfg_num(c, "num_attention_heads", 0, 0, 1, 65535, &nh, err) < 0 ||
 	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
-	    cfg_num(c, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
+	    cfg_num(r.theta, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
 	    cfg_num(c, "rms_norm_eps", 0, 0, 0, 1, &eps, err) < 0 ||
 	    cfg_num(c, "head_dim", (double)((int64_t)H / (int64_t)nh), 1, 1, 65535, &hd, err) < 0)
 		return -1;

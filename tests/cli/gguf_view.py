@@ -625,8 +625,15 @@ def llama3_rope(d, src, cfg, w):
           "original_max_position_embeddings": 256}
     l3 = os.path.join(d, "llama3-rope")
     shutil.copytree(src, l3)
-    c3 = dict(cfg, rope_scaling=rs)
+    c3 = dict(cfg, rope_scaling=rs, _name_or_path="llama3-rope")
     json.dump(c3, open(os.path.join(l3, "config.json"), "w"))
+    # the same model as transformers 5 saves it: rope_theta and the scaling
+    # in rope_parameters (read as the old keys only, it was served with
+    # rope_theta's default and no scaling)
+    v5 = os.path.join(d, "llama3-rope-v5")
+    shutil.copytree(src, v5)
+    c5 = {k: v for k, v in c3.items() if k not in ("rope_theta", "rope_scaling")}
+    json.dump(dict(c5, rope_parameters=dict(rs, rope_theta=cfg["rope_theta"])), open(os.path.join(v5, "config.json"), "w"))
     hd = cfg["hidden_size"] // cfg["num_attention_heads"]
     freq = np.float32(1) / np.float32(cfg["rope_theta"]) ** (np.arange(0, hd, 2, dtype=np.float32) / np.float32(hd))
     wave = np.float32(2 * np.pi) / freq
@@ -643,6 +650,9 @@ def llama3_rope(d, src, cfg, w):
         assert np.allclose(got, want, rtol=1e-6, atol=0), (got, want)
         assert not [k for k in meta if "rope.scaling" in k], [k for k in meta if "rope" in k]
         r, same = logits(path, w, c3)
+        legacy = open(path, "rb").read()
+    with Mount(v5, opts="gguf=F32") as m:
+        assert open(m.path("model.gguf"), "rb").read() == legacy, "rope_parameters: another model.gguf"
     assert r < 1e-3 and same, f"llama3 rope: llama.cpp vs torch {r:.2e}, greedy same {same}"
     with Mount(src, opts="gguf=F32") as m:
         r_bad, _ = logits(m.path("model.gguf"), w, c3)
@@ -652,7 +662,7 @@ def llama3_rope(d, src, cfg, w):
         "rope_freqs.weight" in p.stdout, p.stdout[:400]
     print(f"llama3 rope scaling: rope_freqs.weight as the converter computes it ({got.tolist()}); "
           f"llama.cpp's logits {r:.1e} relative to torch with Hugging Face's llama3 frequencies; "
-          f"without the tensor: off by {r_bad:.1e}")
+          f"without the tensor: off by {r_bad:.1e}; transformers 5's rope_parameters: the same bytes")
 
 
 PHI3_NAMES = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
@@ -851,7 +861,26 @@ def gemma3_controls(d, src, cfg, w, want, r):
     json.dump(dict(c2, layer_types=full), open(os.path.join(bad, "config.json"), "w"))
     with Mount(bad, opts="gguf") as m:
         assert gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS), want) < 1e-3
-    return f"; Q/K norms alone left as offsets: off by {r_qk:.1e}; 8 configs llama.cpp cannot run refused"
+    # as transformers 5 writes it: the rope per attention type in
+    # rope_parameters (no rope_theta, no rope_local_base_freq): the same file
+    json.dump(dict(cfg, _name_or_path="g3"), open(os.path.join(bad, "config.json"), "w"))
+    with Mount(bad, opts="gguf") as m:
+        legacy = open(m.path("model.gguf"), "rb").read()
+    c5 = {k: v for k, v in c2.items() if k not in ("rope_theta", "rope_local_base_freq")}
+    rp = {"full_attention": {"rope_type": "default", "rope_theta": cfg["rope_theta"]},
+          "sliding_attention": {"rope_type": "default", "rope_theta": cfg["rope_local_base_freq"]}}
+    json.dump(dict(c5, _name_or_path="g3", layer_types=full, rope_parameters=rp),
+              open(os.path.join(bad, "config.json"), "w"))
+    with Mount(bad, opts="gguf") as m:
+        assert open(m.path("model.gguf"), "rb").read() == legacy, "rope_parameters: another model.gguf"
+    for sl, says in (({"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, "sliding_attention is scaled"),
+                     ({"rope_type": "default", "rope_theta": 20000.0},
+                      "rope_parameters.sliding_attention.rope_theta 20000")):
+        json.dump(dict(c5, layer_types=full, rope_parameters=dict(rp, sliding_attention=sl)),
+                  open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    return (f"; Q/K norms alone left as offsets: off by {r_qk:.1e}; 10 configs llama.cpp cannot run "
+            "refused; transformers 5's rope_parameters: the same bytes")
 
 
 def spm_model(pieces):
