@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,10 +442,29 @@ static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *er
 static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
 {
 	const struct ck_catalog_entry *emb = ck_catalog_find(cat, "token_embd.weight");
+	const struct ck_catalog_entry *rf = ck_catalog_find(cat, "rope_freqs.weight");
+	float freqs[4096]; /* head_dim / 2 of them: Llama 3.1's rope scaling, baked */
+	size_t nf = rf && rf->t.dtype == CK_DT_F32 && rf->t.ndim == 1 && !rf->t.quant
+			? (size_t)rf->t.numel
+			: 0;
+	if (rf && (!nf || nf > sizeof freqs / sizeof *freqs))
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: rope_freqs.weight must be F32, 1 to %zu "
+			       "numbers",
+			       cat->source, sizeof freqs / sizeof *freqs);
+	int r = nf ? ck_pread_full(cat->files[rf->file].fd, freqs, nf * 4, rf->t.offset) : 0;
+	if (r < 0)
+		return ck_fail_sys(err, -r, "%s: rope_freqs.weight", cat->source);
+	for (size_t i = 0; i < nf; i++)
+		if (!isfinite(freqs[i]) || freqs[i] <= 0)
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: rope_freqs.weight[%zu] is %g, not a "
+				       "positive divisor",
+				       cat->source, i, (double)freqs[i]);
 	struct ck_err ignored;
 	cJSON *c = ck_gguf_hf_config(cat->meta, emb ? emb->t.shape[0] : -1,
-				     ck_catalog_find(cat, "output.weight") == NULL, cat->source,
-				     &ignored);
+				     ck_catalog_find(cat, "output.weight") == NULL,
+				     nf ? freqs : NULL, nf, cat->source, &ignored);
 	if (!c)
 		return 0;
 	char *txt = cJSON_Print(c);

@@ -460,8 +460,22 @@ static void rope_scaling(const cJSON *meta, const char *arch, cJSON *c)
 		cJSON_AddNumberToObject(rs, "original_max_position_embeddings", orig);
 }
 
-cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char *what,
-			 struct ck_err *err)
+/* rope_freqs.weight as rope_scaling (see gguf.h). */
+static void rope_freqs(const float *f, size_t n, cJSON *c)
+{
+	cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling"), *l[2];
+	cJSON_AddStringToObject(rs, "rope_type", "longrope");
+	for (int k = 0; k < 2; k++) {
+		l[k] = cJSON_AddArrayToObject(rs, k ? "short_factor" : "long_factor");
+		for (size_t i = 0; i < n; i++)
+			cJSON_AddItemToArray(l[k], cJSON_CreateNumber(f[i]));
+	}
+	cJSON_AddNumberToObject(rs, "factor", 1.0);
+	cJSON_AddNumberToObject(rs, "attention_factor", 1.0);
+}
+
+cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const float *freqs,
+			 size_t n_freqs, const char *what, struct ck_err *err)
 {
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(meta, "general.architecture");
 	size_t ai = 0;
@@ -537,7 +551,10 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const char 
 	}
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
-	rope_scaling(meta, g, c);
+	if (freqs)
+		rope_freqs(freqs, n_freqs, c);
+	else
+		rope_scaling(meta, g, c);
 	cJSON_AddNumberToObject(c, "max_position_embeddings", ctx);
 	if (vocab >= 0)
 		cJSON_AddNumberToObject(c, "vocab_size", (double)vocab);

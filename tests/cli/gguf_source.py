@@ -243,9 +243,12 @@ def llama_parts(cfg, hd, T):
         inv = torch.where(mid, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
     att = 1.0
     if rs.get("type", rs.get("rope_type")) in ("longrope", "su"):  # _compute_longrope_parameters
-        orig = cfg["original_max_position_embeddings"]
-        scale = cfg["max_position_embeddings"] / orig
-        att = rs.get("attention_factor") or (math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1 else 1.0)
+        orig = cfg.get("original_max_position_embeddings")
+        factor = cfg["max_position_embeddings"] / orig if orig else rs.get("factor")
+        orig = orig or cfg["max_position_embeddings"]
+        att = rs.get("attention_factor")
+        if att is None:
+            att = math.sqrt(1 + math.log(factor) / math.log(orig)) if factor > 1 else 1.0
         inv = inv / torch.tensor(rs["long_factor"] if T > orig else rs["short_factor"], dtype=torch.float64)
     ang = torch.arange(T).double()[:, None] * inv[None]
     ang = torch.cat([ang, ang], -1)
@@ -359,9 +362,26 @@ def llama_cpp_logits(d):
     llama_gguf(src, unperm, False, 0.25)
     r_unp = rel(got, llama_cpp(modules, unperm, toks))
     assert r_unp > 1e-2, f"llama.cpp without the permutation still matches ({r_unp:.2e})"
+    # Llama 3.1's rope scaling baked into rope_freqs.weight: the config.json made
+    # for it carries the divisors (as longrope, which Hugging Face computes as
+    # llama.cpp does); it used to drop them and describe another model
+    freqs = np.array([1.0, 3.0, 8.0, 8.0], np.float32)
+    assert cfg["hidden_size"] // cfg["num_attention_heads"] == 2 * len(freqs)
+    roped = os.path.join(d, "gen-rope.gguf")
+    llama_gguf(src, roped, True, 0.25, extra={"rope_freqs.weight": freqs})
+    want_r = llama_cpp(modules, roped, toks)
+    got_r, _, cfg_r = torch_logits(roped, os.path.join(d, "gen-rope-hf"), toks)
+    r_rope = rel(got_r, want_r)
+    rs = cfg_r["rope_scaling"]
+    assert rs["rope_type"] == "longrope" and rs["long_factor"] == rs["short_factor"] == freqs.tolist() and \
+        rs["attention_factor"] == 1, rs
+    assert r_rope < 1e-3 and got_r.argmax(-1).tolist() == want_r.argmax(-1).tolist(), r_rope
+    r_norope = rel(got, want_r)  # the Hugging Face model without the divisors
+    assert r_norope > 100 * max(r_rope, 1e-6), f"rope_freqs changes nothing ({r_norope:.1e})"
     print(f"llama.cpp logits = a torch Llama over the mapped view: real tiny Llama {r_real:.1e}, "
           f"generated {r_gen:.1e} relative (same greedy tokens); Q/K not un-permuted: {r_bad:.1e}; "
-          f"GGUF without the permutation: {r_unp:.1e}")
+          f"GGUF without the permutation: {r_unp:.1e}; rope_freqs.weight carried into config.json "
+          f"{r_rope:.1e} (without it: {r_norope:.1e})")
 
 
 QUANT = {"Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
@@ -479,7 +499,7 @@ def quantized(d):
         print("the mount serves the decoded tensors, as F32 and with -o gguf_dequant=BF16")
 
 
-def llama_gguf(src, path, do_permute, scale=1.0, arch="llama"):
+def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
     """A Hugging Face Llama (or Qwen2 / Qwen3 / Mixtral: arch "qwen2", "qwen3",
     "llama" with experts) as llama.cpp's converter writes it (reference/gguf.md):
     names, Q/K rows permuted for its rope on the llama architecture (unless
@@ -538,6 +558,8 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama"):
     for g, by_e in experts.items():
         a = np.stack([by_e[e] for e in range(len(by_e))])
         out[g] = (0, list(a.shape), np.ascontiguousarray(a).tobytes())
+    for g, a in (extra or {}).items():  # F32 tensors of the file's own (rope_freqs.weight)
+        out[g] = (0, list(a.shape), np.ascontiguousarray(a, dtype=np.float32).tobytes())
     write_gguf(path, meta, out)
 
 
@@ -634,7 +656,17 @@ def hostile(d):
     for n in (b"a", b"b"):
         b += struct.pack("<Q", 1) + n + struct.pack("<IQIQ", 1, 16, 0, 0)
     case("overlap", b + b"\0" * (-len(b) % 32) + bytes(64), "overlap")
-    print("hostile GGUF headers: 16 classes refused with one line")
+    # rope_freqs.weight, read to make config.json: F32 divisors, positive and finite
+    src = os.path.join(d, "hostile-src")
+    ckref.run(MKCKPT, "--model", "llama", src)
+    for name, freqs, want in (("rope-nan", np.array([1.0, np.nan], np.float32), "rope_freqs.weight[1] is nan"),
+                              ("rope-neg", np.array([-1.0], np.float32), "rope_freqs.weight[0] is -1"),
+                              ("rope-2d", np.ones((2, 2), np.float32), "rope_freqs.weight must be F32, 1 to")):
+        p = os.path.join(d, name + ".gguf")
+        llama_gguf(src, p, True, extra={"rope_freqs.weight": freqs})
+        r = run("inspect", p, timeout=20)
+        assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr, (name, r.stderr)
+    print("hostile GGUF headers: 16 classes refused with one line; rope_freqs.weight NaN, negative or 2-D too")
 
 
 def main():
