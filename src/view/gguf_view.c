@@ -160,6 +160,15 @@ static int rope_scaled(const struct rope_src *r, const cJSON *rs)
 	return rs && (t ? strcmp(t, "default") != 0 : !r->v5);
 }
 
+/* A rope value transformers 5 keeps in rope_parameters (rs) and earlier
+ * versions at the top of config.json (c): rs's when it has the key. */
+static int rope_num(const cJSON *rs, const cJSON *c, const char *key, double def, int def_ok,
+		    double lo, double hi, double *out, struct ck_err *err)
+{
+	const cJSON *in = rs && cJSON_GetObjectItemCaseSensitive(rs, key) ? rs : c;
+	return cfg_num(in, key, def, def_ok, lo, hi, out, err);
+}
+
 /* A soft-capping value: Hugging Face's default when absent, but an explicit
  * null means "no capping", which llama.cpp's gemma2 cannot express (it
  * always divides by the cap and takes tanh), so that and a cap of 0 are
@@ -243,9 +252,12 @@ static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *
 static int phi3_meta(const cJSON *c, double ctx, struct ck_gguf_meta *m, struct ck_err *err)
 {
 	double swa, orig, rot;
+	struct rope_src r;
+	rope_src_of(c, &r);
 	if (cfg_num(c, "sliding_window", 0, 1, 0, UINT32_MAX, &swa, err) < 0 ||
-	    cfg_num(c, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig, err) < 0 ||
-	    cfg_num(c, "partial_rotary_factor", 1, 1, 0, 1, &rot, err) < 0)
+	    rope_num(r.scaling, c, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig,
+		     err) < 0 ||
+	    rope_num(r.scaling, c, "partial_rotary_factor", 1, 1, 0, 1, &rot, err) < 0)
 		return -1;
 	if (rot != 1)
 		return ck_fail(err, CK_E_SOURCE,
@@ -367,14 +379,12 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, struct ck_err
 static int llama3_freqs(const cJSON *c, const cJSON *rs, double theta, double hd,
 			struct ck_gguf_view *g, struct ck_err *err)
 {
-	double factor, low, high, orig, orig_top;
+	double factor, low, high, orig;
 	if (cfg_num(rs, "factor", 0, 0, 1e-6, 1e6, &factor, err) < 0 ||
 	    cfg_num(rs, "low_freq_factor", 1, 1, 1e-6, 1e6, &low, err) < 0 ||
 	    cfg_num(rs, "high_freq_factor", 4, 1, 1e-6, 1e6, &high, err) < 0 ||
-	    cfg_num(c, "original_max_position_embeddings", 8192, 1, 1, UINT32_MAX, &orig_top, err) <
-		0 ||
-	    cfg_num(rs, "original_max_position_embeddings", orig_top, 1, 1, UINT32_MAX, &orig,
-		    err) < 0)
+	    rope_num(rs, c, "original_max_position_embeddings", 8192, 1, 1, UINT32_MAX, &orig,
+		     err) < 0)
 		return -1;
 	if (high <= low)
 		return ck_fail(err, CK_E_SOURCE,
@@ -445,10 +455,17 @@ static int longrope_list(const cJSON *rs, const char *key, const char *name, int
 static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
 			 struct ck_gguf_view *g, struct ck_err *err)
 {
-	double orig, att;
-	if (cfg_num(c, "original_max_position_embeddings", 0, 0, 1, UINT32_MAX, &orig, err) < 0)
+	double orig, att, scale;
+	/* Hugging Face's scale: max / original positions, else the scaling's
+	 * factor when no original is given (the original is then the max) */
+	if (rope_num(rs, c, "original_max_position_embeddings", 0, 1, 0, UINT32_MAX, &orig, err) <
+		0 ||
+	    (orig == 0 && cfg_num(rs, "factor", 1, 1, 1e-6, 1e6, &scale, err) < 0))
 		return -1;
-	double scale = ctx / orig;
+	if (orig > 0)
+		scale = ctx / orig;
+	else
+		orig = ctx;
 	double def = scale > 1 && orig > 1 ? sqrt(1 + log(scale) / log(orig)) : 1;
 	if (cfg_num(rs, "attention_factor", def, 1, 1e-6, 1e6, &att, err) < 0 ||
 	    longrope_list(rs, "long_factor", "rope_factors_long.weight", (int64_t)hd / 2, g, err) <

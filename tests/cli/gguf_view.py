@@ -743,10 +743,17 @@ def phi3_longrope(d, src, cfg, llama):
     rs = {"type": "longrope", "long_factor": [1.0, 1.5, 4.0, 12.0][:hd // 2],
           "short_factor": [1.0, 1.1, 1.3, 2.0][:hd // 2]}
     assert hd // 2 == 4, hd
-    c = dict(cfg, rope_scaling=rs, original_max_position_embeddings=8)
+    c = dict(cfg, rope_scaling=rs, original_max_position_embeddings=8, _name_or_path="phi3-lr")
     lr = os.path.join(d, "phi3-longrope")
     shutil.copytree(src, lr)
     json.dump(c, open(os.path.join(lr, "config.json"), "w"))
+    # as transformers 5 writes it: all of it in rope_parameters
+    v5 = os.path.join(d, "phi3-longrope-v5")
+    shutil.copytree(src, v5)
+    c5 = {k: v for k, v in c.items() if k not in ("rope_scaling", "rope_theta", "original_max_position_embeddings")}
+    json.dump(dict(c5, rope_parameters=dict(rs, rope_type="longrope", rope_theta=cfg["rope_theta"],
+                                            original_max_position_embeddings=8)),
+              open(os.path.join(v5, "config.json"), "w"))
     att = np.sqrt(1 + np.log(c["max_position_embeddings"] / 8) / np.log(8))
     with Mount(lr, opts="gguf=F32") as m:
         path = m.path("model.gguf")
@@ -758,6 +765,9 @@ def phi3_longrope(d, src, cfg, llama):
         r, same = logits(path, llama, c)
         short = dict(c, rope_scaling=dict(rs, long_factor=rs["short_factor"]))
         r_short, _ = logits(path, llama, short)
+        legacy = open(path, "rb").read()
+    with Mount(v5, opts="gguf=F32") as m:
+        assert open(m.path("model.gguf"), "rb").read() == legacy, "rope_parameters: another model.gguf"
     assert r < 1e-3 and same, f"phi3 longrope: llama.cpp vs torch {r:.2e}, greedy same {same}"
     assert r_short > 100 * max(r, 1e-6), f"phi3 longrope: the short factors match too ({r_short:.1e})"
     json.dump(dict(c, rope_scaling=dict(rs, long_factor=[1.0])), open(os.path.join(lr, "config.json"), "w"))
