@@ -249,15 +249,14 @@ static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *
  * it; a null window is none) and the context the rope was trained on. A
  * partial rotary factor (Phi-4-mini) is refused: the view has no test of a
  * rope on part of the head. */
-static int phi3_meta(const cJSON *c, double ctx, struct ck_gguf_meta *m, struct ck_err *err)
+static int phi3_meta(const cJSON *c, const struct rope_src *r, double ctx, struct ck_gguf_meta *m,
+		     struct ck_err *err)
 {
 	double swa, orig, rot;
-	struct rope_src r;
-	rope_src_of(c, &r);
 	if (cfg_num(c, "sliding_window", 0, 1, 0, UINT32_MAX, &swa, err) < 0 ||
-	    rope_num(r.scaling, c, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig,
-		     err) < 0 ||
-	    rope_num(r.scaling, c, "partial_rotary_factor", 1, 1, 0, 1, &rot, err) < 0)
+	    rope_num(r->scaling, c, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX,
+		     &orig, err) < 0 ||
+	    rope_num(r->scaling, c, "partial_rotary_factor", 1, 1, 0, 1, &rot, err) < 0)
 		return -1;
 	if (rot != 1)
 		return ck_fail(err, CK_E_SOURCE,
@@ -275,23 +274,21 @@ static int phi3_meta(const cJSON *c, double ctx, struct ck_gguf_meta *m, struct 
  * for Gemma 2 (its 27B type has 62 layers). Only
  * the window's width travels in the metadata, so a config that differs in
  * any of the others is refused rather than served as another model. */
-static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
-		       struct ck_gguf_meta *m, struct ck_err *err)
+static int gemma3_meta(const cJSON *c, const struct rope_src *r, double H, double L, double nh,
+		       double hd, struct ck_gguf_meta *m, struct ck_err *err)
 {
 	double qs, swa, pattern, local;
-	struct rope_src r;
-	rope_src_of(c, &r);
 	if (cfg_num(c, "query_pre_attn_scalar", hd, 1, 1, 1e9, &qs, err) < 0 ||
 	    cfg_num(c, "sliding_window", 4096, 1, 1, UINT32_MAX, &swa, err) < 0 ||
 	    cfg_num(c, "sliding_window_pattern", 6, 1, 1, 65535, &pattern, err) < 0 ||
-	    cfg_num(r.local, r.local_key, 10000, 1, 1e-6, 1e12, &local, err) < 0)
+	    cfg_num(r->local, r->local_key, 10000, 1, 1e-6, 1e12, &local, err) < 0)
 		return -1;
-	if (r.local != c && rope_scaled(&r, r.local))
+	if (r->local != c && rope_scaled(r, r->local))
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: rope_parameters.sliding_attention is "
 			       "scaled (%s): llama.cpp's gemma3 does not scale its "
 			       "sliding-window layers",
-			       rope_type(r.local));
+			       rope_type(r->local));
 	if (query_scale_check(qs, H, L, nh, hd, 62, "gemma3", err) < 0)
 		return -1;
 	if (pattern != 6)
@@ -302,8 +299,8 @@ static int gemma3_meta(const cJSON *c, double H, double L, double nh, double hd,
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: %s %g: llama.cpp's gemma3 uses 10000 on "
 			       "its sliding-window layers",
-			       r.local == c ? "rope_local_base_freq"
-					    : "rope_parameters.sliding_attention.rope_theta",
+			       r->local == c ? "rope_local_base_freq"
+					     : "rope_parameters.sliding_attention.rope_theta",
 			       local);
 	const cJSON *types = cJSON_GetObjectItemCaseSensitive(c, "layer_types");
 	int listed = types && !cJSON_IsNull(types);
@@ -480,13 +477,11 @@ static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
 /* rope_scaling: linear and yarn as metadata, llama3 (the llama family) as
  * the rope_freqs tensor, Phi-3's longrope as two factor tensors; another
  * type is refused. */
-static int rope_scaling(const cJSON *c, const struct arch *a, double ctx, double theta, double hd,
-			struct ck_gguf_view *g, struct ck_err *err)
+static int rope_scaling(const cJSON *c, const struct rope_src *r, const struct arch *a, double ctx,
+			double theta, double hd, struct ck_gguf_view *g, struct ck_err *err)
 {
-	struct rope_src r;
-	rope_src_of(c, &r);
-	const cJSON *rs = r.scaling;
-	if (!rope_scaled(&r, rs))
+	const cJSON *rs = r->scaling;
+	if (!rope_scaled(r, rs))
 		return 0;
 	const char *type = rope_type(rs);
 	if (type && !strcmp(type, "llama3") && !strcmp(a->gguf, "llama"))
@@ -563,14 +558,14 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	}
 	if (!strcmp(a->gguf, "gemma2") && gemma2_meta(c, H, L, nh, hd, m, err) < 0)
 		return -1;
-	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, H, L, nh, hd, m, err) < 0)
+	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, &r, H, L, nh, hd, m, err) < 0)
 		return -1;
-	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, ctx, m, err) < 0)
+	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, &r, ctx, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "qwen3moe") && qwen3moe_meta(c, m, err) < 0)
 		return -1;
 #undef KEY
-	return rope_scaling(c, a, ctx, theta, hd, g, err);
+	return rope_scaling(c, &r, a, ctx, theta, hd, g, err);
 }
 
 static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)
