@@ -50,8 +50,11 @@ static int prepends_mark(const cJSON *o)
 	if (ck_tok_is_type(o, "Prepend") && p && !strcmp(p, SPACE_MARK))
 		return 1;
 	const cJSON *e;
-	cJSON_ArrayForEach(
-	    e, cJSON_GetObjectItemCaseSensitive(o, "normalizers")) if (prepends_mark(e)) return 1;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "normalizers"))
+	{
+		if (prepends_mark(e))
+			return 1;
+	}
 	return 0;
 }
 
