@@ -436,35 +436,62 @@ static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *er
 	return r;
 }
 
-/* A GGUF without a config.json beside it: one made from its metadata, so
- * mappings to Hugging Face names get their parameters (not an error when
- * the architecture has none: the tensors are there under GGUF names). */
+/* A rope divisor tensor of the GGUF (rope_freqs, rope_factors_long/short):
+ * 1-D F32, positive and finite, at most cap of them read into buf. *n is 0
+ * when the file has none. */
+static int gguf_divisors(const struct ck_catalog *cat, const char *name, float *buf, size_t cap,
+			 size_t *n, struct ck_err *err)
+{
+	const struct ck_catalog_entry *e = ck_catalog_find(cat, name);
+	*n = 0;
+	if (!e)
+		return 0;
+	if (e->t.dtype != CK_DT_F32 || e->t.ndim != 1 || e->t.quant || !e->t.numel ||
+	    e->t.numel > cap)
+		return ck_fail(err, CK_E_SOURCE, "%s: %s must be F32, 1 to %zu numbers",
+			       cat->source, name, cap);
+	int r = ck_pread_full(cat->files[e->file].fd, buf, e->t.numel * 4, e->t.offset);
+	if (r < 0)
+		return ck_fail_sys(err, -r, "%s: %s", cat->source, name);
+	for (size_t i = 0; i < e->t.numel; i++)
+		if (!isfinite(buf[i]) || buf[i] <= 0)
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: %s[%zu] is %g, not a positive divisor", cat->source,
+				       name, i, (double)buf[i]);
+	*n = (size_t)e->t.numel;
+	return 0;
+}
+
+/* A GGUF without a config.json beside it: one made from its metadata and
+ * its rope divisors, so mappings to Hugging Face names get their
+ * parameters (not an error when the architecture has none: the tensors
+ * are there under GGUF names). */
 static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
 {
+	enum { CAP = 4096 }; /* head_dim / 2 divisors each */
+	static const char *const names[3] = {"rope_freqs.weight", "rope_factors_long.weight",
+					     "rope_factors_short.weight"};
+	float *d = malloc(3 * CAP * sizeof *d);
+	size_t nd[3];
+	if (!d)
+		return ck_fail_sys(err, ENOMEM, "%s", cat->source);
+	for (int k = 0; k < 3; k++)
+		if (gguf_divisors(cat, names[k], d + k * CAP, CAP, &nd[k], err) < 0) {
+			free(d);
+			return -1;
+		}
+	struct ck_gguf_rope rope = {nd[0] ? d : NULL,
+				    nd[1] ? d + CAP : NULL,
+				    nd[2] ? d + 2 * CAP : NULL,
+				    nd[0],
+				    nd[1],
+				    nd[2]};
 	const struct ck_catalog_entry *emb = ck_catalog_find(cat, "token_embd.weight");
-	const struct ck_catalog_entry *rf = ck_catalog_find(cat, "rope_freqs.weight");
-	float freqs[4096]; /* head_dim / 2 of them: Llama 3.1's rope scaling, baked */
-	size_t nf = rf && rf->t.dtype == CK_DT_F32 && rf->t.ndim == 1 && !rf->t.quant
-			? (size_t)rf->t.numel
-			: 0;
-	if (rf && (!nf || nf > sizeof freqs / sizeof *freqs))
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: rope_freqs.weight must be F32, 1 to %zu "
-			       "numbers",
-			       cat->source, sizeof freqs / sizeof *freqs);
-	int r = nf ? ck_pread_full(cat->files[rf->file].fd, freqs, nf * 4, rf->t.offset) : 0;
-	if (r < 0)
-		return ck_fail_sys(err, -r, "%s: rope_freqs.weight", cat->source);
-	for (size_t i = 0; i < nf; i++)
-		if (!isfinite(freqs[i]) || freqs[i] <= 0)
-			return ck_fail(err, CK_E_SOURCE,
-				       "%s: rope_freqs.weight[%zu] is %g, not a "
-				       "positive divisor",
-				       cat->source, i, (double)freqs[i]);
 	struct ck_err ignored;
 	cJSON *c = ck_gguf_hf_config(cat->meta, emb ? emb->t.shape[0] : -1,
-				     ck_catalog_find(cat, "output.weight") == NULL,
-				     nf ? freqs : NULL, nf, cat->source, &ignored);
+				     ck_catalog_find(cat, "output.weight") == NULL, &rope,
+				     cat->source, &ignored);
+	free(d);
 	if (!c)
 		return 0;
 	char *txt = cJSON_Print(c);

@@ -436,10 +436,9 @@ static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
 static const struct {
 	const char *gguf, *hf, *type;
 } HF_ARCHS[] = {
-    {"llama", "LlamaForCausalLM", "llama"},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3"},
-    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"llama", "LlamaForCausalLM", "llama"}, {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"}, {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"phi3", "Phi3ForCausalLM", "phi3"},
 };
 
 /* rope.scaling.* (linear, yarn) as config.json's rope_scaling. */
@@ -460,22 +459,26 @@ static void rope_scaling(const cJSON *meta, const char *arch, cJSON *c)
 		cJSON_AddNumberToObject(rs, "original_max_position_embeddings", orig);
 }
 
-/* rope_freqs.weight as rope_scaling (see gguf.h). */
-static void rope_freqs(const float *f, size_t n, cJSON *c)
+/* The rope divisors as rope_scaling of type longrope (see gguf.h); att < 0:
+ * no attention_factor (Hugging Face derives it as llama.cpp's converter). */
+static void longrope(const float *longf, size_t nl, const float *shortf, size_t ns, double att,
+		     cJSON *c)
 {
-	cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling"), *l[2];
+	cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
 	cJSON_AddStringToObject(rs, "rope_type", "longrope");
+	const float *f[2] = {longf, shortf};
+	size_t n[2] = {nl, ns};
 	for (int k = 0; k < 2; k++) {
-		l[k] = cJSON_AddArrayToObject(rs, k ? "short_factor" : "long_factor");
-		for (size_t i = 0; i < n; i++)
-			cJSON_AddItemToArray(l[k], cJSON_CreateNumber(f[i]));
+		cJSON *l = cJSON_AddArrayToObject(rs, k ? "short_factor" : "long_factor");
+		for (size_t i = 0; i < n[k]; i++)
+			cJSON_AddItemToArray(l, cJSON_CreateNumber(f[k][i]));
 	}
-	cJSON_AddNumberToObject(rs, "factor", 1.0);
-	cJSON_AddNumberToObject(rs, "attention_factor", 1.0);
+	if (att >= 0)
+		cJSON_AddNumberToObject(rs, "attention_factor", att);
 }
 
-cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const float *freqs,
-			 size_t n_freqs, const char *what, struct ck_err *err)
+cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
+			 const struct ck_gguf_rope *rope, const char *what, struct ck_err *err)
 {
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(meta, "general.architecture");
 	size_t ai = 0;
@@ -485,7 +488,7 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const float
 	if (!cJSON_IsString(a) || ai == sizeof HF_ARCHS / sizeof *HF_ARCHS) {
 		ck_fail(err, CK_E_SOURCE,
 			"%s: general.architecture %s%s%s: only llama, qwen2, "
-			"qwen3 and qwen3moe GGUFs get a config.json",
+			"qwen3, qwen3moe and phi3 GGUFs get a config.json",
 			what, cJSON_IsString(a) ? "\"" : "",
 			cJSON_IsString(a) ? a->valuestring : "missing",
 			cJSON_IsString(a) ? "\"" : "");
@@ -551,10 +554,25 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const float
 	}
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
-	if (freqs)
-		rope_freqs(freqs, n_freqs, c);
+	int okr = 1, oka = 1;
+	double orig = num(meta, g, "rope.scaling.original_context_length", &okr);
+	double att = num(meta, g, "rope.scaling.attn_factor", &oka);
+	if (rope && rope->longf && rope->shortf) /* Phi-3's LongRoPE */
+		longrope(rope->longf, rope->n_long, rope->shortf, rope->n_short, oka ? att : -1, c);
+	else if (rope && rope->freqs)
+		longrope(rope->freqs, rope->n_freqs, rope->freqs, rope->n_freqs, 1.0, c);
 	else
 		rope_scaling(meta, g, c);
+	if (!strcmp(g, "phi3")) {
+		int oks = 1;
+		double swa = num(meta, g, "attention.sliding_window", &oks);
+		if (oks && swa > 0)
+			cJSON_AddNumberToObject(c, "sliding_window", swa);
+		else
+			cJSON_AddNullToObject(c, "sliding_window");
+		if (okr)
+			cJSON_AddNumberToObject(c, "original_max_position_embeddings", orig);
+	}
 	cJSON_AddNumberToObject(c, "max_position_embeddings", ctx);
 	if (vocab >= 0)
 		cJSON_AddNumberToObject(c, "vocab_size", (double)vocab);

@@ -22,16 +22,23 @@ int ck_is_gguf(const unsigned char *p, size_t n);
  * summarised as {"type": ..., "count": N}). */
 int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
 		    cJSON **meta, struct ck_err *err);
+/* The rope divisors a GGUF keeps as tensors (each NULL when absent):
+ * Llama 3.1's rope_freqs.weight, Phi-3's rope_factors_long/short.weight. */
+struct ck_gguf_rope {
+	const float *freqs, *longf, *shortf;
+	size_t n_freqs, n_long, n_short;
+};
+
 /* A Hugging Face config.json for the architecture the metadata names
- * (llama, with experts Mixtral; qwen2; qwen3; qwen3moe): hidden size,
+ * (llama, with experts Mixtral; qwen2; qwen3; qwen3moe; phi3): hidden size,
  * head_dim and experts where given, layers, heads, rope, epsilon, the
  * vocabulary size (vocab: the rows of token_embd.weight, or -1) and tied
- * embeddings (tied: no output.weight). freqs (n_freqs of them, or NULL):
- * the file's rope_freqs.weight (Llama 3.1's rope scaling, baked), written
- * as rope_scaling of type longrope with those divisors for both lengths and
- * attention factor 1, which Hugging Face computes as llama.cpp does. NULL
- * with err for other architectures. */
-cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const float *freqs,
-			 size_t n_freqs, const char *what, struct ck_err *err);
+ * embeddings (tied: no output.weight). The rope divisors go into
+ * rope_scaling as type longrope, which Hugging Face computes as llama.cpp
+ * does: Phi-3's long and short lists with its attention factor, and
+ * rope_freqs (Llama 3.1's scaling, baked) as both lists with attention
+ * factor 1. NULL with err for other architectures. */
+cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
+			 const struct ck_gguf_rope *rope, const char *what, struct ck_err *err);
 
 #endif

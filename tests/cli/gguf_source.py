@@ -516,7 +516,8 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
            "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
            "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
-           "block_sparse_moe.gate": "ffn_gate_inp", "mlp.gate": "ffn_gate_inp"}
+           "block_sparse_moe.gate": "ffn_gate_inp", "mlp.gate": "ffn_gate_inp",
+           "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
     vocab, hd = cfg["vocab_size"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     meta = {"general.architecture": (8, arch), f"{arch}.context_length": (4, 2048),
             f"{arch}.embedding_length": (4, cfg["hidden_size"]), f"{arch}.block_count": (4, cfg["num_hidden_layers"]),
@@ -537,6 +538,16 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
         meta[f"{arch}.expert_used_count"] = (4, cfg["num_experts_per_tok"])
     if "moe_intermediate_size" in cfg:
         meta[f"{arch}.expert_feed_forward_length"] = (4, cfg["moe_intermediate_size"])
+    if arch == "phi3":  # as the converter writes them (0: no window)
+        meta["phi3.attention.sliding_window"] = (4, cfg.get("sliding_window") or 0)
+        meta["phi3.rope.scaling.original_context_length"] = \
+            (4, cfg.get("original_max_position_embeddings", cfg["max_position_embeddings"]))
+        rs = cfg.get("rope_scaling") or {}
+        if rs.get("type") == "longrope":
+            orig, ctx = cfg["original_max_position_embeddings"], cfg["max_position_embeddings"]
+            meta["phi3.rope.scaling.attn_factor"] = (6, math.sqrt(1 + math.log(ctx / orig) / math.log(orig)))
+            extra = dict(extra or {}, **{"rope_factors_long.weight": np.float32(rs["long_factor"]),
+                                         "rope_factors_short.weight": np.float32(rs["short_factor"])})
     out, experts = {}, {}
     for k, (dt, shape, a) in st.items():
         g = names.get(k)
@@ -565,32 +576,50 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
 
 def other_archs(d):
     """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
-    head_dim), Mixtral (stacked experts, permuted Q/K) and Qwen3-MoE (stacked
-    experts, Q/K norms) GGUFs, written here,
+    head_dim), Mixtral (stacked experts, permuted Q/K), Qwen3-MoE (stacked
+    experts, Q/K norms) and Phi-3 (fused qkv and gate/up; a 128k one with
+    LongRoPE's divisors, which config.json carries) GGUFs, written here,
     map back to the Hugging Face bytes with their shipped mappings, through a
     config.json made from the metadata that says what the source's does; the
     same for the GGUFs ckptfs's own view serves."""
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
-                               ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", [])):
+                               ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []), ("phi3", "phi3", []),
+                               ("phi3-longrope", "phi3", [])):
         src = os.path.join(d, "src-" + model)
-        ckref.run(MKCKPT, "--model", model, *extra, src)
+        ckref.run(MKCKPT, "--model", model.split("-long")[0], *extra, src)
         cfg = json.load(open(os.path.join(src, "config.json")))
+        if model == "phi3-longrope":  # a 128k model: LongRoPE's divisors and a window
+            cfg.update(original_max_position_embeddings=512, sliding_window=262,
+                       rope_scaling={"type": "longrope", "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
+                                     "short_factor": [1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]})
+            json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+        tag, model = model, model.split("-long")[0]  # tag names the files, model the mapping
         mp = MAP.replace("gguf-llama-to-hf", f"gguf-{model.replace('-', '')}-to-hf")
-        good = os.path.join(d, model + ".gguf")
+        good = os.path.join(d, tag + ".gguf")
         llama_gguf(src, good, True, arch=arch)
         p = run("diff", src, good, "--mapping", mp)
         assert p.returncode == 0 and " 0 differ in values" in p.stdout, (model, p.stdout + p.stderr)
-        out = os.path.join(d, "hf-" + model)
+        out = os.path.join(d, "hf-" + tag)
         assert run("convert", good, out, "--quiet", "--mapping", mp).returncode == 0
         got = json.load(open(os.path.join(out, "config.json")))
         keys = ["architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "vocab_size", "tie_word_embeddings", "rope_theta"]
         keys += {"qwen3": ["head_dim"], "mixtral": ["num_local_experts", "num_experts_per_tok"],
                  "qwen3-moe": ["head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-                               "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"]}.get(model, [])
+                               "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"],
+                 "phi3": ["sliding_window"] + (["original_max_position_embeddings"] if "rope_scaling" in cfg
+                                               else [])}.get(model, [])
         assert all(got.get(k) == cfg.get(k) for k in keys), (model, {k: (got.get(k), cfg.get(k)) for k in keys})
         assert np.float32(got["rms_norm_eps"]) == np.float32(cfg["rms_norm_eps"]), model
-        view = os.path.join(d, "view-" + model)
+        if cfg.get("rope_scaling"):  # the divisors as the source's, the attention factor as HF derives it
+            rs, want = got["rope_scaling"], cfg["rope_scaling"]
+            assert rs["rope_type"] == "longrope" and \
+                np.array_equal(np.float32(rs["long_factor"]), np.float32(want["long_factor"])) and \
+                np.array_equal(np.float32(rs["short_factor"]), np.float32(want["short_factor"])), rs
+            ratio = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
+            assert np.isclose(rs["attention_factor"], math.sqrt(1 + math.log(ratio) / math.log(
+                cfg["original_max_position_embeddings"])), rtol=1e-6), rs
+        view = os.path.join(d, "view-" + tag)
         assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
         p = run("diff", src, os.path.join(view, "model.gguf"), "--mapping", mp)
         assert p.returncode == 0, (model, p.stdout + p.stderr)
@@ -599,7 +628,8 @@ def other_archs(d):
             llama_gguf(src, bad, False, arch=arch)
             p = run("diff", src, bad, "--mapping", mp)
             assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
-    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral and Qwen3-MoE (stacked experts) GGUFs, written here "
+    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral and Qwen3-MoE (stacked experts) and Phi-3 "
+          "(fused, with and without LongRoPE's divisors) GGUFs, written here "
           "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "
           "the source's does; Mixtral's without the Q/K permutation differs")
 

@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct ck_err err;
 		cJSON *meta;
 		if (ck_gguf_read_fd(fd, size, "fuzz", &h, &meta, &err) == 0) {
-			cJSON *c = ck_gguf_hf_config(meta, 32, 1, NULL, 0, "fuzz", &err);
+			cJSON *c = ck_gguf_hf_config(meta, 32, 1, NULL, "fuzz", &err);
 			cJSON_Delete(c);
 			cJSON_Delete(meta);
 			ck_file_tensors_free(&h);
