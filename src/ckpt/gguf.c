@@ -460,9 +460,11 @@ static void rope_scaling(const cJSON *meta, const char *arch, cJSON *c)
 }
 
 /* The rope divisors as rope_scaling of type longrope (see gguf.h); att < 0:
- * no attention_factor (Hugging Face derives it as llama.cpp's converter). */
+ * no attention_factor (Hugging Face derives it as llama.cpp's converter
+ * does). factor: what Hugging Face reads when the config has no
+ * original_max_position_embeddings (it fails without one there). */
 static void longrope(const float *longf, size_t nl, const float *shortf, size_t ns, double att,
-		     cJSON *c)
+		     double factor, cJSON *c)
 {
 	cJSON *rs = cJSON_AddObjectToObject(c, "rope_scaling");
 	cJSON_AddStringToObject(rs, "rope_type", "longrope");
@@ -473,6 +475,7 @@ static void longrope(const float *longf, size_t nl, const float *shortf, size_t 
 		for (size_t i = 0; i < n[k]; i++)
 			cJSON_AddItemToArray(l, cJSON_CreateNumber(f[k][i]));
 	}
+	cJSON_AddNumberToObject(rs, "factor", factor);
 	if (att >= 0)
 		cJSON_AddNumberToObject(rs, "attention_factor", att);
 }
@@ -558,9 +561,10 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
 	double orig = num(meta, g, "rope.scaling.original_context_length", &okr);
 	double att = num(meta, g, "rope.scaling.attn_factor", &oka);
 	if (rope && rope->longf && rope->shortf) /* Phi-3's LongRoPE */
-		longrope(rope->longf, rope->n_long, rope->shortf, rope->n_short, oka ? att : -1, c);
+		longrope(rope->longf, rope->n_long, rope->shortf, rope->n_short, oka ? att : -1,
+			 okr && orig > 0 ? ctx / orig : 1.0, c);
 	else if (rope && rope->freqs)
-		longrope(rope->freqs, rope->n_freqs, rope->freqs, rope->n_freqs, 1.0, c);
+		longrope(rope->freqs, rope->n_freqs, rope->freqs, rope->n_freqs, 1.0, 1.0, c);
 	else
 		rope_scaling(meta, g, c);
 	if (!strcmp(g, "phi3")) {

@@ -374,7 +374,7 @@ def llama_cpp_logits(d):
     r_rope = rel(got_r, want_r)
     rs = cfg_r["rope_scaling"]
     assert rs["rope_type"] == "longrope" and rs["long_factor"] == rs["short_factor"] == freqs.tolist() and \
-        rs["attention_factor"] == 1, rs
+        rs["attention_factor"] == 1 and rs["factor"] == 1, rs
     assert r_rope < 1e-3 and got_r.argmax(-1).tolist() == want_r.argmax(-1).tolist(), r_rope
     r_norope = rel(got, want_r)  # the Hugging Face model without the divisors
     assert r_norope > 100 * max(r_rope, 1e-6), f"rope_freqs changes nothing ({r_norope:.1e})"
@@ -618,7 +618,7 @@ def other_archs(d):
                 np.array_equal(np.float32(rs["short_factor"]), np.float32(want["short_factor"])), rs
             ratio = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
             assert np.isclose(rs["attention_factor"], math.sqrt(1 + math.log(ratio) / math.log(
-                cfg["original_max_position_embeddings"])), rtol=1e-6), rs
+                cfg["original_max_position_embeddings"])), rtol=1e-6) and rs["factor"] == ratio, rs
         view = os.path.join(d, "view-" + tag)
         assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
         p = run("diff", src, os.path.join(view, "model.gguf"), "--mapping", mp)
