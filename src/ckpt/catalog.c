@@ -465,7 +465,9 @@ static int gguf_divisors(const struct ck_catalog *cat, const char *name, float *
 /* A GGUF without a config.json beside it: one made from its metadata and
  * its rope divisors, so mappings to Hugging Face names get their
  * parameters (not an error when the architecture has none: the tensors
- * are there under GGUF names). */
+ * are there under GGUF names; an error when one that has is described by
+ * metadata config.json cannot say, rather than a config of another
+ * model). */
 static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
 {
 	enum { CAP = 4096 }; /* head_dim / 2 divisors each */
@@ -487,13 +489,13 @@ static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
 				    nd[1],
 				    nd[2]};
 	const struct ck_catalog_entry *emb = ck_catalog_find(cat, "token_embd.weight");
-	struct ck_err ignored;
-	cJSON *c = ck_gguf_hf_config(cat->meta, emb ? emb->t.shape[0] : -1,
-				     ck_catalog_find(cat, "output.weight") == NULL, &rope,
-				     cat->source, &ignored);
+	cJSON *c;
+	int r = ck_gguf_hf_config(cat->meta, emb ? emb->t.shape[0] : -1,
+				  ck_catalog_find(cat, "output.weight") == NULL, &rope, cat->source,
+				  &c, err);
 	free(d);
-	if (!c)
-		return 0;
+	if (r < 0 || !c)
+		return r;
 	char *txt = cJSON_Print(c);
 	size_t n = txt ? strlen(txt) : 0;
 	char *raw = txt ? malloc(n + 2) : NULL;

@@ -1,6 +1,7 @@
 #include "gguf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -480,23 +481,70 @@ static void longrope(const float *longf, size_t nl, const float *shortf, size_t 
 		cJSON_AddNumberToObject(rs, "attention_factor", att);
 }
 
-cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
-			 const struct ck_gguf_rope *rope, const char *what, struct ck_err *err)
+/* rope.dimension_count against the head. Hugging Face's Phi-3 rotates the
+ * first int(head_dim * partial_rotary_factor) dims (Phi-4-mini: 96 of 128),
+ * which are the ones llama.cpp's phi3 rotates; the other architectures
+ * rotate the whole head in Hugging Face, so a GGUF of theirs that rotates
+ * less is refused rather than described as another model. The divisor
+ * lists hold one number per rotated pair, as both read them. */
+static int rotary(const cJSON *meta, const char *g, double head, const struct ck_gguf_rope *rope,
+		  cJSON *c, const char *what, struct ck_err *err)
 {
+	int ok = 1;
+	double rot = num(meta, g, "rope.dimension_count", &ok);
+	if (!ok)
+		rot = head;
+	if (!(head >= 2 && head <= 65536 && head == floor(head)))
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: %s's head has %g dims (attention.key_length, else "
+			       "embedding_length / attention.head_count): must be a whole number "
+			       "from 2 to 65536",
+			       what, g, head);
+	if (!(rot >= 2 && rot <= head && fmod(rot, 2) == 0))
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: %s.rope.dimension_count %g: must be even, from 2 to the "
+			       "head's %g dims",
+			       what, g, rot, head);
+	if (rot < head && strcmp(g, "phi3"))
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: %s.rope.dimension_count %g rotates part of the head's %g "
+			       "dims: Hugging Face's %s rotates all of them",
+			       what, g, rot, head, g);
+	if (rot < head) {
+		double f = rot / head;
+		if (floor(head * f) != rot)
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: phi3.rope.dimension_count %g of %g dims is no "
+				       "partial_rotary_factor Hugging Face rounds back to it",
+				       what, rot, head);
+		cJSON_AddNumberToObject(c, "partial_rotary_factor", f);
+	}
+	static const char *const names[3] = {"rope_freqs.weight", "rope_factors_long.weight",
+					     "rope_factors_short.weight"};
+	size_t n[3] = {rope ? rope->n_freqs : 0, rope ? rope->n_long : 0, rope ? rope->n_short : 0};
+	if (!n[1] != !n[2])
+		return ck_fail(err, CK_E_SOURCE, "%s: %s without %s: LongRoPE needs both", what,
+			       names[n[1] ? 1 : 2], names[n[1] ? 2 : 1]);
+	for (int k = 0; k < 3; k++)
+		if (n[k] && n[k] != (size_t)(rot / 2))
+			return ck_fail(err, CK_E_SOURCE,
+				       "%s: %s has %zu numbers: the rope rotates %g pairs "
+				       "(rope.dimension_count / 2)",
+				       what, names[k], n[k], rot / 2);
+	return 0;
+}
+
+int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct ck_gguf_rope *rope,
+		      const char *what, cJSON **out, struct ck_err *err)
+{
+	*out = NULL;
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(meta, "general.architecture");
 	size_t ai = 0;
 	while (cJSON_IsString(a) && ai < sizeof HF_ARCHS / sizeof *HF_ARCHS &&
 	       strcmp(a->valuestring, HF_ARCHS[ai].gguf))
 		ai++;
-	if (!cJSON_IsString(a) || ai == sizeof HF_ARCHS / sizeof *HF_ARCHS) {
-		ck_fail(err, CK_E_SOURCE,
-			"%s: general.architecture %s%s%s: only llama, qwen2, "
-			"qwen3, qwen3moe and phi3 GGUFs get a config.json",
-			what, cJSON_IsString(a) ? "\"" : "",
-			cJSON_IsString(a) ? a->valuestring : "missing",
-			cJSON_IsString(a) ? "\"" : "");
-		return NULL;
-	}
+	if (!cJSON_IsString(a) || ai == sizeof HF_ARCHS / sizeof *HF_ARCHS)
+		return 0; /* no Hugging Face counterpart: the tensors under GGUF names */
 	const char *g = HF_ARCHS[ai].gguf;
 	int ok = 1;
 	double hidden = num(meta, g, "embedding_length", &ok),
@@ -511,29 +559,27 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
 	double hd = num(meta, g, "attention.key_length", &okh);
 	double ne = num(meta, g, "expert_count", &oke), nu = num(meta, g, "expert_used_count", &oke);
 	if (!ok) {
-		ck_fail(err, CK_E_SOURCE, "%s: %s metadata is incomplete (embedding_length, "
-					  "block_count, feed_forward_length, attention.head_count, "
-					  "attention.layer_norm_rms_epsilon, context_length)",
-			what, g);
-		return NULL;
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: %s metadata is incomplete (embedding_length, "
+			       "block_count, feed_forward_length, attention.head_count, "
+			       "attention.layer_norm_rms_epsilon, context_length)",
+			       what, g);
 	}
 	int moe = oke && ne > 0 && !strcmp(g, "llama");
 	int okf = 1;
 	double eff = num(meta, g, "expert_feed_forward_length", &okf);
 	if (!strcmp(g, "qwen3moe") && (!oke || !okf || ne < 1)) {
-		ck_fail(err, CK_E_SOURCE,
-			"%s: qwen3moe metadata is incomplete (expert_count, "
-			"expert_used_count, expert_feed_forward_length)",
-			what);
-		return NULL;
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: qwen3moe metadata is incomplete (expert_count, "
+			       "expert_used_count, expert_feed_forward_length)",
+			       what);
 	}
 	const char *cls = moe ? "MixtralForCausalLM" : HF_ARCHS[ai].hf;
 	cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateStringArray(&cls, 1);
 	if (!c || !arch || !cJSON_AddItemToObject(c, "architectures", arch)) {
 		cJSON_Delete(c);
 		cJSON_Delete(arch);
-		ck_fail_sys(err, ENOMEM, "%s", what);
-		return NULL;
+		return ck_fail_sys(err, ENOMEM, "%s", what);
 	}
 	cJSON_AddStringToObject(c, "model_type", moe ? "mixtral" : HF_ARCHS[ai].type);
 	cJSON_AddNumberToObject(c, "hidden_size", hidden);
@@ -543,6 +589,10 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
 	cJSON_AddNumberToObject(c, "num_key_value_heads", kv > 0 ? kv : heads);
 	if (okh && hd > 0)
 		cJSON_AddNumberToObject(c, "head_dim", hd);
+	if (rotary(meta, g, okh && hd > 0 ? hd : hidden / heads, rope, c, what, err) < 0) {
+		cJSON_Delete(c);
+		return -1;
+	}
 	if (moe) {
 		cJSON_AddNumberToObject(c, "num_local_experts", ne);
 		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
@@ -582,5 +632,6 @@ cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
 		cJSON_AddNumberToObject(c, "vocab_size", (double)vocab);
 	cJSON_AddBoolToObject(c, "tie_word_embeddings", tied);
 	cJSON_AddStringToObject(c, "torch_dtype", "float32");
-	return c;
+	*out = c;
+	return 0;
 }

@@ -37,8 +37,12 @@ struct ck_gguf_rope {
  * rope_scaling as type longrope, which Hugging Face computes as llama.cpp
  * does: Phi-3's long and short lists with its attention factor, and
  * rope_freqs (Llama 3.1's scaling, baked) as both lists with attention
- * factor 1. NULL with err for other architectures. */
-cJSON *ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied,
-			 const struct ck_gguf_rope *rope, const char *what, struct ck_err *err);
+ * factor 1. A Phi-3 that rotates part of the head (rope.dimension_count)
+ * gets partial_rotary_factor. *out NULL for an architecture without a
+ * Hugging Face counterpart; -1 with err for metadata that is incomplete or
+ * that config.json cannot say (a partial rope outside Phi-3, divisor lists
+ * of another length than the rotated pairs). */
+int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct ck_gguf_rope *rope,
+		      const char *what, cJSON **out, struct ck_err *err);
 
 #endif

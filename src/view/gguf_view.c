@@ -246,25 +246,41 @@ static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *
 }
 
 /* Phi-3: the sliding window (0 for none, as llama.cpp's converter writes
- * it; a null window is none) and the context the rope was trained on. A
- * partial rotary factor (Phi-4-mini) is refused: the view has no test of a
- * rope on part of the head. */
+ * it; a null window is none) and the context the rope was trained on. */
 static int phi3_meta(const cJSON *c, const struct rope_src *r, double ctx, struct ck_gguf_meta *m,
 		     struct ck_err *err)
 {
-	double swa, orig, rot;
+	double swa, orig;
 	if (cfg_num(c, "sliding_window", 0, 1, 0, UINT32_MAX, &swa, err) < 0 ||
 	    rope_num(r->scaling, c, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX,
-		     &orig, err) < 0 ||
-	    rope_num(r->scaling, c, "partial_rotary_factor", 1, 1, 0, 1, &rot, err) < 0)
+		     &orig, err) < 0)
 		return -1;
-	if (rot != 1)
-		return ck_fail(err, CK_E_SOURCE,
-			       "config.json: partial_rotary_factor %g: the GGUF view "
-			       "serves Phi-3 with the rope on the whole head only",
-			       rot);
 	ck_gguf_meta_u32(m, "phi3.attention.sliding_window", (uint32_t)swa);
 	ck_gguf_meta_u32(m, "phi3.rope.scaling.original_context_length", (uint32_t)orig);
+	return 0;
+}
+
+/* The dims of a head the rope turns: all of them, or for Phi-3 the first
+ * int(head_dim * partial_rotary_factor) as Hugging Face takes them
+ * (Phi-4-mini: 96 of 128), which llama.cpp's phi3 turns when
+ * rope.dimension_count says so (the NeoX pairs within those dims, as
+ * Hugging Face's rotate_half on them). */
+static int rotary_dims(const cJSON *c, const struct rope_src *r, const struct arch *a, double hd,
+		       double *rd, struct ck_err *err)
+{
+	double f;
+	*rd = hd;
+	if (strcmp(a->gguf, "phi3"))
+		return 0;
+	if (rope_num(r->scaling, c, "partial_rotary_factor", 1, 1, 0, 1, &f, err) < 0)
+		return -1;
+	double n = floor(hd * f);
+	if (n < 2 || fmod(n, 2))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: partial_rotary_factor %g turns %g of the head's %g "
+			       "dims: the rope needs an even number, at least 2",
+			       f, n, hd);
+	*rd = n;
 	return 0;
 }
 
@@ -413,7 +429,8 @@ static int llama3_freqs(const cJSON *c, const cJSON *rs, double theta, double hd
 	return 0;
 }
 
-/* One of Phi-3's LongRoPE factor lists (head_dim / 2 numbers) as a tensor. */
+/* One of Phi-3's LongRoPE factor lists as a tensor: one number per rotated
+ * pair (head_dim / 2, or the partial rope's dims / 2). */
 static int longrope_list(const cJSON *rs, const char *key, const char *name, int64_t n,
 			 struct ck_gguf_view *g, struct ck_err *err)
 {
@@ -421,7 +438,7 @@ static int longrope_list(const cJSON *rs, const char *key, const char *name, int
 	if (!cJSON_IsArray(l) || cJSON_GetArraySize(l) != n)
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: rope_scaling.%s must be a list of %lld "
-			       "numbers (head_dim / 2)",
+			       "numbers (the rotated dims / 2)",
 			       key, (long long)n);
 	float *f = calloc((size_t)(n ? n : 1), sizeof *f);
 	if (!f)
@@ -449,7 +466,7 @@ static int longrope_list(const cJSON *rs, const char *key, const char *name, int
  * Face does when the sequence does), and the attention factor Hugging Face
  * scales cos and sin by: rope_scaling.attention_factor, else sqrt(1 +
  * ln(scale) / ln(original)) for scale = max / original positions > 1. */
-static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
+static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double rd,
 			 struct ck_gguf_view *g, struct ck_err *err)
 {
 	double orig, att, scale;
@@ -465,9 +482,9 @@ static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
 		orig = ctx;
 	double def = scale > 1 && orig > 1 ? sqrt(1 + log(scale) / log(orig)) : 1;
 	if (cfg_num(rs, "attention_factor", def, 1, 1e-6, 1e6, &att, err) < 0 ||
-	    longrope_list(rs, "long_factor", "rope_factors_long.weight", (int64_t)hd / 2, g, err) <
+	    longrope_list(rs, "long_factor", "rope_factors_long.weight", (int64_t)rd / 2, g, err) <
 		0 ||
-	    longrope_list(rs, "short_factor", "rope_factors_short.weight", (int64_t)hd / 2, g,
+	    longrope_list(rs, "short_factor", "rope_factors_short.weight", (int64_t)rd / 2, g,
 			  err) < 0)
 		return -1;
 	ck_gguf_meta_f32(&g->meta, "phi3.rope.scaling.attn_factor", (float)att);
@@ -478,16 +495,16 @@ static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double hd,
  * the rope_freqs tensor, Phi-3's longrope as two factor tensors; another
  * type is refused. */
 static int rope_scaling(const cJSON *c, const struct rope_src *r, const struct arch *a, double ctx,
-			double theta, double hd, struct ck_gguf_view *g, struct ck_err *err)
+			double theta, double rd, struct ck_gguf_view *g, struct ck_err *err)
 {
 	const cJSON *rs = r->scaling;
 	if (!rope_scaled(r, rs))
 		return 0;
 	const char *type = rope_type(rs);
 	if (type && !strcmp(type, "llama3") && !strcmp(a->gguf, "llama"))
-		return llama3_freqs(c, rs, theta, hd, g, err);
+		return llama3_freqs(c, rs, theta, rd, g, err);
 	if (type && (!strcmp(type, "longrope") || !strcmp(type, "su")) && !strcmp(a->gguf, "phi3"))
-		return phi3_longrope(c, rs, ctx, hd, g, err);
+		return phi3_longrope(c, rs, ctx, rd, g, err);
 	if (!type || (strcmp(type, "linear") && strcmp(type, "yarn")))
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: rope_scaling type %s: the GGUF view "
@@ -517,7 +534,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		     struct ck_gguf_view *g, struct ck_err *err)
 {
 	struct ck_gguf_meta *m = &g->meta;
-	double ctx, H, ff, L, nh, nkv, theta, eps, hd, ne = 0, nu = 0;
+	double ctx, H, ff, L, nh, nkv, theta, eps, hd, rd, ne = 0, nu = 0;
 	struct rope_src r;
 	rope_src_of(c, &r);
 	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
@@ -528,7 +545,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
 	    cfg_num(r.theta, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
 	    cfg_num(c, "rms_norm_eps", 0, 0, 0, 1, &eps, err) < 0 ||
-	    cfg_num(c, "head_dim", (double)((int64_t)H / (int64_t)nh), 1, 1, 65535, &hd, err) < 0)
+	    cfg_num(c, "head_dim", (double)((int64_t)H / (int64_t)nh), 1, 1, 65535, &hd, err) < 0 ||
+	    rotary_dims(c, &r, a, hd, &rd, err) < 0)
 		return -1;
 	if (strstr(a->hf, "Mixtral") &&
 	    (cfg_num(c, "num_local_experts", 0, 0, 1, 65535, &ne, err) < 0 ||
@@ -547,7 +565,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	ck_gguf_meta_u32(m, KEY("attention.head_count_kv"), (uint32_t)nkv);
 	ck_gguf_meta_f32(m, KEY("rope.freq_base"), (float)theta);
 	ck_gguf_meta_f32(m, KEY("attention.layer_norm_rms_epsilon"), (float)eps);
-	ck_gguf_meta_u32(m, KEY("rope.dimension_count"), (uint32_t)hd);
+	ck_gguf_meta_u32(m, KEY("rope.dimension_count"), (uint32_t)rd);
 	if ((int64_t)hd * (int64_t)nh != (int64_t)H) { /* an explicit head_dim (Qwen3) */
 		ck_gguf_meta_u32(m, KEY("attention.key_length"), (uint32_t)hd);
 		ck_gguf_meta_u32(m, KEY("attention.value_length"), (uint32_t)hd);
@@ -565,7 +583,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "qwen3moe") && qwen3moe_meta(c, m, err) < 0)
 		return -1;
 #undef KEY
-	return rope_scaling(c, &r, a, ctx, theta, hd, g, err);
+	return rope_scaling(c, &r, a, ctx, theta, rd, g, err);
 }
 
 static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)

@@ -221,7 +221,8 @@ def phi3_unfuse(src, cfg):
 
 def llama_parts(cfg, hd, T):
     """What every Llama-style forward pass here shares: RMSNorm, the rotary
-    embedding on halves (cos, sin for T positions) and the causal mask."""
+    embedding on halves (cos, sin for T positions, over the head's first
+    int(hd * partial_rotary_factor) dims) and the causal mask."""
     import torch
     eps = cfg["rms_norm_eps"]
 
@@ -231,6 +232,7 @@ def llama_parts(cfg, hd, T):
     def rot(x):
         h = x.shape[-1] // 2
         return torch.cat([-x[..., h:], x[..., :h]], -1)
+    hd = int(hd * cfg.get("partial_rotary_factor", 1.0))  # Phi-4-mini: the first 3/4 of a head turn
     inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
     rs = cfg.get("rope_scaling") or {}
     if rs.get("rope_type") == "llama3":  # Hugging Face's _compute_llama3_parameters
@@ -257,7 +259,8 @@ def llama_parts(cfg, hd, T):
 
 def llama_forward(w, cfg, toks):
     """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral in plain torch: RMSNorm,
-    rotary embedding on halves, grouped-query attention (with Q/K/V biases,
+    rotary embedding on halves (of part of the head with Phi-3's
+    partial_rotary_factor), grouped-query attention (with Q/K/V biases,
     per-head Q/K norms), SwiGLU or top-k experts (softmax, renormalized)."""
     import torch
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
@@ -285,6 +288,10 @@ def llama_forward(w, cfg, toks):
                 out[t] += top[t, j] * lin(y, x + "w2")
         return out
     rms, rot, cos, sin, mask = llama_parts(cfg, hd, T)
+
+    def turn(x):  # the rope on the first cos.shape[-1] dims, the rest as they are
+        y = x[..., :cos.shape[-1]]
+        return torch.cat([y * cos + rot(y) * sin, x[..., cos.shape[-1]:]], -1)
     x = w["model.embed_tokens.weight"][toks]
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
@@ -295,7 +302,7 @@ def llama_forward(w, cfg, toks):
         if p + "self_attn.q_norm.weight" in w:
             q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(0, 1), k.transpose(0, 1)
-        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        q, k = turn(q), turn(k)
         k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
         a = torch.softmax(q @ k.transpose(1, 2) / hd ** 0.5 + mask, -1) @ v
         x = x + lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj")
@@ -524,7 +531,7 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
             f"{arch}.feed_forward_length": (4, cfg["intermediate_size"]),
             f"{arch}.attention.head_count": (4, cfg["num_attention_heads"]),
             f"{arch}.attention.head_count_kv": (4, cfg["num_key_value_heads"]),
-            f"{arch}.rope.dimension_count": (4, hd),
+            f"{arch}.rope.dimension_count": (4, int(hd * cfg.get("partial_rotary_factor", 1.0))),
             f"{arch}.attention.layer_norm_rms_epsilon": (6, cfg["rms_norm_eps"]),
             f"{arch}.rope.freq_base": (6, float(cfg["rope_theta"])),
             "tokenizer.ggml.model": (8, "gpt2"),
@@ -578,13 +585,15 @@ def other_archs(d):
     """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
     head_dim), Mixtral (stacked experts, permuted Q/K), Qwen3-MoE (stacked
     experts, Q/K norms) and Phi-3 (fused qkv and gate/up; a 128k one with
-    LongRoPE's divisors, which config.json carries) GGUFs, written here,
+    LongRoPE's divisors, which config.json carries; a Phi-4-mini-style one
+    whose rope turns 3/4 of each head, partial_rotary_factor in config.json)
+    GGUFs, written here,
     map back to the Hugging Face bytes with their shipped mappings, through a
     config.json made from the metadata that says what the source's does; the
     same for the GGUFs ckptfs's own view serves."""
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
                                ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []), ("phi3", "phi3", []),
-                               ("phi3-longrope", "phi3", [])):
+                               ("phi3-longrope", "phi3", []), ("phi3-longrope-partial", "phi3", ["--tie"])):
         src = os.path.join(d, "src-" + model)
         ckref.run(MKCKPT, "--model", model.split("-long")[0], *extra, src)
         cfg = json.load(open(os.path.join(src, "config.json")))
@@ -592,6 +601,12 @@ def other_archs(d):
             cfg.update(original_max_position_embeddings=512, sliding_window=262,
                        rope_scaling={"type": "longrope", "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
                                      "short_factor": [1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.7, 2.0]})
+            json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+        if model == "phi3-longrope-partial":  # Phi-4-mini: 3/4 of each head turns (12 of 16), tied
+            assert cfg["hidden_size"] // cfg["num_attention_heads"] == 16, cfg
+            cfg.update(original_max_position_embeddings=512, sliding_window=262, partial_rotary_factor=0.75,
+                       rope_scaling={"type": "longrope", "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0],
+                                     "short_factor": [1.0, 1.05, 1.1, 1.2, 1.3, 1.5]})
             json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
         tag, model = model, model.split("-long")[0]  # tag names the files, model the mapping
         mp = MAP.replace("gguf-llama-to-hf", f"gguf-{model.replace('-', '')}-to-hf")
@@ -607,8 +622,8 @@ def other_archs(d):
         keys += {"qwen3": ["head_dim"], "mixtral": ["num_local_experts", "num_experts_per_tok"],
                  "qwen3-moe": ["head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"],
-                 "phi3": ["sliding_window"] + (["original_max_position_embeddings"] if "rope_scaling" in cfg
-                                               else [])}.get(model, [])
+                 "phi3": ["sliding_window", "partial_rotary_factor"] +
+                 (["original_max_position_embeddings"] if "rope_scaling" in cfg else [])}.get(model, [])
         assert all(got.get(k) == cfg.get(k) for k in keys), (model, {k: (got.get(k), cfg.get(k)) for k in keys})
         assert np.float32(got["rms_norm_eps"]) == np.float32(cfg["rms_norm_eps"]), model
         if cfg.get("rope_scaling"):  # the divisors as the source's, the attention factor as HF derives it
@@ -629,7 +644,7 @@ def other_archs(d):
             p = run("diff", src, bad, "--mapping", mp)
             assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
     print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral and Qwen3-MoE (stacked experts) and Phi-3 "
-          "(fused, with and without LongRoPE's divisors) GGUFs, written here "
+          "(fused, with and without LongRoPE's divisors; Phi-4-mini's partial rope, tied) GGUFs, written here "
           "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "
           "the source's does; Mixtral's without the Q/K permutation differs")
 
@@ -696,7 +711,37 @@ def hostile(d):
         llama_gguf(src, p, True, extra={"rope_freqs.weight": freqs})
         r = run("inspect", p, timeout=20)
         assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr, (name, r.stderr)
-    print("hostile GGUF headers: 16 classes refused with one line; rope_freqs.weight NaN, negative or 2-D too")
+    # a llama GGUF without its hyper-parameters: refused, not served without a config.json
+    r = run("inspect", ok, timeout=20)
+    assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and \
+        "llama metadata is incomplete (embedding_length" in r.stderr, r.stderr
+    # the rotated width (rope.dimension_count) and the divisor lists against it:
+    # a config.json cannot say a partial rope outside Phi-3, an odd width, or
+    # lists of another length than the rotated pairs
+    phi = os.path.join(d, "hostile-phi3")
+    ckref.run(MKCKPT, "--model", "phi3", phi)
+    lr = {"type": "longrope", "long_factor": [1.0] * 8, "short_factor": [1.0] * 8}
+    for name, base, arch, change, extra, want in (
+            ("rope-part-llama", src, "llama", {"partial_rotary_factor": 0.5}, None,
+             "llama.rope.dimension_count 8 rotates part of the head's 16 dims: Hugging Face's llama rotates all"),
+            ("rope-odd", phi, "phi3", {"partial_rotary_factor": 0.6875}, None,
+             "phi3.rope.dimension_count 11: must be even, from 2 to the head's 16 dims"),
+            ("rope-long-len", phi, "phi3", {"partial_rotary_factor": 0.75, "rope_scaling": lr,
+                                            "original_max_position_embeddings": 512}, None,
+             "rope_factors_long.weight has 8 numbers: the rope rotates 6 pairs"),
+            ("rope-long-only", phi, "phi3", {}, {"rope_factors_long.weight": np.ones(8, np.float32)},
+             "rope_factors_long.weight without rope_factors_short.weight")):
+        tmp = os.path.join(d, name + "-src")
+        shutil.copytree(base, tmp)
+        cfg = json.load(open(os.path.join(tmp, "config.json")))
+        json.dump(dict(cfg, **change), open(os.path.join(tmp, "config.json"), "w"))
+        p = os.path.join(d, name + ".gguf")
+        llama_gguf(tmp, p, arch == "llama", arch=arch, extra=extra)
+        r = run("inspect", p, timeout=20)
+        assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr, (name, r.stderr)
+    print("hostile GGUF headers: 16 classes refused with one line; rope_freqs.weight NaN, negative or 2-D too; "
+          "a partial rope outside Phi-3, an odd one, divisor lists of another length, long without short, "
+          "incomplete metadata")
 
 
 def main():

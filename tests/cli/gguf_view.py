@@ -677,8 +677,8 @@ def phi3(d, rng, lib):
     the sliding window and rope context in the metadata; llama.cpp's logits
     against the torch Llama forward over the weights split into q/k/v and
     gate/up (gguf_source.phi3_unfuse). Negative control: a source with the
-    gate and up halves swapped must differ. A partial rotary factor
-    (Phi-4-mini) is refused."""
+    gate and up halves swapped must differ. Then LongRoPE, and Phi-4-mini's
+    partial rope."""
     import torch
     src, cfg, w = make_model(d, "phi3", rng)
     cfg["sliding_window"] = 2047  # Phi-3-mini-4k's
@@ -723,12 +723,52 @@ def phi3(d, rng, lib):
     with Mount(bad, opts="gguf=F32") as m:
         r_bad, _ = logits(m.path("model.gguf"), llama, cfg)
     assert r_bad > 100 * max(r, 1e-6), f"phi3: gate and up swapped still match ({r_bad:.1e})"
-    json.dump(dict(cfg, partial_rotary_factor=0.75), open(os.path.join(bad, "config.json"), "w"))
-    refused(["inspect", bad, "--format", "gguf"], "partial_rotary_factor 0.75", 3)
     r_long = phi3_longrope(d, src, cfg, llama)
+    r_part, r_whole = phi4_mini(d, src, cfg, w, llama)
     print(f"phi3: fused attn_qkv and ffn_up exact, sliding window in the metadata; llama.cpp's logits "
           f"{r:.1e} relative to torch, same greedy; gate and up swapped: off by {r_bad:.1e}; "
-          f"LongRoPE (128k-style) {r_long:.1e}; a partial rotary factor refused")
+          f"LongRoPE (128k-style) {r_long:.1e}; Phi-4-mini's partial rope, tied, {r_part:.1e} "
+          f"(against the whole head turned {r_whole:.1e}); an odd or empty rotated width refused")
+
+
+def phi4_mini(d, src, cfg, w, llama):
+    """Phi-4-mini: partial_rotary_factor 0.75 turns the first 6 of each
+    head's 8 dims (Hugging Face takes int(head_dim * factor)), with LongRoPE
+    lists of one number per turned pair and tied embeddings (no lm_head).
+    The metadata says 6 dims, the factor tensors hold 3 and there is no
+    output.weight; llama.cpp's logits against torch turning those 6 dims,
+    and against torch turning the whole head they differ. A factor that
+    turns an odd number of dims, or none, is refused."""
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    assert hd == 8, hd
+    rs = {"type": "longrope", "long_factor": [1.0, 2.5, 9.0], "short_factor": [1.0, 1.2, 1.6]}
+    c = dict(cfg, partial_rotary_factor=0.75, rope_scaling=rs, original_max_position_embeddings=8,
+             tie_word_embeddings=True, _name_or_path="phi4-mini")
+    p4 = os.path.join(d, "phi4-mini")
+    shutil.copytree(src, p4)
+    tied = {k: v for k, v in w.items() if k != "lm_head.weight"}
+    ckref.write_safetensors(os.path.join(p4, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in tied.items()})
+    json.dump(c, open(os.path.join(p4, "config.json"), "w"))
+    held = {k: a for k, a in llama.items() if k != "lm_head.weight"}
+    whole = dict(c, partial_rotary_factor=1.0, rope_scaling=dict(rs, long_factor=rs["long_factor"] + [1.0],
+                                                                  short_factor=rs["short_factor"] + [1.0]))
+    with Mount(p4, opts="gguf=F32") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = read_gguf(path)
+        assert meta["phi3.rope.dimension_count"] == 6, meta["phi3.rope.dimension_count"]
+        assert "output.weight" not in tensors and "token_embd.weight" in tensors, sorted(tensors)
+        for name, key in (("rope_factors_long.weight", "long_factor"), ("rope_factors_short.weight", "short_factor")):
+            assert np.array_equal(np.frombuffer(tensors[name], np.float32), np.float32(rs[key])), name
+        r, same = logits(path, held, c)
+        r_whole, _ = logits(path, held, whole)
+    assert r < 1e-3 and same, f"phi4-mini: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    assert r_whole > 100 * max(r, 1e-6), f"phi4-mini: the whole head turned matches too ({r_whole:.1e})"
+    for f, says in ((0.625, "partial_rotary_factor 0.625 turns 5 of the head's 8 dims"),
+                    (0.1, "partial_rotary_factor 0.1 turns 0 of the head's 8 dims")):
+        json.dump(dict(c, partial_rotary_factor=f), open(os.path.join(p4, "config.json"), "w"))
+        refused(["inspect", p4, "--format", "gguf"], says, 3)
+    return r, r_whole
 
 
 def phi3_longrope(d, src, cfg, llama):
