@@ -1,4 +1,5 @@
 #include "gguf_view.h"
+#include "gguf_text_config.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -27,6 +28,7 @@ static const struct arch {
     {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
     {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
     {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1},
+    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-vlm-to-gguf", 1},
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1},
 };
 
@@ -84,7 +86,7 @@ static const struct arch *find_arch(const cJSON *config, struct ck_err *err)
 	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++)
 		if (!strcmp(name, ARCHS[k].hf))
 			return &ARCHS[k];
-	char list[256] = "";
+	char list[512] = "";
 	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++)
 		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
 			 ARCHS[k].hf);
@@ -615,10 +617,10 @@ static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)
 }
 
 /* general.name: the config's _name_or_path, else the source's directory. */
-static void model_name(const struct ck_catalog *cat, char *out, size_t n)
+static void model_name(const struct ck_catalog *cat, const cJSON *cfg, char *out, size_t n)
 {
-	const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cat->config,
-									     "_name_or_path"));
+	const char *s =
+	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "_name_or_path"));
 	if (!s || !*s)
 		s = cat->dir ? cat->dir : cat->source;
 	size_t len = strlen(s);
@@ -630,7 +632,7 @@ static void model_name(const struct ck_catalog *cat, char *out, size_t n)
 	snprintf(out, n, "%.*s", (int)(s + len - b), b);
 }
 
-static int load_vocab(const struct ck_catalog *cat, const struct arch *a,
+static int load_vocab(const struct ck_catalog *cat, const cJSON *cfg, const struct arch *a,
 		      const struct ck_gguf_opts *o, const struct ck_plan *p, struct ck_vocab *v,
 		      struct ck_err *err)
 {
@@ -639,8 +641,8 @@ static int load_vocab(const struct ck_catalog *cat, const struct arch *a,
 		return ck_fail(err, CK_E_MAPPING, "the GGUF view has no 2-D token_embd.weight");
 	if (o->vocab_none)
 		return ck_vocab_placeholder(emb->v.shape[0], v, err);
-	int r = cat->dir ? ck_vocab_load(cat->dir, cat->config, emb->v.shape[0], a->spm, o->pre, v, err)
-			 : 1;
+	int r =
+	    cat->dir ? ck_vocab_load(cat->dir, cfg, emb->v.shape[0], a->spm, o->pre, v, err) : 1;
 	if (r == 1)
 		return ck_fail(err, CK_E_SOURCE, "%s: no tokenizer.json or tokenizer.model beside the "
 						 "checkpoint (-o gguf_vocab=none serves placeholder "
@@ -659,7 +661,10 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 		return ck_fail(err, CK_E_SOURCE, "%s: no config.json: the GGUF view needs the "
 						 "architecture and its hyper-parameters",
 			       cat->source);
-	const struct arch *a = find_arch(cat->config, err);
+	const cJSON *cfg;
+	if (ck_gguf_text_config(cat->config, &cfg, &g->config, err) < 0)
+		return -1;
+	const struct arch *a = find_arch(cfg, err);
 	char path[PATH_MAX];
 	struct ck_mapping *all[CK_MAX_MAPPINGS + 1];
 	if (!a || n_maps > CK_MAX_MAPPINGS || ck_mapping_resolve(a->mapping, path, sizeof path, err) < 0 ||
@@ -673,10 +678,10 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	g->arch = a->gguf;
 	g->type = ft->name;
 	char name[256];
-	model_name(cat, name, sizeof name);
+	model_name(cat, cfg, name, sizeof name);
 	if (assign_types(g->plan, ft, err) < 0 ||
-	    load_vocab(cat, a, o, g->plan, &g->vocab, err) < 0 ||
-	    arch_meta(cat->config, a, ft, name, g, err) < 0)
+	    load_vocab(cat, cfg, a, o, g->plan, &g->vocab, err) < 0 ||
+	    arch_meta(cfg, a, ft, name, g, err) < 0)
 		goto fail;
 	vocab_meta(&g->vocab, &g->meta);
 	if (ck_gguf_build(g->plan, &g->meta, g->extra, g->n_extra, &g->file, err) < 0)
@@ -695,6 +700,7 @@ void ck_gguf_view_free(struct ck_gguf_view *g)
 	ck_gguf_meta_free(&g->meta);
 	ck_vocab_free(&g->vocab);
 	ck_mapping_free(g->arch_map);
+	cJSON_Delete(g->config);
 	for (size_t k = 0; k < g->n_extra; k++)
 		free(g->extra[k].data);
 	memset(g, 0, sizeof *g);

@@ -873,7 +873,7 @@ def gemma(d, rng, lib):
                 refused(["mount", nocap, mnt, "-o", "gguf"], says)
                 assert not os.listdir(mnt)
         if gen == 3:
-            caps = gemma3_controls(d, src, cfg, w, want, r)
+            caps = gemma3_controls(d, src, cfg, w, want, r) + gemma3_vlm(d, src, cfg, w, want)
         print(f"{arch}: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
               f"{arch}, same greedy; norms left as offsets: off by {r_bad:.1e}{caps}")
 
@@ -931,6 +931,71 @@ def gemma3_controls(d, src, cfg, w, want, r):
         refused(["inspect", bad, "--format", "gguf"], says, 3)
     return (f"; Q/K norms alone left as offsets: off by {r_qk:.1e}; 10 configs llama.cpp cannot run "
             "refused; transformers 5's rope_parameters: the same bytes")
+
+
+def gemma3_vlm(d, src, cfg, w, want):
+    """Gemma 3's multimodal checkpoints (Gemma3ForConditionalGeneration: the
+    4B, 12B, 27B): the text model's fields under text_config, most left to
+    Gemma3TextConfig's defaults (the 4B's lists five), its keys under
+    language_model.model. (transformers 4.50) or model.language_model.
+    (later), beside a vision tower and a projector llama.cpp keeps in
+    another file. The defaults, as transformers documents them, are written
+    out here: 8 heads, eps 1e-6, rope bases 1e6 and 10000, the 5:1 pattern,
+    context 131072, window 4096. Both namings serve the bytes of the text
+    model with its config spelled out, and llama.cpp's logits on them equal
+    the torch forward pass. A Gemma3ForCausalLM config without the rope
+    bases is read with the same defaults (before this, with the other
+    families' 10000)."""
+    import torch
+    defaults = {"num_attention_heads": 8, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+                "rope_local_base_freq": 10000.0, "sliding_window_pattern": 6,
+                "max_position_embeddings": 131072, "sliding_window": 4096}
+    assert all(cfg[k] == v for k, v in defaults.items() if k not in ("max_position_embeddings", "sliding_window"))
+    full = dict(cfg, _name_or_path="g3vlm", **defaults)
+    text = os.path.join(d, "g3-text")
+    shutil.copytree(src, text)
+    json.dump(full, open(os.path.join(text, "config.json"), "w"))
+    with Mount(text, opts="gguf") as m:
+        want_bytes = open(m.path("model.gguf"), "rb").read()
+        meta, _, _ = read_gguf(m.path("model.gguf"))
+    assert (meta["gemma3.rope.freq_base"], meta["gemma3.context_length"], meta["gemma3.attention.sliding_window"],
+            meta["gemma3.attention.head_count"]) == (1e6, 131072, 4096, 8), meta
+    tc = {k: v for k, v in cfg.items() if k not in defaults and k not in (
+        "architectures", "attn_logit_softcapping", "final_logit_softcapping", "tie_word_embeddings")}
+    outer = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3", "_name_or_path": "g3vlm",
+             "text_config": dict(tc, model_type="gemma3_text"),
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 16}}
+    rng = np.random.default_rng(5)
+    vision = {"vision_tower.vision_model.embeddings.patch_embedding.weight": (16, 3, 2, 2),
+              "vision_tower.vision_model.post_layernorm.weight": (16,),
+              "multi_modal_projector.mm_input_projection_weight": (16, cfg["hidden_size"]),
+              "multi_modal_projector.mm_soft_emb_norm.weight": (16,)}
+    got = {}
+    for tag, lm, vis in (("4.50", "language_model.model.", ""), ("later", "model.language_model.", "model.")):
+        vlm = os.path.join(d, "g3-vlm-" + tag)
+        os.makedirs(vlm)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, f), vlm)
+        json.dump(outer, open(os.path.join(vlm, "config.json"), "w"))
+        t = {lm + k[len("model."):]: v for k, v in w.items()}
+        t.update({vis + k: rng.standard_normal(shape).astype(np.float32) for k, shape in vision.items()})
+        if tag == "later":  # saved with the tied head
+            t["lm_head.weight"] = w["model.embed_tokens.weight"]
+        ckref.write_safetensors(os.path.join(vlm, "model.safetensors"),
+                                {k: ("F32", v.shape, v.tobytes()) for k, v in t.items()})
+        with Mount(vlm, opts="gguf") as m:
+            assert open(m.path("model.gguf"), "rb").read() == want_bytes, f"{tag}: another model.gguf"
+            got[tag] = gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS)
+    r = gs.rel(got["4.50"], want)
+    assert r < 1e-3 and torch.equal(got["4.50"].argmax(-1), want.argmax(-1)), f"gemma3 vlm: {r:.1e}"
+    # a Gemma3ForCausalLM config that leaves the rope bases and the rest out
+    json.dump({k: v for k, v in full.items() if k not in defaults}, open(os.path.join(text, "config.json"), "w"))
+    with Mount(text, opts="gguf") as m:
+        assert open(m.path("model.gguf"), "rb").read() == want_bytes, "Gemma3ForCausalLM: defaults not Gemma 3's"
+    json.dump(dict(outer, text_config="gemma3_text"), open(os.path.join(d, "g3-vlm-later", "config.json"), "w"))
+    refused(["inspect", os.path.join(d, "g3-vlm-later"), "--format", "gguf"], "\"text_config\" is not an object", 3)
+    return (f"; Gemma3ForConditionalGeneration (text_config, Gemma3TextConfig's defaults, both key namings, "
+            f"the vision tower dropped): the text model's bytes, llama.cpp {r:.1e}")
 
 
 def spm_model(pieces):
