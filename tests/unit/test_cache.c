@@ -90,23 +90,52 @@ static const unsigned char *src(const char *name)
 	return file + ck_catalog_find(cat, name)->t.offset;
 }
 
-/* Byte j of a target, from the source file. */
-static unsigned char want(const char *name, uint64_t j)
+/* Where a target's bytes come from in the source file, resolved once per
+ * target: the checks compare every byte, and a name lookup per byte was
+ * most of this test's time under ASan. */
+enum ref_kind { REF_TR, REF_HALF, REF_WIDE_T, REF_NARROW_T, REF_PZ, REF_SRC };
+struct ref {
+	enum ref_kind kind;
+	const unsigned char *s;
+	uint64_t half; /* up: the second half of other's columns */
+};
+
+static struct ref ref_of(const char *name)
+{
+	if (!strcmp(name, "tr")) /* tr[k][r] = big[r][k] */
+		return (struct ref){REF_TR, src("big"), 0};
+	if (!strcmp(name, "gate") || !strcmp(name, "up")) /* [R, C/2] halves */
+		return (struct ref){REF_HALF, src("other"), name[0] == 'u' ? C / 2 : 0};
+	if (!strcmp(name, "wt") || !strcmp(name, "zz")) /* wt[k][r] = wide[r][k] */
+		return (struct ref){REF_WIDE_T, src(name[0] == 'w' ? "wide" : "wide2"), 0};
+	if (!strcmp(name, "nt")) /* nt[k][r] = narrow[r][k] */
+		return (struct ref){REF_NARROW_T, src("narrow"), 0};
+	if (!strcmp(name, "pz")) /* wide's rows, then zero rows */
+		return (struct ref){REF_PZ, src("wide"), 0};
+	return (struct ref){REF_SRC, src(name), 0};
+}
+
+/* Byte j of the target r describes, from the source file. */
+static unsigned char ref_at(const struct ref *r, uint64_t j)
 {
 	uint64_t e = j / 4, b = j % 4;
-	if (!strcmp(name, "tr")) /* tr[k][r] = big[r][k] */
-		return src("big")[((e % R) * C + e / R) * 4 + b];
-	if (!strcmp(name, "gate") || !strcmp(name, "up")) { /* [R, C/2] halves */
-		uint64_t r = e / (C / 2), k = e % (C / 2) + (name[0] == 'u' ? C / 2 : 0);
-		return src("other")[(r * C + k) * 4 + b];
+	switch (r->kind) {
+	case REF_TR: return r->s[((e % R) * C + e / R) * 4 + b];
+	case REF_HALF: return r->s[((e / (C / 2)) * C + e % (C / 2) + r->half) * 4 + b];
+	case REF_WIDE_T: return r->s[((e % W) * C + e / W) * 4 + b];
+	case REF_NARROW_T: return r->s[((e % NR) * NC + e / NR) * 4 + b];
+	case REF_PZ: return j < (uint64_t)W * C * 4 ? r->s[j] : 0;
+	default: return r->s[j];
 	}
-	if (!strcmp(name, "wt") || !strcmp(name, "zz")) /* wt[k][r] = wide[r][k] */
-		return src(name[0] == 'w' ? "wide" : "wide2")[((e % W) * C + e / W) * 4 + b];
-	if (!strcmp(name, "nt")) /* nt[k][r] = narrow[r][k] */
-		return src("narrow")[((e % NR) * NC + e / NR) * 4 + b];
-	if (!strcmp(name, "pz")) /* wide's rows, then zero rows */
-		return j < (uint64_t)W * C * 4 ? src("wide")[j] : 0;
-	return src(name)[j];
+}
+
+/* The first byte of buf (target name's bytes from off) that differs. */
+static void check_bytes(const char *name, const unsigned char *buf, uint64_t off, uint64_t len)
+{
+	struct ref r = ref_of(name);
+	for (uint64_t j = 0; j < len; j++)
+		if (buf[j] != ref_at(&r, off + j))
+			ck_abort_msg("%s: byte %llu", name, (unsigned long long)(off + j));
 }
 
 /* A synchronous read through the cache's callback interface. */
@@ -146,9 +175,7 @@ static void check_range(struct ck_cache *c, const char *name, uint64_t off, uint
 {
 	unsigned char *buf = malloc(len);
 	ck_assert_int_eq(cache_read(c, tidx(name), off, len, buf), 0);
-	for (uint64_t j = 0; j < len; j++)
-		if (buf[j] != want(name, off + j))
-			ck_abort_msg("%s: byte %llu", name, (unsigned long long)(off + j));
+	check_bytes(name, buf, off, len);
 	free(buf);
 }
 
@@ -237,8 +264,7 @@ START_TEST(concurrent_readers_share_one_evaluation)
 	for (int k = 0; k < 4; k++) {
 		pthread_join(tid[k], NULL);
 		ck_assert_int_eq(rd[k].err, 0);
-		for (size_t j = 0; j < sizeof rd[k].buf; j++)
-			ck_assert_uint_eq(rd[k].buf[j], want("tr", 8192 + j));
+		check_bytes("tr", rd[k].buf, 8192, sizeof rd[k].buf);
 	}
 	struct ck_cache_stats s;
 	ck_cache_get_stats(c, &s);
@@ -261,8 +287,7 @@ START_TEST(renames_read_from_the_source)
 	unsigned char buf[1000];
 	ck_assert_int_eq(ck_cache_direct(c, t, 123, sizeof buf, &fd, &pos, NULL), 1);
 	ck_assert_int_eq(pread(fd, buf, sizeof buf, (off_t)pos), (ssize_t)sizeof buf);
-	for (size_t j = 0; j < sizeof buf; j++)
-		ck_assert_uint_eq(buf[j], want("keep", 123 + j));
+	check_bytes("keep", buf, 123, sizeof buf);
 	ck_cache_free(c);
 	c = cache_of((struct ck_cache_opts){.cache_size = 1 << 20, .threads = 1, .no_direct = 1});
 	ck_assert_int_eq(ck_cache_is_direct(c, t), 0);
@@ -297,16 +322,12 @@ START_TEST(eval_into_the_callers_buffer)
 	unsigned char *buf = malloc(len);
 	struct ck_err err;
 	ck_assert_msg(ck_cache_eval_into(c, tidx("tr"), off, len, buf, &err) == 0, "%s", err.msg);
-	for (uint64_t j = 0; j < len; j++)
-		if (buf[j] != want("tr", off + j))
-			ck_abort_msg("tr: byte %llu", (unsigned long long)(off + j));
+	check_bytes("tr", buf, off, len);
 	/* padding is written too: the caller's memory is not zeroed for us */
 	uint64_t pz = plan->t[tidx("pz")].nbytes, at = pz - len - 8;
 	memset(buf, 0xAA, len);
 	ck_assert_msg(ck_cache_eval_into(c, tidx("pz"), at, len, buf, &err) == 0, "%s", err.msg);
-	for (uint64_t j = 0; j < len; j++)
-		if (buf[j] != want("pz", at + j))
-			ck_abort_msg("pz: byte %llu", (unsigned long long)(at + j));
+	check_bytes("pz", buf, at, len);
 	struct ck_cache_stats s;
 	ck_cache_get_stats(c, &s);
 	ck_assert_uint_eq(s.streamed_reads, 2);
@@ -391,9 +412,7 @@ static void read_slowly(struct ck_cache *c, const char *const *names, int n)
 		}
 	}
 	for (int i = 0; i < n; i++) {
-		for (uint64_t b = 0, len = plan->t[tidx(names[i])].nbytes; b < len; b++)
-			if (got[i][b] != want(names[i], b))
-				ck_abort_msg("%s: byte %llu", names[i], (unsigned long long)b);
+		check_bytes(names[i], got[i], 0, plan->t[tidx(names[i])].nbytes);
 		free(got[i]);
 	}
 }
