@@ -437,10 +437,52 @@ static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
 static const struct {
 	const char *gguf, *hf, *type;
 } HF_ARCHS[] = {
-    {"llama", "LlamaForCausalLM", "llama"}, {"qwen2", "Qwen2ForCausalLM", "qwen2"},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3"}, {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
-    {"phi3", "Phi3ForCausalLM", "phi3"},
+    {"llama", "LlamaForCausalLM", "llama"},    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"phi3", "Phi3ForCausalLM", "phi3"},       {"gemma", "GemmaForCausalLM", "gemma"},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2"}, {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
 };
+
+/* What Hugging Face's Gemma classes read that llama.cpp keeps in the
+ * metadata or fixes in its code: the tanh GELU; head_dim always (the
+ * classes default to 256); Gemma 2's caps (llama.cpp's defaults 50 and 30
+ * when absent) and window (4096); Gemma 3's window, 5:1 layer pattern and
+ * local base 10000, no caps; the query scale llama.cpp applies,
+ * 1/sqrt(head_dim), but 1/sqrt(hidden / heads) for the 27B types (46 layers
+ * in Gemma 2, 62 in Gemma 3). */
+static void gemma_fields(const cJSON *meta, const char *g, double hidden, double heads,
+			 double layers, double head, cJSON *c)
+{
+	cJSON_AddStringToObject(c, "hidden_act", "gelu_pytorch_tanh");
+	cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+	if (!cJSON_GetObjectItemCaseSensitive(c, "head_dim"))
+		cJSON_AddNumberToObject(c, "head_dim", head);
+	if (!strcmp(g, "gemma"))
+		return;
+	int g3 = !strcmp(g, "gemma3"), ok = 1;
+	double swa = num(meta, g, "attention.sliding_window", &ok);
+	cJSON_AddNumberToObject(c, "sliding_window", ok && swa > 0 ? swa : 4096);
+	cJSON_AddNumberToObject(c, "query_pre_attn_scalar",
+				layers == (g3 ? 62 : 46) ? floor(hidden / heads) : head);
+	if (!g3) {
+		static const char *const caps[2] = {"attn_logit_softcapping",
+						    "final_logit_softcapping"};
+		for (int k = 0; k < 2; k++) {
+			int okc = 1;
+			double v = num(meta, g, caps[k], &okc);
+			cJSON_AddNumberToObject(c, caps[k], okc ? v : k ? 30 : 50);
+		}
+		return;
+	}
+	cJSON_AddNullToObject(c, "attn_logit_softcapping");
+	cJSON_AddNullToObject(c, "final_logit_softcapping");
+	cJSON_AddNumberToObject(c, "rope_local_base_freq", 10000);
+	cJSON_AddNumberToObject(c, "sliding_window_pattern", 6);
+	cJSON *types = cJSON_AddArrayToObject(c, "layer_types");
+	for (int i = 0; types && i < (int)layers && i < 65536; i++)
+		cJSON_AddItemToArray(types, cJSON_CreateString((i + 1) % 6 ? "sliding_attention"
+									   : "full_attention"));
+}
 
 /* rope.scaling.* (linear, yarn) as config.json's rope_scaling. */
 static void rope_scaling(const cJSON *meta, const char *arch, cJSON *c)
@@ -593,6 +635,9 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 		cJSON_Delete(c);
 		return -1;
 	}
+	if (!strncmp(g, "gemma", 5))
+		gemma_fields(meta, g, hidden, heads, layers, okh && hd > 0 ? hd : hidden / heads,
+			     c);
 	if (moe) {
 		cJSON_AddNumberToObject(c, "num_local_experts", ne);
 		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);

@@ -649,6 +649,73 @@ def other_archs(d):
           "the source's does; Mixtral's without the Q/K permutation differs")
 
 
+def gemma_archs(d):
+    """Gemma, Gemma 2 and Gemma 3 GGUFs (llama.cpp's layout: every RMSNorm
+    stored as the full gamma 1 + w; here the GGUF view's files of generated
+    checkpoints) -> Hugging Face through gguf-gemma{,2,3}-to-hf and the
+    config.json made from the metadata. That view must be the model
+    llama.cpp runs: llama.cpp's logits on the GGUF against a torch forward
+    pass of Hugging Face's Gemma (gemma_megatron.hf_forward) over the
+    converted weights and config. The config says what the source's does
+    (heads, head_dim, eps, rope bases, window, caps, query scale); every
+    tensor but the norms is the source's bytes, and each norm w' gives
+    1 + w' equal to the stored gamma. Negative control: the norms taken as
+    the stored gammas are off."""
+    import torch
+    import gemma_megatron as gm
+    modules = os.path.join(TESTS, "..", "build-node", "node_modules")
+    rng = np.random.default_rng(11)
+    toks = [3, 17, 250, 9, 41, 77, 120, 5]
+    out = []
+    for gen, model in ((1, "gemma"), (2, "gemma2"), (3, "gemma3")):
+        src = os.path.join(d, "src-" + model)
+        ckref.run(MKCKPT, "--model", model, "--heads", "4", "--kv-heads", "2", "--vocab", "260",
+                  *(["--layers", "6"] if gen == 3 else []), src)
+        cfg = json.load(open(os.path.join(src, "config.json")))
+        if gen == 2:  # caps that bite on small logits
+            cfg.update(attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
+            json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+        w = {k: ((rng.standard_normal(v[1]) * 0.1) if len(v[1]) == 1 else rng.standard_normal(v[1]) * 0.08)
+             .astype(np.float32) for k, v in ckref.read_checkpoint_dir(src).items()}
+        ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                                {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
+        view, hf = os.path.join(d, "view-" + model), os.path.join(d, "hf-" + model)
+        assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
+        gguf = os.path.join(view, "model.gguf")
+        mp = MAP.replace("gguf-llama-to-hf", f"gguf-{model}-to-hf")
+        p = run("convert", gguf, hf, "--quiet", "--mapping", mp)
+        assert p.returncode == 0, p.stderr
+        got_cfg = json.load(open(os.path.join(hf, "config.json")))
+        keys = ["architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "head_dim", "vocab_size", "rope_theta"]
+        keys += {2: ["attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "query_pre_attn_scalar"],
+                 3: ["sliding_window", "query_pre_attn_scalar", "rope_local_base_freq", "sliding_window_pattern",
+                     "attn_logit_softcapping", "final_logit_softcapping"]}.get(gen, [])
+        assert all(got_cfg.get(k) == cfg.get(k, got_cfg.get(k) if k == "query_pre_attn_scalar" else None)
+                   for k in keys), (model, {k: (got_cfg.get(k), cfg.get(k)) for k in keys})
+        assert np.float32(got_cfg["rms_norm_eps"]) == np.float32(cfg["rms_norm_eps"])
+        assert got_cfg["tie_word_embeddings"] is True and "lm_head.weight" not in w
+        back = {k: v[2] for k, v in ckref.read_checkpoint_dir(hf).items()}
+        assert set(back) == set(w), sorted(set(back) ^ set(w))
+        for k, a in w.items():
+            if k.endswith("norm.weight"):
+                assert np.array_equal(np.float32(1) + back[k], np.float32(1) + a), k
+            else:
+                assert back[k].tobytes() == a.tobytes(), k
+        tw = {k: torch.tensor(v) for k, v in back.items()}
+        want = gm.hf_forward(tw, got_cfg, toks, gen)
+        got = llama_cpp(modules, gguf, toks)
+        r = rel(got, want)
+        assert r < 1e-3 and torch.equal(got.argmax(-1), want.argmax(-1)), f"{model}: llama.cpp vs torch {r:.1e}"
+        gammas = {k: v + 1 if k.endswith("norm.weight") else v for k, v in tw.items()}
+        r_bad = rel(gm.hf_forward(gammas, got_cfg, toks, gen), got)
+        assert r_bad > 100 * max(r, 1e-6), f"{model}: norms as the stored gammas still match ({r_bad:.1e})"
+        out.append(f"{model} {r:.1e} (gammas: {r_bad:.1e})")
+    print("gemma, gemma2, gemma3 GGUFs -> Hugging Face: config as the source's, tensors its bytes, norms 1 + w' "
+          "equal to the stored gammas; llama.cpp's logits on the GGUF against torch over the converted model: " +
+          ", ".join(out))
+
+
 def round_trip(d):
     src = os.path.join(d, "llama")
     ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
@@ -756,6 +823,7 @@ def main():
         quantized(d)
         round_trip(d)
         other_archs(d)
+        gemma_archs(d)
         hostile(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
