@@ -649,6 +649,14 @@ def other_archs(d):
           "the source's does; Mixtral's without the Q/K permutation differs")
 
 
+def typed(v):
+    """A metadata value read by parse_gguf, with a GGUF type to write it
+    again: strings, bools, u32 for integers, f32 for floats, arrays of those."""
+    if isinstance(v, list):
+        return (9, (typed(v[0])[0] if v else 4, v))
+    return (8 if isinstance(v, str) else 7 if isinstance(v, bool) else 4 if isinstance(v, int) else 6, v)
+
+
 def gemma_archs(d):
     """Gemma, Gemma 2 and Gemma 3 GGUFs (llama.cpp's layout: every RMSNorm
     stored as the full gamma 1 + w; here the GGUF view's files of generated
@@ -660,7 +668,8 @@ def gemma_archs(d):
     (heads, head_dim, eps, rope bases, window, caps, query scale); every
     tensor but the norms is the source's bytes, and each norm w' gives
     1 + w' equal to the stored gamma. Negative control: the norms taken as
-    the stored gammas are off."""
+    the stored gammas are off. A gemma3 file with a vision encoder packed in
+    (v.*, mm.*, as Ollama ships them) gives the same model."""
     import torch
     import gemma_megatron as gm
     modules = os.path.join(TESTS, "..", "build-node", "node_modules")
@@ -711,6 +720,18 @@ def gemma_archs(d):
         r_bad = rel(gm.hf_forward(gammas, got_cfg, toks, gen), got)
         assert r_bad > 100 * max(r, 1e-6), f"{model}: norms as the stored gammas still match ({r_bad:.1e})"
         out.append(f"{model} {r:.1e} (gammas: {r_bad:.1e})")
+        if gen == 3:  # a vision encoder packed into the file, as Ollama's gemma3 GGUFs have it: dropped
+            _, meta, tensors = read_gguf(gguf)
+            tensors.update({"v.patch_embd.weight": ("F32", [8, 3, 2, 2], bytes(384)),
+                            "v.blk.0.attn_q.weight": ("F32", [8, 8], bytes(256)),
+                            "mm.input_projection.weight": ("F32", [8, 64], bytes(2048))})
+            packed = os.path.join(d, "gemma3-packed.gguf")
+            write_gguf(packed, {k: typed(v) for k, v in meta.items()},
+                       {k: ({"F32": 0, "F16": 1, "BF16": 30}[dt], shape, raw) for k, (dt, shape, raw) in tensors.items()})
+            p = run("convert", packed, hf + "-packed", "--quiet", "--mapping", mp)
+            assert p.returncode == 0, p.stderr
+            again = {k: v[2] for k, v in ckref.read_checkpoint_dir(hf + "-packed").items()}
+            assert set(again) == set(back) and all(again[k].tobytes() == back[k].tobytes() for k in back)
     print("gemma, gemma2, gemma3 GGUFs -> Hugging Face: config as the source's, tensors its bytes, norms 1 + w' "
           "equal to the stored gammas; llama.cpp's logits on the GGUF against torch over the converted model: " +
           ", ".join(out))
