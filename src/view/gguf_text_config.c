@@ -72,12 +72,38 @@ static cJSON *vlm_text(const cJSON *config, struct ck_err *err)
 	return t;
 }
 
+/* Mistral3ForConditionalGeneration (Mistral Small 3.1 / 3.2): its
+ * text_config as written. The planner reads the Q/K permutation's head
+ * counts from text_config too, with the mapping's own default (the query
+ * heads) for the key-value heads, where MistralConfig's is 8: a
+ * text_config without them is refused, not permuted by another count. */
+static int mistral3_text(const cJSON *config, const cJSON **use, cJSON **owned, struct ck_err *err)
+{
+	cJSON *t = vlm_text(config, err);
+	if (!t)
+		return -1;
+	static const char *const need[] = {"hidden_size", "num_attention_heads",
+					   "num_key_value_heads"};
+	for (size_t k = 0; k < sizeof need / sizeof *need; k++)
+		if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(t, need[k]))) {
+			cJSON_Delete(t);
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: text_config has no \"%s\": the GGUF view "
+				       "does not take it from MistralConfig's defaults",
+				       need[k]);
+		}
+	*use = *owned = t;
+	return 0;
+}
+
 int ck_gguf_text_config(const cJSON *config, const cJSON **use, cJSON **owned, struct ck_err *err)
 {
 	*use = config;
 	*owned = NULL;
 	const char *cls = cJSON_GetStringValue(
 	    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(config, "architectures"), 0));
+	if (cls && !strcmp(cls, "Mistral3ForConditionalGeneration"))
+		return mistral3_text(config, use, owned, err);
 	int vlm = cls && !strcmp(cls, "Gemma3ForConditionalGeneration");
 	if (!cls || (!vlm && strcmp(cls, "Gemma3ForCausalLM")))
 		return 0;

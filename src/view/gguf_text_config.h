@@ -5,7 +5,8 @@
  * Gemma3ForConditionalGeneration, keeps its text model's fields under
  * "text_config" (the 4B's lists only five of them); the view reads those
  * with the defaults filled in, as transformers and llama.cpp's converter
- * (which loads the config through transformers) do. */
+ * (which loads the config through transformers) do. Mistral3's
+ * text_config is read as written. */
 #ifndef CK_GGUF_TEXT_CONFIG_H
 #define CK_GGUF_TEXT_CONFIG_H
 

@@ -14,22 +14,26 @@
 #include "open.h"
 
 /* The architectures the view knows: HF class, llama.cpp's name, the
- * shipped mapping, whether SentencePiece comes first (llama family). */
+ * shipped mapping, whether SentencePiece comes first (llama family), and
+ * for a vision-language class the mapping that first takes its language
+ * model out under the text class's names. */
 static const struct arch {
 	const char *hf, *gguf, *mapping;
 	int spm;
+	const char *unwrap;
 } ARCHS[] = {
-    {"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1},
-    {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1},
-    {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1},
-    {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0},
-    {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0},
-    {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0},
-    {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1},
-    {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1},
-    {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1},
-    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-vlm-to-gguf", 1},
-    {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1},
+    {"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
+    {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
+    {"Mistral3ForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
+    {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1, NULL},
+    {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0, NULL},
+    {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0, NULL},
+    {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0, NULL},
+    {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1, NULL},
+    {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1, NULL},
+    {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1, NULL},
+    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-vlm-to-gguf", 1, NULL},
+    {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type. */
@@ -666,13 +670,19 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 		return -1;
 	const struct arch *a = find_arch(cfg, err);
 	char path[PATH_MAX];
-	struct ck_mapping *all[CK_MAX_MAPPINGS + 1];
-	if (!a || n_maps > CK_MAX_MAPPINGS || ck_mapping_resolve(a->mapping, path, sizeof path, err) < 0 ||
-	    ck_mapping_load(path, &g->arch_map, err) < 0)
+	struct ck_mapping *all[CK_MAX_MAPPINGS + 2];
+	if (!a || n_maps > CK_MAX_MAPPINGS ||
+	    ck_mapping_resolve(a->mapping, path, sizeof path, err) < 0 ||
+	    ck_mapping_load(path, &g->arch_map, err) < 0 ||
+	    (a->unwrap && (ck_mapping_resolve(a->unwrap, path, sizeof path, err) < 0 ||
+			   ck_mapping_load(path, &g->unwrap_map, err) < 0)))
 		goto fail;
 	memcpy(all, maps, (size_t)n_maps * sizeof *all);
-	all[n_maps] = g->arch_map;
-	if (ck_plan_build(cat, all, n_maps + 1, &g->plan, err) < 0)
+	int n_all = n_maps;
+	if (g->unwrap_map)
+		all[n_all++] = g->unwrap_map;
+	all[n_all++] = g->arch_map;
+	if (ck_plan_build(cat, all, n_all, &g->plan, err) < 0)
 		goto fail;
 	const struct ftype *ft = o->type ? find_ftype(o->type) : source_ftype(g->plan);
 	g->arch = a->gguf;
@@ -700,6 +710,7 @@ void ck_gguf_view_free(struct ck_gguf_view *g)
 	ck_gguf_meta_free(&g->meta);
 	ck_vocab_free(&g->vocab);
 	ck_mapping_free(g->arch_map);
+	ck_mapping_free(g->unwrap_map);
 	cJSON_Delete(g->config);
 	for (size_t k = 0; k < g->n_extra; k++)
 		free(g->extra[k].data);

@@ -28,6 +28,7 @@ struct ck_gguf_view {
 	const char *arch;  /* general.architecture */
 	const char *type;  /* the file's type (general.file_type's name) */
 	struct ck_mapping *arch_map;
+	struct ck_mapping *unwrap_map; /* a vision-language class's, or NULL */
 	cJSON *config;	       /* the text model's config with its defaults, when made */
 	uint64_t header_bytes; /* header, metadata, infos and padding */
 	struct ck_gguf_extra extra[2]; /* tensors computed from config.json */

@@ -484,6 +484,7 @@ def run_all(d, rng, lib):
     phi3(d, rng, lib)
     qwen3moe(d, rng, lib)
     llama3_rope(d, src, cfg, w)
+    mistral3(d, src, cfg, w)
     sentencepiece(d, src, lib)
     spm_tokenizer_json(d)
     hostile(d, src)
@@ -668,6 +669,61 @@ def llama3_rope(d, src, cfg, w):
 PHI3_NAMES = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
               "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def mistral3(d, src, cfg, w):
+    """Mistral Small 3.1 / 3.2 (Mistral3ForConditionalGeneration): the
+    language model's fields under text_config, its keys under
+    language_model.model. (transformers 4.50) or model.language_model.
+    (later), the head as language_model.lm_head or lm_head, beside a vision
+    tower and a projector. Both namings serve the bytes of the same model
+    saved as MistralForCausalLM, and llama.cpp's logits on them equal the
+    torch forward pass. A text_config without the key-value heads (the Q/K
+    permutation needs them; MistralConfig's default is 8, not the query
+    heads) is refused, and so is a key no rule takes (the GGUF mappings are
+    strict about leftovers also after another mapping)."""
+    text = os.path.join(d, "m3-text")
+    shutil.copytree(src, text)
+    json.dump(dict(cfg, architectures=["MistralForCausalLM"], model_type="mistral", _name_or_path="m3"),
+              open(os.path.join(text, "config.json"), "w"))
+    with Mount(text, opts="gguf=F32") as m:
+        want_bytes = open(m.path("model.gguf"), "rb").read()
+    tc = dict({k: v for k, v in cfg.items() if k != "architectures"}, model_type="mistral")
+    outer = {"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+             "_name_or_path": "m3", "image_token_index": 10, "spatial_merge_size": 2, "text_config": tc,
+             "vision_config": {"model_type": "pixtral", "hidden_size": 16}}
+    vision = {"vision_tower.patch_conv.weight": (16, 3, 2, 2), "vision_tower.ln_pre.weight": (16,),
+              "multi_modal_projector.linear_1.weight": (cfg["hidden_size"], 64),
+              "multi_modal_projector.norm.weight": (64,)}
+    rng = np.random.default_rng(8)
+    for tag, lm, head, vis in (("4.50", "language_model.model.", "language_model.lm_head.weight", ""),
+                               ("later", "model.language_model.", "lm_head.weight", "model.")):
+        vlm = os.path.join(d, "m3-" + tag)
+        os.makedirs(vlm)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(src, f), vlm)
+        json.dump(outer, open(os.path.join(vlm, "config.json"), "w"))
+        t = {(head if k == "lm_head.weight" else lm + k[len("model."):]): v for k, v in w.items()}
+        assert head in t, sorted(t)[:3]
+        t.update({vis + k: rng.standard_normal(shape).astype(np.float32) for k, shape in vision.items()})
+        ckref.write_safetensors(os.path.join(vlm, "model.safetensors"),
+                                {k: ("F32", v.shape, v.tobytes()) for k, v in t.items()})
+        with Mount(vlm, opts="gguf=F32") as m:
+            path = m.path("model.gguf")
+            assert open(path, "rb").read() == want_bytes, f"mistral3 {tag}: another model.gguf"
+            r, same = logits(path, w, cfg)
+        assert r < 1e-3 and same, f"mistral3 {tag}: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    bad = os.path.join(d, "m3-later")
+    json.dump(dict(outer, text_config={k: v for k, v in tc.items() if k != "num_key_value_heads"}),
+              open(os.path.join(bad, "config.json"), "w"))
+    refused(["inspect", bad, "--format", "gguf"], "text_config has no \"num_key_value_heads\"", 3)
+    json.dump(outer, open(os.path.join(bad, "config.json"), "w"))
+    extra = dict(t, **{"model.language_model.layers.0.self_attn.rotary.scale": np.ones(4, np.float32)})
+    ckref.write_safetensors(os.path.join(bad, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in extra.items()})
+    refused(["inspect", bad, "--format", "gguf"], "used by no rule, first \"model.layers.0.self_attn.rotary.scale\"")
+    print(f"mistral3 (Mistral Small 3.1): both key namings serve the text model's bytes, llama.cpp {r:.1e}; "
+          "a text_config without the key-value heads and a stray key refused")
 
 
 def phi3(d, rng, lib):
