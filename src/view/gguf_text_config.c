@@ -96,6 +96,20 @@ static int mistral3_text(const cJSON *config, const cJSON **use, cJSON **owned, 
 	return 0;
 }
 
+/* Qwen2-VL / Qwen2.5-VL: the language model's fields at the top level
+ * (transformers 4.49 and before) or under text_config (later). */
+static int qwen2vl_text(const cJSON *config, const cJSON **use, cJSON **owned, struct ck_err *err)
+{
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(config, "text_config");
+	if (!cJSON_GetObjectItemCaseSensitive(tc, "hidden_size"))
+		return 0;
+	cJSON *t = vlm_text(config, err);
+	if (!t)
+		return -1;
+	*use = *owned = t;
+	return 0;
+}
+
 int ck_gguf_text_config(const cJSON *config, const cJSON **use, cJSON **owned, struct ck_err *err)
 {
 	*use = config;
@@ -104,6 +118,9 @@ int ck_gguf_text_config(const cJSON *config, const cJSON **use, cJSON **owned, s
 	    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(config, "architectures"), 0));
 	if (cls && !strcmp(cls, "Mistral3ForConditionalGeneration"))
 		return mistral3_text(config, use, owned, err);
+	if (cls && (!strcmp(cls, "Qwen2VLForConditionalGeneration") ||
+		    !strcmp(cls, "Qwen2_5_VLForConditionalGeneration")))
+		return qwen2vl_text(config, use, owned, err);
 	int vlm = cls && !strcmp(cls, "Gemma3ForConditionalGeneration");
 	if (!cls || (!vlm && strcmp(cls, "Gemma3ForCausalLM")))
 		return 0;

@@ -27,6 +27,8 @@ static const struct arch {
     {"Mistral3ForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
     {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1, NULL},
     {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0, NULL},
+    {"Qwen2VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model"},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model"},
     {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0, NULL},
     {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0, NULL},
     {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1, NULL},
@@ -248,6 +250,43 @@ static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *
 	ck_gguf_meta_u32(m, "qwen3moe.expert_count", (uint32_t)ne);
 	ck_gguf_meta_u32(m, "qwen3moe.expert_used_count", (uint32_t)nu);
 	ck_gguf_meta_u32(m, "qwen3moe.expert_feed_forward_length", (uint32_t)ff);
+	return 0;
+}
+
+/* Qwen2-VL / Qwen2.5-VL's multimodal rope: the rotated pairs split into
+ * sections for the temporal, height and width positions (mrope_section,
+ * in rope_scaling or rope_parameters), which llama.cpp's qwen2vl takes as
+ * rope.dimension_sections padded to four. For text the three positions
+ * are equal, and the model is the 1-D rope's; the sections must cover the
+ * pairs exactly (a pair outside them would turn by llama.cpp's fourth
+ * position, 0). */
+static int qwen2vl_meta(const cJSON *rs, double rd, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	const cJSON *sec = cJSON_GetObjectItemCaseSensitive(rs, "mrope_section"), *e;
+	int32_t v[4] = {0};
+	int n = 0;
+	double sum = 0;
+	if (!cJSON_IsArray(sec) || cJSON_GetArraySize(sec) < 1 || cJSON_GetArraySize(sec) > 4)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: rope_scaling.mrope_section must be a list "
+			       "of 1 to 4 section sizes");
+	cJSON_ArrayForEach(e, sec)
+	{
+		if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 65536 ||
+		    e->valuedouble != (int32_t)e->valuedouble)
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: rope_scaling.mrope_section[%d] is "
+				       "not a size",
+				       n);
+		sum += e->valuedouble;
+		v[n++] = (int32_t)e->valuedouble;
+	}
+	if (sum != floor(rd / 2))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: rope_scaling.mrope_section covers %g rotated pairs, "
+			       "the head has %g",
+			       sum, floor(rd / 2));
+	ck_gguf_meta_i32s(m, "qwen2vl.rope.dimension_sections", v, 4);
 	return 0;
 }
 
@@ -507,6 +546,8 @@ static int rope_scaling(const cJSON *c, const struct rope_src *r, const struct a
 	if (!rope_scaled(r, rs))
 		return 0;
 	const char *type = rope_type(rs);
+	if (type && !strcmp(type, "mrope") && !strcmp(a->gguf, "qwen2vl"))
+		return 0; /* the sections: qwen2vl_meta */
 	if (type && !strcmp(type, "llama3") && !strcmp(a->gguf, "llama"))
 		return llama3_freqs(c, rs, theta, rd, g, err);
 	if (type && (!strcmp(type, "longrope") || !strcmp(type, "su")) && !strcmp(a->gguf, "phi3"))
@@ -585,6 +626,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, &r, H, L, nh, hd, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, &r, ctx, m, err) < 0)
+		return -1;
+	if (!strcmp(a->gguf, "qwen2vl") && qwen2vl_meta(r.scaling, rd, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "qwen3moe") && qwen3moe_meta(c, m, err) < 0)
 		return -1;

@@ -485,6 +485,7 @@ def run_all(d, rng, lib):
     qwen3moe(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
+    qwen2vl(d, rng)
     sentencepiece(d, src, lib)
     spm_tokenizer_json(d)
     hostile(d, src)
@@ -671,6 +672,17 @@ PHI3_NAMES = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
 
 
+def vlm_checkpoint(dst, src, config, tensors):
+    """A checkpoint directory: src's tokenizer files, config, F32 tensors."""
+    os.makedirs(dst)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src, f), dst)
+    json.dump(config, open(os.path.join(dst, "config.json"), "w"))
+    ckref.write_safetensors(os.path.join(dst, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in tensors.items()})
+    return dst
+
+
 def mistral3(d, src, cfg, w):
     """Mistral Small 3.1 / 3.2 (Mistral3ForConditionalGeneration): the
     language model's fields under text_config, its keys under
@@ -698,16 +710,10 @@ def mistral3(d, src, cfg, w):
     rng = np.random.default_rng(8)
     for tag, lm, head, vis in (("4.50", "language_model.model.", "language_model.lm_head.weight", ""),
                                ("later", "model.language_model.", "lm_head.weight", "model.")):
-        vlm = os.path.join(d, "m3-" + tag)
-        os.makedirs(vlm)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(src, f), vlm)
-        json.dump(outer, open(os.path.join(vlm, "config.json"), "w"))
         t = {(head if k == "lm_head.weight" else lm + k[len("model."):]): v for k, v in w.items()}
         assert head in t, sorted(t)[:3]
         t.update({vis + k: rng.standard_normal(shape).astype(np.float32) for k, shape in vision.items()})
-        ckref.write_safetensors(os.path.join(vlm, "model.safetensors"),
-                                {k: ("F32", v.shape, v.tobytes()) for k, v in t.items()})
+        vlm = vlm_checkpoint(os.path.join(d, "m3-" + tag), src, outer, t)
         with Mount(vlm, opts="gguf=F32") as m:
             path = m.path("model.gguf")
             assert open(path, "rb").read() == want_bytes, f"mistral3 {tag}: another model.gguf"
@@ -724,6 +730,60 @@ def mistral3(d, src, cfg, w):
     refused(["inspect", bad, "--format", "gguf"], "used by no rule, first \"model.layers.0.self_attn.rotary.scale\"")
     print(f"mistral3 (Mistral Small 3.1): both key namings serve the text model's bytes, llama.cpp {r:.1e}; "
           "a text_config without the key-value heads and a stray key refused")
+
+
+def qwen2vl(d, rng):
+    """Qwen2-VL / Qwen2.5-VL: the language model (Qwen2 with Q/K/V biases)
+    as llama.cpp's qwen2vl, its multimodal rope's sections (mrope_section)
+    as rope.dimension_sections padded to four. Fields at the top level and
+    keys model.* beside visual.* (transformers 4.49), or text_config and
+    model.language_model.* beside model.visual.* (later): both serve the
+    same file, and llama.cpp's logits on it equal the 1-D rope's torch
+    forward pass (for text the three positions are equal). This llama.cpp's
+    qwen2vl leaves the RMSNorm epsilon at 0 whatever the metadata says
+    (node-llama-cpp 3.22; qwen2 reads it): the file is checked to hold the
+    config's, and the forward pass compared with takes 0. Sections that do
+    not cover the rotated pairs are refused."""
+    os.makedirs(os.path.join(d, "q2vl"))
+    src, cfg, w = make_model(os.path.join(d, "q2vl"), "qwen2", rng)
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+    assert hd == 8, hd
+    rs = {"type": "mrope", "mrope_section": [1, 2, 1]}
+    vision = {"visual.patch_embed.proj.weight": (16, 3, 2, 2, 2), "visual.blocks.0.norm1.weight": (16,),
+              "visual.merger.mlp.0.weight": (64, 64)}
+    top = {k: v for k, v in cfg.items() if k != "architectures"}
+    old = dict(top, architectures=["Qwen2_5_VLForConditionalGeneration"], model_type="qwen2_5_vl",
+               rope_scaling=rs, _name_or_path="q2vl", vision_config={"hidden_size": 16})
+    new = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+           "_name_or_path": "q2vl", "vision_config": {"hidden_size": 16},
+           "text_config": dict(top, model_type="qwen2_5_vl_text",
+                               rope_scaling={"mrope_section": [1, 2, 1], "rope_type": "default", "type": "default"})}
+    files = {}
+    for tag, c, lm, vis in (("4.49", old, "model.", ""), ("later", new, "model.language_model.", "model.")):
+        t = {(k if k == "lm_head.weight" else lm + k[len("model."):]): v for k, v in w.items()}
+        t.update({vis + k: rng.standard_normal(shape).astype(np.float32) for k, shape in vision.items()})
+        vl = vlm_checkpoint(os.path.join(d, "q2vl-" + tag), src, c, t)
+        with Mount(vl, opts="gguf=F32") as m:
+            path = m.path("model.gguf")
+            files[tag] = open(path, "rb").read()
+            meta, _, tensors = read_gguf(path)
+            assert meta["general.architecture"] == "qwen2vl" and \
+                meta["qwen2vl.rope.dimension_sections"] == [1, 2, 1, 0], meta.get("qwen2vl.rope.dimension_sections")
+            assert not any(k.startswith(("v.", "visual", "model.")) for k in tensors), sorted(tensors)
+            assert np.float32(meta["qwen2vl.attention.layer_norm_rms_epsilon"]) == np.float32(cfg["rms_norm_eps"])
+            # this llama.cpp's qwen2vl does not read the epsilon (the file holds the
+            # config's, above): it normalizes with 0, which the forward pass takes too
+            r, same = logits(path, w, dict(cfg, rms_norm_eps=0.0))
+            r_eps, _ = logits(path, w, cfg)
+        assert r < 1e-5 and same, f"qwen2vl {tag}: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    assert files["4.49"] == files["later"], "the two namings serve different files"
+    json.dump(dict(old, rope_scaling={"type": "mrope", "mrope_section": [1, 1, 1]}),
+              open(os.path.join(d, "q2vl-4.49", "config.json"), "w"))
+    refused(["inspect", os.path.join(d, "q2vl-4.49"), "--format", "gguf"],
+            "mrope_section covers 3 rotated pairs, the head has 4", 3)
+    print(f"qwen2.5-vl: the language model as qwen2vl, sections [1, 2, 1, 0], both namings the same file, "
+          f"llama.cpp {r:.1e} (it normalizes with epsilon 0 whatever the file says: {r_eps:.1e} against the "
+          f"config's); sections short of the head refused")
 
 
 def phi3(d, rng, lib):
@@ -1028,17 +1088,11 @@ def gemma3_vlm(d, src, cfg, w, want):
               "multi_modal_projector.mm_soft_emb_norm.weight": (16,)}
     got = {}
     for tag, lm, vis in (("4.50", "language_model.model.", ""), ("later", "model.language_model.", "model.")):
-        vlm = os.path.join(d, "g3-vlm-" + tag)
-        os.makedirs(vlm)
-        for f in ("tokenizer.json", "tokenizer_config.json"):
-            shutil.copy(os.path.join(src, f), vlm)
-        json.dump(outer, open(os.path.join(vlm, "config.json"), "w"))
         t = {lm + k[len("model."):]: v for k, v in w.items()}
         t.update({vis + k: rng.standard_normal(shape).astype(np.float32) for k, shape in vision.items()})
         if tag == "later":  # saved with the tied head
             t["lm_head.weight"] = w["model.embed_tokens.weight"]
-        ckref.write_safetensors(os.path.join(vlm, "model.safetensors"),
-                                {k: ("F32", v.shape, v.tobytes()) for k, v in t.items()})
+        vlm = vlm_checkpoint(os.path.join(d, "g3-vlm-" + tag), src, outer, t)
         with Mount(vlm, opts="gguf") as m:
             assert open(m.path("model.gguf"), "rb").read() == want_bytes, f"{tag}: another model.gguf"
             got[tag] = gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS)
