@@ -20,6 +20,7 @@ GGUF reader and writer written here from the format description
 - hostile headers (truncated, huge counts, bad alignment, a NUL in a key,
   5 dims, data past the end, overlapping tensors, a quantized type) are
   refused with one line."""
+import atexit
 import json
 import math
 import os
@@ -311,12 +312,48 @@ def llama_forward(w, cfg, toks):
     return rms(x, w["model.norm.weight"]) @ head.T
 
 
+_LLAMA = {}  # node_modules -> the llama_logits.mjs --serve process
+
+
+def _llama_server(modules):
+    p = _LLAMA.get(modules)
+    if p is None or p.poll() is not None:
+        # stderr to a file: llama.cpp's log lines would fill a pipe nobody reads
+        err = tempfile.TemporaryFile()
+        p = subprocess.Popen(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_logits.mjs"),
+                              modules, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=err, text=True)
+        p.err = err
+        _LLAMA[modules] = p
+        atexit.register(_llama_stop, p)
+    return p
+
+
+def _llama_stop(p):
+    if p.poll() is None:
+        p.stdin.close()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
 def llama_cpp(modules, path, toks):
+    """The real llama.cpp's logits of every position: one node process per
+    run answers every request (llama_logits.mjs --serve)."""
     import torch
-    p = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "llama_logits.mjs"),
-                        modules, path, json.dumps(toks)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
-    return torch.tensor(json.loads(p.stdout.strip().splitlines()[-1]))
+    p = _llama_server(modules)
+    p.stdin.write(json.dumps({"model": os.path.abspath(path), "tokens": list(toks)}) + "\n")
+    p.stdin.flush()
+    line = p.stdout.readline()
+    if not line:
+        _LLAMA.pop(modules, None)
+        p.wait()
+        p.err.seek(0)
+        raise AssertionError("llama_logits.mjs exited: " + p.err.read().decode(errors="replace")[-2000:])
+    out = json.loads(line)
+    assert not isinstance(out, dict), out["error"][-2000:]
+    return torch.tensor(out)
 
 
 def torch_logits(gguf, out, toks):
