@@ -781,6 +781,12 @@ def qwen2vl(d, rng):
               open(os.path.join(d, "q2vl-4.49", "config.json"), "w"))
     refused(["inspect", os.path.join(d, "q2vl-4.49"), "--format", "gguf"],
             "mrope_section covers 3 rotated pairs, the head has 4", 3)
+    for sec, says in (("1,2,1", "must be a list of 1 to 4 section sizes"), ([1, 1, 1, 1, 0], "1 to 4 section"),
+                      ([], "1 to 4 section"), ([1, -1, 4], "mrope_section[1] is not a size"),
+                      ([1.5, 2.5], "mrope_section[0] is not a size"), ([1, 2, 1e30], "[2] is not a size")):
+        json.dump(dict(old, rope_scaling={"type": "mrope", "mrope_section": sec}),
+                  open(os.path.join(d, "q2vl-4.49", "config.json"), "w"))
+        refused(["inspect", os.path.join(d, "q2vl-4.49"), "--format", "gguf"], says, 3)
     print(f"qwen2.5-vl: the language model as qwen2vl, sections [1, 2, 1, 0], both namings the same file, "
           f"llama.cpp {r:.1e} (it normalizes with epsilon 0 whatever the file says: {r_eps:.1e} against the "
           f"config's); sections short of the head refused")
