@@ -618,6 +618,27 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
     write_gguf(path, meta, out)
 
 
+def phi3_runs(d, src, tag, mp):
+    """A Phi-3 GGUF (weights scaled to a trained model's range) through
+    gguf-phi3-to-hf is the model llama.cpp runs: llama.cpp's logits on the
+    GGUF against a torch forward pass over the converted weights, split into
+    q/k/v and gate/up, with the config made from the metadata (LongRoPE's
+    short factors and attention factor, the partial rope)."""
+    modules = os.path.join(TESTS, "..", "build-node", "node_modules")
+    toks = [1, 5, 9, 200, 31, 77, 128, 3]
+    g = os.path.join(d, tag + "-run.gguf")
+    llama_gguf(src, g, True, 0.25, arch="phi3")
+    out = os.path.join(d, "hf-run-" + tag)
+    p = run("convert", g, out, "--quiet", "--mapping", mp)
+    assert p.returncode == 0, p.stderr
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    w = {k: a.astype(np.float32) for k, (_, a) in phi3_unfuse(ckref.read_checkpoint_dir(out), cfg).items()}
+    want = llama_cpp(modules, g, toks)
+    r = rel(llama_forward(w, cfg, toks), want)
+    assert r < 1e-3, f"{tag}: llama.cpp vs torch over the converted model {r:.1e}"
+    return f"{tag} {r:.0e}"
+
+
 def other_archs(d):
     """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
     head_dim), Mixtral (stacked experts, permuted Q/K), Qwen3-MoE (stacked
@@ -628,6 +649,7 @@ def other_archs(d):
     map back to the Hugging Face bytes with their shipped mappings, through a
     config.json made from the metadata that says what the source's does; the
     same for the GGUFs ckptfs's own view serves."""
+    runs = []
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
                                ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []), ("phi3", "phi3", []),
                                ("phi3-longrope", "phi3", []), ("phi3-longrope-partial", "phi3", ["--tie"])):
@@ -671,6 +693,8 @@ def other_archs(d):
             ratio = cfg["max_position_embeddings"] / cfg["original_max_position_embeddings"]
             assert np.isclose(rs["attention_factor"], math.sqrt(1 + math.log(ratio) / math.log(
                 cfg["original_max_position_embeddings"])), rtol=1e-6) and rs["factor"] == ratio, rs
+        if model == "phi3":
+            runs.append(phi3_runs(d, src, tag, mp))
         view = os.path.join(d, "view-" + tag)
         assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
         p = run("diff", src, os.path.join(view, "model.gguf"), "--mapping", mp)
@@ -681,7 +705,8 @@ def other_archs(d):
             p = run("diff", src, bad, "--mapping", mp)
             assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
     print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral and Qwen3-MoE (stacked experts) and Phi-3 "
-          "(fused, with and without LongRoPE's divisors; Phi-4-mini's partial rope, tied) GGUFs, written here "
+          "(fused, with and without LongRoPE's divisors; Phi-4-mini's partial rope, tied; llama.cpp's logits on "
+          "each equal torch's over the converted model: " + ", ".join(runs) + ") GGUFs, written here "
           "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "
           "the source's does; Mixtral's without the Q/K permutation differs")
 
