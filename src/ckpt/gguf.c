@@ -479,7 +479,7 @@ static void gemma_fields(const cJSON *meta, const char *g, double hidden, double
 	cJSON_AddNumberToObject(c, "rope_local_base_freq", 10000);
 	cJSON_AddNumberToObject(c, "sliding_window_pattern", 6);
 	cJSON *types = cJSON_AddArrayToObject(c, "layer_types");
-	for (int i = 0; types && i < (int)layers && i < 65536; i++)
+	for (int i = 0; types && i < 65536 && i < layers; i++) /* layers a double: no cast */
 		cJSON_AddItemToArray(types, cJSON_CreateString((i + 1) % 6 ? "sliding_attention"
 									   : "full_attention"));
 }
