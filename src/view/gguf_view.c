@@ -24,6 +24,7 @@ static const struct arch {
 } ARCHS[] = {
     {"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
     {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
+    {"GraniteForCausalLM", "granite", "hf-llama-to-gguf", 0, NULL},
     {"Mistral3ForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
     {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1, NULL},
     {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0, NULL},
@@ -250,6 +251,25 @@ static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *
 	ck_gguf_meta_u32(m, "qwen3moe.expert_count", (uint32_t)ne);
 	ck_gguf_meta_u32(m, "qwen3moe.expert_used_count", (uint32_t)nu);
 	ck_gguf_meta_u32(m, "qwen3moe.expert_feed_forward_length", (uint32_t)ff);
+	return 0;
+}
+
+/* IBM Granite (dense): Llama with four scalars, which llama.cpp reads from
+ * the metadata. Hugging Face's default for each is 1, also the attention
+ * multiplier, which replaces 1/sqrt(head_dim) (llama.cpp uses that when
+ * the key is absent), so all four are written. */
+static int granite_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	static const char *const hf[4] = {"attention_multiplier", "embedding_multiplier",
+					  "residual_multiplier", "logits_scaling"};
+	static const char *const key[4] = {"granite.attention.scale", "granite.embedding_scale",
+					   "granite.residual_scale", "granite.logit_scale"};
+	double v[4];
+	for (int k = 0; k < 4; k++)
+		if (cfg_num(c, hf[k], 1, 1, 1e-9, 1e9, &v[k], err) < 0)
+			return -1;
+	for (int k = 0; k < 4; k++)
+		ck_gguf_meta_f32(m, key[k], (float)v[k]);
 	return 0;
 }
 
@@ -621,6 +641,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		ck_gguf_meta_u32(m, KEY("expert_count"), (uint32_t)ne);
 		ck_gguf_meta_u32(m, KEY("expert_used_count"), (uint32_t)nu);
 	}
+	if (!strcmp(a->gguf, "granite") && granite_meta(c, m, err) < 0)
+		return -1;
 	if (!strcmp(a->gguf, "gemma2") && gemma2_meta(c, H, L, nh, hd, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "gemma3") && gemma3_meta(c, &r, H, L, nh, hd, m, err) < 0)

@@ -293,7 +293,12 @@ def llama_forward(w, cfg, toks):
     def turn(x):  # the rope on the first cos.shape[-1] dims, the rest as they are
         y = x[..., :cos.shape[-1]]
         return torch.cat([y * cos + rot(y) * sin, x[..., cos.shape[-1]:]], -1)
-    x = w["model.embed_tokens.weight"][toks]
+    # IBM Granite's four scalars (GraniteConfig: each 1 by default, also the
+    # attention multiplier, which replaces 1/sqrt(head_dim))
+    gr = cfg.get("model_type") == "granite"
+    scale = cfg.get("attention_multiplier", 1.0) if gr else hd ** -0.5
+    res = cfg.get("residual_multiplier", 1.0) if gr else 1.0
+    x = w["model.embed_tokens.weight"][toks] * (cfg.get("embedding_multiplier", 1.0) if gr else 1.0)
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
         h = rms(x, w[p + "input_layernorm.weight"])
@@ -305,11 +310,11 @@ def llama_forward(w, cfg, toks):
         q, k = q.transpose(0, 1), k.transpose(0, 1)
         q, k = turn(q), turn(k)
         k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
-        a = torch.softmax(q @ k.transpose(1, 2) / hd ** 0.5 + mask, -1) @ v
-        x = x + lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj")
-        x = x + mlp(rms(x, w[p + "post_attention_layernorm.weight"]), p)
+        a = torch.softmax(q @ k.transpose(1, 2) * scale + mask, -1) @ v
+        x = x + lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj") * res
+        x = x + mlp(rms(x, w[p + "post_attention_layernorm.weight"]), p) * res
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
-    return rms(x, w["model.norm.weight"]) @ head.T
+    return rms(x, w["model.norm.weight"]) @ head.T / (cfg.get("logits_scaling", 1.0) if gr else 1.0)
 
 
 _LLAMA = {}  # node_modules -> the llama_logits.mjs --serve process

@@ -485,6 +485,7 @@ def run_all(d, rng, lib):
     qwen3moe(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
+    granite(d, src, cfg, w)
     qwen2vl(d, rng)
     sentencepiece(d, src, lib)
     spm_tokenizer_json(d)
@@ -670,6 +671,39 @@ def llama3_rope(d, src, cfg, w):
 PHI3_NAMES = {"self_attn.qkv_proj": "attn_qkv", "self_attn.o_proj": "attn_output",
               "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
               "mlp.gate_up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+
+
+def granite(d, src, cfg, w):
+    """IBM Granite (GraniteForCausalLM, dense): Llama's tensors and Q/K
+    permutation, and four scalars llama.cpp reads from the metadata
+    (attention, embedding, residual and logit scales). llama.cpp's logits
+    against a torch Granite forward pass; taken as a Llama (no scalars) they
+    are off. A config that leaves them out gets Hugging Face's defaults, 1
+    each: also for the attention, where llama.cpp without the key would use
+    1/sqrt(head_dim)."""
+    scal = {"attention_multiplier": 0.2, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
+            "logits_scaling": 4.0}
+    keys = ["granite.attention.scale", "granite.embedding_scale", "granite.residual_scale", "granite.logit_scale"]
+    gr = os.path.join(d, "granite")
+    shutil.copytree(src, gr)
+    base = dict(cfg, architectures=["GraniteForCausalLM"], model_type="granite")
+    out = []
+    for c in (dict(base, **scal), base):
+        json.dump(c, open(os.path.join(gr, "config.json"), "w"))
+        with Mount(gr, opts="gguf=F32") as m:
+            path = m.path("model.gguf")
+            meta, _, _ = read_gguf(path)
+            assert meta["general.architecture"] == "granite", meta["general.architecture"]
+            assert [meta[k] for k in keys] == [np.float32(c.get(k, 1.0)) for k in scal], [meta[k] for k in keys]
+            r, same = logits(path, w, c)
+            r_llama, _ = logits(path, w, dict(c, model_type="llama"))
+        assert r < 1e-3 and same, f"granite: llama.cpp vs torch {r:.2e}, greedy same {same}"
+        assert r_llama > 100 * max(r, 1e-6), f"granite: the Llama forward matches too ({r_llama:.1e})"
+        out.append(f"{r:.1e} (as a Llama {r_llama:.1e})")
+    json.dump(dict(base, attention_multiplier=0), open(os.path.join(gr, "config.json"), "w"))
+    refused(["inspect", gr, "--format", "gguf"], "attention_multiplier", 3)
+    print(f"granite: the four scalars in the metadata, llama.cpp {out[0]}; left out, Hugging Face's 1 each: "
+          f"{out[1]}")
 
 
 def vlm_checkpoint(dst, src, config, tensors):
