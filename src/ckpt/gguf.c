@@ -437,11 +437,28 @@ static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
 static const struct {
 	const char *gguf, *hf, *type;
 } HF_ARCHS[] = {
-    {"llama", "LlamaForCausalLM", "llama"},    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3"},    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
-    {"phi3", "Phi3ForCausalLM", "phi3"},       {"gemma", "GemmaForCausalLM", "gemma"},
-    {"gemma2", "Gemma2ForCausalLM", "gemma2"}, {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
+    {"llama", "LlamaForCausalLM", "llama"},	  {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},	  {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"phi3", "Phi3ForCausalLM", "phi3"},	  {"gemma", "GemmaForCausalLM", "gemma"},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2"},	  {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
+    {"granite", "GraniteForCausalLM", "granite"},
 };
+
+/* IBM Granite's four scalars as Hugging Face names them. Without the
+ * attention scale llama.cpp takes 1/sqrt(head_dim), Hugging Face 1: the
+ * config says which; the others are 1 in both when absent. */
+static void granite_fields(const cJSON *meta, double head, cJSON *c)
+{
+	static const char *const key[4] = {"attention.scale", "embedding_scale", "residual_scale",
+					   "logit_scale"};
+	static const char *const hf[4] = {"attention_multiplier", "embedding_multiplier",
+					  "residual_multiplier", "logits_scaling"};
+	for (int k = 0; k < 4; k++) {
+		int ok = 1;
+		double v = num(meta, "granite", key[k], &ok);
+		cJSON_AddNumberToObject(c, hf[k], ok && v != 0 ? v : k ? 1 : 1 / sqrt(head));
+	}
+}
 
 /* What Hugging Face's Gemma classes read that llama.cpp keeps in the
  * metadata or fixes in its code: the tanh GELU; head_dim always (the
@@ -635,6 +652,8 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 		cJSON_Delete(c);
 		return -1;
 	}
+	if (!strcmp(g, "granite"))
+		granite_fields(meta, okh && hd > 0 ? hd : hidden / heads, c);
 	if (!strncmp(g, "gemma", 5))
 		gemma_fields(meta, g, hidden, heads, layers, okh && hd > 0 ? hd : hidden / heads,
 			     c);

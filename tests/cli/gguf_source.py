@@ -804,6 +804,42 @@ def gemma_archs(d):
           ", ".join(out))
 
 
+def granite_arch(d):
+    """An IBM Granite GGUF (the GGUF view's of a generated Llama saved as
+    GraniteForCausalLM, weights scaled to a trained model's range) through
+    gguf-llama-to-hf: the config carries the four scalars, and the converted
+    model is the one llama.cpp runs (its logits against a torch Granite
+    forward pass over the converted weights); the tensors are the source's
+    bytes."""
+    modules = os.path.join(TESTS, "..", "build-node", "node_modules")
+    src = os.path.join(d, "src-granite")
+    ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    scal = {"attention_multiplier": 0.2, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
+            "logits_scaling": 4.0}
+    json.dump(dict(cfg, architectures=["GraniteForCausalLM"], model_type="granite", **scal),
+              open(os.path.join(src, "config.json"), "w"))
+    st = ckref.read_checkpoint_dir(src)
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                            {k: ("F32", v[1], (v[2].astype(np.float32) * 0.25).tobytes()) for k, v in st.items()})
+    view, hf = os.path.join(d, "view-granite"), os.path.join(d, "hf-granite")
+    assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
+    gguf = os.path.join(view, "model.gguf")
+    p = run("convert", gguf, hf, "--quiet", "--mapping", MAP)
+    assert p.returncode == 0, p.stderr
+    got = json.load(open(os.path.join(hf, "config.json")))
+    assert got["architectures"] == ["GraniteForCausalLM"] and got["model_type"] == "granite", got
+    assert all(np.float32(got[k]) == np.float32(v) for k, v in scal.items()), {k: got[k] for k in scal}
+    back = {k: v[2] for k, v in ckref.read_checkpoint_dir(hf).items()}
+    src_w = {k: v[2] for k, v in ckref.read_checkpoint_dir(src).items()}
+    assert set(back) == set(src_w) and all(back[k].tobytes() == src_w[k].tobytes() for k in back)
+    toks = [1, 5, 9, 200, 31, 77, 128, 3]
+    r = rel(llama_forward(back, got, toks), llama_cpp(modules, gguf, toks))
+    assert r < 1e-3, f"granite GGUF -> HF: llama.cpp vs torch {r:.1e}"
+    print(f"granite GGUF -> Hugging Face: the four scalars in config.json, the source's bytes, "
+          f"llama.cpp {r:.1e} against torch over the converted model")
+
+
 def round_trip(d):
     src = os.path.join(d, "llama")
     ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", src)
@@ -912,6 +948,7 @@ def main():
         round_trip(d)
         other_archs(d)
         gemma_archs(d)
+        granite_arch(d)
         hostile(d)
     finally:
         shutil.rmtree(d, ignore_errors=True)
