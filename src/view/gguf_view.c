@@ -35,7 +35,7 @@ static const struct arch {
     {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1, NULL},
     {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1, NULL},
     {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1, NULL},
-    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-vlm-to-gguf", 1, NULL},
+    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-to-gguf", 1, "vlm-language-model"},
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL},
 };
 
