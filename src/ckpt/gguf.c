@@ -648,15 +648,15 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 	cJSON_AddNumberToObject(c, "num_key_value_heads", kv > 0 ? kv : heads);
 	if (okh && hd > 0)
 		cJSON_AddNumberToObject(c, "head_dim", hd);
-	if (rotary(meta, g, okh && hd > 0 ? hd : hidden / heads, rope, c, what, err) < 0) {
+	double head = okh && hd > 0 ? hd : hidden / heads;
+	if (rotary(meta, g, head, rope, c, what, err) < 0) {
 		cJSON_Delete(c);
 		return -1;
 	}
 	if (!strcmp(g, "granite"))
-		granite_fields(meta, okh && hd > 0 ? hd : hidden / heads, c);
+		granite_fields(meta, head, c);
 	if (!strncmp(g, "gemma", 5))
-		gemma_fields(meta, g, hidden, heads, layers, okh && hd > 0 ? hd : hidden / heads,
-			     c);
+		gemma_fields(meta, g, hidden, heads, layers, head, c);
 	if (moe) {
 		cJSON_AddNumberToObject(c, "num_local_experts", ne);
 		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
