@@ -863,6 +863,7 @@ int ck_fs_run(struct ck_served *srv, const char *source, const char *mountpoint,
 		ck_fail(err, CK_E_SYS, "cannot install signal handlers");
 		goto out_session;
 	}
+	fs_ready_note_under(&fs);
 	if (fuse_session_mount(se, mountpoint) != 0) {
 		ck_fail(err, CK_E_SYS, "%s: cannot mount (is it an empty directory, and is /dev/fuse "
 				       "usable?)",
@@ -894,7 +895,7 @@ out_unmount:
 	fuse_session_unmount(se); /* closes the device: a check still waiting fails */
 	int refused = fs_ready_join(&fs);
 	if (refused && rc == 0)
-		rc = refused == ECONNREFUSED
+		rc = fs.ready_refused
 			 ? ck_fail_sys(err, refused,
 				       "%s: the kernel refused the mount's answer to its INIT (a "
 				       "stat of its root failed), nothing mounted",

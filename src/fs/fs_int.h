@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "bufpool.h"
@@ -44,9 +45,15 @@ struct ckfs {
 	struct ck_bufpool pool; /* reply buffers of direct reads */
 	int ready_fd;
 	/* readiness (ready.c): the check's thread, the "mounted" line it
-	 * logs, and the errno of its request when the kernel refused it */
+	 * logs, the errno of its request when it failed, and whether that was
+	 * the kernel refusing the INIT (the loop still running) rather than
+	 * the mount ending before it answered; the mount point's device
+	 * before the mount, so a stat that lands on the directory beneath
+	 * after an unmount is not taken for an answer */
 	pthread_t ready_thread;
-	int ready_started, ready_errno;
+	int ready_started, ready_errno, ready_refused;
+	int under_known;
+	dev_t under_dev;
 	char *ready_msg;
 	atomic_int loop_ended; /* the FUSE loop has returned */
 	FILE *log;

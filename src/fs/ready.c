@@ -23,7 +23,13 @@ static void report_ready(struct ckfs *fs)
 
 /* A stat of the mount point is a GETATTR of its root: the kernel holds it
  * until the INIT is answered, then sends it (the daemon answers) or, when
- * the INIT was refused, fails it (ECONNREFUSED). */
+ * the INIT was refused, fails it (ECONNREFUSED) while the loop still runs.
+ * When the daemon stops first (a signal, the INIT unanswered) the kernel
+ * fails it as the device closes, with ENOTCONN or, on some kernels,
+ * ECONNREFUSED too (the aborted INIT marks the connection refused): so
+ * which of the two happened is told by whether the loop had ended, not by
+ * the errno. A stat that starts after the unmount sees the directory
+ * beneath, whose device is the one noted before mounting. */
 static void *confirm(void *arg)
 {
 	struct ckfs *fs = arg;
@@ -32,11 +38,13 @@ static void *confirm(void *arg)
 	do
 		r = stat(fs->mountpoint, &st);
 	while (r < 0 && errno == EINTR);
-	if (r == 0) {
+	int ended = atomic_load(&fs->loop_ended);
+	if (r == 0 && !(fs->under_known && st.st_dev == fs->under_dev)) {
 		report_ready(fs);
 		return NULL;
 	}
-	fs->ready_errno = errno;
+	fs->ready_errno = r == 0 ? ENOTCONN : errno;
+	fs->ready_refused = !ended;
 	/* The loop ends on a signal. libfuse's workers block every signal
 	 * (and this thread, started from one, too), so the main thread,
 	 * waiting in the loop, takes it; again each second until the loop
@@ -48,6 +56,15 @@ static void *confirm(void *arg)
 			nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
 	}
 	return NULL;
+}
+
+void fs_ready_note_under(struct ckfs *fs)
+{
+	struct stat st;
+	if (stat(fs->mountpoint, &st) == 0) {
+		fs->under_known = 1;
+		fs->under_dev = st.st_dev;
+	}
 }
 
 void fs_ready_start(struct ckfs *fs, const char *msg)

@@ -10,10 +10,13 @@
 
 #include "fs_int.h"
 
+/* Before mounting: notes the device of the directory the mount covers. */
+void fs_ready_note_under(struct ckfs *fs);
 /* From the init operation: starts the check (msg: the "mounted" line). */
 void fs_ready_start(struct ckfs *fs, const char *msg);
 /* After the session's device is closed (a check still waiting then fails):
- * joins the check; returns 0, or the errno of the request that failed. */
+ * joins the check; returns 0, or the errno of the request that failed
+ * (fs->ready_refused then says whether the kernel refused the INIT). */
 int fs_ready_join(struct ckfs *fs);
 
 #endif

@@ -4,7 +4,16 @@
  * answer fail (it runs them after the init operation has returned). The
  * kernel then fails every request of the mount. With REFUSE_INIT_DROP set
  * in the environment the answer is not sent at all: the kernel holds every
- * request of the mount. */
+ * request of the mount.
+ *
+ * REFUSE_INIT_STAT (with REFUSE_INIT_DROP) plays the two things the daemon's
+ * readiness check (src/fs/ready.c) may meet when the daemon is stopped with
+ * its INIT unanswered, whichever this machine's kernel does:
+ *   "refused": a stat of the mount point that fails with ENOTCONN fails
+ *              with ECONNREFUSED instead, as kernels that mark an aborted
+ *              INIT as refused answer it;
+ *   "late":    a stat of a mount point waits until it is unmounted, then
+ *              stats the directory beneath (the check's thread ran late). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* RTLD_NEXT */
 #endif
@@ -12,10 +21,13 @@
 #include <errno.h>
 #include <linux/fuse.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
+#include <time.h>
 
 static int is_fuse_device(int fd)
 {
@@ -49,4 +61,47 @@ ssize_t writev(int fd, const struct iovec *iov, int n)
 	for (int i = 0; i < n; i++)
 		all += iov[i].iov_len;
 	return (ssize_t)all;
+}
+
+/* whether path is a mount point now (field 5 of /proc/self/mountinfo; the
+ * tests' paths need no unescaping) */
+static int is_mounted(const char *path)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return 0;
+	char line[4096];
+	int found = 0;
+	size_t n = strlen(path);
+	while (!found && fgets(line, sizeof line, f)) {
+		char *p = line;
+		for (int field = 0; field < 4 && p; field++)
+			if ((p = strchr(p, ' ')))
+				p++;
+		found = p && strncmp(p, path, n) == 0 && p[n] == ' ';
+	}
+	fclose(f);
+	return found;
+}
+
+/* glibc 2.33 and later export stat itself */
+int stat(const char *path, struct stat *st)
+{
+	int (*real)(const char *, struct stat *) = dlsym(RTLD_NEXT, "stat");
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	const char *how = getenv("REFUSE_INIT_STAT");
+	if (!how || !getenv("REFUSE_INIT_DROP") || !is_mounted(path))
+		return real(path, st);
+	if (strcmp(how, "late") == 0) {
+		for (int k = 0; k < 6000 && is_mounted(path); k++) /* a minute at most */
+			nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+		return real(path, st);
+	}
+	int r = real(path, st);
+	if (r < 0 && errno == ENOTCONN && strcmp(how, "refused") == 0)
+		errno = ECONNREFUSED;
+	return r;
 }
