@@ -19,6 +19,7 @@
 struct stage {
 	const struct ck_mapping *m;
 	const struct ck_catalog *cat;
+	const cJSON *config; /* what the mapping's expressions read (ck_plan's) */
 	struct skey *in; /* the stage's inputs and intermediates */
 	size_t n_in, cap_in;
 	/* the catalog's name map when in[0 .. n) are its n entries in its
@@ -205,7 +206,7 @@ static int cached_config_value(struct stage *st, const char *name, struct ck_xva
 	uint32_t i;
 	if (st->cfg.map.cap && ck_strmap_get(&st->cfg.map, name, &i) == 0)
 		return st->cfg.v[i].kind == XV_NONE ? 1 : ck_xval_copy(out, &st->cfg.v[i], err);
-	int r = ck_config_value(st->cat->config, name, out, err);
+	int r = ck_config_value(st->config, name, out, err);
 	if (r >= 0 && !st->pend) /* a worker leaves the cache as it is */
 		remember_config(st, name, r == 0 ? out : NULL);
 	return r;
@@ -1681,7 +1682,8 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 		      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
 		      struct ck_warnings *warn, struct ck_err *err)
 {
-	return ck_plan_run_stage_threads(m, first, lenient, 0, cat, keys, n_keys, warn, err);
+	return ck_plan_run_stage_threads(m, first, lenient, 0, cat, cat->config, keys, n_keys, warn,
+					 err);
 }
 
 /* The rules whose first input's pattern decides by shape. */
@@ -1694,8 +1696,8 @@ static int shape_rules(const struct ck_mapping *m)
 }
 
 int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient, int threads,
-			      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
-			      struct ck_warnings *warn, struct ck_err *err)
+			      const struct ck_catalog *cat, const cJSON *config, struct skey **keys,
+			      size_t *n_keys, struct ck_warnings *warn, struct ck_err *err)
 {
 	struct stage st = {0};
 	st.threads = threads;
@@ -1703,6 +1705,7 @@ int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient
 	st.m = m;
 	st.by_shape = shape_rules(m) >= CK_SHAPE_RULES_MIN;
 	st.cat = cat;
+	st.config = config;
 	st.err = err;
 	st.warn = warn;
 	int rc = stage_inputs(&st, *keys, *n_keys);
@@ -1815,14 +1818,30 @@ int ck_plan_source_value(const struct ck_catalog *cat, uint32_t i, struct ck_val
 	return 0;
 }
 
+static int build(const struct ck_catalog *cat, const cJSON *config, struct ck_mapping *const *maps,
+		 int n_maps, int threads, struct ck_plan **out, struct ck_err *err);
+
 int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		  struct ck_plan **out, struct ck_err *err)
 {
-	return ck_plan_build_threads(cat, maps, n_maps, 0, out, err);
+	return build(cat, cat->config, maps, n_maps, 0, out, err);
 }
 
 int ck_plan_build_threads(const struct ck_catalog *cat, struct ck_mapping *const *maps,
 			  int n_maps, int threads, struct ck_plan **out, struct ck_err *err)
+{
+	return build(cat, cat->config, maps, n_maps, threads, out, err);
+}
+
+int ck_plan_build_config(const struct ck_catalog *cat, const cJSON *config,
+			 struct ck_mapping *const *maps, int n_maps, struct ck_plan **out,
+			 struct ck_err *err)
+{
+	return build(cat, config, maps, n_maps, 0, out, err);
+}
+
+static int build(const struct ck_catalog *cat, const cJSON *config, struct ck_mapping *const *maps,
+		 int n_maps, int threads, struct ck_plan **out, struct ck_err *err)
 {
 	*out = NULL;
 	size_t n = cat->logical ? cat->n_logical : cat->n_entries;
@@ -1842,8 +1861,8 @@ int ck_plan_build_threads(const struct ck_catalog *cat, struct ck_mapping *const
 		return -1;
 	}
 	for (int s = 0; s < n_maps; s++)
-		if (ck_plan_run_stage_threads(maps[s], s == 0, 0, threads, cat, &keys, &n, &warn,
-					      err) < 0) {
+		if (ck_plan_run_stage_threads(maps[s], s == 0, 0, threads, cat, config, &keys, &n,
+					      &warn, err) < 0) {
 			ck_warnings_free(&warn);
 			ck_opt_free(os);
 			return -1;
@@ -1883,6 +1902,7 @@ int ck_plan_build_threads(const struct ck_catalog *cat, struct ck_mapping *const
 	p->n_warnings = warn.n;
 	p->opt_template = opt_template;
 	p->cat = cat;
+	p->config = config;
 	p->t = t;
 	p->n = n;
 	for (size_t i = 0; i < n; i++) {

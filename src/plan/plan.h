@@ -40,6 +40,9 @@ struct ck_group {
 
 struct ck_plan {
 	const struct ck_catalog *cat;
+	/* config.json as the mapping's expressions see it: the catalog's, or
+	 * the effective one of a view that fills in a class's defaults */
+	const cJSON *config;
 	struct ck_target *t; /* natural name order */
 	size_t n;
 	struct ck_strmap by_name;
@@ -72,6 +75,11 @@ int ck_plan_build(const struct ck_catalog *cat, struct ck_mapping *const *maps, 
  * (1: one thread; 0: as ck_plan_build). */
 int ck_plan_build_threads(const struct ck_catalog *cat, struct ck_mapping *const *maps,
 			  int n_maps, int threads, struct ck_plan **out, struct ck_err *err);
+/* ck_plan_build with the mapping's expressions reading `config` (kept by
+ * the plan: it must outlive it) in place of the catalog's config.json. */
+int ck_plan_build_config(const struct ck_catalog *cat, const cJSON *config,
+			 struct ck_mapping *const *maps, int n_maps, struct ck_plan **out,
+			 struct ck_err *err);
 void ck_plan_free(struct ck_plan *p);
 const struct ck_target *ck_plan_find(const struct ck_plan *p, const char *name);
 /* Recompute sizes and dependency groups after targets' layouts changed. */

@@ -48,8 +48,8 @@ int ck_plan_run_stage(const struct ck_mapping *m, int first, int lenient,
 #define CK_SHAPE_RULES_MIN 10
 /* The same, a rule's instances on `threads` threads (ck_plan_build_threads) */
 int ck_plan_run_stage_threads(const struct ck_mapping *m, int first, int lenient, int threads,
-			      const struct ck_catalog *cat, struct skey **keys, size_t *n_keys,
-			      struct ck_warnings *warn, struct ck_err *err);
+			      const struct ck_catalog *cat, const cJSON *config, struct skey **keys,
+			      size_t *n_keys, struct ck_warnings *warn, struct ck_err *err);
 /* Source key i (a tensor, or a DCP tensor made of chunks) as a value. */
 int ck_plan_source_value(const struct ck_catalog *cat, uint32_t i, struct ck_value *v,
 			 struct ck_err *err);

@@ -171,7 +171,7 @@ int ck_plan_pad(struct ck_plan *p, const struct ck_mapping *rules, struct ck_err
 		return 0;
 	struct ck_mesh none = {0};
 	int64_t coord[CK_MAX_AXES] = {0};
-	struct req_ctx rc = {&none, p->cat->config, coord};
+	struct req_ctx rc = {&none, p->config, coord};
 	/* the multiple depends on the rule and the config only: once per rule */
 	int64_t *mults = calloc((size_t)rules->n_parts, sizeof *mults);
 	const struct ck_partition **part = NULL;
@@ -458,7 +458,7 @@ static int first_checks(const struct ck_plan *p, const struct ck_shard_prep *pre
 			const struct ck_mapping *rules, const struct ck_mesh *m, int64_t rank,
 			int64_t *coord, struct ck_err *err)
 {
-	struct req_ctx rc = {m, p->cat->config, coord};
+	struct req_ctx rc = {m, p->config, coord};
 	if (rank_coords(m, rank, coord, err) < 0 || axes_named(rules, m, err) < 0)
 		return -1;
 	return check_requirements(p, prep, rules, &rc, rules ? rules->path : "mapping", err);
@@ -471,7 +471,7 @@ static int shard(struct ck_plan *p, const struct ck_shard_prep *prep, const uint
 {
 	int64_t coord[CK_MAX_AXES];
 	const char *path = rules ? rules->path : "mapping";
-	struct req_ctx rc = {m, p->cat->config, coord};
+	struct req_ctx rc = {m, p->config, coord};
 	if (first_checks(p, prep, rules, m, rank, coord, err) < 0)
 		return -1;
 	unsigned *sel_axes = NULL;
@@ -549,7 +549,7 @@ int ck_plan_shard_copy(const struct ck_plan *p, const struct ck_shard_prep *prep
 {
 	int64_t coord[CK_MAX_AXES];
 	const char *path = rules ? rules->path : "mapping";
-	struct req_ctx rc = {m, p->cat->config, coord};
+	struct req_ctx rc = {m, p->config, coord};
 	*out = NULL;
 	if (first_checks(p, prep, rules, m, rank, coord, err) < 0) /* then select */
 		return -1;

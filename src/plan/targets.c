@@ -229,8 +229,10 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 	int bad = !*idx || !p || !next ||
 		  !(p->t = calloc(total ? total : 1, sizeof *p->t)) ||
 		  ck_strmap_init(&p->by_name, total) < 0;
-	if (!bad)
-		p->cat = n ? plans[0]->cat : NULL;
+	if (!bad && n) {
+		p->cat = plans[0]->cat;
+		p->config = plans[0]->config;
+	}
 	if (!bad && n && plans[0]->opt_template && !(p->opt_template = strdup(plans[0]->opt_template)))
 		bad = 1;
 	for (size_t k = 0; !bad && k < n; k++) {
@@ -429,8 +431,11 @@ int ck_plan_copy_some(const struct ck_plan *p, const unsigned char *keep, struct
 		      struct ck_err *err)
 {
 	/* the kept targets side by side (shallow: merge copies them deeply) */
-	struct ck_plan part = {
-	    .cat = p->cat, .t = p->t, .n = p->n, .opt_template = p->opt_template};
+	struct ck_plan part = {.cat = p->cat,
+			       .config = p->config,
+			       .t = p->t,
+			       .n = p->n,
+			       .opt_template = p->opt_template};
 	uint32_t *from = NULL;
 	if (keep) {
 		part.t = malloc((p->n ? p->n : 1) * sizeof *part.t);

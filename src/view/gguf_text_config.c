@@ -8,10 +8,11 @@
  * rope_local_base_freq are the flat form's; transformers 5's
  * rope_parameters get theirs below. The special token ids get none:
  * llama.cpp's converter reads those from the files as written. */
-static const struct {
+struct text_default {
 	const char *key;
 	double value;
-} GEMMA3_TEXT[] = {
+};
+static const struct text_default GEMMA3_TEXT[] = {
     {"vocab_size", 262208},	 {"hidden_size", 2304},
     {"intermediate_size", 9216}, {"num_hidden_layers", 26},
     {"num_attention_heads", 8},	 {"num_key_value_heads", 4},
@@ -72,26 +73,96 @@ static cJSON *vlm_text(const cJSON *config, struct ck_err *err)
 	return t;
 }
 
-/* Mistral3ForConditionalGeneration (Mistral Small 3.1 / 3.2): its
- * text_config as written. The planner reads the Q/K permutation's head
- * counts from text_config too, with the mapping's own default (the query
- * heads) for the key-value heads, where MistralConfig's is 8: a
- * text_config without them is refused, not permuted by another count. */
-static int mistral3_text(const cJSON *config, const cJSON **use, cJSON **owned, struct ck_err *err)
+/* The defaults of the text classes a LLaVA or Mistral3 checkpoint's
+ * text_config names by its model_type (transformers' LlamaConfig and
+ * MistralConfig, 4.x to 5: the same numbers). head_dim is hidden_size /
+ * num_attention_heads when absent, as the view takes it anyway, and
+ * rope_theta 10000, the view's own default for these classes. */
+static const struct text_default LLAMA_TEXT[] = {
+    {"vocab_size", 32000},     {"hidden_size", 4096},	    {"intermediate_size", 11008},
+    {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"max_position_embeddings", 2048},
+    {"rms_norm_eps", 1e-6},
+};
+static const struct text_default MISTRAL_TEXT[] = {
+    {"vocab_size", 32000},
+    {"hidden_size", 4096},
+    {"intermediate_size", 14336},
+    {"num_hidden_layers", 32},
+    {"num_attention_heads", 32},
+    {"num_key_value_heads", 8},
+    {"max_position_embeddings", 131072},
+    {"rms_norm_eps", 1e-6},
+};
+/* Mistral3Config with no text_config at all: Mistral Small 3.1's model */
+static const struct text_default MISTRAL3_NONE[] = {
+    {"vocab_size", 131072},
+    {"hidden_size", 5120},
+    {"intermediate_size", 32768},
+    {"num_hidden_layers", 40},
+    {"num_attention_heads", 32},
+    {"num_key_value_heads", 8},
+    {"head_dim", 128},
+    {"max_position_embeddings", 131072},
+    {"rms_norm_eps", 1e-5},
+    {"rope_theta", 1e9},
+};
+
+static int put_defaults(cJSON *t, const struct text_default *d, size_t n)
 {
+	int bad = 0;
+	for (size_t k = 0; k < n; k++)
+		bad |= put_default(t, d[k].key, d[k].value);
+	return bad;
+}
+
+/* LlavaForConditionalGeneration (LLaVA 1.5, Pixtral 12B) and
+ * Mistral3ForConditionalGeneration (Mistral Small 3.1 / 3.2): the text
+ * model as transformers builds it, its text_config over the defaults of
+ * the class its model_type names (the outer class's default type when it
+ * names none), or the outer class's whole default model without one. Only
+ * a llama or mistral text model is served: llama.cpp reads these classes'
+ * language model as llama, and another type's fields would be read as
+ * llama's. */
+static int llama_text(const cJSON *config, const char *outer_type, const struct text_default *none,
+		      size_t n_none, const cJSON **use, cJSON **owned, struct ck_err *err)
+{
+	const cJSON *tc = cJSON_GetObjectItemCaseSensitive(config, "text_config");
+	int absent = !cJSON_IsObject(tc);
 	cJSON *t = vlm_text(config, err);
 	if (!t)
 		return -1;
-	static const char *const need[] = {"hidden_size", "num_attention_heads",
-					   "num_key_value_heads"};
-	for (size_t k = 0; k < sizeof need / sizeof *need; k++)
-		if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(t, need[k]))) {
-			cJSON_Delete(t);
-			return ck_fail(err, CK_E_SOURCE,
-				       "config.json: text_config has no \"%s\": the GGUF view "
-				       "does not take it from MistralConfig's defaults",
-				       need[k]);
-		}
+	const cJSON *mt = cJSON_GetObjectItemCaseSensitive(t, "model_type");
+	const char *type = mt ? cJSON_GetStringValue(mt) : outer_type;
+	int bad = 0;
+	if (!type || (strcmp(type, "llama") && strcmp(type, "mistral"))) {
+		if (type) /* before t, which holds it, goes */
+			ck_fail(
+			    err, CK_E_SOURCE,
+			    "config.json: text_config's model_type \"%s\": the GGUF view serves "
+			    "this class's language model when it is llama or mistral",
+			    type);
+		else
+			ck_fail(err, CK_E_SOURCE,
+				"config.json: text_config's \"model_type\" is not a string");
+		cJSON_Delete(t);
+		return -1;
+	}
+	if (absent && none)
+		bad |= put_defaults(t, none, n_none);
+	if (!strcmp(type, "mistral"))
+		bad |= put_defaults(t, MISTRAL_TEXT, sizeof MISTRAL_TEXT / sizeof *MISTRAL_TEXT);
+	else
+		bad |= put_defaults(t, LLAMA_TEXT, sizeof LLAMA_TEXT / sizeof *LLAMA_TEXT);
+	/* LlamaConfig's key-value heads: the query heads (MistralConfig's
+	 * absent ones are 8, set above; a null one is the query heads too, as
+	 * the view and the mapping read a null) */
+	const cJSON *heads = cJSON_GetObjectItemCaseSensitive(t, "num_attention_heads");
+	if (cJSON_IsNumber(heads))
+		bad |= put_default(t, "num_key_value_heads", heads->valuedouble);
+	if (bad) {
+		cJSON_Delete(t);
+		return ck_fail_sys(err, ENOMEM, "config.json");
+	}
 	*use = *owned = t;
 	return 0;
 }
@@ -117,7 +188,10 @@ int ck_gguf_text_config(const cJSON *config, const cJSON **use, cJSON **owned, s
 	const char *cls = cJSON_GetStringValue(
 	    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(config, "architectures"), 0));
 	if (cls && !strcmp(cls, "Mistral3ForConditionalGeneration"))
-		return mistral3_text(config, use, owned, err);
+		return llama_text(config, "mistral", MISTRAL3_NONE,
+				  sizeof MISTRAL3_NONE / sizeof *MISTRAL3_NONE, use, owned, err);
+	if (cls && !strcmp(cls, "LlavaForConditionalGeneration"))
+		return llama_text(config, "llama", NULL, 0, use, owned, err);
 	if (cls && (!strcmp(cls, "Qwen2VLForConditionalGeneration") ||
 		    !strcmp(cls, "Qwen2_5_VLForConditionalGeneration")))
 		return qwen2vl_text(config, use, owned, err);
@@ -127,9 +201,8 @@ int ck_gguf_text_config(const cJSON *config, const cJSON **use, cJSON **owned, s
 	cJSON *t = vlm ? vlm_text(config, err) : cJSON_Duplicate(config, 1);
 	if (!t)
 		return vlm ? -1 : ck_fail_sys(err, ENOMEM, "config.json");
-	int bad = rope_defaults(t);
-	for (size_t k = 0; k < sizeof GEMMA3_TEXT / sizeof *GEMMA3_TEXT; k++)
-		bad |= put_default(t, GEMMA3_TEXT[k].key, GEMMA3_TEXT[k].value);
+	int bad = rope_defaults(t) |
+		  put_defaults(t, GEMMA3_TEXT, sizeof GEMMA3_TEXT / sizeof *GEMMA3_TEXT);
 	if (bad) {
 		cJSON_Delete(t);
 		return ck_fail_sys(err, ENOMEM, "config.json");

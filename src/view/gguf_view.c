@@ -1,4 +1,5 @@
 #include "gguf_view.h"
+#include "gguf_shapes.h"
 #include "gguf_text_config.h"
 
 #include <errno.h>
@@ -26,6 +27,7 @@ static const struct arch {
     {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
     {"GraniteForCausalLM", "granite", "hf-llama-to-gguf", 0, NULL},
     {"Mistral3ForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
+    {"LlavaForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
     {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1, NULL},
     {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0, NULL},
     {"Qwen2VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model"},
@@ -619,6 +621,10 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	    (cfg_num(c, "num_local_experts", 0, 0, 1, 65535, &ne, err) < 0 ||
 	     cfg_num(c, "num_experts_per_tok", 0, 0, 1, ne, &nu, err) < 0))
 		return -1;
+	const struct ck_gguf_dims dims = {(int64_t)H,	(int64_t)L,  (int64_t)nh,
+					  (int64_t)nkv, (int64_t)hd, (int64_t)ff};
+	if (ck_gguf_check_shapes(g->plan, &dims, err) < 0)
+		return -1;
 	char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, a->gguf), k)
 	ck_gguf_meta_str(m, "general.architecture", a->gguf);
@@ -747,7 +753,9 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	if (g->unwrap_map)
 		all[n_all++] = g->unwrap_map;
 	all[n_all++] = g->arch_map;
-	if (ck_plan_build(cat, all, n_all, &g->plan, err) < 0)
+	/* the mappings read the class's hyper-parameters as the view does
+	 * (a multimodal class's text model, with its defaults filled in) */
+	if (ck_plan_build_config(cat, cfg, all, n_all, &g->plan, err) < 0)
 		goto fail;
 	const struct ftype *ft = o->type ? find_ftype(o->type) : source_ftype(g->plan);
 	g->arch = a->gguf;

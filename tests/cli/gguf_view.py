@@ -485,6 +485,8 @@ def run_all(d, rng, lib):
     qwen3moe(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
+    mistral3_defaults(d, rng)
+    llava(d, rng)
     granite(d, src, cfg, w)
     qwen2vl(d, rng)
     sentencepiece(d, src, lib)
@@ -724,10 +726,13 @@ def mistral3(d, src, cfg, w):
     (later), the head as language_model.lm_head or lm_head, beside a vision
     tower and a projector. Both namings serve the bytes of the same model
     saved as MistralForCausalLM, and llama.cpp's logits on them equal the
-    torch forward pass. A text_config without the key-value heads (the Q/K
-    permutation needs them; MistralConfig's default is 8, not the query
-    heads) is refused, and so is a key no rule takes (the GGUF mappings are
-    strict about leftovers also after another mapping)."""
+    torch forward pass. A text_config without the key-value heads gets
+    MistralConfig's 8, not the query heads (mistral3_defaults): on this
+    model with 2 the config does not describe the weights and is refused
+    (it was refused before for the missing field), and so is a key no rule
+    takes (the GGUF mappings are strict about leftovers also after another
+    mapping)."""
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
     text = os.path.join(d, "m3-text")
     shutil.copytree(src, text)
     json.dump(dict(cfg, architectures=["MistralForCausalLM"], model_type="mistral", _name_or_path="m3"),
@@ -756,14 +761,111 @@ def mistral3(d, src, cfg, w):
     bad = os.path.join(d, "m3-later")
     json.dump(dict(outer, text_config={k: v for k, v in tc.items() if k != "num_key_value_heads"}),
               open(os.path.join(bad, "config.json"), "w"))
-    refused(["inspect", bad, "--format", "gguf"], "text_config has no \"num_key_value_heads\"", 3)
+    refused(["inspect", bad, "--format", "gguf"], f"num_key_value_heads 8, head_dim {hd}", 3)
     json.dump(outer, open(os.path.join(bad, "config.json"), "w"))
     extra = dict(t, **{"model.language_model.layers.0.self_attn.rotary.scale": np.ones(4, np.float32)})
     ckref.write_safetensors(os.path.join(bad, "model.safetensors"),
                             {k: ("F32", v.shape, v.tobytes()) for k, v in extra.items()})
     refused(["inspect", bad, "--format", "gguf"], "used by no rule, first \"model.layers.0.self_attn.rotary.scale\"")
     print(f"mistral3 (Mistral Small 3.1): both key namings serve the text model's bytes, llama.cpp {r:.1e}; "
-          "a text_config without the key-value heads and a stray key refused")
+          "MistralConfig's 8 key-value heads on a model of 2 and a stray key refused")
+
+
+def text_model(d, name, rng, heads, kv_heads):
+    """A llama model in its own directory (make_model's names), and its
+    weights, for the classes whose defaults depend on the head counts."""
+    sub = os.path.join(d, name)
+    os.makedirs(sub)
+    return make_model(sub, "llama", rng, ("--heads", str(heads), "--kv-heads", str(kv_heads)))
+
+
+def served_as(src, config, tensors, d, name):
+    """model.gguf (F32) of a checkpoint of these tensors and this config."""
+    v = vlm_checkpoint(os.path.join(d, name), src, config, tensors)
+    with Mount(v, opts="gguf=F32") as m:
+        return open(m.path("model.gguf"), "rb").read()
+
+
+def mistral3_defaults(d, rng):
+    """Mistral3's text_config without num_key_value_heads: MistralConfig's
+    8, where the mapping's own default would be the query heads. With 16
+    heads and 8 key-value heads the file equals MistralForCausalLM's with 8
+    spelled out (the mapping's Q/K permutation now reads the view's config:
+    it used to read the file's, and was refused here), and llama.cpp's
+    logits equal the torch forward pass with 8. A text_config of model_type
+    llama gets LlamaConfig's default instead, the query heads, which do not
+    describe these weights: refused."""
+    src, cfg, w = text_model(d, "m3kv", rng, 16, 8)
+    spelled = dict(cfg, architectures=["MistralForCausalLM"], model_type="mistral", _name_or_path="m3kv")
+    want = served_as(src, spelled, w, d, "m3kv-text")
+    # with model_type mistral, and with none (Mistral3Config's default type);
+    # a llama text model's default would be the 16 query heads
+    tc = {k: v for k, v in cfg.items() if k not in ("architectures", "num_key_value_heads", "model_type")}
+    lm = {(k if k == "lm_head.weight" else "model.language_model." + k[len("model."):]): v for k, v in w.items()}
+    outer = {"architectures": ["Mistral3ForConditionalGeneration"], "model_type": "mistral3",
+             "_name_or_path": "m3kv", "text_config": tc}
+    for typed in (dict(tc, model_type="mistral"), tc):
+        got = served_as(src, dict(outer, text_config=typed), lm, d, f"m3kv-vlm-{len(typed)}")
+        assert got == want, f"mistral3 without num_key_value_heads ({typed.get('model_type')}): " \
+            "not MistralForCausalLM's file with 8"
+    v = vlm_checkpoint(os.path.join(d, "m3kv-llama"), src, dict(outer, text_config=dict(tc, model_type="llama")), lm)
+    refused(["inspect", v, "--format", "gguf"], "num_key_value_heads 16", 3)
+    path = os.path.join(d, "m3kv.gguf")
+    open(path, "wb").write(got)
+    r, same = logits(path, w, cfg)
+    assert r < 1e-3 and same, f"mistral3 defaults: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    print(f"mistral3: a text_config without the key-value heads serves MistralConfig's 8 (16 query heads), "
+          f"llama.cpp {r:.1e}")
+
+
+def llava(d, rng):
+    """LLaVA (LlavaForConditionalGeneration: LLaVA 1.5, Pixtral 12B): the
+    text model under text_config, which LLaVA 1.5's config.json fills only
+    in part: the rest are LlamaConfig's defaults (key-value heads = the
+    query heads, rope_theta 10000, rms_norm_eps 1e-6), or MistralConfig's
+    for model_type mistral. Keys as transformers 4.50 (language_model.model.*,
+    language_model.lm_head, vision_tower.*, multi_modal_projector.*) or later
+    (model.language_model.*, lm_head, model.vision_tower.*): both serve the
+    file of the LlamaForCausalLM with those defaults spelled out, and
+    llama.cpp's logits on it equal the torch forward pass. A text model of
+    another type is refused (llama.cpp reads LLaVA's as llama), and so is a
+    config whose defaults do not describe the weights (a GQA model whose
+    text_config leaves out the key-value heads)."""
+    src, cfg, w = text_model(d, "llava", rng, 8, 8)
+    ref = dict(cfg, architectures=["LlamaForCausalLM"], _name_or_path="llava", rope_theta=10000.0,
+               rms_norm_eps=1e-6, max_position_embeddings=4096)
+    want = served_as(src, ref, w, d, "llava-text")
+    given = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    tc = dict({k: cfg[k] for k in given}, model_type="llama", max_position_embeddings=4096)
+    outer = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "_name_or_path": "llava",
+             "image_token_index": 300, "text_config": tc,
+             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 16}}
+    vision = {"vision_tower.vision_model.embeddings.patch_embedding.weight": (16, 3, 2, 2),
+              "multi_modal_projector.linear_1.weight": (32, 16),
+              "multi_modal_projector.linear_2.weight": (cfg["hidden_size"], 32)}
+    for tag, lm, head, vis in (("4.50", "language_model.model.", "language_model.lm_head.weight", ""),
+                               ("later", "model.language_model.", "lm_head.weight", "model.")):
+        t = {(head if k == "lm_head.weight" else lm + k[len("model."):]): v for k, v in w.items()}
+        t.update({vis + k: rng.standard_normal(shape).astype(np.float32) for k, shape in vision.items()})
+        for typed in (True, False):
+            conf = dict(outer, text_config=tc if typed else {k: v for k, v in tc.items() if k != "model_type"})
+            got = served_as(src, conf, t, d, f"llava-{tag}-{typed}")
+            assert got == want, f"llava {tag} (model_type given: {typed}): not the spelled-out model's file"
+    path = os.path.join(d, "llava.gguf")
+    open(path, "wb").write(want)
+    r, same = logits(path, w, ref)
+    assert r < 1e-3 and same, f"llava: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    bad = os.path.join(d, "llava-later-True")
+    for text, says in ((dict(tc, model_type="qwen2"), 'text_config\'s model_type "qwen2"'),
+                       (dict(tc, model_type=7), "text_config's \"model_type\" is not a string")):
+        json.dump(dict(outer, text_config=text), open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    gqa, gcfg, gw = text_model(d, "llava-gqa", rng, 8, 2)
+    t = {(k if k == "lm_head.weight" else "model.language_model." + k[len("model."):]): v for k, v in gw.items()}
+    v = vlm_checkpoint(os.path.join(d, "llava-gqa-vlm"), gqa, dict(outer, text_config=tc), t)
+    refused(["inspect", v, "--format", "gguf"], "num_key_value_heads 8", 3)
+    print(f"llava: both key namings, with and without the text model's type, serve LlamaConfig's defaults "
+          f"spelled out, llama.cpp {r:.1e}; a qwen2 text model and a GQA model without its key-value heads refused")
 
 
 def qwen2vl(d, rng):
@@ -1338,6 +1440,23 @@ def hostile(d, src):
         gs.llama_cpp(MODULES, m.path("model.gguf"), [1, 2, 3])
     mount_refused(variant("noctx", cfg_edit(max_position_embeddings=None)), "gguf",
                   "max_position_embeddings", 3)
+    # a config that does not describe the weights: refused, naming the
+    # tensor (it used to make a file llama.cpp refuses, or with hidden_size
+    # 128, Q/K rows permuted as another shape's: the elements still divide)
+    c = json.load(open(os.path.join(src, "config.json")))
+    H, nh, L, ff = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
+    for name, edit, says in (
+            ("wideh", dict(hidden_size=2 * H), f"output_norm.weight [{2 * H}], but the weights give it [{H}]"),
+            ("morel", dict(num_hidden_layers=L + 1), f"no layer {L}"),
+            ("fewerl", dict(num_hidden_layers=L - 1), f"have blk.{L - 1}."),
+            ("ff", dict(intermediate_size=ff + 2), f"ffn_down.weight [{H}, {ff + 2}], but the weights give it [{H}, {ff}]"),
+            ("kvmha", dict(num_key_value_heads=None), f"num_key_value_heads {nh}"),
+            ("hd", dict(head_dim=2 * H // nh), f"head_dim {2 * H // nh},"),
+            ("heads", dict(num_attention_heads=nh // 2), "make blk.0.attn_")):
+        mount_refused(variant("shape-" + name, cfg_edit(**edit)), "gguf", says, 3)
+        assert "the config does not describe these weights" in subprocess.run(
+            [CKPTFS, "inspect", os.path.join(d, "shape-" + name), "--format", "gguf"],
+            capture_output=True, text=True).stderr, name
     mount_refused(variant("rope3", cfg_edit(rope_scaling={"rope_type": "llama3", "factor": 8.0,
                                                           "low_freq_factor": 4.0, "high_freq_factor": 1.0})),
                   "gguf", "high_freq_factor 1 must exceed low_freq_factor 4", 3)
@@ -1374,7 +1493,8 @@ def hostile(d, src):
     print("refused with one line, nothing mounted or written: an unsupported architecture, a bad type, a "
           "per-rank mount, no tokenizer (placeholder with gguf_vocab=none), missing max_position_embeddings, "
           "a llama3 rope scaling with high <= low, a dynamic one, tokenizer ids outside or shared, bad merges, WordPiece, truncated JSON, a FIFO, "
-          "a malformed tokenizer.model, a piece with a NUL byte")
+          "a malformed tokenizer.model, a piece with a NUL byte; a config that does not describe the weights "
+          "(hidden size, layers either way, intermediate size, key-value heads, head_dim, heads)")
 
 
 if __name__ == "__main__":
