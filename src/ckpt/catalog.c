@@ -12,10 +12,11 @@
 
 #include "../util/fileio.h"
 #include "../util/json_strict.h"
+#include "../util/natsort.h"
 #include "dcp.h"
 #include "gguf.h"
+#include "gguf_shapes.h"
 #include "index.h"
-#include "../util/natsort.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define TORCH_INDEX_NAME "pytorch_model.bin.index.json"
@@ -462,6 +463,14 @@ static int gguf_divisors(const struct ck_catalog *cat, const char *name, float *
 	return 0;
 }
 
+static void entry_at(const void *ctx, size_t i, const char **name, int *ndim, const int64_t **shape)
+{
+	const struct ck_tensor_info *t = &((const struct ck_catalog *)ctx)->entries[i].t;
+	*name = t->name;
+	*ndim = t->ndim;
+	*shape = t->shape;
+}
+
 /* A GGUF without a config.json beside it: one made from its metadata and
  * its rope divisors, so mappings to Hugging Face names get their
  * parameters (not an error when the architecture has none: the tensors
@@ -496,6 +505,10 @@ static int gguf_config(struct ck_catalog *cat, struct ck_err *err)
 	free(d);
 	if (r < 0 || !c)
 		return r;
+	if (ck_gguf_check_hf_config(c, cat, cat->n_entries, entry_at, cat->source, err) < 0) {
+		cJSON_Delete(c);
+		return -1;
+	}
 	char *txt = cJSON_Print(c);
 	size_t n = txt ? strlen(txt) : 0;
 	char *raw = txt ? malloc(n + 2) : NULL;

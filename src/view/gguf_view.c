@@ -1,5 +1,4 @@
 #include "gguf_view.h"
-#include "gguf_shapes.h"
 #include "gguf_text_config.h"
 
 #include <errno.h>
@@ -11,6 +10,7 @@
 #include <strings.h>
 
 #include "../ckpt/ggml_types.h"
+#include "../ckpt/gguf_shapes.h"
 #include "../util/json_strict.h"
 #include "open.h"
 
@@ -598,6 +598,15 @@ static int rope_scaling(const cJSON *c, const struct rope_src *r, const struct a
 	return 0;
 }
 
+static void target_at(const void *ctx, size_t i, const char **name, int *ndim,
+		      const int64_t **shape)
+{
+	const struct ck_target *t = &((const struct ck_plan *)ctx)->t[i];
+	*name = t->name;
+	*ndim = t->v.ndim;
+	*shape = t->v.shape;
+}
+
 /* general.*, the architecture's hyper-parameters and rope. */
 static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *ft, const char *name,
 		     struct ck_gguf_view *g, struct ck_err *err)
@@ -623,7 +632,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		return -1;
 	const struct ck_gguf_dims dims = {(int64_t)H,	(int64_t)L,  (int64_t)nh,
 					  (int64_t)nkv, (int64_t)hd, (int64_t)ff};
-	if (ck_gguf_check_shapes(g->plan, &dims, err) < 0)
+	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &dims, &ck_gguf_words_hf,
+				 "config.json", err) < 0)
 		return -1;
 	char k[128];
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, a->gguf), k)

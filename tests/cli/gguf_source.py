@@ -930,9 +930,35 @@ def hostile(d):
         llama_gguf(tmp, p, arch == "llama", arch=arch, extra=extra)
         r = run("inspect", p, timeout=20)
         assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr, (name, r.stderr)
+    # metadata that does not describe the tensors (they are written as the
+    # checkpoint has them, the metadata from an edited config): refused,
+    # naming the tensor (a config.json was made from it and the Q/K rows
+    # un-permuted by the metadata's head counts, whatever the tensors were)
+    c = json.load(open(os.path.join(src, "config.json")))
+    H, L, ff, nh, nkv = (c[k] for k in ("hidden_size", "num_hidden_layers", "intermediate_size",
+                                        "num_attention_heads", "num_key_value_heads"))
+    hd = H // nh
+    for name, change, want in (
+            ("meta-kv", {"num_key_value_heads": 2 * nkv},
+             f"attention.head_count_kv {2 * nkv}, head dim {hd}, feed_forward_length {ff} make blk.0.attn_k.weight "
+             f"[{2 * nkv * hd}, {H}], but it is [{nkv * hd}, {H}]"),
+            ("meta-keylen", {"head_dim": hd // 2}, f"head dim {hd // 2}"),
+            ("meta-hidden", {"hidden_size": 2 * H}, f"output_norm.weight [{2 * H}], but it is [{H}]"),
+            ("meta-ff", {"intermediate_size": ff + 2}, f"ffn_down.weight [{H}, {ff + 2}], but it is [{H}, {ff}]"),
+            ("meta-more-layers", {"num_hidden_layers": L + 1}, f"block_count {L + 1}, but there is no blk.{L}.*"),
+            ("meta-fewer-layers", {"num_hidden_layers": L - 1}, f"block_count {L - 1}, but there is blk.{L - 1}.")):
+        tmp = os.path.join(d, name + "-src")
+        shutil.copytree(src, tmp)
+        json.dump(dict(c, **change), open(os.path.join(tmp, "config.json"), "w"))
+        p = os.path.join(d, name + ".gguf")
+        llama_gguf(tmp, p, False)
+        r = run("inspect", p, timeout=20)
+        assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr and \
+            "its metadata does not describe its tensors" in r.stderr, (name, r.stderr)
     print("hostile GGUF headers: 16 classes refused with one line; rope_freqs.weight NaN, negative or 2-D too; "
           "a partial rope outside Phi-3, an odd one, divisor lists of another length, long without short, "
-          "incomplete metadata")
+          "incomplete metadata; metadata that does not describe the tensors (key-value heads, key length, "
+          "hidden size, feed-forward length, more or fewer blocks)")
 
 
 def main():

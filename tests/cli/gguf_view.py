@@ -1446,10 +1446,10 @@ def hostile(d, src):
     c = json.load(open(os.path.join(src, "config.json")))
     H, nh, L, ff = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
     for name, edit, says in (
-            ("wideh", dict(hidden_size=2 * H), f"output_norm.weight [{2 * H}], but the weights give it [{H}]"),
-            ("morel", dict(num_hidden_layers=L + 1), f"no layer {L}"),
-            ("fewerl", dict(num_hidden_layers=L - 1), f"have blk.{L - 1}."),
-            ("ff", dict(intermediate_size=ff + 2), f"ffn_down.weight [{H}, {ff + 2}], but the weights give it [{H}, {ff}]"),
+            ("wideh", dict(hidden_size=2 * H), f"output_norm.weight [{2 * H}], but it is [{H}]"),
+            ("morel", dict(num_hidden_layers=L + 1), f"but there is no blk.{L}.*"),
+            ("fewerl", dict(num_hidden_layers=L - 1), f"but there is blk.{L - 1}."),
+            ("ff", dict(intermediate_size=ff + 2), f"ffn_down.weight [{H}, {ff + 2}], but it is [{H}, {ff}]"),
             ("kvmha", dict(num_key_value_heads=None), f"num_key_value_heads {nh}"),
             ("hd", dict(head_dim=2 * H // nh), f"head_dim {2 * H // nh},"),
             ("heads", dict(num_attention_heads=nh // 2), "make blk.0.attn_")):

@@ -6,8 +6,18 @@
 #include <unistd.h>
 
 #include "ckpt/gguf.h"
+#include "ckpt/gguf_shapes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void tensor_at(const void *ctx, size_t i, const char **name, int *ndim,
+		      const int64_t **shape)
+{
+	const struct ck_tensor_info *t = &((const struct ck_file_tensors *)ctx)->tensors[i];
+	*name = t->name;
+	*ndim = t->ndim;
+	*shape = t->shape;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -24,8 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			size_t n = size % 9;
 			struct ck_gguf_rope rope = {n ? f : NULL, NULL, NULL, n, 0, 0};
 			cJSON *c;
-			if (ck_gguf_hf_config(meta, 32, 1, &rope, "fuzz", &c, &err) == 0)
+			if (ck_gguf_hf_config(meta, 32, 1, &rope, "fuzz", &c, &err) == 0 && c) {
+				ck_gguf_check_hf_config(c, &h, h.n_tensors, tensor_at, "fuzz",
+							&err);
 				cJSON_Delete(c);
+			}
 			cJSON_Delete(meta);
 			ck_file_tensors_free(&h);
 		}

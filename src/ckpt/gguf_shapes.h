@@ -1,0 +1,54 @@
+/* A GGUF model's hyper-parameters against its tensors, both ways: the GGUF
+ * view's metadata (from config.json, an untrusted file, filled in with a
+ * class's defaults) against the tensors it serves, and a GGUF source's
+ * metadata against the tensors in the file, before a config.json is made
+ * from it. Hyper-parameters that do not describe the tensors would make a
+ * file llama.cpp refuses to load or a config transformers refuses, or
+ * worse, Q/K rows permuted as another shape's (a wrong hidden size can
+ * still divide the elements): refused instead, naming the tensor, the
+ * fields and both shapes. */
+#ifndef CK_GGUF_SHAPES_H
+#define CK_GGUF_SHAPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "../util/error.h"
+
+struct ck_gguf_dims {
+	int64_t hidden, layers, heads, kv_heads, head_dim, ff;
+};
+
+/* What the message calls the fields (in ck_gguf_dims' order) and what
+ * does not describe what. */
+struct ck_gguf_dim_words {
+	const char *field[6];
+	const char *verdict;
+};
+extern const struct ck_gguf_dim_words ck_gguf_words_hf, ck_gguf_words_gguf;
+
+/* Tensor i of n, with its GGUF name and torch-order shape. */
+typedef void (*ck_gguf_tensor_at)(const void *ctx, size_t i, const char **name, int *ndim,
+				  const int64_t **shape);
+
+/* token_embd / output_norm / the blocks' norms: hidden wide; blk.N for
+ * every N below layers and none beyond; attn_q / attn_k / attn_v /
+ * attn_output / attn_qkv from the heads and head_dim; dense ffn_gate /
+ * ffn_down from ff. Other tensors are not looked at, and no tensors at
+ * all (a vocabulary-only file) is nothing to contradict. where: what the
+ * message starts with (config.json, the GGUF file). 0, or -1 with err
+ * (CK_E_SOURCE). */
+int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
+			 const struct ck_gguf_dims *d, const struct ck_gguf_dim_words *w,
+			 const char *where, struct ck_err *err);
+
+/* The same for a config.json made from a GGUF's metadata
+ * (ck_gguf_hf_config), in the metadata's words: its hidden size, layers,
+ * heads, key-value heads, head_dim (else hidden / heads) and intermediate
+ * size against the file's tensors. */
+int ck_gguf_check_hf_config(const cJSON *c, const void *ctx, size_t n, ck_gguf_tensor_at at,
+			    const char *where, struct ck_err *err);
+
+#endif
