@@ -10,7 +10,7 @@
 const struct ck_gguf_dim_words ck_gguf_words_hf = {{"hidden_size", "num_hidden_layers",
 						    "num_attention_heads", "num_key_value_heads",
 						    "head_dim", "intermediate_size"},
-						   "the config does not describe these weights"};
+						   "the config does not describe this checkpoint"};
 const struct ck_gguf_dim_words ck_gguf_words_gguf = {
     {"embedding_length", "block_count", "attention.head_count", "attention.head_count_kv",
      "head dim", "feed_forward_length"},

@@ -51,6 +51,12 @@ static void free_rule(struct ck_rule *r)
 	}
 	free(r->each);
 	free(r->checked);
+	for (int i = 0; i < r->n_shape; i++) {
+		for (int d = 0; d < r->shape[i].ndim; d++)
+			ck_expr_free(r->shape[i].dim[d]);
+		free(r->shape[i].text);
+	}
+	free(r->shape);
 }
 
 static void free_partition(struct ck_partition *p)
@@ -282,7 +288,7 @@ static int check_cond(struct pctx *c, struct ck_rule *r)
 
 /* A rule's fields, each given at most once. */
 struct rule_fields {
-	const cJSON *from, *to, *expr, *let, *reduce, *forj, *cond, *drop, *each;
+	const cJSON *from, *to, *expr, *let, *reduce, *forj, *cond, *drop, *each, *shape;
 };
 
 static int rule_fields(struct pctx *c, const cJSON *j, struct ck_rule *r, struct rule_fields *f)
@@ -290,14 +296,15 @@ static int rule_fields(struct pctx *c, const cJSON *j, struct ck_rule *r, struct
 	for (const cJSON *e = j->child; e; e = e->next) {
 		const cJSON **slot = !strcmp(e->string, "from")	    ? &f->from
 				     : !strcmp(e->string, "to")	    ? &f->to
-				     : !strcmp(e->string, "expr")    ? &f->expr
-				     : !strcmp(e->string, "let")     ? &f->let
-				     : !strcmp(e->string, "reduce")  ? &f->reduce
-				     : !strcmp(e->string, "for")     ? &f->forj
+				     : !strcmp(e->string, "expr")   ? &f->expr
+				     : !strcmp(e->string, "let")    ? &f->let
+				     : !strcmp(e->string, "reduce") ? &f->reduce
+				     : !strcmp(e->string, "for")    ? &f->forj
 				     : !strcmp(e->string, "if")	    ? &f->cond
-				     : !strcmp(e->string, "drop")    ? &f->drop
-				     : !strcmp(e->string, "each")    ? &f->each
-									    : NULL;
+				     : !strcmp(e->string, "drop")   ? &f->drop
+				     : !strcmp(e->string, "each")   ? &f->each
+				     : !strcmp(e->string, "shape")  ? &f->shape
+								    : NULL;
 		if (!strcmp(e->string, "share") || !strcmp(e->string, "optional")) {
 			if (!cJSON_IsBool(e))
 				return fail_at(c, r, "\"%s\" must be true or false", e->string, NULL);
@@ -544,6 +551,88 @@ static int parse_each(struct pctx *c, struct ck_rule *r, const cJSON *each)
 	return 0;
 }
 
+/* Names a "shape" dim may not use: the inputs (their values are not
+ * read to decide their own shape), lets and "for" (bound after it). */
+struct shape_names {
+	const struct ck_rule *r;
+	const char *bad;
+};
+
+static void shape_name(void *vctx, const char *name)
+{
+	struct shape_names *c = vctx;
+	const struct ck_rule *r = c->r;
+	for (int i = 0; i < r->n_in && !c->bad; i++)
+		if (!strcmp(r->in[i].name, name))
+			c->bad = name;
+	for (int k = 0; k < r->n_let && !c->bad; k++)
+		if (!strcmp(r->let[k].name, name))
+			c->bad = name;
+	if (!c->bad && r->for_name && !strcmp(r->for_name, name))
+		c->bad = name;
+}
+
+/* One "shape" entry: "INPUT": [dim, ...], each an expression (params,
+ * config values, captures) or null for any size. */
+static int parse_shape_entry(struct pctx *c, struct ck_rule *r, const cJSON *e)
+{
+	struct ck_shape_decl *s = &r->shape[r->n_shape];
+	s->input = -1;
+	for (int i = 0; i < r->n_in; i++)
+		if (!strcmp(r->in[i].name, e->string))
+			s->input = i;
+	for (int k = 0; k < r->n_shape && s->input >= 0; k++)
+		if (r->shape[k].input == s->input)
+			return fail_at(c, r, "\"shape\" names input \"%s\" twice%s", e->string,
+				       NULL);
+	if (s->input < 0)
+		return fail_at(c, r, "\"shape\" names \"%s\", which is not an input of the rule%s",
+			       e->string, NULL);
+	int n = cJSON_IsArray(e) ? cJSON_GetArraySize(e) : -1;
+	if (n < 1 || n > CK_MAX_DIMS)
+		return fail_at(c, r, "\"shape\" of \"%s\" must be a list of 1 to 8 dims%s",
+			       e->string, NULL);
+	r->n_shape++;
+	char text[512] = "[";
+	for (const cJSON *d = e->child; d; d = d->next) {
+		char buf[32];
+		const char *t = cJSON_IsNull(d) ? "*" : expr_text(d, buf);
+		if (!t)
+			return fail_at(c, r,
+				       "\"shape\" of \"%s\": a dim is an expression or null%s",
+				       e->string, NULL);
+		snprintf(text + strlen(text), sizeof text - strlen(text), "%s%s",
+			 s->ndim ? ", " : "", t);
+		int k = s->ndim++;
+		if (!cJSON_IsNull(d) && parse_expr_json(c, r, d, "shape", &s->dim[k]) < 0)
+			return -1;
+		struct shape_names sn = {r, NULL};
+		if (s->dim[k])
+			ck_expr_names(s->dim[k], shape_name, &sn);
+		if (sn.bad)
+			return fail_at(c, r,
+				       "\"shape\" of \"%s\" names \"%s\": a dim is decided from "
+				       "parameters, config values and captures",
+				       e->string, sn.bad);
+	}
+	snprintf(text + strlen(text), sizeof text - strlen(text), "]");
+	return (s->text = strdup(text)) ? 0 : ck_fail_sys(c->err, ENOMEM, "mapping");
+}
+
+static int parse_shape(struct pctx *c, struct ck_rule *r, const cJSON *shape)
+{
+	int n = cJSON_IsObject(shape) ? cJSON_GetArraySize(shape) : 0;
+	if (n < 1)
+		return fail_at(c, r, "\"shape\" must be {\"INPUT\": [dim, ...], ...}%s%s", NULL,
+			       NULL);
+	if (!(r->shape = calloc((size_t)n, sizeof *r->shape)))
+		return ck_fail_sys(c->err, ENOMEM, "mapping");
+	for (const cJSON *e = shape->child; e; e = e->next)
+		if (parse_shape_entry(c, r, e) < 0)
+			return -1;
+	return 0;
+}
+
 struct use_count {
 	const char *name;
 	int n;
@@ -585,9 +674,10 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 	if (f.cond && parse_expr_json(c, r, f.cond, "if", &r->cond) < 0)
 		return -1;
 	if (f.drop) {
-		if (f.from || f.to || f.expr || f.let || f.reduce || f.forj)
-			return fail_at(c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for%s%s",
-				       NULL, NULL);
+		if (f.from || f.to || f.expr || f.let || f.reduce || f.forj || f.shape)
+			return fail_at(
+			    c, r, "a \"drop\" rule takes no from/to/expr/let/reduce/for/shape%s%s",
+			    NULL, NULL);
 		r->drop = 1;
 		if (parse_pats(c, r, f.drop, "drop", "x", &r->in, &r->n_in) < 0 ||
 		    check_cond(c, r) < 0)
@@ -604,7 +694,10 @@ static int parse_rule(struct pctx *c, const cJSON *j, struct ck_rule *r)
 	    check_cond(c, r) < 0)
 		return -1;
 	mark_single_use(r);
-	return f.each ? parse_each(c, r, f.each) : 0;
+	return (f.each && parse_each(c, r, f.each) < 0) ||
+		       (f.shape && parse_shape(c, r, f.shape) < 0)
+		   ? -1
+		   : 0;
 }
 
 static int parse_partition(struct pctx *c, const cJSON *j, struct ck_partition *p)

@@ -44,6 +44,17 @@ struct ck_each {
 	struct ck_expr *count; /* config values and params only: decided once */
 };
 
+/* "shape": what the rule's parameters say an input's shape is, checked
+ * against every key it takes (each tensor of a reduced input): a config
+ * that does not describe the checkpoint is an error naming the key, not a
+ * layout whose element counts happen to divide. */
+struct ck_shape_decl {
+	int input; /* index into the rule's in[] */
+	int ndim;
+	struct ck_expr *dim[CK_MAX_DIMS]; /* NULL: any size */
+	char *text;			  /* "[ng * hd, H]", for messages */
+};
+
 struct ck_rule {
 	int index; /* 1-based, as people count rules in a file */
 	char *desc; /* short text for messages: `from "..." -> "..."` */
@@ -63,6 +74,8 @@ struct ck_rule {
 	struct ck_each *each;
 	int n_each;
 	char *checked; /* "checked": how its layout choices are verified (silences the lint) */
+	struct ck_shape_decl *shape;
+	int n_shape;
 };
 
 /* A partition rule: targets matching `match` are split per dimension over

@@ -281,15 +281,20 @@ static int eval_int(struct stage *st, const struct ck_expr *x, struct env *env, 
 
 /* ---- errors naming the mapping and rule ---- */
 
-static int rule_fail(struct stage *st, const struct ck_rule *r, const char *key)
+static int rule_fail_as(struct stage *st, const struct ck_rule *r, const char *key,
+			enum ck_errkind kind)
 {
 	char m[sizeof st->err->msg];
 	memcpy(m, st->err->msg, sizeof m);
 	if (key)
-		return ck_fail(st->err, CK_E_MAPPING, "%s: rule %d (%s): key \"%s\": %s",
-			       st->m->path, r->index, r->desc, key, m);
-	return ck_fail(st->err, CK_E_MAPPING, "%s: rule %d (%s): %s", st->m->path, r->index,
-		       r->desc, m);
+		return ck_fail(st->err, kind, "%s: rule %d (%s): key \"%s\": %s", st->m->path,
+			       r->index, r->desc, key, m);
+	return ck_fail(st->err, kind, "%s: rule %d (%s): %s", st->m->path, r->index, r->desc, m);
+}
+
+static int rule_fail(struct stage *st, const struct ck_rule *r, const char *key)
+{
+	return rule_fail_as(st, r, key, CK_E_MAPPING);
 }
 
 /* ---- consuming inputs ---- */
@@ -526,6 +531,47 @@ static int eval_lets(struct stage *st, const struct ck_rule *r, struct env *env)
 	return 0;
 }
 
+static void dims_text(char *out, size_t cap, const int64_t *d, int n)
+{
+	size_t w = (size_t)snprintf(out, cap, "[");
+	for (int k = 0; k < n && w < cap; k++)
+		w += (size_t)snprintf(out + w, cap - w, "%s%lld", k ? ", " : "", (long long)d[k]);
+	if (w < cap)
+		snprintf(out + w, cap - w, "]");
+}
+
+/* Input i's key against the rule's "shape" for it: what the parameters say
+ * its shape is (a dim of -1 in the message: any size). */
+static int check_shape(struct stage *st, const struct ck_rule *r, int i, struct env *env,
+		       const char *key, const struct ck_value *v)
+{
+	for (int k = 0; k < r->n_shape; k++) {
+		const struct ck_shape_decl *s = &r->shape[k];
+		if (s->input != i)
+			continue;
+		int64_t want[CK_MAX_DIMS];
+		int ok = v->ndim == s->ndim;
+		for (int d = 0; d < s->ndim; d++) {
+			want[d] = d < v->ndim ? v->shape[d] : -1; /* a null dim: any */
+			if (s->dim[d] && eval_int(st, s->dim[d], env, &want[d]) < 0)
+				return rule_fail(st, r, key);
+			ok &= d < v->ndim && v->shape[d] == want[d];
+		}
+		if (ok)
+			return 0;
+		char got[160], need[160];
+		dims_text(got, sizeof got, v->shape, v->ndim);
+		dims_text(need, sizeof need, want, s->ndim);
+		/* the source's fault (exit 3): its config and weights disagree */
+		ck_fail(st->err, CK_E_SOURCE,
+			"is %s, but the rule's \"shape\" of %s says %s = %s: the config does not "
+			"describe this checkpoint",
+			got, r->in[i].name, s->text, need);
+		return rule_fail_as(st, r, key, CK_E_SOURCE);
+	}
+	return 0;
+}
+
 /* Where input i's key for reduced value j likely is: the first input's is
  * where its match was; another's as far from the one taken for value j - 1
  * (prev) as the first input's keys are apart (w3 of expert E + 1 three keys
@@ -596,7 +642,8 @@ static int run_instance(struct stage *st, const struct ck_rule *r, struct ck_bin
 				goto out;
 			prev = (uint32_t)(k - st->in);
 			slot->kind = XV_TENSOR;
-			if (key_value(st->cat, k, &slot->t, st->err) < 0)
+			if (key_value(st->cat, k, &slot->t, st->err) < 0 ||
+			    (r->n_shape && check_shape(st, r, i, &env, k->name, &slot->t) < 0))
 				goto out;
 		}
 	}

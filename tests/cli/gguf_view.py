@@ -761,7 +761,8 @@ def mistral3(d, src, cfg, w):
     bad = os.path.join(d, "m3-later")
     json.dump(dict(outer, text_config={k: v for k, v in tc.items() if k != "num_key_value_heads"}),
               open(os.path.join(bad, "config.json"), "w"))
-    refused(["inspect", bad, "--format", "gguf"], f"num_key_value_heads 8, head_dim {hd}", 3)
+    refused(["inspect", bad, "--format", "gguf"], f"[nkv * hd, H] = [{8 * hd}, {cfg['hidden_size']}]: the config "
+            "does not describe this checkpoint", 3)
     json.dump(outer, open(os.path.join(bad, "config.json"), "w"))
     extra = dict(t, **{"model.language_model.layers.0.self_attn.rotary.scale": np.ones(4, np.float32)})
     ckref.write_safetensors(os.path.join(bad, "model.safetensors"),
@@ -809,7 +810,7 @@ def mistral3_defaults(d, rng):
         assert got == want, f"mistral3 without num_key_value_heads ({typed.get('model_type')}): " \
             "not MistralForCausalLM's file with 8"
     v = vlm_checkpoint(os.path.join(d, "m3kv-llama"), src, dict(outer, text_config=dict(tc, model_type="llama")), lm)
-    refused(["inspect", v, "--format", "gguf"], "num_key_value_heads 16", 3)
+    refused(["inspect", v, "--format", "gguf"], f"[nkv * hd, H] = [64, {cfg['hidden_size']}]", 3)
     path = os.path.join(d, "m3kv.gguf")
     open(path, "wb").write(got)
     r, same = logits(path, w, cfg)
@@ -863,7 +864,7 @@ def llava(d, rng):
     gqa, gcfg, gw = text_model(d, "llava-gqa", rng, 8, 2)
     t = {(k if k == "lm_head.weight" else "model.language_model." + k[len("model."):]): v for k, v in gw.items()}
     v = vlm_checkpoint(os.path.join(d, "llava-gqa-vlm"), gqa, dict(outer, text_config=tc), t)
-    refused(["inspect", v, "--format", "gguf"], "num_key_value_heads 8", 3)
+    refused(["inspect", v, "--format", "gguf"], f"[nkv * hd, H] = [{gcfg['hidden_size']}, {gcfg['hidden_size']}]", 3)
     print(f"llava: both key namings, with and without the text model's type, serve LlamaConfig's defaults "
           f"spelled out, llama.cpp {r:.1e}; a qwen2 text model and a GQA model without its key-value heads refused")
 
@@ -1442,19 +1443,22 @@ def hostile(d, src):
                   "max_position_embeddings", 3)
     # a config that does not describe the weights: refused, naming the
     # tensor (it used to make a file llama.cpp refuses, or with hidden_size
-    # 128, Q/K rows permuted as another shape's: the elements still divide)
+    # 128, Q/K rows permuted as another shape's: the elements still divide).
+    # The Q/K rules' "shape" in hf-llama-to-gguf speaks first for the head
+    # counts and widths; the view's own check for the layers and the
+    # feed-forward width, which no rule declares
     c = json.load(open(os.path.join(src, "config.json")))
     H, nh, L, ff = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"], c["intermediate_size"]
     for name, edit, says in (
-            ("wideh", dict(hidden_size=2 * H), f"output_norm.weight [{2 * H}], but it is [{H}]"),
+            ("wideh", dict(hidden_size=2 * H), f"[nh * hd, H] = [{2 * H}, {2 * H}]"),
             ("morel", dict(num_hidden_layers=L + 1), f"but there is no blk.{L}.*"),
             ("fewerl", dict(num_hidden_layers=L - 1), f"but there is blk.{L - 1}."),
             ("ff", dict(intermediate_size=ff + 2), f"ffn_down.weight [{H}, {ff + 2}], but it is [{H}, {ff}]"),
-            ("kvmha", dict(num_key_value_heads=None), f"num_key_value_heads {nh}"),
-            ("hd", dict(head_dim=2 * H // nh), f"head_dim {2 * H // nh},"),
-            ("heads", dict(num_attention_heads=nh // 2), "make blk.0.attn_")):
+            ("kvmha", dict(num_key_value_heads=None), f"[nkv * hd, H] = [{H}, {H}]"),
+            ("hd", dict(head_dim=2 * H // nh), f"[nh * hd, H] = [{2 * H}, {H}]"),
+            ("heads", dict(num_attention_heads=nh // 2), "[nkv * hd, H] = [")):
         mount_refused(variant("shape-" + name, cfg_edit(**edit)), "gguf", says, 3)
-        assert "the config does not describe these weights" in subprocess.run(
+        assert "the config does not describe this checkpoint" in subprocess.run(
             [CKPTFS, "inspect", os.path.join(d, "shape-" + name), "--format", "gguf"],
             capture_output=True, text=True).stderr, name
     mount_refused(variant("rope3", cfg_edit(rope_scaling={"rope_type": "llama3", "factor": 8.0,

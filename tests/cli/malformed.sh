@@ -39,6 +39,21 @@ mkdir "$d/model"
 cp "$d/offsets_gap.safetensors" "$d/model/extra.safetensors"
 check 3 "extra.safetensors" inspect "$d/model"
 check 3 "no such file or directory" inspect "$d/does-not-exist"
+# a config whose head counts do not describe the weights: the Megatron
+# mappings' "shape" refuses it, naming the rule and the key (4 key-value
+# heads for 2 used to divide: a silently regrouped linear_qkv)
+cp -r "$d/model" "$d/kv"
+rm "$d/kv/extra.safetensors"
+sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": 4/' "$d/kv/config.json"
+check 3 'key "model.layers.0.self_attn.k_proj.weight": is [32, 64], but the rule'"'"'s "shape" of k says [ng * hd, H] = [64, 64]: the config does not describe this checkpoint' \
+	inspect "$d/kv" --mapping llama-hf-to-megatron
+check 3 "the config does not describe this checkpoint" mount "$d/kv" "$d/mnt" --mapping llama-hf-to-megatron
+grep -q " $d/mnt " /proc/self/mountinfo && { echo "FAIL: $d/kv got mounted"; fusermount3 -u "$d/mnt"; fail=1; }
+rm "$d/model/extra.safetensors"
+"$CKPTFS" convert "$d/model" "$d/meg" --mapping llama-hf-to-megatron >/dev/null 2>&1 || { echo "FAIL: convert"; fail=1; }
+sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": 1/' "$d/meg/config.json"
+check 3 'is [128, 64], but the rule'"'"'s "shape" of x says [(nh + 2 * ng) * hd, H] = [96, 64]' \
+	inspect "$d/meg" --mapping megatron-to-llama-hf
 check 2 "usage" inspect
 check 2 "unknown option --bogus" inspect --bogus "$d/model"
 check 2 "unknown command" frobnicate

@@ -62,15 +62,20 @@ out:
 	return p;
 }
 
-static void expect_fail(const char *text, const char *want)
+static void expect_fail_as(const char *text, const char *want, enum ck_errkind kind)
 {
 	struct ck_err err;
 	struct ck_plan *p = plan_of(&text, 1, &err);
 	ck_assert_msg(p == NULL, "mapping accepted: %s", text);
-	ck_assert_int_eq(err.kind, CK_E_MAPPING);
+	ck_assert_int_eq(err.kind, kind);
 	ck_assert_msg(strstr(err.msg, want), "message \"%s\" lacks \"%s\"", err.msg, want);
 	ck_assert_msg(strncmp(err.msg, "m.json", 6) == 0, "not named: %s", err.msg);
 	ck_assert_ptr_null(strchr(err.msg, '\n'));
+}
+
+static void expect_fail(const char *text, const char *want)
+{
+	expect_fail_as(text, want, CK_E_MAPPING);
 }
 
 #define KEEP "\"unused\": \"keep\", "
@@ -694,6 +699,72 @@ START_TEST(reduction_refuses_repeats)
 }
 END_TEST
 
+/* "shape": what the parameters say an input is, checked against every key
+ * the rule takes (the config does not describe the checkpoint otherwise:
+ * k.view(kv_heads, -1, H) divides for a wrong head count too). */
+#define QKV_SHAPE(s)                                                                               \
+	"{" KEEP "\"rules\": [{\"from\": {\"q\": \"layers.{L}.q\", \"k\": \"layers.{L}.k\", "      \
+	"\"v\": \"layers.{L}.v\"}, \"to\": \"o.{L}\", \"expr\": \"cat([q, k, v], 0)\", "           \
+	"\"shape\": " s "}]}"
+START_TEST(shape_declarations)
+{
+	struct ck_err err;
+	const char *ok[] = {
+	    QKV_SHAPE("{\"q\": [\"num_attention_heads * head_dim\", \"hidden_size\"],"
+		      " \"k\": [\"num_key_value_heads * head_dim\", null], \"v\": [4, 4]}"),
+	    /* a capture in a dim, and each tensor of a reduced input */
+	    "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"q.{L}\","
+	    " \"shape\": {\"x\": [\"8 - 0 * L\", 4]}},"
+	    " {\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\", \"to\": \"e.{L}\","
+	    " \"expr\": \"stack(x, 0)\", \"shape\": {\"x\": [3, \"hidden_size\"]}}]}",
+	};
+	for (int k = 0; k < 2; k++) {
+		struct ck_plan *p = plan_of(&ok[k], 1, &err);
+		ck_assert_msg(p != NULL, "%s", err.msg);
+		ck_plan_free(p);
+	}
+	/* the key-value heads taken for the query heads: k is [4, 4], not [8, 4]; the
+	 * source's fault (exit 3), named by the mapping's rule and the key */
+	expect_fail_as(
+	    QKV_SHAPE("{\"k\": [\"num_attention_heads * head_dim\", \"hidden_size\"]}"),
+	    "key \"layers.0.k\": is [4, 4], but the rule's \"shape\" of k says "
+	    "[num_attention_heads * head_dim, hidden_size] = [8, 4]: the config does not "
+	    "describe this checkpoint",
+	    CK_E_SOURCE);
+	expect_fail_as(
+	    "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"q.{L}\","
+	    " \"shape\": {\"x\": [\"8 + L\", 4]}}]}",
+	    "key \"layers.1.q\": is [8, 4], but the rule's \"shape\" of x says [8 + L, 4] = [9, 4]",
+	    CK_E_SOURCE);
+	expect_fail_as(
+	    "{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"e\", \"shape\": {\"x\": [40]}}]}",
+	    "key \"embed\": is [10, 4], but the rule's \"shape\" of x says [40]", CK_E_SOURCE);
+	expect_fail_as(
+	    "{" KEEP "\"rules\": [{\"from\": \"layers.{L}.experts.{E}.w\", \"reduce\": \"E\","
+	    " \"to\": \"e.{L}\", \"expr\": \"stack(x, 0)\", \"shape\": {\"x\": [4, 4]}}]}",
+	    "key \"layers.0.experts.0.w\": is [3, 4]", CK_E_SOURCE);
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"e\","
+		    " \"shape\": {\"x\": [\"no_such_field\", 4]}}]}",
+		    "key \"embed\": ");
+	/* the declaration itself */
+	expect_fail(QKV_SHAPE("{\"z\": [1]}"), "\"shape\" names \"z\", which is not an input");
+	expect_fail(QKV_SHAPE("{\"q\": 8}"), "\"shape\" of \"q\" must be a list of 1 to 8 dims");
+	expect_fail(QKV_SHAPE("{\"q\": []}"), "must be a list of 1 to 8 dims");
+	expect_fail(QKV_SHAPE("{\"q\": [1, 2, 3, 4, 5, 6, 7, 8, 9]}"),
+		    "must be a list of 1 to 8 dims");
+	expect_fail(QKV_SHAPE("{\"q\": [\"k * 2\", 4]}"),
+		    "\"shape\" of \"q\" names \"k\": a dim is decided from parameters");
+	expect_fail(QKV_SHAPE("{\"q\": [{}, 4]}"), "a dim is an expression or null");
+	expect_fail(QKV_SHAPE("{\"q\": [\"1 +\", 4]}"), "\"shape\"");
+	expect_fail(QKV_SHAPE("[]"), "\"shape\" must be {\"INPUT\": [dim, ...], ...}");
+	expect_fail("{\"rules\": [{\"drop\": \"embed\", \"shape\": {\"x\": [10, 4]}}]}",
+		    "takes no from/to/expr/let/reduce/for/shape");
+	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"e\", \"let\": {\"M\": 2},"
+		    " \"shape\": {\"x\": [\"M\", 4]}}]}",
+		    "names \"M\"");
+}
+END_TEST
+
 START_TEST(each_counts)
 {
 	struct ck_err err;
@@ -1025,6 +1096,7 @@ int main(void)
 	tcase_add_test(tc, instances_take_matched_keys);
 	tcase_add_test(tc, inputs_used_once_are_taken);
 	tcase_add_test(tc, renames);
+	tcase_add_test(tc, shape_declarations);
 	tcase_add_test(tc, each_counts);
 	tcase_add_test(tc, reduction_refuses_repeats);
 	tcase_add_test(tc, key_shapes);
