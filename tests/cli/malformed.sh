@@ -54,6 +54,16 @@ rm "$d/model/extra.safetensors"
 sed -i 's/"num_key_value_heads": 2/"num_key_value_heads": 1/' "$d/meg/config.json"
 check 3 'is [128, 64], but the rule'"'"'s "shape" of x says [(nh + 2 * ng) * hd, H] = [96, 64]' \
 	inspect "$d/meg" --mapping megatron-to-llama-hf
+# a Gemma or gpt-oss config without head_dim: transformers takes 256 (Gemma) or
+# 64 (gpt-oss), not hidden / heads, so these 32-wide heads are not what the
+# config describes (the Megatron mappings used to ignore it, or divide)
+for m in gemma:gemma:1024 gpt-oss:gpt-oss:256; do
+	IFS=: read -r model map q <<<"$m"
+	"$MKCKPT" --model "$model" "$d/$model" >/dev/null || exit 1
+	sed -i '/"head_dim"/d' "$d/$model/config.json"
+	check 3 "[nh * hd, H] = [$q, 64]: the config does not describe this checkpoint" \
+		inspect "$d/$model" --mapping "$map-hf-to-megatron"
+done
 check 2 "usage" inspect
 check 2 "unknown option --bogus" inspect --bogus "$d/model"
 check 2 "unknown command" frobnicate
