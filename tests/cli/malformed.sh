@@ -64,6 +64,13 @@ for m in gemma:gemma:1024 gpt-oss:gpt-oss:256; do
 	check 3 "[nh * hd, H] = [$q, 64]: the config does not describe this checkpoint" \
 		inspect "$d/$model" --mapping "$map-hf-to-megatron"
 done
+# fused experts with a smaller intermediate_size: w1 and w3 were narrowed
+# out of the wrong rows of w13_weight (half of w1 each), silently
+"$MKCKPT" --model mixtral "$d/mx" >/dev/null || exit 1
+"$CKPTFS" convert "$d/mx" "$d/mxf" --mapping mixtral-hf-to-fused-experts >/dev/null 2>&1 || { echo "FAIL: convert"; fail=1; }
+sed -i 's/"intermediate_size": 96/"intermediate_size": 48/' "$d/mxf/config.json"
+check 3 'w13_weight": is [4, 192, 64], but the rule'"'"'s "shape" of x says [E, 2 * I, *] = [4, 96, 64]' \
+	inspect "$d/mxf" --mapping mixtral-fused-experts-to-hf
 check 2 "usage" inspect
 check 2 "unknown option --bogus" inspect --bogus "$d/model"
 check 2 "unknown command" frobnicate
