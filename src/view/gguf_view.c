@@ -613,6 +613,10 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 {
 	struct ck_gguf_meta *m = &g->meta;
 	double ctx, H, ff, L, nh, nkv, theta, eps, hd, rd, ne = 0, nu = 0;
+	/* GemmaConfig, Gemma2Config and Gemma3TextConfig default head_dim to 256
+	 * (Gemma 7B: 16 heads of 256 on a 3072-wide model), the others to
+	 * hidden / heads */
+	int gemma = !strncmp(a->gguf, "gemma", 5);
 	struct rope_src r;
 	rope_src_of(c, &r);
 	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
@@ -623,7 +627,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
 	    cfg_num(r.theta, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
 	    cfg_num(c, "rms_norm_eps", 0, 0, 0, 1, &eps, err) < 0 ||
-	    cfg_num(c, "head_dim", (double)((int64_t)H / (int64_t)nh), 1, 1, 65535, &hd, err) < 0 ||
+	    cfg_num(c, "head_dim", gemma ? 256 : (double)((int64_t)H / (int64_t)nh), 1, 1, 65535,
+		    &hd, err) < 0 ||
 	    rotary_dims(c, &r, a, hd, &rd, err) < 0)
 		return -1;
 	if (strstr(a->hf, "Mixtral") &&

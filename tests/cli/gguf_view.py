@@ -1131,6 +1131,12 @@ def gemma(d, rng, lib):
                 json.dump(dict(cfg, **{key: val}), open(os.path.join(nocap, "config.json"), "w"))
                 refused(["mount", nocap, mnt, "-o", "gguf"], says)
                 assert not os.listdir(mnt)
+        # no head_dim: the classes' 256, not hidden / heads (these heads are 32)
+        nohd = os.path.join(d, arch + "-nohd")
+        shutil.copytree(src, nohd)
+        json.dump({k: v for k, v in cfg.items() if k != "head_dim"}, open(os.path.join(nohd, "config.json"), "w"))
+        refused(["inspect", nohd, "--format", "gguf"], f"head_dim 256, intermediate_size {cfg['intermediate_size']} "
+                f"make blk.0.attn_k.weight [{cfg['num_key_value_heads'] * 256}, {cfg['hidden_size']}]", 3)
         if gen == 3:
             caps = gemma3_controls(d, src, cfg, w, want, r) + gemma3_vlm(d, src, cfg, w, want)
         print(f"{arch}: every tensor exact (norms 1 + w); llama.cpp's logits {r:.1e} relative to a torch "
