@@ -82,6 +82,7 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	const int64_t H = d->hidden, q = d->heads * d->head_dim, kv = d->kv_heads * d->head_dim;
 	const struct want top[] = {
 	    {"token_embd.weight", 0, H}, /* its rows: the vocabulary's */
+	    {"output.weight", 0, H},
 	    {"output_norm.weight", H, 0},
 	};
 	const struct want blk[] = {
@@ -94,6 +95,8 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	    {"attn_qkv.weight", q + 2 * kv, H},
 	    {"ffn_gate.weight", d->ff, H},
 	    {"ffn_down.weight", H, d->ff},
+	    {"attn_q_norm.weight", d->head_dim, 0},
+	    {"attn_k_norm.weight", d->head_dim, 0},
 	};
 	if (n == 0) /* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
 		return 0;

@@ -33,10 +33,11 @@ extern const struct ck_gguf_dim_words ck_gguf_words_hf, ck_gguf_words_gguf;
 typedef void (*ck_gguf_tensor_at)(const void *ctx, size_t i, const char **name, int *ndim,
 				  const int64_t **shape);
 
-/* token_embd / output_norm / the blocks' norms: hidden wide; blk.N for
- * every N below layers and none beyond; attn_q / attn_k / attn_v /
- * attn_output / attn_qkv from the heads and head_dim; dense ffn_gate /
- * ffn_down from ff. Other tensors are not looked at, and no tensors at
+/* token_embd / output / output_norm / the blocks' norms: hidden wide;
+ * blk.N for every N below layers and none beyond; attn_q / attn_k / attn_v
+ * / attn_output / attn_qkv from the heads and head_dim, the per-head
+ * attn_q_norm / attn_k_norm head_dim wide; dense ffn_gate / ffn_down from
+ * ff. Other tensors are not looked at, and no tensors at
  * all (a vocabulary-only file) is nothing to contradict. where: what the
  * message starts with (config.json, the GGUF file). 0, or -1 with err
  * (CK_E_SOURCE). */

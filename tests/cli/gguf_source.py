@@ -943,7 +943,8 @@ def hostile(d):
              f"attention.head_count_kv {2 * nkv}, head dim {hd}, feed_forward_length {ff} make blk.0.attn_k.weight "
              f"[{2 * nkv * hd}, {H}], but it is [{nkv * hd}, {H}]"),
             ("meta-keylen", {"head_dim": hd // 2}, f"head dim {hd // 2}"),
-            ("meta-hidden", {"hidden_size": 2 * H}, f"output_norm.weight [{2 * H}], but it is [{H}]"),
+            ("meta-hidden", {"hidden_size": 2 * H}, f"output.weight [{c['vocab_size']}, {2 * H}], but it is "
+             f"[{c['vocab_size']}, {H}]"),
             ("meta-ff", {"intermediate_size": ff + 2}, f"ffn_down.weight [{H}, {ff + 2}], but it is [{H}, {ff}]"),
             ("meta-more-layers", {"num_hidden_layers": L + 1}, f"block_count {L + 1}, but there is no blk.{L}.*"),
             ("meta-fewer-layers", {"num_hidden_layers": L - 1}, f"block_count {L - 1}, but there is blk.{L - 1}.")):
