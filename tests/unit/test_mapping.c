@@ -966,23 +966,32 @@ START_TEST(threads_fail_as_one_thread)
 	/* instances of layers 2 and 5 fail (a negative narrow), and of a
 	 * reduction layers 3 and 7: one thread stops at the first */
 	const char *texts[][2] = {
-		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"a.{L}\","
-		 " \"expr\": \"x.narrow(0, 0, 8 - (L % 3) * 5)\"}]}",
-		 "key \"a.2\""},
-		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
-		 " \"reduce\": \"E\", \"to\": \"s.{L}\","
-		 " \"expr\": \"stack(x, 0).narrow(0, 0, 24 - (L % 4) * 9)\"}]}",
-		 "key \"s.3\""},
-		/* a reduced capture that is no integer: the first match's */
-		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.{w:path}\","
-		 " \"reduce\": \"w\", \"to\": \"r.{L}\", \"expr\": \"x[0]\"}]}",
-		 "{w} = \"experts.0.w1\" is not an integer"},
-		/* "each" counting fewer experts than every layer has: the
-		 * first match past the count, though every piece meets some */
-		{"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
-		 " \"reduce\": \"E\", \"each\": {\"L\": \"8\", \"E\": \"20\"}, \"to\": \"s.{L}\","
-		 " \"expr\": \"stack(x, 0)\"}]}",
-		 "key \"layers.0.experts.20.w2\": \"each\": {E} = 20 is not below 20 = 20"},
+	    {"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.q\", \"to\": \"a.{L}\","
+	     " \"expr\": \"x.narrow(0, 0, 8 - (L % 3) * 5)\"}]}",
+	     "key \"a.2\""},
+	    {"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
+	     " \"reduce\": \"E\", \"to\": \"s.{L}\","
+	     " \"expr\": \"stack(x, 0).narrow(0, 0, 24 - (L % 4) * 9)\"}]}",
+	     "key \"s.3\""},
+	    /* a reduced capture that is no integer: the first match's */
+	    {"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.{w:path}\","
+	     " \"reduce\": \"w\", \"to\": \"r.{L}\", \"expr\": \"x[0]\"}]}",
+	     "{w} = \"experts.0.w1\" is not an integer"},
+	    /* "each" counting fewer experts than every layer has: the
+	     * first match past the count, though every piece meets some */
+	    {"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
+	     " \"reduce\": \"E\", \"each\": {\"L\": \"8\", \"E\": \"20\"}, \"to\": \"s.{L}\","
+	     " \"expr\": \"stack(x, 0)\"}]}",
+	     "key \"layers.0.experts.20.w2\": \"each\": {E} = 20 is not below 20 = 20"},
+	    /* "shape" failing from layer 5 on, and for a reduced input from 6 */
+	    {"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
+	     " \"to\": \"w.{L}.{E}\", \"shape\": {\"x\": [\"3 + L // 5 * 2\", 4]}}]}",
+	     "key \"layers.5.experts.0.w2\": is [3, 4], but the rule's \"shape\" of x says "
+	     "[3 + L // 5 * 2, 4] = [5, 4]"},
+	    {"{\"unused\": \"keep\", \"rules\": [{\"from\": \"layers.{L}.experts.{E}.w2\","
+	     " \"reduce\": \"E\", \"to\": \"s.{L}\", \"expr\": \"stack(x, 0)\","
+	     " \"shape\": {\"x\": [\"3 + L // 6\", \"hidden_size\"]}}]}",
+	     "key \"layers.6.experts.0.w2\": is [3, 4]"},
 	};
 	for (size_t k = 0; k < sizeof texts / sizeof *texts; k++) {
 		struct ck_err one;
