@@ -757,6 +757,18 @@ START_TEST(shape_declarations)
 	expect_fail(QKV_SHAPE("{\"q\": [{}, 4]}"), "a dim is an expression or null");
 	expect_fail(QKV_SHAPE("{\"q\": [\"1 +\", 4]}"), "\"shape\"");
 	expect_fail(QKV_SHAPE("[]"), "\"shape\" must be {\"INPUT\": [dim, ...], ...}");
+	/* huge, negative and deeply nested dims */
+	expect_fail(QKV_SHAPE("{\"q\": [\"99999999999999999999\", 4]}"), "integer too large");
+	expect_fail_as(QKV_SHAPE("{\"q\": [\"0 - 8\", 4]}"), "says [0 - 8, 4] = [-8, 4]",
+		       CK_E_SOURCE);
+	expect_fail_as(QKV_SHAPE("{\"q\": [\"9223372036854775807 * 2\", 4]}"), "key \"layers.0.q\"",
+		       CK_E_MAPPING);
+	char deep[400] = QKV_SHAPE("{\"q\": [\"");
+	deep[strlen(deep) - 3] = '\0'; /* cut the closing "}]} to nest inside */
+	for (int i = 0; i < 100; i++)
+		strcat(deep, "(");
+	strcat(deep, "\"]}}]}");
+	expect_fail(deep, "nested too deeply");
 	expect_fail("{\"rules\": [{\"drop\": \"embed\", \"shape\": {\"x\": [10, 4]}}]}",
 		    "takes no from/to/expr/let/reduce/for/shape");
 	expect_fail("{" KEEP "\"rules\": [{\"from\": \"embed\", \"to\": \"e\", \"let\": {\"M\": 2},"
