@@ -79,6 +79,17 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 			 const struct ck_gguf_dims *d, const struct ck_gguf_dim_words *w,
 			 const char *where, struct ck_err *err)
 {
+	if (n == 0) /* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
+		return 0;
+	/* each at most u32 and the head at most 2^20: the products below fit */
+	const int64_t dims[6] = {d->hidden, d->layers, d->heads, d->kv_heads, d->head_dim, d->ff};
+	for (int k = 0; k < 6; k++)
+		if (dims[k] < 0 || dims[k] > (k == HEAD_DIM ? 1 << 20 : (int64_t)UINT32_MAX))
+			return ck_fail(err, CK_E_SOURCE, "%s: %s %" PRId64 " is out of range: %s",
+				       where, w->field[k], dims[k], w->verdict);
+	if (d->layers < 1 || d->layers > 65535)
+		return ck_fail(err, CK_E_SOURCE, "%s: %s %" PRId64 ": from 1 to 65535", where,
+			       w->field[LAYERS], d->layers);
 	const int64_t H = d->hidden, q = d->heads * d->head_dim, kv = d->kv_heads * d->head_dim;
 	const struct want top[] = {
 	    {"token_embd.weight", 0, H}, /* its rows: the vocabulary's */
@@ -98,11 +109,6 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	    {"attn_q_norm.weight", d->head_dim, 0},
 	    {"attn_k_norm.weight", d->head_dim, 0},
 	};
-	if (n == 0) /* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
-		return 0;
-	if (d->layers < 1 || d->layers > 65535)
-		return ck_fail(err, CK_E_SOURCE, "%s: %s %" PRId64 ": from 1 to 65535", where,
-			       w->field[LAYERS], d->layers);
 	unsigned char *seen = calloc((size_t)d->layers, 1);
 	if (!seen)
 		return ck_fail_sys(err, ENOMEM, "%s", where);
@@ -156,7 +162,7 @@ int ck_gguf_check_hf_config(const cJSON *c, const void *ctx, size_t n, ck_gguf_t
 		v[HEAD_DIM] = floor(v[HIDDEN] / v[HEADS]);
 	struct ck_gguf_dims d;
 	int64_t *out[6] = {&d.hidden, &d.layers, &d.heads, &d.kv_heads, &d.head_dim, &d.ff};
-	for (int k = 0; k < 6; k++) /* metadata numbers: u32 at most, else -1 (matches nothing) */
-		*out[k] = v[k] >= 0 && v[k] <= (double)UINT32_MAX ? (int64_t)v[k] : -1;
+	for (int k = 0; k < 6; k++) /* up to 2^53 as they are (refused above u32), else -1 */
+		*out[k] = v[k] >= 0 && v[k] <= 9007199254740992.0 ? (int64_t)v[k] : -1;
 	return ck_gguf_check_shapes(ctx, n, at, &d, &ck_gguf_words_gguf, where, err);
 }

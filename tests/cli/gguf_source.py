@@ -548,7 +548,7 @@ def quantized(d):
         print("the mount serves the decoded tensors, as F32 and with -o gguf_dequant=BF16")
 
 
-def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
+def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra_meta=None):
     """A Hugging Face Llama (or Qwen2 / Qwen3 / Mixtral: arch "qwen2", "qwen3",
     "llama" with experts) as llama.cpp's converter writes it (reference/gguf.md):
     names, Q/K rows permuted for its rope on the llama architecture (unless
@@ -620,6 +620,7 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None):
         out[g] = (0, list(a.shape), np.ascontiguousarray(a).tobytes())
     for g, a in (extra or {}).items():  # F32 tensors of the file's own (rope_freqs.weight)
         out[g] = (0, list(a.shape), np.ascontiguousarray(a, dtype=np.float32).tobytes())
+    meta.update(extra_meta or {})  # metadata of another type or value than the config's
     write_gguf(path, meta, out)
 
 
@@ -947,12 +948,19 @@ def hostile(d):
              f"[{c['vocab_size']}, {H}]"),
             ("meta-ff", {"intermediate_size": ff + 2}, f"ffn_down.weight [{H}, {ff + 2}], but it is [{H}, {ff}]"),
             ("meta-more-layers", {"num_hidden_layers": L + 1}, f"block_count {L + 1}, but there is no blk.{L}.*"),
-            ("meta-fewer-layers", {"num_hidden_layers": L - 1}, f"block_count {L - 1}, but there is blk.{L - 1}.")):
+            ("meta-fewer-layers", {"num_hidden_layers": L - 1}, f"block_count {L - 1}, but there is blk.{L - 1}."),
+            # a u64 head count past u32 (the products would overflow)
+            ("meta-huge-kv", {"num_key_value_heads": {"u64": 1 << 40}},
+             f"attention.head_count_kv {1 << 40} is out of range")):
+        extra = None
+        if isinstance(change.get("num_key_value_heads"), dict):
+            extra = {"llama.attention.head_count_kv": (10, change["num_key_value_heads"]["u64"])}
+            change = {}
         tmp = os.path.join(d, name + "-src")
         shutil.copytree(src, tmp)
         json.dump(dict(c, **change), open(os.path.join(tmp, "config.json"), "w"))
         p = os.path.join(d, name + ".gguf")
-        llama_gguf(tmp, p, False)
+        llama_gguf(tmp, p, False, extra_meta=extra)
         r = run("inspect", p, timeout=20)
         assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr and \
             "its metadata does not describe its tensors" in r.stderr, (name, r.stderr)
