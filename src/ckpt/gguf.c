@@ -276,10 +276,12 @@ static int read_infos(struct rd *r, uint64_t n, struct ck_file_tensors *out)
 			t->quant = type;
 		}
 		if (t->dtype == CK_DT_INVALID)
-			return ck_fail(r->err, CK_E_SOURCE,
-				       "%s: tensor \"%s\": ggml type %s (%u) is not supported (F32, "
-				       "F16, BF16, F64, I8-I64, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 are)",
-				       r->what, t->name, ck_ggml_type_name(type), type);
+			return ck_fail(
+			    r->err, CK_E_SOURCE,
+			    "%s: tensor \"%s\": ggml type %s (%u) is not supported (F32, "
+			    "F16, BF16, F64, I8-I64, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, "
+			    "IQ4_NL, IQ4_XS and MXFP4 are)",
+			    r->what, t->name, ck_ggml_type_name(type), type);
 		if (qk && dims[0] % qk)
 			return ck_fail(r->err, CK_E_SOURCE,
 				       "%s: tensor \"%s\": rows of %llu do not divide into %s blocks of %zu",

@@ -6,9 +6,6 @@
 #include "avx2.h"
 #include "fpconv.h"
 
-enum { Q4_0 = CK_GGML_Q4_0, Q8_0 = CK_GGML_Q8_0, Q4_K = CK_GGML_Q4_K, Q5_K = CK_GGML_Q5_K,
-       MXFP4 = CK_GGML_MXFP4 };
-
 static float half(const unsigned char *p)
 {
 	uint16_t h;
@@ -35,6 +32,112 @@ static void q4_0(const unsigned char *b, float *y)
 		y[j] = (float)((b[2 + j] & 0x0F) - 8) * d;
 		y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
 	}
+}
+
+/* Q4_1: d, m, qs[16]: an unsigned nibble times d plus the block's minimum
+ * m. Q5_0 / Q5_1 add qh, 32 fifth bits (bit j for element j), before qs;
+ * Q5_0 centres its 5-bit codes on 16 instead of adding a minimum. */
+static void q45_legacy(const unsigned char *b, float *y, int five, int with_min)
+{
+	float d = half(b), m = with_min ? half(b + 2) : 0.0f;
+	const unsigned char *p = b + (with_min ? 4 : 2);
+	uint32_t qh = 0;
+	if (five) {
+		memcpy(&qh, p, 4); /* little-endian, as the file stores it */
+		p += 4;
+	}
+	const int centre = five && !with_min ? 16 : 0;
+	for (int j = 0; j < 16; j++) {
+		int lo = p[j] & 0x0F, hi = p[j] >> 4;
+		if (five) {
+			lo |= (int)((qh >> j) & 1) << 4;
+			hi |= (int)((qh >> (j + 16)) & 1) << 4;
+		}
+		if (with_min) {
+			y[j] = (float)lo * d + m;
+			y[j + 16] = (float)hi * d + m;
+		} else {
+			y[j] = (float)(lo - centre) * d;
+			y[j + 16] = (float)(hi - centre) * d;
+		}
+	}
+}
+
+/* IQ4_NL's 16 non-uniform levels (ggml's kvalues_iq4nl); IQ4_XS uses the
+ * same with a 6-bit scale per 32 elements. */
+static const int8_t iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+					1,    13,   25,	 38,  53,  69,	89,  113};
+
+static void iq4_32(const unsigned char *qs, float d, float *y)
+{
+	for (int j = 0; j < 16; j++) {
+		y[j] = d * (float)iq4nl_levels[qs[j] & 0x0F];
+		y[j + 16] = d * (float)iq4nl_levels[qs[j] >> 4];
+	}
+}
+
+/* IQ4_XS: d, scales_h (u16: 2 high bits per sub-block), scales_l[4] (a
+ * nibble per sub-block), qs[128]; each sub-block's scale is d * (ls - 32). */
+static void iq4_xs(const unsigned char *b, float *y)
+{
+	float d = half(b);
+	uint16_t sh;
+	memcpy(&sh, b + 2, 2);
+	for (int ib = 0; ib < 8; ib++) {
+		int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4);
+		iq4_32(b + 8 + 16 * ib, d * (float)(ls - 32), y + 32 * ib);
+	}
+}
+
+/* Q2_K: scales[16] (a 4-bit scale and a 4-bit min per 16 elements), qs[64]
+ * (2-bit codes), d, dmin. Each 32-byte half of qs holds 128 elements: four
+ * passes over it, two bits further each, 16 + 16 elements per pass. */
+static void q2_k(const unsigned char *b, float *y)
+{
+	const unsigned char *sc = b, *q = b + 16;
+	float d = half(b + 80), min = half(b + 82);
+	for (int n = 0; n < 2; n++, q += 32)
+		for (int shift = 0; shift < 8; shift += 2)
+			for (int h = 0; h < 2; h++) {
+				unsigned s = *sc++;
+				float dl = d * (float)(s & 0x0F), ml = min * (float)(s >> 4);
+				for (int l = 0; l < 16; l++)
+					*y++ = dl * (float)((q[16 * h + l] >> shift) & 3) - ml;
+			}
+}
+
+/* Q3_K's sixteen 6-bit scales from its 12 bytes: the low nibbles of bytes
+ * 0-7 (scales 0-7 and, as high nibbles, 8-15) with two high bits each from
+ * bytes 8-11 (bits 2k..2k+1 of byte 8 + i serve scale i + 4k). */
+static void q3_k_scales(const unsigned char *p, int *out)
+{
+	for (int i = 0; i < 16; i++) {
+		int low = i < 8 ? p[i] & 0x0F : p[i - 8] >> 4;
+		int high = (p[8 + i % 4] >> (2 * (i / 4))) & 3;
+		out[i] = (low | high << 4) - 32;
+	}
+}
+
+/* Q3_K: hmask[32] (the third bit: bit k of byte l for element l (+16) of
+ * pass k), qs[64] (2-bit codes, laid out as Q2_K's), scales[12], d. A code
+ * whose hmask bit is clear is lowered by 4. */
+static void q3_k(const unsigned char *b, float *y)
+{
+	const unsigned char *hm = b, *q = b + 32;
+	int sc[16];
+	q3_k_scales(b + 96, sc);
+	float d = half(b + 108);
+	int is = 0, pass = 0;
+	for (int n = 0; n < 2; n++, q += 32)
+		for (int shift = 0; shift < 8; shift += 2, pass++)
+			for (int h = 0; h < 2; h++) {
+				float dl = d * (float)sc[is++];
+				for (int l = 0; l < 16; l++) {
+					int code = (q[16 * h + l] >> shift) & 3;
+					code -= hm[16 * h + l] >> pass & 1 ? 0 : 4;
+					*y++ = dl * (float)code;
+				}
+			}
 }
 
 static void q8_0(const unsigned char *b, float *y)
@@ -115,12 +218,20 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
 		return;
 	for (size_t i = 0; i < n; i++, blocks += bytes, out += elems)
 		switch (type) {
-		case Q4_0: q4_0(blocks, out); break;
-		case Q8_0: q8_0(blocks, out); break;
-		case Q4_K: qk45(blocks, out, 0); break;
-		case Q5_K: qk45(blocks, out, 1); break;
-		case MXFP4: mxfp4(blocks, out); break;
-		default: q6_k(blocks, out); break;
+		case CK_GGML_Q4_0: q4_0(blocks, out); break;
+		case CK_GGML_Q4_1: q45_legacy(blocks, out, 0, 1); break;
+		case CK_GGML_Q5_0: q45_legacy(blocks, out, 1, 0); break;
+		case CK_GGML_Q5_1: q45_legacy(blocks, out, 1, 1); break;
+		case CK_GGML_Q8_0: q8_0(blocks, out); break;
+		case CK_GGML_IQ4_NL: iq4_32(blocks + 2, half(blocks), out); break;
+		case CK_GGML_IQ4_XS: iq4_xs(blocks, out); break;
+		case CK_GGML_Q2_K: q2_k(blocks, out); break;
+		case CK_GGML_Q3_K: q3_k(blocks, out); break;
+		case CK_GGML_Q4_K: qk45(blocks, out, 0); break;
+		case CK_GGML_Q5_K: qk45(blocks, out, 1); break;
+		case CK_GGML_MXFP4: mxfp4(blocks, out); break;
+		case CK_GGML_Q6_K: q6_k(blocks, out); break;
+		default: break; /* ck_ggml_block refused it above */
 		}
 }
 
@@ -291,10 +402,10 @@ static void quant_block(int q4, const float *x, unsigned char *y)
 
 int ck_ggml_quant(uint32_t type, int from, const void *x, size_t n, unsigned char *out, int vector)
 {
-	if ((type != Q8_0 && type != Q4_0) ||
+	if ((type != CK_GGML_Q8_0 && type != CK_GGML_Q4_0) ||
 	    (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16))
 		return -1;
-	const int q4 = type == Q4_0;
+	const int q4 = type == CK_GGML_Q4_0;
 	const size_t xs = from == CK_QSRC_F32 ? 128 : 64, ys = q4 ? 18 : 34;
 	const unsigned char *in = x;
 	for (size_t i = 0; i < n; i++) {

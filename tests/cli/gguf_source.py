@@ -13,9 +13,12 @@ GGUF reader and writer written here from the format description
   torch Llama written here, fed the view through gguf-llama-to-hf.json,
   gives the same logits (1e-3 relative) and the same greedy tokens; fed the
   GGUF's Q/K rows as they are (no un-permutation), it does not;
-- quantized tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4), made with ggml's own
-  quantizer from the prebuilt library, decode to exactly the floats of
-  ggml's own dequantize_row_* (bit for bit), whole and sliced mid-block;
+- quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL,
+  IQ4_XS, MXFP4), made with ggml's own quantizer from the prebuilt library,
+  and blocks of random bytes, decode to exactly the floats of ggml's own
+  dequantize_row_* (bit for bit), whole and sliced mid-block; a Llama GGUF
+  in the seven newer types, run by llama.cpp, gives the logits of a torch
+  Llama over the mapped view (to llama.cpp's 8-bit activation noise);
 - the vocabulary-only GGUFs show their metadata and no tensors;
 - hostile headers (truncated, huge counts, bad alignment, a NUL in a key,
   5 dims, data past the end, overlapping tensors, a quantized type) are
@@ -433,8 +436,12 @@ def llama_cpp_logits(d):
           f"{r_rope:.1e} (without it: {r_norope:.1e})")
 
 
-QUANT = {"Q4_0": (2, 32, 18), "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
-         "Q6_K": (14, 256, 210), "MXFP4": (39, 32, 17)}
+# ggml's types: (type id, elements and bytes per block), as ggml-common.h
+# lays out its block_* structs
+QUANT = {"Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24),
+         "Q8_0": (8, 32, 34), "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110), "Q4_K": (12, 256, 144),
+         "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "IQ4_NL": (20, 32, 18), "IQ4_XS": (23, 256, 136),
+         "MXFP4": (39, 32, 17)}
 
 
 def ggml_lib():
@@ -450,43 +457,110 @@ def ggml_lib():
     return lib
 
 
-def quantized(d):
+def ggml_quantize(t, x):
+    """x (2-D F32) as blocks of ggml type t, by ggml's own quantizer."""
+    qk, qb = next((qk, qb) for tt, qk, qb in QUANT.values() if tt == t)
+    x = np.ascontiguousarray(x, np.float32)
+    q = np.zeros(x.size // qk * qb, np.uint8)
+    assert ggml_lib().ggml_quantize_chunk(t, x.ctypes.data, q.ctypes.data, 0, x.shape[0], x.shape[1],
+                                          None) == q.size
+    return q.tobytes()
+
+
+def quantized_model(d):
+    """A Llama GGUF as llama.cpp's K-quant and IQ4 presets write one (the
+    matrices in Q2_K, Q3_K, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS in turn, by
+    ggml's quantizer; the norms F32) through gguf-llama-to-hf is the model
+    llama.cpp runs. llama.cpp quantizes the activations for its dot products
+    (to 8 bits), which alone puts its logits about 1e-1 from the exact
+    model's here: the same model all in Q8_0 (decoded exactly, its blocks
+    tested above) measures that noise, and the mixed file must agree as
+    closely; the unquantized weights, which the blocks approximate, must be
+    several times further."""
+    modules = os.path.join(TESTS, "..", "build-node", "node_modules")
+    src = os.path.join(d, "kq")
+    ckref.run(MKCKPT, "--model", "llama", "--hidden", "256", "--intermediate", "512", "--heads", "4",
+              "--kv-heads", "2", "--layers", "2", "--vocab", "256", src)
+    types = [QUANT[n][0] for n in ("Q2_K", "Q3_K", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS")]
+    order = []
+
+    def pick(name):
+        order.append(name)
+        return types[(len(order) - 1) % len(types)]
+    toks = [1, 5, 9, 200, 31, 77, 128, 3]
+    r, want_mixed = {}, None
+    for tag, quant in (("mixed", pick), ("q8", lambda name: QUANT["Q8_0"][0]), ("f32", None)):
+        g = os.path.join(d, f"kq-{tag}.gguf")
+        llama_gguf(src, g, True, 0.25, quant=quant)
+        got, _, _ = torch_logits(g, os.path.join(d, f"kq-{tag}-hf"), toks)
+        if quant:
+            want = llama_cpp(modules, g, toks)
+        r[tag] = rel(got, want if quant else want_mixed)  # f32: against the mixed file's
+        want_mixed = want if tag == "mixed" else want_mixed
+    assert len(order) >= 2 * len(types), order  # every type, twice
+    assert r["mixed"] < 3 * r["q8"] and r["f32"] > 5 * r["mixed"], r
+    print(f"a Llama GGUF in Q2_K, Q3_K, Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS through gguf-llama-to-hf: "
+          f"{r['mixed']:.1e} from llama.cpp's logits (the same model in Q8_0: {r['q8']:.1e}, llama.cpp's "
+          f"8-bit activations), the unquantized weights {r['f32']:.1e}")
+
+
+def ggml_dequantize(lib, name, q, n):
+    """n floats from blocks q by ggml's own dequantize_row_<type>."""
     import ctypes
+    deq = getattr(lib, "dequantize_row_" + name.lower().replace("_k", "_K"))
+    deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    q = np.ascontiguousarray(q, np.uint8)
+    y = np.zeros(n, np.float32)
+    deq(q.ctypes.data, y.ctypes.data, n)
+    return y
+
+
+def quantized(d):
     lib = ggml_lib()
     rng = np.random.default_rng(7)
     rows, cols = 6, 512
     tensors, want = {}, {}
     for name, (t, qk, qb) in QUANT.items():
         x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 3)).astype(np.float32)
-        q = np.zeros(rows * cols // qk * qb, np.uint8)
-        assert lib.ggml_quantize_chunk(t, x.ctypes.data, q.ctypes.data, 0, rows, cols, None) == q.size
-        deq = getattr(lib, "dequantize_row_" + name.lower().replace("_k", "_K"))
-        deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-        y = np.zeros(rows * cols, np.float32)
-        deq(q.ctypes.data, y.ctypes.data, rows * cols)
+        q = np.frombuffer(ggml_quantize(t, x), np.uint8)
         tensors[f"w.{name}"] = (t, [rows, cols], q.tobytes())
-        want[f"w.{name}"] = y.reshape(rows, cols)
+        want[f"w.{name}"] = ggml_dequantize(lib, name, q, rows * cols).reshape(rows, cols)
     # MXFP4 (GPT-OSS's experts in GGUF): every one of the 256 exponent codes
     # (block i has e = i), each with all 16 value codes in both nibbles
     codes = np.zeros((256, 17), np.uint8)
     codes[:, 0] = np.arange(256)
     codes[:, 1:] = (np.arange(16) | (np.arange(16)[::-1] << 4)).astype(np.uint8)
-    deq = lib.dequantize_row_mxfp4
-    deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    y = np.zeros(256 * 32, np.float32)
-    deq(codes.ctypes.data, y.ctypes.data, y.size)
     tensors["w.MXFP4_codes"] = (39, [16, 512], codes.tobytes())
-    want["w.MXFP4_codes"] = y.reshape(16, 512)
+    want["w.MXFP4_codes"] = ggml_dequantize(lib, "MXFP4", codes, 256 * 32).reshape(16, 512)
+    # every type's blocks as random bytes (scales of any sign, size and bit
+    # pattern, codes a quantizer would not write): the decoding is the
+    # format's, not only what ggml's quantizer happens to produce
+    raw = {}
+    for name, (t, qk, qb) in QUANT.items():
+        if name == "MXFP4":
+            continue
+        rows, cols = 8, 1024
+        q = rng.integers(0, 256, rows * cols // qk * qb, dtype=np.uint8)
+        tensors[f"r.{name}"] = (t, [rows, cols], q.tobytes())
+        raw[f"r.{name}"] = ggml_dequantize(lib, name, q, rows * cols).reshape(rows, cols)
     path = os.path.join(d, "quantized.gguf")
     write_gguf(path, {"general.architecture": (8, "test")}, tensors)
     js = json.loads(run("inspect", path, "--json").stdout)
     assert {t["name"]: (t["dtype"], t["shape"]) for t in js["tensors"]} == \
-        {k: ("F32", list(y.shape)) for k, y in want.items()}, js["tensors"]
+        {k: ("F32", list(y.shape)) for k, y in {**want, **raw}.items()}, js["tensors"]
     out = os.path.join(d, "deq")
     ckref.run(CKPTFS, "convert", path, out, "--quiet")
     got = ckref.read_checkpoint_dir(out)
     for k, y in want.items():
         assert got[k][2].tobytes() == y.tobytes(), f"{k}: not ggml's dequantized floats"
+    for k, y in raw.items():  # bit for bit but a NaN's payload (which operand's, C leaves open)
+        g, nan = got[k][2], np.isnan(y)
+        assert (np.isnan(g) == nan).all() and g[~nan].tobytes() == y[~nan].tobytes(), \
+            f"{k}: random blocks not decoded as ggml decodes them"
+        assert (~nan).sum() > y.size // 2, f"{k}: the random blocks are mostly NaN: nothing compared"
+    for k in list(raw):  # the checks below compare bytes, NaNs included: the quantizer's blocks only
+        tensors.pop(k)
+    write_gguf(path, {"general.architecture": (8, "test")}, tensors)
     # slices that start and end inside blocks: the engine decodes whole blocks
     sl = os.path.join(d, "slice.json")
     json.dump({"rules": [{"from": "w.{q}", "to": "s.{q}", "expr": "x.narrow(1, 37, 300).narrow(0, 1, 4).t()"}]},
@@ -502,12 +576,8 @@ def quantized(d):
     # other row. Decoded once for all of them, not once per piece (whose blocks
     # span two halves' rows): the source bytes read are the tensor's, once
     x = (rng.standard_normal((128, 512)) * 0.5).astype(np.float32)
-    q = np.zeros(128 * 512 // 32 * 34, np.uint8)
-    assert lib.ggml_quantize_chunk(8, x.ctypes.data, q.ctypes.data, 0, 128, 512, None) == q.size
-    deq = lib.dequantize_row_q8_0
-    deq.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    y = np.zeros(128 * 512, np.float32)
-    deq(q.ctypes.data, y.ctypes.data, y.size)
+    q = np.frombuffer(ggml_quantize(8, x), np.uint8)
+    y = ggml_dequantize(lib, "Q8_0", q, 128 * 512)
     perm_src = os.path.join(d, "permuted.gguf")
     write_gguf(perm_src, {"general.architecture": (8, "test")}, {"attn_q": (8, [128, 512], q.tobytes())})
     pm = os.path.join(d, "unpermute.json")
@@ -525,8 +595,8 @@ def quantized(d):
         u = y.view(np.uint32).astype(np.uint64)
         r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
         assert (got[k][2] == r.reshape(y.shape)).all(), f"{k}: BF16 differs"
-    print("quantized GGUF tensors (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, MXFP4 from ggml's quantizer; every MXFP4 "
-          "exponent and value code): decoded bit for bit "
+    print(f"quantized GGUF tensors ({', '.join(QUANT)} from ggml's quantizer; every MXFP4 "
+          "exponent and value code; random blocks of every other type): decoded bit for bit "
           "as ggml's dequantize_row_*, whole, mid-block slices, cast to BF16, and a rope permutation "
           "undone on Q8_0 blocks decoded once")
     if "--mount" in sys.argv:
@@ -548,7 +618,7 @@ def quantized(d):
         print("the mount serves the decoded tensors, as F32 and with -o gguf_dequant=BF16")
 
 
-def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra_meta=None):
+def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra_meta=None, quant=None):
     """A Hugging Face Llama (or Qwen2 / Qwen3 / Mixtral: arch "qwen2", "qwen3",
     "llama" with experts) as llama.cpp's converter writes it (reference/gguf.md):
     names, Q/K rows permuted for its rope on the llama architecture (unless
@@ -556,7 +626,9 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
     permuted), Mixtral's experts stacked into blk.N.ffn_*_exps (experts the
     slowest dim), the metadata llama.cpp needs, a placeholder byte-level
     vocabulary. scale multiplies the matrices (the generator's values reach
-    2, far above a trained model's, and would saturate the attention)."""
+    2, far above a trained model's, and would saturate the attention).
+    quant: name -> a ggml type id or None (F32) for each matrix, quantized
+    with ggml's own quantizer."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = ckref.read_checkpoint_dir(src)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -614,7 +686,9 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
             a = permute(a, cfg["num_attention_heads"])
         if do_permute and arch == "llama" and g.endswith("attn_k.weight"):
             a = permute(a, cfg["num_key_value_heads"])
-        out[g] = (0, list(shape), np.ascontiguousarray(a).tobytes())
+        t = quant(g) if quant and len(shape) == 2 else None
+        out[g] = (0, list(shape), np.ascontiguousarray(a).tobytes()) if t is None else \
+            (t, list(shape), ggml_quantize(t, np.asarray(a, np.float32)))
     for g, by_e in experts.items():
         a = np.stack([by_e[e] for e in range(len(by_e))])
         out[g] = (0, list(a.shape), np.ascontiguousarray(a).tobytes())
@@ -886,7 +960,7 @@ def hostile(d):
     case("dims", one([1, 1, 1, 1, 1]), "5 dims")
     case("past", one([1000], data=bytes(64)), "runs past the end")
     case("misaligned", one([2], off=4, data=bytes(64)), "misaligned")
-    case("quantized", one([32], t=3, data=bytes(256)), "ggml type Q4_1 (3) is not supported")
+    case("quantized", one([256], t=16, data=bytes(256)), "ggml type IQ2_XXS (16) is not supported")
     case("blocks", one([100], t=12, data=bytes(512)), "do not divide into Q4_K blocks of 256")
     case("huge-dim", one([1 << 62]), "too large")
     b = hdr + struct.pack("<QQ", 2, 0)
@@ -980,6 +1054,7 @@ def main():
         real_fixture(d)
         llama_cpp_logits(d)
         quantized(d)
+        quantized_model(d)
         round_trip(d)
         other_archs(d)
         gemma_archs(d)
