@@ -151,8 +151,18 @@ static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, 
 	if (rc < 0)
 		return ck_fail_sys(err, -rc, "%s: reading tensor \"%s\"",
 				   cat->files[s->src->file].path, t->name);
+	/* the blocks [f0, f1) lie whole in [wlo, whi): decoded in place; the
+	 * one or two cut by its ends go through a block of their own */
+	uint64_t f0 = ((uint64_t)wlo + qk - 1) / qk, f1 = (uint64_t)whi / qk;
+	if (f0 < f1)
+		ck_ggml_dequant(t->quant, c->qwin + (f0 - b0) * qb, (size_t)(f1 - f0),
+				(float *)(void *)(win + (size_t)((int64_t)(f0 * qk) - wlo) * 4));
 	float block[256];
 	for (uint64_t b = b0; b < b1; b++) {
+		if (b == f0 && f0 < f1)
+			b = f1; /* past the whole ones */
+		if (b == b1)
+			break;
 		ck_ggml_dequant(t->quant, c->qwin + (b - b0) * qb, 1, block);
 		int64_t e0 = (int64_t)(b * qk), lo = e0 > wlo ? e0 : wlo;
 		int64_t hi = e0 + (int64_t)qk < whi ? e0 + (int64_t)qk : whi;
@@ -284,10 +294,11 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 
 /* A cast-free sub-box that is one contiguous run in the source and in the
  * output (renames, row slices, cat along dim 0) is read straight into the
- * output, with no staging copy (try_direct): its elements, else 0. */
+ * output, with no staging copy (try_direct): its elements, else 0. A
+ * GGUF-quantized source's run is decoded straight into it. */
 static int64_t direct_run(const struct ck_eval_ctx *c, const struct step *s)
 {
-	if (!ck_piece_plain(s->p) || c->on_gpu || s->src->t.quant)
+	if (!ck_piece_plain(s->p) || c->on_gpu)
 		return 0;
 	int first = 0;
 	while (first < s->ndim && s->hi[first] - s->lo[first] == 1)
@@ -313,9 +324,12 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 	int64_t so = src_at(s, s->lo), lin = 0;
 	for (int d = 0; d < s->ndim; d++)
 		lin += s->lo[d] * s->cstride[d];
+	unsigned char *dst = s->out + (size_t)(lin - s->e0) * es;
+	if (s->src->t.quant) /* F32 elements: the piece has no cast */
+		return read_quant(c, s, so, so + run, dst, err) < 0 ? -1 : 1;
 	const struct ck_catalog *cat = c->eng->plan->cat;
-	struct ck_io_req r = src_req(c, s->src->file, s->src->t.offset + (uint64_t)so * es,
-				     (uint64_t)run * es, s->out + (size_t)(lin - s->e0) * es);
+	struct ck_io_req r =
+	    src_req(c, s->src->file, s->src->t.offset + (uint64_t)so * es, (uint64_t)run * es, dst);
 	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
 	atomic_fetch_add(&c->eng->read_requests, 1);
 	int rc = c->eng->dry_run ? 0 : ck_io_read(&c->io, &r, 1);

@@ -25,7 +25,7 @@ static void scale_min_k4(int j, const unsigned char *q, unsigned *d, unsigned *m
 	}
 }
 
-static void q4_0(const unsigned char *b, float *y)
+static void q4_0(const unsigned char *restrict b, float *restrict y)
 {
 	float d = half(b);
 	for (int j = 0; j < 16; j++) {
@@ -36,8 +36,9 @@ static void q4_0(const unsigned char *b, float *y)
 
 /* Q4_1: d, m, qs[16]: an unsigned nibble times d plus the block's minimum
  * m. Q5_0 / Q5_1 add qh, 32 fifth bits (bit j for element j), before qs;
- * Q5_0 centres its 5-bit codes on 16 instead of adding a minimum. */
-static void q45_legacy(const unsigned char *b, float *y, int five, int with_min)
+ * Q5_0 centres its 5-bit codes on 16 instead of adding a minimum. Branch-free
+ * loops of fixed counts, as qk45's. */
+static void q45_legacy(const unsigned char *restrict b, float *restrict y, int five, int with_min)
 {
 	float d = half(b), m = with_min ? half(b + 2) : 0.0f;
 	const unsigned char *p = b + (with_min ? 4 : 2);
@@ -46,21 +47,17 @@ static void q45_legacy(const unsigned char *b, float *y, int five, int with_min)
 		memcpy(&qh, p, 4); /* little-endian, as the file stores it */
 		p += 4;
 	}
-	const int centre = five && !with_min ? 16 : 0;
+	int code[32];
 	for (int j = 0; j < 16; j++) {
-		int lo = p[j] & 0x0F, hi = p[j] >> 4;
-		if (five) {
-			lo |= (int)((qh >> j) & 1) << 4;
-			hi |= (int)((qh >> (j + 16)) & 1) << 4;
-		}
-		if (with_min) {
-			y[j] = (float)lo * d + m;
-			y[j + 16] = (float)hi * d + m;
-		} else {
-			y[j] = (float)(lo - centre) * d;
-			y[j + 16] = (float)(hi - centre) * d;
-		}
+		code[j] = (p[j] & 0x0F) | (int)((qh >> j) & 1) << 4;
+		code[j + 16] = (p[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
 	}
+	if (with_min)
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)code[j] * d + m;
+	else
+		for (int j = 0; j < 32; j++)
+			y[j] = (float)(code[j] - (five ? 16 : 0)) * d;
 }
 
 /* IQ4_NL's 16 non-uniform levels (ggml's kvalues_iq4nl); IQ4_XS uses the
@@ -68,7 +65,7 @@ static void q45_legacy(const unsigned char *b, float *y, int five, int with_min)
 static const int8_t iq4nl_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
 					1,    13,   25,	 38,  53,  69,	89,  113};
 
-static void iq4_32(const unsigned char *qs, float d, float *y)
+static void iq4_32(const unsigned char *restrict qs, float d, float *restrict y)
 {
 	for (int j = 0; j < 16; j++) {
 		y[j] = d * (float)iq4nl_levels[qs[j] & 0x0F];
@@ -78,7 +75,7 @@ static void iq4_32(const unsigned char *qs, float d, float *y)
 
 /* IQ4_XS: d, scales_h (u16: 2 high bits per sub-block), scales_l[4] (a
  * nibble per sub-block), qs[128]; each sub-block's scale is d * (ls - 32). */
-static void iq4_xs(const unsigned char *b, float *y)
+static void iq4_xs(const unsigned char *restrict b, float *restrict y)
 {
 	float d = half(b);
 	uint16_t sh;
@@ -92,7 +89,7 @@ static void iq4_xs(const unsigned char *b, float *y)
 /* Q2_K: scales[16] (a 4-bit scale and a 4-bit min per 16 elements), qs[64]
  * (2-bit codes), d, dmin. Each 32-byte half of qs holds 128 elements: four
  * passes over it, two bits further each, 16 + 16 elements per pass. */
-static void q2_k(const unsigned char *b, float *y)
+static void q2_k(const unsigned char *restrict b, float *restrict y)
 {
 	const unsigned char *sc = b, *q = b + 16;
 	float d = half(b + 80), min = half(b + 82);
@@ -121,7 +118,7 @@ static void q3_k_scales(const unsigned char *p, int *out)
 /* Q3_K: hmask[32] (the third bit: bit k of byte l for element l (+16) of
  * pass k), qs[64] (2-bit codes, laid out as Q2_K's), scales[12], d. A code
  * whose hmask bit is clear is lowered by 4. */
-static void q3_k(const unsigned char *b, float *y)
+static void q3_k(const unsigned char *restrict b, float *restrict y)
 {
 	const unsigned char *hm = b, *q = b + 32;
 	int sc[16];
@@ -140,7 +137,7 @@ static void q3_k(const unsigned char *b, float *y)
 			}
 }
 
-static void q8_0(const unsigned char *b, float *y)
+static void q8_0(const unsigned char *restrict b, float *restrict y)
 {
 	float d = half(b);
 	for (int j = 0; j < 32; j++)
@@ -152,7 +149,7 @@ static void q8_0(const unsigned char *b, float *y)
  * and scaled by half of 2^(e - 127). ggml's half scale has no NaN: e = 255
  * is 2^127 and e = 0, 1 are the subnormals 2^-128, 2^-127 (its
  * ggml_e8m0_to_fp32_half); the products are exact. */
-static void mxfp4(const unsigned char *b, float *y)
+static void mxfp4(const unsigned char *restrict b, float *restrict y)
 {
 	static const int8_t kv[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 	uint32_t bits = b[0] < 2 ? 0x00200000u << b[0] : (uint32_t)(b[0] - 1) << 23;
@@ -164,51 +161,59 @@ static void mxfp4(const unsigned char *b, float *y)
 	}
 }
 
-/* Q4_K: d, dmin (f16), scales[12], qs[128]; Q5_K adds qh[32] before qs. */
-static void qk45(const unsigned char *b, float *y, int five)
+/* Q4_K: d, dmin (f16), scales[12], qs[128]; Q5_K adds qh[32] before qs,
+ * the fifth bits (bit 2p of byte l for element l of pass p's first 32, bit
+ * 2p + 1 for its second 32). The loops have fixed counts and no branches,
+ * so the compiler runs them in vector lanes (the same operations on each
+ * element: the same floats). */
+static void qk45(const unsigned char *restrict b, float *restrict y, int five)
 {
 	float d = half(b), min = half(b + 2);
 	const unsigned char *sc = b + 4, *qh = b + 16, *q = b + (five ? 48 : 16);
-	unsigned u1 = 1, u2 = 2;
-	for (int j = 0, is = 0; j < 256; j += 64, is += 2) {
+	for (int p = 0; p < 4; p++, q += 32, y += 64) {
 		unsigned s, m;
-		scale_min_k4(is, sc, &s, &m);
+		scale_min_k4(2 * p, sc, &s, &m);
 		float d1 = d * (float)s, m1 = min * (float)m;
-		scale_min_k4(is + 1, sc, &s, &m);
+		scale_min_k4(2 * p + 1, sc, &s, &m);
 		float d2 = d * (float)s, m2 = min * (float)m;
+		if (!five) {
+			for (int l = 0; l < 32; l++)
+				y[l] = d1 * (float)(q[l] & 0xF) - m1;
+			for (int l = 0; l < 32; l++)
+				y[32 + l] = d2 * (float)(q[l] >> 4) - m2;
+			continue;
+		}
 		for (int l = 0; l < 32; l++)
-			*y++ = d1 * (float)((q[l] & 0xF) + (five && (qh[l] & u1) ? 16 : 0)) - m1;
+			y[l] = d1 * (float)((q[l] & 0xF) | ((qh[l] >> (2 * p)) & 1) << 4) - m1;
 		for (int l = 0; l < 32; l++)
-			*y++ = d2 * (float)((q[l] >> 4) + (five && (qh[l] & u2) ? 16 : 0)) - m2;
-		q += 32;
-		u1 <<= 2;
-		u2 <<= 2;
+			y[32 + l] =
+			    d2 * (float)((q[l] >> 4) | ((qh[l] >> (2 * p + 1)) & 1) << 4) - m2;
 	}
 }
 
-/* Q6_K: ql[128], qh[64], scales[16] (i8), d (f16). */
-static void q6_k(const unsigned char *b, float *y)
+/* Q6_K: ql[128], qh[64], scales[16] (i8), d (f16). Each half of 128
+ * elements takes 64 bytes of ql (low nibbles, then high) and 32 of qh (two
+ * bits per element, four elements a byte); each 16 elements a scale. */
+static void q6_k(const unsigned char *restrict b, float *restrict y)
 {
 	const unsigned char *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
 	float d = half(b + 208);
-	for (int n = 0; n < 256; n += 128) {
-		for (int l = 0; l < 32; l++) {
-			int is = l / 16;
-			int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-			int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-			int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-			int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-			y[l] = d * (float)sc[is] * (float)q1;
-			y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-			y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-			y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+	for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8)
+		for (int h = 0; h < 32; h += 16) {
+			float s1 = d * (float)sc[h / 16], s2 = d * (float)sc[h / 16 + 2];
+			float s3 = d * (float)sc[h / 16 + 4], s4 = d * (float)sc[h / 16 + 6];
+			for (int l = h; l < h + 16; l++) {
+				int q1 = (int)((ql[l] & 0xF) | ((qh[l] & 3) << 4)) - 32;
+				int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+				int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+				int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+				y[l] = s1 * (float)q1;
+				y[l + 32] = s2 * (float)q2;
+				y[l + 64] = s3 * (float)q3;
+				y[l + 96] = s4 * (float)q4;
+			}
 		}
-		y += 128;
-		ql += 64;
-		qh += 32;
-		sc += 8;
-	}
 }
 
 void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float *out)

@@ -561,16 +561,19 @@ def quantized(d):
     for k in list(raw):  # the checks below compare bytes, NaNs included: the quantizer's blocks only
         tensors.pop(k)
     write_gguf(path, {"general.architecture": (8, "test")}, tensors)
-    # slices that start and end inside blocks: the engine decodes whole blocks
-    sl = os.path.join(d, "slice.json")
-    json.dump({"rules": [{"from": "w.{q}", "to": "s.{q}", "expr": "x.narrow(1, 37, 300).narrow(0, 1, 4).t()"}]},
-              open(sl, "w"))
-    out = os.path.join(d, "deq-slices")
-    ckref.run(CKPTFS, "convert", path, out, "--quiet", "--mapping", sl)
-    got = ckref.read_checkpoint_dir(out)
-    for k, y in want.items():
-        ref = np.ascontiguousarray(y[1:5, 37:337].T)
-        assert got["s." + k[2:]][2].tobytes() == ref.tobytes(), f"{k}: a mid-block slice differs"
+    # slices that start and end inside blocks: the engine decodes whole
+    # blocks; and runs that do (no cast, one contiguous run), decoded straight
+    # into the output, the whole blocks between in place
+    for tag, expr, ref in (("s", "x.narrow(1, 37, 300).narrow(0, 1, 4).t()", lambda y: y[1:5, 37:337].T),
+                           ("f", "x.view(-1).narrow(0, 37, 1000)", lambda y: y.reshape(-1)[37:1037])):
+        sl = os.path.join(d, f"slice-{tag}.json")
+        json.dump({"rules": [{"from": "w.{q}", "to": tag + ".{q}", "expr": expr}]}, open(sl, "w"))
+        out = os.path.join(d, f"deq-slices-{tag}")
+        ckref.run(CKPTFS, "convert", path, out, "--quiet", "--mapping", sl)
+        got = ckref.read_checkpoint_dir(out)
+        for k, y in want.items():
+            assert got[f"{tag}.{k[2:]}"][2].tobytes() == np.ascontiguousarray(ref(y)).tobytes(), \
+                f"{k}: a mid-block slice differs ({expr})"
     # llama.cpp's Q/K row permutation undone on a Q8_0 tensor (gguf-llama-to-hf's
     # expression, 4 heads of 32 rows): a piece per half head, each reading every
     # other row. Decoded once for all of them, not once per piece (whose blocks
