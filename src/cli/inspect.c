@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ckpt/ggml_types.h"
 #include "../exec/engine.h"
 #include "../plan/explain.h"
 #include "../plan/optstate.h"
@@ -27,6 +28,8 @@ struct row {
 	int64_t group; /* -1 for the source view */
 	const struct ck_shard_info *shard;
 	const char *param, *state; /* optimizer state: what it follows */
+	uint32_t quant;		   /* a GGUF source's ggml block type (decoded to dtype), or 0 */
+	uint64_t stored_bytes;	   /* and its bytes in the file */
 };
 
 static void fput_shape(FILE *f, int ndim, const int64_t *shape, const char *sep)
@@ -64,8 +67,12 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 	if (!target_view) {
 		for (size_t i = 0; i < cat->n_entries; i++) {
 			const struct ck_catalog_entry *e = &cat->entries[i];
-			rows[i] = (struct row){e->t.name, cat->files[e->file].name, e->t.dtype, e->t.ndim,
-					       e->t.shape, e->t.nbytes, -1, NULL, NULL, NULL};
+			rows[i] = (struct row){e->t.name,  cat->files[e->file].name,
+					       e->t.dtype, e->t.ndim,
+					       e->t.shape, e->t.nbytes,
+					       -1,	   NULL,
+					       NULL,	   NULL,
+					       e->t.quant, e->t.qbytes};
 		}
 		*n = cat->n_entries;
 		return;
@@ -74,8 +81,9 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 		const struct ck_target *t = &v->plan->t[i];
 		/* the file where the target's first source lives */
 		const char *file = t->v.n ? cat->files[cat->entries[t->v.p[0].src].file].name : "";
-		rows[i] = (struct row){t->name,	   file,     t->v.dtype, t->v.ndim, t->v.shape,
-				       t->nbytes, t->group, t->shard,	 t->param,  t->state};
+		rows[i] =
+		    (struct row){t->name,  file,     t->v.dtype, t->v.ndim, t->v.shape, t->nbytes,
+				 t->group, t->shard, t->param,	 t->state,  0,		0};
 	}
 	*n = v->plan->n;
 }
@@ -215,6 +223,9 @@ static void print_json(const struct ck_view *v, const struct row *rows, size_t n
 			printf(", \"state\": ");
 			ck_json_fput_str(stdout, rows[i].state);
 		}
+		if (rows[i].quant)
+			printf(", \"stored\": \"%s\", \"stored_bytes\": %" PRIu64,
+			       ck_ggml_type_name(rows[i].quant), rows[i].stored_bytes);
 		if (rows[i].group >= 0)
 			printf(", \"group\": %" PRId64, rows[i].group);
 		else
@@ -371,14 +382,23 @@ static size_t pad_to(char *o, size_t k, size_t w)
 }
 
 /* One row of the table into o (room: the widths plus 64); its length. */
-static size_t table_row(char *o, const struct row *r, size_t wn, size_t ws)
+/* The DTYPE column of a row: a GGUF source's blocks as "F32 (Q4_K)", the
+ * type they decode to first. Returns its length (under 32). */
+static size_t dtype_cell(char dt[32], const struct row *r)
+{
+	int l = snprintf(dt, 32, r->quant ? "%s (%s)" : "%s", ck_dtype_name(r->dtype),
+			 r->quant ? ck_ggml_type_name(r->quant) : "");
+	return l < 0 ? 0 : (size_t)l < 32 ? (size_t)l : 31;
+}
+
+static size_t table_row(char *o, const struct row *r, size_t wn, size_t wd, size_t ws)
 {
 	size_t k = pad_to(o, escape_into(o, r->name), wn);
-	const char *dt = ck_dtype_name(r->dtype);
-	size_t f = k + 2, l = strlen(dt);
+	char dt[32];
+	size_t f = k + 2, l = dtype_cell(dt, r);
 	memset(o + k, ' ', 2);
 	memcpy(o + f, dt, l);
-	k = pad_to(o, f + l, f + 11);
+	k = pad_to(o, f + l, f + wd);
 	f = k + 2;
 	memset(o + k, ' ', 2);
 	k = pad_to(o, f + (size_t)shape_str(o + f, ws + 1, r->ndim, r->shape), f + ws);
@@ -405,8 +425,8 @@ static size_t table_row(char *o, const struct row *r, size_t wn, size_t ws)
  * listing made about thirty stdio calls per row before. */
 static int print_table(const struct ck_view *v, const struct row *rows, size_t n, int groups)
 {
-	size_t wn = 4, ws = 5, wf = 0;
-	char shape[512];
+	size_t wn = 4, wd = 11, ws = 5, wf = 0;
+	char shape[512], dt[32];
 	uint64_t total = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (i + ROW_AHEAD < n) /* names lie scattered: a few misses at once */
@@ -416,15 +436,17 @@ static int print_table(const struct ck_view *v, const struct row *rows, size_t n
 		wn = l > wn ? l : wn;
 		ws = s > ws ? s : ws;
 		wf = f > wf ? f : wf;
+		if (rows[i].quant && dtype_cell(dt, &rows[i]) > wd)
+			wd = dtype_cell(dt, &rows[i]);
 		total += rows[i].bytes;
 	}
-	printf("%-*s  %-11s  %-*s  %14s  %s\n", (int)wn, "NAME", "DTYPE", (int)ws, "SHAPE", "BYTES",
-	       "FILE");
-	char *line = malloc(wn + ws + wf + 64);
+	printf("%-*s  %-*s  %-*s  %14s  %s\n", (int)wn, "NAME", (int)wd, "DTYPE", (int)ws, "SHAPE",
+	       "BYTES", "FILE");
+	char *line = malloc(wn + wd + ws + wf + 64);
 	for (size_t i = 0; line && i < n; i++) {
 		if (i + ROW_AHEAD < n)
 			__builtin_prefetch(rows[i + ROW_AHEAD].name);
-		fwrite(line, 1, table_row(line, &rows[i], wn, ws), stdout);
+		fwrite(line, 1, table_row(line, &rows[i], wn, wd, ws), stdout);
 	}
 	free(line);
 	if (!line)

@@ -157,6 +157,7 @@ def real_fixture(d):
     assert js["format"] == "gguf"
     got = {t["name"]: (t["dtype"], t["shape"]) for t in js["tensors"]}
     assert got == {k: (v[0], v[1]) for k, v in want.items()}, got
+    assert not [t for t in js["tensors"] if "stored" in t], "F32/F16 tensors said to be stored as blocks"
     assert js["metadata"]["llama.block_count"] == meta["llama.block_count"]
     assert js["metadata"]["tokenizer.ggml.tokens"] == {"type": "string", "count": len(meta["tokenizer.ggml.tokens"])}
     out = os.path.join(d, "raw")
@@ -548,6 +549,12 @@ def quantized(d):
     js = json.loads(run("inspect", path, "--json").stdout)
     assert {t["name"]: (t["dtype"], t["shape"]) for t in js["tensors"]} == \
         {k: ("F32", list(y.shape)) for k, y in {**want, **raw}.items()}, js["tensors"]
+    # the blocks as stored: their type's name and bytes, in the JSON and the table
+    names = {t: n for n, (t, _, _) in QUANT.items()}
+    assert {t["name"]: (t["stored"], t["stored_bytes"]) for t in js["tensors"]} == \
+        {k: (names[tensors[k][0]], len(tensors[k][2])) for k in tensors}, js["tensors"]
+    table = {ln.split()[0]: ln.split()[1:3] for ln in run("inspect", path).stdout.splitlines()[1:len(tensors) + 1]}
+    assert table == {k: ["F32", f"({names[tensors[k][0]]})"] for k in tensors}, table
     out = os.path.join(d, "deq")
     ckref.run(CKPTFS, "convert", path, out, "--quiet")
     got = ckref.read_checkpoint_dir(out)
