@@ -13,7 +13,9 @@ against the passthrough read that way, mount + read against the numpy peer
 iflag=direct; then a table of each ratio per shape, its spread and issue #23's goal. On the
 hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
   first reads, the FP8 block-dequant and gpt-oss (MXFP4) views' and
-  model.gguf Q8_0 / Q4_0's first reads (cached and O_DIRECT), and a numpy HF -> GGUF peer against mount + read
+  model.gguf Q8_0 / Q4_0's first reads (cached and O_DIRECT), GGUF sources
+  (Q8_0, and Q4_K_M as llama.cpp's preset writes it, quantized by ggml) read
+  as Hugging Face F32 through gguf-llama-to-hf, and a numpy HF -> GGUF peer against mount + read
   model.gguf; libckptfs in-process (tools/ckread.c) against the raw read,
   and model.gguf Q8_0 / Q4_0 copied out through it in 8 MiB reads (source
   bytes read, peak RSS);
@@ -479,6 +481,100 @@ def shape_rows(work, hidden, layers, R, full):
     return src, cfg, shards, total, raw, ceiling, ceiling_od, pm
 
 
+GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+GGML_BLOCK = {8: (32, 34), 12: (256, 144), 14: (256, 210)}  # Q8_0, Q4_K, Q6_K: elements, bytes
+
+
+def gguf_requantized(f32_gguf, out, pick):
+    """An F32 GGUF (ckptfs convert --format gguf:F32) with its matrices
+    requantized by ggml's own quantizer (node-llama-cpp's libggml-base.so,
+    installed by install-deps): pick(name) gives each 2-D tensor's ggml type,
+    1-D tensors stay F32. The metadata is copied as it is."""
+    import ctypes
+    import glob
+    lib = ctypes.CDLL(glob.glob(os.path.join(ROOT, "build-node", "node_modules", "@node-llama-cpp",
+                                             "linux-x64", "bins", "linux-x64", "libggml-base.so"))[0])
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    b = open(f32_gguf, "rb").read()
+    nt, nkv = struct.unpack_from("<QQ", b, 8)
+    pos = 24
+
+    def skip_value(t):
+        nonlocal pos
+        if t == 8:
+            pos += 8 + struct.unpack_from("<Q", b, pos)[0]
+        elif t == 9:
+            et, n = struct.unpack_from("<IQ", b, pos)
+            pos += 12
+            for _ in range(n):
+                skip_value(et)
+        else:
+            pos += GGUF_SCALAR[t]
+    for _ in range(nkv):  # key, type, value
+        pos += 8 + struct.unpack_from("<Q", b, pos)[0]
+        pos += 4
+        skip_value(struct.unpack_from("<I", b, pos - 4)[0])
+    meta_end, infos = pos, []
+    for _ in range(nt):
+        n = struct.unpack_from("<Q", b, pos)[0]
+        name = b[pos + 8:pos + 8 + n].decode()
+        pos += 8 + n
+        nd = struct.unpack_from("<I", b, pos)[0]
+        dims = struct.unpack_from(f"<{nd}Q", b, pos + 4)
+        t, off = struct.unpack_from("<IQ", b, pos + 4 + 8 * nd)
+        pos += 4 + 8 * nd + 12
+        assert t == 0, f"{f32_gguf}: {name} is not F32"
+        infos.append((name, dims, off))
+    data = (pos + 31) // 32 * 32
+    head, blobs, off = bytearray(b[:meta_end]), [], 0
+    for name, dims, src_off in infos:
+        x = np.frombuffer(b, np.float32, int(np.prod(dims)), data + src_off)
+        t = pick(name) if len(dims) == 2 else 0
+        if t:
+            qk, qb = GGML_BLOCK[t]
+            q = np.zeros(x.size // qk * qb, np.uint8)
+            x = np.ascontiguousarray(x)
+            assert lib.ggml_quantize_chunk(t, x.ctypes.data, q.ctypes.data, 0, dims[1], dims[0], None) == q.size
+            x = q
+        head += struct.pack("<Q", len(name)) + name.encode() + struct.pack(f"<I{len(dims)}Q", len(dims), *dims)
+        head += struct.pack("<IQ", t, off)
+        blobs.append(x.tobytes())
+        off += (len(blobs[-1]) + 31) // 32 * 32
+    with open(out, "wb") as f:
+        f.write(head + b"\0" * (-len(head) % 32))
+        for blob in blobs:
+            f.write(blob + b"\0" * (-len(blob) % 32))
+
+
+def gguf_sources(work, src, R, ceiling, ceiling_od):
+    """GGUF files as sources through gguf-llama-to-hf, the model read back as
+    Hugging Face F32 tensors (GB/s of F32 out): this shape's Llama in Q8_0 and
+    as llama.cpp's Q4_K_M preset writes it (Q6_K for ffn_down, attn_v and
+    output, Q4_K for the rest), interleaved."""
+    f32 = os.path.join(work, "gguf-f32")
+    run(CKPTFS, "convert", src, f32, "--format", "gguf:F32", "--gguf-vocab", "none", "--quiet")
+    views = []
+    for ty, pick in (("Q8_0", lambda n: 8),
+                     ("Q4_K_M", lambda n: 14 if any(k in n for k in ("ffn_down", "attn_v", "output.")) else 12)):
+        d = os.path.join(work, "gguf-" + ty)
+        os.mkdir(d)
+        gguf_requantized(os.path.join(f32, "model.gguf"), os.path.join(d, "model.gguf"), pick)
+        read_files([os.path.join(d, "model.gguf")])
+        views.append((ty, lambda d=d: Ckptfs(os.path.join(d, "model.gguf"), [os.path.join(MAPS, "gguf-llama-to-hf.json")])))
+    shutil.rmtree(f32)
+    got = {(k, od): [] for k, _ in views for od in (False, True)}
+    for r in range(R):
+        for k, factory in (views if r % 2 == 0 else views[::-1]):
+            for od in (False, True):
+                got[(k, od)] += measure_fresh(factory, lambda m: read_files(m.files(), direct=od), 1)
+    for k, _ in views:
+        row(f"ckptfs GGUF {k} -> HF F32 view, first read vs ceiling", got[(k, False)], ceiling)
+        row("  the same, O_DIRECT opens vs the passthrough's", got[(k, True)], ceiling_od)
+        shutil.rmtree(os.path.join(work, "gguf-" + k))
+
+
 def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
     """The FP8 block-dequant view of this shape's Llama with 128 x 128-block
     F8_E4M3 layers, gpt-oss's Megatron view of a two-layer 20b preset
@@ -558,6 +654,7 @@ def main():
     # dequantised to BF16, GGUF blocks quantized): first reads, through the page cache and with
     # O_DIRECT opens, against the ceilings measured on this shape
     quantized_views(work, src, main_h, cfg, R, ceiling, ceiling_od)
+    gguf_sources(work, src, R, ceiling, ceiling_od)
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read
