@@ -128,21 +128,22 @@ static int cmp_dim_stride(const void *a, const void *b, void *ctx)
 static int grow(unsigned char **buf, size_t *cap, size_t need, const char *what,
 		struct ck_err *err);
 
-/* A quantized GGUF source: the whole blocks that hold elements [wlo, whi)
- * (blocks run along the fastest dim, so the tensor is one sequence of
- * them), decoded to F32 into the window. */
-static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
-		      unsigned char *win, struct ck_err *err)
+/* A quantized GGUF source: reads the whole blocks that hold elements
+ * [wlo, whi) (blocks run along the fastest dim, so the tensor is one
+ * sequence of them) into c->qwin, the first being block *b0. 1: read; 0: a
+ * dry run, nothing read. */
+static int read_quant_blocks(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
+			     uint64_t *b0, struct ck_err *err)
 {
-	const struct ck_catalog *cat = c->eng->plan->cat;
 	const struct ck_tensor_info *t = &s->src->t;
 	size_t qk, qb;
 	ck_ggml_block(t->quant, &qk, &qb);
-	uint64_t b0 = (uint64_t)wlo / qk, b1 = ((uint64_t)whi + qk - 1) / qk;
-	size_t nbytes = (size_t)(b1 - b0) * qb;
+	*b0 = (uint64_t)wlo / qk;
+	uint64_t b1 = ((uint64_t)whi + qk - 1) / qk;
+	size_t nbytes = (size_t)(b1 - *b0) * qb;
 	if (grow(&c->qwin, &c->qwin_cap, nbytes, "quantized blocks", err) < 0)
 		return -1;
-	struct ck_io_req r = src_req(c, s->src->file, t->offset + b0 * qb, nbytes, c->qwin);
+	struct ck_io_req r = src_req(c, s->src->file, t->offset + *b0 * qb, nbytes, c->qwin);
 	atomic_fetch_add(&c->eng->source_bytes_read, r.len);
 	atomic_fetch_add(&c->eng->read_requests, 1);
 	if (c->eng->dry_run)
@@ -150,23 +151,70 @@ static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, 
 	int rc = ck_io_read(&c->io, &r, 1);
 	if (rc < 0)
 		return ck_fail_sys(err, -rc, "%s: reading tensor \"%s\"",
-				   cat->files[s->src->file].path, t->name);
-	/* the blocks [f0, f1) lie whole in [wlo, whi): decoded in place; the
-	 * one or two cut by its ends go through a block of their own */
-	uint64_t f0 = ((uint64_t)wlo + qk - 1) / qk, f1 = (uint64_t)whi / qk;
+				   c->eng->plan->cat->files[s->src->file].path, t->name);
+	return 1;
+}
+
+/* Elements [lo, hi) of quantized tensor t, whose blocks from b0 on are at
+ * q, as F32 into out: the blocks that lie whole in the range decoded in
+ * place, the one or two it cuts through a block of their own. */
+static void decode_quant(const struct ck_tensor_info *t, const unsigned char *q, uint64_t b0,
+			 int64_t lo, int64_t hi, float *out)
+{
+	size_t qk, qb;
+	ck_ggml_block(t->quant, &qk, &qb);
+	uint64_t f0 = ((uint64_t)lo + qk - 1) / qk, f1 = (uint64_t)hi / qk;
+	uint64_t c0 = (uint64_t)lo / qk, c1 = ((uint64_t)hi + qk - 1) / qk;
 	if (f0 < f1)
-		ck_ggml_dequant(t->quant, c->qwin + (f0 - b0) * qb, (size_t)(f1 - f0),
-				(float *)(void *)(win + (size_t)((int64_t)(f0 * qk) - wlo) * 4));
+		ck_ggml_dequant(t->quant, q + (f0 - b0) * qb, (size_t)(f1 - f0),
+				out + ((int64_t)(f0 * qk) - lo));
 	float block[256];
-	for (uint64_t b = b0; b < b1; b++) {
+	for (uint64_t b = c0; b < c1; b++) {
 		if (b == f0 && f0 < f1)
 			b = f1; /* past the whole ones */
-		if (b == b1)
+		if (b == c1)
 			break;
-		ck_ggml_dequant(t->quant, c->qwin + (b - b0) * qb, 1, block);
-		int64_t e0 = (int64_t)(b * qk), lo = e0 > wlo ? e0 : wlo;
-		int64_t hi = e0 + (int64_t)qk < whi ? e0 + (int64_t)qk : whi;
-		memcpy(win + (size_t)(lo - wlo) * 4, block + (lo - e0), (size_t)(hi - lo) * 4);
+		ck_ggml_dequant(t->quant, q + (b - b0) * qb, 1, block);
+		int64_t e0 = (int64_t)(b * qk), l = e0 > lo ? e0 : lo;
+		int64_t h = e0 + (int64_t)qk < hi ? e0 + (int64_t)qk : hi;
+		memcpy(out + (l - lo), block + (l - e0), (size_t)(h - l) * 4);
+	}
+}
+
+/* Source elements [wlo, whi) of a quantized GGUF source decoded to F32
+ * into the window (or, for a cast-free run, the output). */
+static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
+		      unsigned char *win, struct ck_err *err)
+{
+	uint64_t b0;
+	int r = read_quant_blocks(c, s, wlo, whi, &b0, err);
+	if (r > 0)
+		decode_quant(&s->src->t, c->qwin, b0, wlo, whi, (float *)(void *)win);
+	return r < 0 ? -1 : 0;
+}
+
+/* The same run cast on its way (gguf_dequant=BF16, a mapping's .to(BF16)):
+ * decoded a slab at a time into a buffer that stays in the cache, each
+ * slab cast into the output (dst: element wlo's place there). */
+#define QCAST_SLAB 4096
+static int read_quant_cast(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, int64_t whi,
+			   unsigned char *dst, struct ck_err *err)
+{
+	uint64_t b0;
+	int r = read_quant_blocks(c, s, wlo, whi, &b0, err);
+	if (r <= 0)
+		return r;
+	const struct ck_piece *p = s->p;
+	enum ck_dtype casts[CK_MAX_CASTS];
+	for (int k = 0; k < p->n_casts; k++)
+		casts[k] = (enum ck_dtype)p->casts[k];
+	size_t des = ck_dtype_size(s->tdt);
+	float slab[QCAST_SLAB];
+	for (int64_t lo = wlo; lo < whi; lo += QCAST_SLAB) {
+		int64_t hi = whi - lo > QCAST_SLAB ? lo + QCAST_SLAB : whi;
+		decode_quant(&s->src->t, c->qwin, b0, lo, hi, slab);
+		ck_cpu_convert_run((const unsigned char *)slab, 1, CK_DT_F32, casts, p->n_casts,
+				   p->saturate, dst + (size_t)(lo - wlo) * des, hi - lo);
 	}
 	return 0;
 }
@@ -295,10 +343,13 @@ static int read_window(struct ck_eval_ctx *c, const struct step *s, int64_t wlo,
 /* A cast-free sub-box that is one contiguous run in the source and in the
  * output (renames, row slices, cat along dim 0) is read straight into the
  * output, with no staging copy (try_direct): its elements, else 0. A
- * GGUF-quantized source's run is decoded straight into it. */
+ * GGUF-quantized source's run is decoded straight into it, casts and all
+ * (the only element operations a quantized source's piece takes there). */
 static int64_t direct_run(const struct ck_eval_ctx *c, const struct step *s)
 {
-	if (!ck_piece_plain(s->p) || c->on_gpu)
+	const struct ck_piece *p = s->p;
+	int quant_cast = s->src->t.quant && !p->sc && !p->shifted && !p->fp4;
+	if ((!ck_piece_plain(p) && !quant_cast) || c->on_gpu)
 		return 0;
 	int first = 0;
 	while (first < s->ndim && s->hi[first] - s->lo[first] == 1)
@@ -324,9 +375,13 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 	int64_t so = src_at(s, s->lo), lin = 0;
 	for (int d = 0; d < s->ndim; d++)
 		lin += s->lo[d] * s->cstride[d];
+	if (s->src->t.quant) {
+		unsigned char *dst = s->out + (size_t)(lin - s->e0) * ck_dtype_size(s->tdt);
+		int r = s->p->n_casts ? read_quant_cast(c, s, so, so + run, dst, err)
+				      : read_quant(c, s, so, so + run, dst, err);
+		return r < 0 ? -1 : 1;
+	}
 	unsigned char *dst = s->out + (size_t)(lin - s->e0) * es;
-	if (s->src->t.quant) /* F32 elements: the piece has no cast */
-		return read_quant(c, s, so, so + run, dst, err) < 0 ? -1 : 1;
 	const struct ck_catalog *cat = c->eng->plan->cat;
 	struct ck_io_req r =
 	    src_req(c, s->src->file, s->src->t.offset + (uint64_t)so * es, (uint64_t)run * es, dst);

@@ -271,6 +271,21 @@ AVX2_TARGET static inline __m128i bf16_8(__m256i u)
 	return pack16(r);
 }
 
+AVX2_TARGET static int64_t f32_to_bf16_avx2(const unsigned char *src, unsigned char *dst, int64_t n)
+{
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		__m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(src + 4 * i));
+		_mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), bf16_8(u));
+	}
+	return i;
+}
+
+int64_t ck_avx2_f32_to_bf16(const unsigned char *src, unsigned char *dst, int64_t n)
+{
+	return n >= 8 && ck_avx2_usable() ? f32_to_bf16_avx2(src, dst, n) : 0;
+}
+
 AVX2_F16C static int64_t from_f16_avx(const unsigned char *src, int to_bf16, unsigned char *dst,
 				      int64_t n)
 {
@@ -393,6 +408,12 @@ int ck_avx2_usable(void)
 size_t ck_avx2_quant(int q4, int from, const void *x, size_t n, unsigned char *y)
 {
 	(void)q4, (void)from, (void)x, (void)n, (void)y;
+	return 0;
+}
+
+int64_t ck_avx2_f32_to_bf16(const unsigned char *src, unsigned char *dst, int64_t n)
+{
+	(void)src, (void)dst, (void)n;
 	return 0;
 }
 

@@ -20,6 +20,10 @@ int ck_avx2_usable(void);
  * (or, for F16, where ck_f16c_usable says no). */
 size_t ck_avx2_quant(int q4, int from, const void *x, size_t n, unsigned char *y);
 
+/* F32 elements to BF16 as kern/cpu.c's ck_cpu_f32_to_bf16_run: whole
+ * blocks of eight, their length returned (0 where the CPU has no AVX2). */
+int64_t ck_avx2_f32_to_bf16(const unsigned char *src, unsigned char *dst, int64_t n);
+
 /* F8_E4M3 elements times (or, divide, over) sv, to F32 or BF16, as
  * kern/cpu.c's ck_cpu_e4m3_scaled_run: the longest prefix of whole blocks of eight,
  * its length returned (0 where the CPU has no AVX2). */

@@ -23,6 +23,12 @@ void ck_cpu_convert_run(const unsigned char *src, int64_t sstride, enum ck_dtype
 void ck_cpu_convert_box(const struct ck_box *b, const unsigned char *src,
 			const unsigned char *scale, unsigned char *dst);
 
+/* n contiguous F32 elements to BF16 (ck_f32_to_bf16 without saturation:
+ * round to nearest even, every NaN 0x7FC0): the cast ck_cpu_convert_run
+ * takes for them. vector: in AVX2 first where the CPU has it (kern/avx2.h);
+ * 0, the portable blocks alone (tests compare the two). */
+void ck_cpu_f32_to_bf16_run(const unsigned char *src, unsigned char *dst, int64_t n, int vector);
+
 /* n contiguous F8_E4M3 elements times (or, divide, over) sv, to BF16
  * (to_bf16) or F32, as the element path rounds: the box kernel's run for
  * block-scaled FP8. vector: in AVX2 first where the CPU has it

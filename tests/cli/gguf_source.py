@@ -519,7 +519,7 @@ def ggml_dequantize(lib, name, q, n):
 def quantized(d):
     lib = ggml_lib()
     rng = np.random.default_rng(7)
-    rows, cols = 6, 512
+    rows, cols = 12, 512  # 6144 elements: a run cast on its way crosses the 4096-element slabs
     tensors, want = {}, {}
     for name, (t, qk, qb) in QUANT.items():
         x = (rng.standard_normal((rows, cols)) * rng.uniform(0.01, 3)).astype(np.float32)
@@ -571,8 +571,13 @@ def quantized(d):
     # slices that start and end inside blocks: the engine decodes whole
     # blocks; and runs that do (no cast, one contiguous run), decoded straight
     # into the output, the whole blocks between in place
+    def bf16(y):  # round to nearest even, computed here
+        u = np.ascontiguousarray(y).view(np.uint32).astype(np.uint64)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     for tag, expr, ref in (("s", "x.narrow(1, 37, 300).narrow(0, 1, 4).t()", lambda y: y[1:5, 37:337].T),
-                           ("f", "x.view(-1).narrow(0, 37, 1000)", lambda y: y.reshape(-1)[37:1037])):
+                           ("f", "x.view(-1).narrow(0, 37, 1000)", lambda y: y.reshape(-1)[37:1037]),
+                           ("b", "x.view(-1).narrow(0, 37, 6000).to(BF16)",
+                            lambda y: bf16(y.reshape(-1)[37:6037]))):
         sl = os.path.join(d, f"slice-{tag}.json")
         json.dump({"rules": [{"from": "w.{q}", "to": tag + ".{q}", "expr": expr}]}, open(sl, "w"))
         out = os.path.join(d, f"deq-slices-{tag}")

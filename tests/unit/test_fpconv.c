@@ -539,6 +539,49 @@ START_TEST(fp8_scaled_runs_match_elements)
 }
 END_TEST
 
+/* F32 -> BF16 runs both ways: loop 0 as this CPU runs them (in AVX2 where
+ * it has it, kern/avx2.h), loop 1 the portable blocks alone; every high
+ * half with the low halves where rounding turns (and NaNs of every sign and
+ * payload, infinities, the largest finite values, which round to
+ * infinity), against the element conversion, in one long run and in runs
+ * of every length 0..40 from byte offsets 0..3. */
+START_TEST(f32_to_bf16_runs_match_elements_both_paths)
+{
+	static const uint16_t low[] = {0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF, 0x1234};
+	const size_t nl = sizeof low / sizeof *low, nv = 65536 * nl;
+	uint32_t *f = malloc(nv * 4);
+	unsigned char *in = malloc(nv * 4 + 8), *out = malloc(nv * 2 + 16);
+	ck_assert(f && in && out);
+	for (size_t i = 0; i < nv; i++)
+		f[i] = (uint32_t)(i / nl) << 16 | low[i % nl];
+	memcpy(in + 3, f, nv * 4);
+	ck_cpu_f32_to_bf16_run(in + 3, out + 1, (int64_t)nv, _i == 0);
+	for (size_t i = 0; i < nv; i++) {
+		uint16_t got, want = ck_f32_to_bf16(ck_bits_f32(f[i]), 0);
+		memcpy(&got, out + 1 + 2 * i, 2);
+		ck_assert_msg(got == want, "F32 %08x -> BF16 %04x, element says %04x (vector %d)",
+			      f[i], got, want, _i == 0);
+	}
+	for (int len = 0; len <= 40; len++)
+		for (int off = 0; off < 4; off++) {
+			size_t at = (size_t)(len * 7919 + off * 104729) % (nv - 64);
+			memcpy(in + off, f + at, (size_t)len * 4);
+			memset(out, 0xAB, (size_t)len * 2 + 8);
+			ck_cpu_f32_to_bf16_run(in + off, out + off, len, _i == 0);
+			for (int i = 0; i < len; i++) {
+				uint16_t got;
+				memcpy(&got, out + off + 2 * i, 2);
+				ck_assert_uint_eq(
+				    got, ck_f32_to_bf16(ck_bits_f32(f[at + (size_t)i]), 0));
+			}
+			ck_assert_uint_eq(out[off + 2 * len], 0xAB); /* nothing past the run */
+		}
+	free(f);
+	free(in);
+	free(out);
+}
+END_TEST
+
 /* The FP8 run behind those boxes, both ways: loop 0 as this CPU runs it (in
  * AVX2 where it has it, kern/avx2.h), loop 1 the portable blocks alone;
  * every E4M3 code under each scale above, times and over, to BF16 and F32,
@@ -910,6 +953,7 @@ int main(void)
 	tcase_add_test(tc, every_half_code_round_trips);
 	tcase_add_test(tc, mxfp4_codes_match_definition);
 	tcase_add_loop_test(tc, cast_runs_match_elements, 0, 2);
+	tcase_add_loop_test(tc, f32_to_bf16_runs_match_elements_both_paths, 0, 2);
 	tcase_add_test(tc, fp8_scaled_runs_match_elements);
 	tcase_add_loop_test(tc, fp8_runs_match_elements_both_paths, 0, 2);
 	tcase_add_loop_test(tc, fp4_runs_match_elements_both_paths, 0, 2);
