@@ -550,29 +550,35 @@ def gguf_requantized(f32_gguf, out, pick):
 
 def gguf_sources(work, src, R, ceiling, ceiling_od):
     """GGUF files as sources through gguf-llama-to-hf, the model read back as
-    Hugging Face F32 tensors (GB/s of F32 out): this shape's Llama in Q8_0 and
-    as llama.cpp's Q4_K_M preset writes it (Q6_K for ffn_down, attn_v and
-    output, Q4_K for the rest), interleaved."""
+    Hugging Face F32 tensors (GB/s out): this shape's Llama in Q8_0 and as
+    llama.cpp's Q4_K_M preset writes it (Q6_K for ffn_down, attn_v and
+    output, Q4_K for the rest), and the Q4_K_M file as BF16
+    (-o gguf_dequant=BF16), interleaved."""
     f32 = os.path.join(work, "gguf-f32")
     run(CKPTFS, "convert", src, f32, "--format", "gguf:F32", "--gguf-vocab", "none", "--quiet")
-    views = []
+    files = {}
     for ty, pick in (("Q8_0", lambda n: 8),
                      ("Q4_K_M", lambda n: 14 if any(k in n for k in ("ffn_down", "attn_v", "output.")) else 12)):
-        d = os.path.join(work, "gguf-" + ty)
-        os.mkdir(d)
-        gguf_requantized(os.path.join(f32, "model.gguf"), os.path.join(d, "model.gguf"), pick)
-        read_files([os.path.join(d, "model.gguf")])
-        views.append((ty, lambda d=d: Ckptfs(os.path.join(d, "model.gguf"), [os.path.join(MAPS, "gguf-llama-to-hf.json")])))
+        os.mkdir(os.path.join(work, "gguf-" + ty))
+        files[ty] = os.path.join(work, "gguf-" + ty, "model.gguf")
+        gguf_requantized(os.path.join(f32, "model.gguf"), files[ty], pick)
+        read_files([files[ty]])
     shutil.rmtree(f32)
+    mp = [os.path.join(MAPS, "gguf-llama-to-hf.json")]
+    # Hugging Face checkpoints are BF16: the Q4_K_M file decoded to it too
+    views = [(k, lambda f=files[k.split()[0]], o=o: Ckptfs(f, mp, opts=o))
+             for k, o in (("Q8_0", None), ("Q4_K_M", None), ("Q4_K_M BF16", "gguf_dequant=BF16"))]
     got = {(k, od): [] for k, _ in views for od in (False, True)}
     for r in range(R):
         for k, factory in (views if r % 2 == 0 else views[::-1]):
             for od in (False, True):
                 got[(k, od)] += measure_fresh(factory, lambda m: read_files(m.files(), direct=od), 1)
     for k, _ in views:
-        row(f"ckptfs GGUF {k} -> HF F32 view, first read vs ceiling", got[(k, False)], ceiling)
+        ty, dt = (k.split() + ["F32"])[:2]
+        row(f"ckptfs GGUF {ty} -> HF {dt} view, first read vs ceiling", got[(k, False)], ceiling)
         row("  the same, O_DIRECT opens vs the passthrough's", got[(k, True)], ceiling_od)
-        shutil.rmtree(os.path.join(work, "gguf-" + k))
+    for ty in ("Q8_0", "Q4_K_M"):
+        shutil.rmtree(os.path.join(work, "gguf-" + ty))
 
 
 def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
