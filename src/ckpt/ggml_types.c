@@ -21,6 +21,8 @@ int ck_ggml_block(uint32_t type, size_t *elems, size_t *bytes)
 	case CK_GGML_IQ4_XS:
 		*elems = 256, *bytes = 136;
 		return 1; /* d, scales_h, scales_l[4], qs[128] */
+	case CK_GGML_TQ1_0: *elems = 256, *bytes = 54; return 1; /* qs[48], qh[4], d */
+	case CK_GGML_TQ2_0: *elems = 256, *bytes = 66; return 1; /* qs[64], d */
 	case CK_GGML_MXFP4:
 		*elems = 32, *bytes = 17;
 		return 1; /* an E8M0 exponent, 16 bytes of E2M1 pairs */

@@ -20,6 +20,8 @@ enum {
 	CK_GGML_Q6_K = 14,
 	CK_GGML_IQ4_NL = 20,
 	CK_GGML_IQ4_XS = 23,
+	CK_GGML_TQ1_0 = 34,
+	CK_GGML_TQ2_0 = 35,
 	CK_GGML_MXFP4 = 39
 };
 

@@ -161,6 +161,45 @@ static void mxfp4(const unsigned char *restrict b, float *restrict y)
 	}
 }
 
+/* TQ2_0 (ternary, BitNet b1.58): qs[64], d; 2-bit codes 0..2 meaning
+ * -1, 0, 1 times d, laid out as Q2_K's (each 32-byte half holds 128
+ * elements, four passes two bits further each). */
+static void tq2_0(const unsigned char *restrict b, float *restrict y)
+{
+	float d = half(b + 64);
+	for (int j = 0; j < 64; j += 32)
+		for (int shift = 0; shift < 8; shift += 2, y += 32)
+			for (int m = 0; m < 32; m++)
+				y[m] = (float)(((b[j + m] >> shift) & 3) - 1) * d;
+}
+
+/* A TQ1_0 byte holds five ternary digits as a fixed-point fraction of
+ * 3^5: digit n (the most significant first) is the top of (q * 3^n mod 256)
+ * times 3, over 256. */
+static float trit(unsigned q, int n, float d)
+{
+	static const unsigned pow3[5] = {1, 3, 9, 27, 81};
+	unsigned v = (q * pow3[n]) & 0xFF;
+	return (float)((int)((v * 3) >> 8) - 1) * d;
+}
+
+/* TQ1_0: qs[48] (five elements a byte: bytes 0-31 give 160 elements, a
+ * digit of all 32 at a time; bytes 32-47 the next 80, 16 at a time),
+ * qh[4] (the last 16, four digits of each byte), d. */
+static void tq1_0(const unsigned char *restrict b, float *restrict y)
+{
+	float d = half(b + 52);
+	for (int n = 0; n < 5; n++, y += 32)
+		for (int m = 0; m < 32; m++)
+			y[m] = trit(b[m], n, d);
+	for (int n = 0; n < 5; n++, y += 16)
+		for (int m = 0; m < 16; m++)
+			y[m] = trit(b[32 + m], n, d);
+	for (int n = 0; n < 4; n++, y += 4)
+		for (int j = 0; j < 4; j++)
+			y[j] = trit(b[48 + j], n, d);
+}
+
 /* Q4_K: d, dmin (f16), scales[12], qs[128]; Q5_K adds qh[32] before qs,
  * the fifth bits (bit 2p of byte l for element l of pass p's first 32, bit
  * 2p + 1 for its second 32). The loops have fixed counts and no branches,
@@ -236,6 +275,8 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
 		case CK_GGML_Q5_K: qk45(blocks, out, 1); break;
 		case CK_GGML_MXFP4: mxfp4(blocks, out); break;
 		case CK_GGML_Q6_K: q6_k(blocks, out); break;
+		case CK_GGML_TQ1_0: tq1_0(blocks, out); break;
+		case CK_GGML_TQ2_0: tq2_0(blocks, out); break;
 		default: break; /* ck_ggml_block refused it above */
 		}
 }

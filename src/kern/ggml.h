@@ -1,9 +1,10 @@
 /* ggml's quantized blocks (GGUF sources), decoded to F32 exactly as ggml's
  * reference dequantize_row_* do (the tests compare with the prebuilt
  * library's own, bit for bit): Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and
- * MXFP4 (32 weights a block), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS (256
- * a super-block); and quantized from F32, BF16 or
- * F16 for the GGUF view (Q8_0, Q4_0). Blocks run along the fastest dim. */
+ * MXFP4 (32 weights a block), Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and the
+ * ternary TQ1_0 and TQ2_0 (256 a super-block); and quantized from F32,
+ * BF16 or F16 for the GGUF view (Q8_0, Q4_0). Blocks run along the fastest
+ * dim. */
 #ifndef CK_GGML_H
 #define CK_GGML_H
 

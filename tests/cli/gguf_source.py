@@ -14,7 +14,8 @@ GGUF reader and writer written here from the format description
   gives the same logits (1e-3 relative) and the same greedy tokens; fed the
   GGUF's Q/K rows as they are (no un-permutation), it does not;
 - quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL,
-  IQ4_XS, MXFP4), made with ggml's own quantizer from the prebuilt library,
+  IQ4_XS, TQ1_0, TQ2_0, MXFP4), made with ggml's own quantizer from the
+  prebuilt library,
   and blocks of random bytes, decode to exactly the floats of ggml's own
   dequantize_row_* (bit for bit), whole and sliced mid-block; a Llama GGUF
   in the seven newer types, run by llama.cpp, gives the logits of a torch
@@ -442,7 +443,7 @@ def llama_cpp_logits(d):
 QUANT = {"Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20), "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24),
          "Q8_0": (8, 32, 34), "Q2_K": (10, 256, 84), "Q3_K": (11, 256, 110), "Q4_K": (12, 256, 144),
          "Q5_K": (13, 256, 176), "Q6_K": (14, 256, 210), "IQ4_NL": (20, 32, 18), "IQ4_XS": (23, 256, 136),
-         "MXFP4": (39, 32, 17)}
+         "TQ1_0": (34, 256, 54), "TQ2_0": (35, 256, 66), "MXFP4": (39, 32, 17)}
 
 
 def ggml_lib():
