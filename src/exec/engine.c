@@ -376,10 +376,22 @@ static int try_direct(struct ck_eval_ctx *c, const struct step *s, struct ck_err
 	for (int d = 0; d < s->ndim; d++)
 		lin += s->lo[d] * s->cstride[d];
 	if (s->src->t.quant) {
-		unsigned char *dst = s->out + (size_t)(lin - s->e0) * ck_dtype_size(s->tdt);
-		int r = s->p->n_casts ? read_quant_cast(c, s, so, so + run, dst, err)
-				      : read_quant(c, s, so, so + run, dst, err);
-		return r < 0 ? -1 : 1;
+		/* its blocks staged at most window_max bytes at a time, as the
+		 * window path stages them */
+		size_t qk, qb, des = ck_dtype_size(s->tdt);
+		ck_ggml_block(s->src->t.quant, &qk, &qb);
+		int64_t seg =
+		    (int64_t)((c->eng->window_max / qb > 0 ? c->eng->window_max / qb : 1) * qk);
+		for (int64_t at = 0; at < run; at += seg) {
+			int64_t n = run - at < seg ? run - at : seg;
+			unsigned char *dst = s->out + (size_t)(lin + at - s->e0) * des;
+			int r = s->p->n_casts
+				    ? read_quant_cast(c, s, so + at, so + at + n, dst, err)
+				    : read_quant(c, s, so + at, so + at + n, dst, err);
+			if (r < 0)
+				return -1;
+		}
+		return 1;
 	}
 	unsigned char *dst = s->out + (size_t)(lin - s->e0) * es;
 	const struct ck_catalog *cat = c->eng->plan->cat;

@@ -300,6 +300,99 @@ START_TEST(small_window_same_bytes)
 }
 END_TEST
 
+/* A GGUF file at path holding one Q8_0 tensor "q" of rows x 256 (the
+ * layout of reference/gguf.md: header, one key, the tensor info, data at
+ * 32), its blocks' scales 1/64 and codes i % 251 - 125. */
+static void write_gguf_q8(const char *path, uint64_t rows)
+{
+	size_t nb = (size_t)rows * 256 / 32, data_len = nb * 34;
+	unsigned char *b = calloc(1, 256 + data_len), *o = b;
+	uint32_t u32;
+	uint64_t u64;
+#define PUT(v) (memcpy(o, &(v), sizeof(v)), o += sizeof(v))
+	memcpy(o, "GGUF", 4), o += 4;
+	u32 = 3, PUT(u32);
+	u64 = 1, PUT(u64); /* tensors */
+	u64 = 1, PUT(u64); /* keys */
+	u64 = 20, PUT(u64);
+	memcpy(o, "general.architecture", 20), o += 20;
+	u32 = 8, PUT(u32);
+	u64 = 4, PUT(u64);
+	memcpy(o, "test", 4), o += 4;
+	u64 = 1, PUT(u64);
+	*o++ = 'q';
+	u32 = 2, PUT(u32);
+	u64 = 256, PUT(u64); /* the fastest dim first */
+	PUT(rows);
+	u32 = 8, PUT(u32); /* Q8_0 */
+	u64 = 0, PUT(u64);
+#undef PUT
+	size_t head = ((size_t)(o - b) + 31) / 32 * 32;
+	for (size_t i = 0; i < nb; i++) {
+		unsigned char *blk = b + head + 34 * i;
+		blk[0] = 0x00, blk[1] = 0x24; /* F16 0x2400 = 1/64 */
+		for (int j = 0; j < 32; j++)
+			blk[2 + j] = (unsigned char)((i * 32 + (size_t)j) % 251 - 125);
+	}
+	tu_write(path, b, head + data_len);
+	free(b);
+}
+
+/* A GGUF source's contiguous reads decode straight into the output, as F32
+ * and cast to BF16 on the way: with the window held to 340 bytes (ten Q8_0
+ * blocks) the bytes are the same as with the whole window, and the blocks
+ * staged for them never grow past it. Reads start and end inside blocks. */
+START_TEST(gguf_runs_stage_within_the_window)
+{
+	char *d = tu_mkdtemp(), *path = tu_path(d, "model.gguf");
+	write_gguf_q8(path, 64);
+	struct ck_catalog *tc;
+	struct ck_err err;
+	ck_assert_msg(ck_catalog_open(path, &tc, &err) == 0, "%s", err.msg);
+	const char *map =
+	    _i ? "{\"rules\": [{\"from\": \"q\", \"to\": \"o\", \"expr\": \"x.to(BF16)\"}]}"
+	       : "{\"rules\": [{\"from\": \"q\", \"to\": \"o\"}]}";
+	struct ck_mapping *m;
+	struct ck_plan *p;
+	ck_assert_msg(ck_mapping_parse(map, strlen(map), "t.json", &m, &err) == 0, "%s", err.msg);
+	ck_assert_msg(ck_plan_build(tc, &m, 1, &p, &err) == 0, "%s", err.msg);
+	ck_mapping_free(m);
+	const size_t es = _i ? 2 : 4, n = 64 * 256 * es, off = 37 * es, len = n - off - 101 * es;
+	unsigned char *a = malloc(n), *b = malloc(n);
+	struct ck_engine e;
+	ck_engine_init(&e, p, 1);
+	struct ck_eval_ctx c;
+	ck_eval_ctx_init(&c, &e);
+	ck_assert_msg(ck_engine_read(&c, tidx(p, "o"), off, len, a, &err) == 0, "%s", err.msg);
+	ck_assert_uint_gt(c.qwin_cap, 340);
+	e.window_max = 340;
+	struct ck_eval_ctx c2;
+	ck_eval_ctx_init(&c2, &e);
+	ck_assert_msg(ck_engine_read(&c2, tidx(p, "o"), off, len, b, &err) == 0, "%s", err.msg);
+	ck_assert(memcmp(a, b, len) == 0);
+	ck_assert_uint_le(c2.qwin_cap, 340);
+	/* and the values: element k is code k % 251 - 125 over 64, exact in BF16 */
+	for (size_t k = 0; k < len / es; k++) {
+		float want = (float)((int)((37 + k) % 251) - 125) / 64.0f, got;
+		uint16_t h;
+		if (_i)
+			memcpy(&h, b + 2 * k, 2), got = ck_bf16_to_f32(h);
+		else
+			memcpy(&got, b + 4 * k, 4);
+		ck_assert_msg(got == want, "element %zu: %g, not %g", 37 + k, got, want);
+	}
+	ck_eval_ctx_free(&c2);
+	ck_eval_ctx_free(&c);
+	free(a);
+	free(b);
+	ck_plan_free(p);
+	ck_catalog_free(tc);
+	tu_rmtree(d);
+	free(path);
+	free(d);
+}
+END_TEST
+
 /* A checkpoint of its own (tensors t in dir *d, the file's bytes in *img)
  * and the plan of map over its catalog *tc. */
 static struct ck_plan *own_plan(const struct tu_tensor *t, size_t n, const char *map, char **d,
@@ -993,6 +1086,7 @@ int main(void)
 	tcase_add_test(tc, failed_convert_leaves_nothing);
 	tcase_add_test(tc, convert_transposes_in_blocks);
 	tcase_add_test(tc, gpu_policy_keeps_copies_on_cpu);
+	tcase_add_loop_test(tc, gguf_runs_stage_within_the_window, 0, 2);
 	suite_add_tcase(s, tc);
 	return tu_run_suite(s, 1);
 }
