@@ -67,12 +67,15 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 	if (!target_view) {
 		for (size_t i = 0; i < cat->n_entries; i++) {
 			const struct ck_catalog_entry *e = &cat->entries[i];
-			rows[i] = (struct row){e->t.name,  cat->files[e->file].name,
-					       e->t.dtype, e->t.ndim,
-					       e->t.shape, e->t.nbytes,
-					       -1,	   NULL,
-					       NULL,	   NULL,
-					       e->t.quant, e->t.qbytes};
+			rows[i] = (struct row){.name = e->t.name,
+					       .file = cat->files[e->file].name,
+					       .dtype = e->t.dtype,
+					       .ndim = e->t.ndim,
+					       .shape = e->t.shape,
+					       .bytes = e->t.nbytes,
+					       .group = -1,
+					       .quant = e->t.quant,
+					       .stored_bytes = e->t.qbytes};
 		}
 		*n = cat->n_entries;
 		return;
@@ -81,9 +84,16 @@ static void rows_of(const struct ck_view *v, int target_view, struct row *rows, 
 		const struct ck_target *t = &v->plan->t[i];
 		/* the file where the target's first source lives */
 		const char *file = t->v.n ? cat->files[cat->entries[t->v.p[0].src].file].name : "";
-		rows[i] =
-		    (struct row){t->name,  file,     t->v.dtype, t->v.ndim, t->v.shape, t->nbytes,
-				 t->group, t->shard, t->param,	 t->state,  0,		0};
+		rows[i] = (struct row){.name = t->name,
+				       .file = file,
+				       .dtype = t->v.dtype,
+				       .ndim = t->v.ndim,
+				       .shape = t->v.shape,
+				       .bytes = t->nbytes,
+				       .group = t->group,
+				       .shard = t->shard,
+				       .param = t->param,
+				       .state = t->state};
 	}
 	*n = v->plan->n;
 }
@@ -381,16 +391,17 @@ static size_t pad_to(char *o, size_t k, size_t w)
 	return w;
 }
 
-/* One row of the table into o (room: the widths plus 64); its length. */
 /* The DTYPE column of a row: a GGUF source's blocks as "F32 (Q4_K)", the
  * type they decode to first. Returns its length (under 32). */
 static size_t dtype_cell(char dt[32], const struct row *r)
 {
-	int l = snprintf(dt, 32, r->quant ? "%s (%s)" : "%s", ck_dtype_name(r->dtype),
-			 r->quant ? ck_ggml_type_name(r->quant) : "");
+	int l = r->quant ? snprintf(dt, 32, "%s (%s)", ck_dtype_name(r->dtype),
+				    ck_ggml_type_name(r->quant))
+			 : snprintf(dt, 32, "%s", ck_dtype_name(r->dtype));
 	return l < 0 ? 0 : (size_t)l < 32 ? (size_t)l : 31;
 }
 
+/* One row of the table into o (room: the widths plus 64); its length. */
 static size_t table_row(char *o, const struct row *r, size_t wn, size_t wd, size_t ws)
 {
 	size_t k = pad_to(o, escape_into(o, r->name), wn);
