@@ -157,17 +157,21 @@ static int read_quant_blocks(struct ck_eval_ctx *c, const struct step *s, int64_
 
 /* Elements [lo, hi) of quantized tensor t, whose blocks from b0 on are at
  * q, as F32 into out: the blocks that lie whole in the range decoded in
- * place, the one or two it cuts through a block of their own. */
+ * place, the one or two it cuts (and every block, where out is not aligned
+ * for floats: a library caller's buffer may not be) through a block of
+ * their own. */
 static void decode_quant(const struct ck_tensor_info *t, const unsigned char *q, uint64_t b0,
-			 int64_t lo, int64_t hi, float *out)
+			 int64_t lo, int64_t hi, unsigned char *out)
 {
 	size_t qk, qb;
 	ck_ggml_block(t->quant, &qk, &qb);
 	uint64_t f0 = ((uint64_t)lo + qk - 1) / qk, f1 = (uint64_t)hi / qk;
 	uint64_t c0 = (uint64_t)lo / qk, c1 = ((uint64_t)hi + qk - 1) / qk;
+	if ((uintptr_t)out % _Alignof(float))
+		f1 = f0;
 	if (f0 < f1)
 		ck_ggml_dequant(t->quant, q + (f0 - b0) * qb, (size_t)(f1 - f0),
-				out + ((int64_t)(f0 * qk) - lo));
+				(float *)(void *)(out + (size_t)((int64_t)(f0 * qk) - lo) * 4));
 	float block[256];
 	for (uint64_t b = c0; b < c1; b++) {
 		if (b == f0 && f0 < f1)
@@ -177,7 +181,7 @@ static void decode_quant(const struct ck_tensor_info *t, const unsigned char *q,
 		ck_ggml_dequant(t->quant, q + (b - b0) * qb, 1, block);
 		int64_t e0 = (int64_t)(b * qk), l = e0 > lo ? e0 : lo;
 		int64_t h = e0 + (int64_t)qk < hi ? e0 + (int64_t)qk : hi;
-		memcpy(out + (l - lo), block + (l - e0), (size_t)(h - l) * 4);
+		memcpy(out + (size_t)(l - lo) * 4, block + (l - e0), (size_t)(h - l) * 4);
 	}
 }
 
@@ -189,7 +193,7 @@ static int read_quant(struct ck_eval_ctx *c, const struct step *s, int64_t wlo, 
 	uint64_t b0;
 	int r = read_quant_blocks(c, s, wlo, whi, &b0, err);
 	if (r > 0)
-		decode_quant(&s->src->t, c->qwin, b0, wlo, whi, (float *)(void *)win);
+		decode_quant(&s->src->t, c->qwin, b0, wlo, whi, win);
 	return r < 0 ? -1 : 0;
 }
 
@@ -212,7 +216,7 @@ static int read_quant_cast(struct ck_eval_ctx *c, const struct step *s, int64_t 
 	float slab[QCAST_SLAB];
 	for (int64_t lo = wlo; lo < whi; lo += QCAST_SLAB) {
 		int64_t hi = whi - lo > QCAST_SLAB ? lo + QCAST_SLAB : whi;
-		decode_quant(&s->src->t, c->qwin, b0, lo, hi, slab);
+		decode_quant(&s->src->t, c->qwin, b0, lo, hi, (unsigned char *)slab);
 		ck_cpu_convert_run((const unsigned char *)slab, 1, CK_DT_F32, casts, p->n_casts,
 				   p->saturate, dst + (size_t)(lo - wlo) * des, hi - lo);
 	}

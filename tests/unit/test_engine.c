@@ -341,7 +341,8 @@ static void write_gguf_q8(const char *path, uint64_t rows)
 /* A GGUF source's contiguous reads decode straight into the output, as F32
  * and cast to BF16 on the way: with the window held to 340 bytes (ten Q8_0
  * blocks) the bytes are the same as with the whole window, and the blocks
- * staged for them never grow past it. Reads start and end inside blocks. */
+ * staged for them never grow past it; into a buffer at an odd address,
+ * the same bytes again. Reads start and end inside blocks. */
 START_TEST(gguf_runs_stage_within_the_window)
 {
 	char *d = tu_mkdtemp(), *path = tu_path(d, "model.gguf");
@@ -371,6 +372,12 @@ START_TEST(gguf_runs_stage_within_the_window)
 	ck_assert_msg(ck_engine_read(&c2, tidx(p, "o"), off, len, b, &err) == 0, "%s", err.msg);
 	ck_assert(memcmp(a, b, len) == 0);
 	ck_assert_uint_le(c2.qwin_cap, 340);
+	/* a caller's buffer not aligned for floats (UBSan checks the stores) */
+	unsigned char *odd = malloc(n + 1);
+	ck_assert_msg(ck_engine_read(&c, tidx(p, "o"), off, len, odd + 1, &err) == 0, "%s",
+		      err.msg);
+	ck_assert(memcmp(a, odd + 1, len) == 0);
+	free(odd);
 	/* and the values: element k is code k % 251 - 125 over 64, exact in BF16 */
 	for (size_t k = 0; k < len / es; k++) {
 		float want = (float)((int)((37 + k) % 251) - 125) / 64.0f, got;
