@@ -15,9 +15,9 @@ GGUF reader and writer written here from the format description
   GGUF's Q/K rows as they are (no un-permutation), it does not;
 - quantized tensors (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K to Q6_K, IQ4_NL,
   IQ4_XS, TQ1_0, TQ2_0, MXFP4), made with ggml's own quantizer from the
-  prebuilt library,
-  and blocks of random bytes, decode to exactly the floats of ggml's own
-  dequantize_row_* (bit for bit), whole and sliced mid-block; a Llama GGUF
+  prebuilt library, and blocks of random bytes, decode to exactly the
+  floats of ggml's own dequantize_row_* (bit for bit), whole and sliced
+  mid-block; a Llama GGUF
   in the seven newer types, run by llama.cpp, gives the logits of a torch
   Llama over the mapped view (to llama.cpp's 8-bit activation noise);
 - the vocabulary-only GGUFs show their metadata and no tensors;
@@ -541,10 +541,9 @@ def quantized(d):
     for name, (t, qk, qb) in QUANT.items():
         if name == "MXFP4":
             continue
-        rows, cols = 8, 1024
-        q = rng.integers(0, 256, rows * cols // qk * qb, dtype=np.uint8)
-        tensors[f"r.{name}"] = (t, [rows, cols], q.tobytes())
-        raw[f"r.{name}"] = ggml_dequantize(lib, name, q, rows * cols).reshape(rows, cols)
+        q = rng.integers(0, 256, 8 * 1024 // qk * qb, dtype=np.uint8)
+        tensors[f"r.{name}"] = (t, [8, 1024], q.tobytes())
+        raw[f"r.{name}"] = ggml_dequantize(lib, name, q, 8 * 1024).reshape(8, 1024)
     path = os.path.join(d, "quantized.gguf")
     write_gguf(path, {"general.architecture": (8, "test")}, tensors)
     js = json.loads(run("inspect", path, "--json").stdout)
