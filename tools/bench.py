@@ -15,7 +15,8 @@ hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
   first reads, the FP8 block-dequant and gpt-oss (MXFP4) views' and
   model.gguf Q8_0 / Q4_0's first reads (cached and O_DIRECT), GGUF sources
   (Q8_0, and Q4_K_M as llama.cpp's preset writes it, quantized by ggml) read
-  as Hugging Face F32 through gguf-llama-to-hf, and a numpy HF -> GGUF peer against mount + read
+  as Hugging Face F32 (the Q4_K_M file as BF16 too) through
+  gguf-llama-to-hf, and a numpy HF -> GGUF peer against mount + read
   model.gguf; libckptfs in-process (tools/ckread.c) against the raw read,
   and model.gguf Q8_0 / Q4_0 copied out through it in 8 MiB reads (source
   bytes read, peak RSS);
@@ -550,7 +551,7 @@ def gguf_requantized(f32_gguf, out, pick):
 
 def gguf_sources(work, src, R, ceiling, ceiling_od):
     """GGUF files as sources through gguf-llama-to-hf, the model read back as
-    Hugging Face F32 tensors (GB/s out): this shape's Llama in Q8_0 and as
+    Hugging Face tensors (GB/s out): as F32, this shape's Llama in Q8_0 and as
     llama.cpp's Q4_K_M preset writes it (Q6_K for ffn_down, attn_v and
     output, Q4_K for the rest), and the Q4_K_M file as BF16
     (-o gguf_dequant=BF16), interleaved."""
