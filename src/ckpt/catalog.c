@@ -56,6 +56,7 @@ void ck_catalog_free(struct ck_catalog *cat)
 	free(cat->config_raw);
 	free(cat->dir);
 	cJSON_Delete(cat->meta);
+	ck_gguf_kvs_free(&cat->gguf_tok);
 	ck_leftout_free(&cat->left_out);
 	free(cat->source);
 	free(cat);

@@ -13,6 +13,7 @@
 
 #include "../util/error.h"
 #include "../util/strmap.h"
+#include "gguf.h"
 #include "leftout.h"
 #include "tensors.h"
 
@@ -61,6 +62,7 @@ struct ck_catalog {
 			   * would turn 10000.0 into 10000 and round long integers) */
 	size_t config_len;
 	cJSON *meta; /* a GGUF source's metadata (inspect shows it), or NULL */
+	struct ck_gguf_kvs gguf_tok; /* its tokenizer.* records as encoded */
 	uint64_t total_bytes;
 	/* DCP sources: the tensors are these, made of chunk entries; entries
 	 * are then the chunks ("name#k") */

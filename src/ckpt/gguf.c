@@ -31,6 +31,7 @@ struct rd {
 	uint64_t size, pos;
 	const char *what;
 	struct ck_err *err;
+	struct ck_gguf_kvs *tok; /* NULL: not kept */
 	unsigned char buf[1 << 16];
 	uint64_t buf_off;
 	size_t buf_len;
@@ -305,8 +306,60 @@ static int read_infos(struct rd *r, uint64_t n, struct ck_file_tensors *out)
 	return 0;
 }
 
+void ck_gguf_kvs_free(struct ck_gguf_kvs *k)
+{
+	for (size_t i = 0; i < k->n; i++)
+		free(k->kv[i].key);
+	free(k->kv);
+	free(k->bytes);
+	memset(k, 0, sizeof *k);
+}
+
+/* Remember where the record of key (from byte start to r->pos) lies. */
+static int keep_record(struct rd *r, const char *key, uint64_t start)
+{
+	struct ck_gguf_kvs *k = r->tok;
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? 2 * k->cap : 16;
+		struct ck_gguf_kv *kv = realloc(k->kv, cap * sizeof *kv);
+		if (!kv)
+			return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+		k->kv = kv, k->cap = cap;
+	}
+	char *dup = strdup(key);
+	if (!dup)
+		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	k->kv[k->n++] = (struct ck_gguf_kv){dup, (size_t)start, (size_t)(r->pos - start)};
+	return 0;
+}
+
+/* The kept records' bytes, read again from the file into one buffer (their
+ * offsets become offsets in it). Bounded by the file: each record was read
+ * whole by the parse. */
+static int copy_records(struct rd *r)
+{
+	struct ck_gguf_kvs *k = r->tok;
+	size_t total = 0;
+	for (size_t i = 0; i < k->n; i++)
+		total += k->kv[i].len;
+	if (!k->n)
+		return 0;
+	if (!(k->bytes = malloc(total)))
+		return ck_fail_sys(r->err, ENOMEM, "%s", r->what);
+	size_t at = 0;
+	for (size_t i = 0; i < k->n; i++) {
+		int e = ck_pread_full(r->fd, k->bytes + at, k->kv[i].len, k->kv[i].off);
+		if (e < 0)
+			return ck_fail_sys(r->err, -e, "%s: cannot read", r->what);
+		k->kv[i].off = at;
+		at += k->kv[i].len;
+	}
+	return 0;
+}
+
 /* The n_kv metadata values into m (each key once); *alignment from
- * general.alignment, a power of two. */
+ * general.alignment, a power of two; the tokenizer.* records kept when
+ * r->tok asks for them. */
 static int read_metadata(struct rd *r, uint64_t n_kv, cJSON *m, uint64_t *alignment)
 {
 	struct ck_strmap keys = {0}; /* duplicate keys in O(1) each */
@@ -317,6 +370,7 @@ static int read_metadata(struct rd *r, uint64_t n_kv, cJSON *m, uint64_t *alignm
 		char *key;
 		uint32_t t;
 		cJSON *v;
+		uint64_t start = r->pos;
 		if (rd_string(r, MAX_STRING, &key) < 0) {
 			rc = -1;
 			break;
@@ -341,10 +395,12 @@ static int read_metadata(struct rd *r, uint64_t n_kv, cJSON *m, uint64_t *alignm
 				     r->what);
 		else if (!strcmp(key, "general.alignment"))
 			*alignment = (uint64_t)a;
+		else if (r->tok && !strncmp(key, "tokenizer.", 10))
+			rc = keep_record(r, key, start);
 		free(key);
 	}
 	ck_strmap_free(&keys);
-	return rc < 0 ? -1 : 0;
+	return rc < 0 || (r->tok && copy_records(r) < 0) ? -1 : 0;
 }
 
 /* The tensors' offsets, relative to the aligned data section, made
@@ -379,17 +435,19 @@ static int place_tensors(struct ck_file_tensors *out, uint64_t pos, uint64_t siz
 }
 
 int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tensors *out,
-		    cJSON **meta, struct ck_err *err)
+		    cJSON **meta, struct ck_gguf_kvs *tok, struct ck_err *err)
 {
 	memset(out, 0, sizeof *out);
 	*meta = NULL;
+	if (tok)
+		memset(tok, 0, sizeof *tok);
 	struct rd *r = calloc(1, sizeof *r);
 	cJSON *m = r ? cJSON_CreateObject() : NULL;
 	if (!r || !m) {
 		free(r);
 		return ck_fail_sys(err, ENOMEM, "%s", what);
 	}
-	r->fd = fd, r->size = size, r->what = what, r->err = err;
+	r->fd = fd, r->size = size, r->what = what, r->err = err, r->tok = tok;
 	int rc = -1;
 	unsigned char magic[4];
 	uint32_t version;
@@ -416,8 +474,11 @@ int ck_gguf_read_fd(int fd, uint64_t size, const char *what, struct ck_file_tens
 	rc = 0;
 out:
 	cJSON_Delete(m);
-	if (rc < 0)
+	if (rc < 0) {
 		ck_file_tensors_free(out);
+		if (tok)
+			ck_gguf_kvs_free(tok);
+	}
 	free(r);
 	return rc;
 }

@@ -35,19 +35,23 @@ static int read_legacy(struct ck_catalog *cat, const struct ck_source_file *f,
 }
 
 /* GGUF's metadata goes to cat->meta (inspect shows it, the GGUF config is
- * made from it): one GGUF file per source. */
+ * made from it) and its tokenizer.* records to cat->gguf_tok (the GGUF
+ * view serves them): one GGUF file per source. */
 static int read_gguf(struct ck_catalog *cat, const struct ck_source_file *f,
 		     struct ck_file_tensors *out, struct ck_err *err)
 {
 	cJSON *meta;
-	if (ck_gguf_read_fd(f->fd, f->size, f->path, out, &meta, err) < 0)
+	struct ck_gguf_kvs tok;
+	if (ck_gguf_read_fd(f->fd, f->size, f->path, out, &meta, &tok, err) < 0)
 		return -1;
 	if (cat->meta) {
 		cJSON_Delete(meta);
+		ck_gguf_kvs_free(&tok);
 		return ck_fail(err, CK_E_SOURCE,
 			       "%s: a second GGUF file (split GGUF files are not supported)", f->path);
 	}
 	cat->meta = meta;
+	cat->gguf_tok = tok;
 	return 0;
 }
 

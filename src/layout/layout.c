@@ -937,22 +937,31 @@ int ck_value_shift(struct ck_value *v, float c, struct ck_err *err)
 			       (double)c, ck_dtype_name(v->dtype));
 	for (size_t i = 0; i < v->n; i++) {
 		const struct ck_piece *q = &v->p[i];
-		if (q->shifted)
-			return ck_fail(err, CK_E_MAPPING, "%+g: the tensor already has %+g added; add "
-							  "one constant (their sum)",
-				       (double)c, (double)q->shift);
 		for (int k = 0; k < q->n_casts; k++)
 			if (q->casts[k] != CK_DT_F32)
 				return ck_fail(err, CK_E_MAPPING,
 					       "%+g: the tensor was cast to %s first; add before "
 					       "narrowing casts (x + c, then .to())",
 					       (double)c, ck_dtype_name(q->casts[k]));
+		/* a second constant folds into the first (composed mappings:
+		 * GGUF's Gemma norms to HF's and back add -1 then +1), the sum
+		 * added in one rounding, as the real numbers say */
+		double sum = (double)q->shift + (double)c;
+		if (q->shifted &&
+		    (sum > (1 << 24) || sum < -(1 << 24) || sum != (double)(float)sum))
+			return ck_fail(
+			    err, CK_E_MAPPING,
+			    "%+g: the tensor already has %+g added, and their sum is not "
+			    "exact in F32 (within 2^24)",
+			    (double)c, (double)q->shift);
 	}
 	for (size_t i = 0; i < v->n; i++) {
-		v->p[i].shifted = 1;
-		v->p[i].shift = c;
-		v->p[i].n_casts = 0; /* widenings to F32 only: exact, and the result is F32 */
-		v->p[i].saturate = 0;
+		struct ck_piece *q = &v->p[i];
+		float sum = q->shifted ? (float)((double)q->shift + (double)c) : c;
+		q->shifted = 1;
+		q->shift = sum == 0.0f ? -0.0f : sum; /* x + -0 is x, signed zeros too */
+		q->n_casts = 0; /* widenings to F32 only: exact, and the result is F32 */
+		q->saturate = 0;
 	}
 	v->dtype = CK_DT_F32;
 	return 0;

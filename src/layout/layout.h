@@ -93,8 +93,9 @@ int ck_value_block_scale(struct ck_value *v, const struct ck_value *s, const int
 /* v + c (Gemma's RMSNorm weights stored as offsets from 1): every element
  * is widened to F32 (and scaled, if it is), c is added in F32, then any later
  * casts round. v must not be cast to a narrower type before (only exact
- * widenings to F32) nor shifted already; |c| <= 2^24 keeps c exact. The
- * result is F32; padding stays zero. */
+ * widenings to F32); |c| <= 2^24 keeps c exact. A v shifted already gets
+ * one shift by the sum, which must be as exact (a zero sum adds -0: the
+ * identity). The result is F32; padding stays zero. */
 int ck_value_shift(struct ck_value *v, float c, struct ck_err *err);
 /* MXFP4 (OCP Microscaling; GPT-OSS's `*_blocks` / `*_scales`): blocks is U8
  * [..., G, B], each byte two E2M1 values (low nibble first); scales is U8 or

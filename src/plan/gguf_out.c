@@ -62,6 +62,19 @@ void ck_gguf_meta_bool(struct ck_gguf_meta *m, const char *k, int val)
 	put(m, &b, 1);
 }
 
+void ck_gguf_meta_record(struct ck_gguf_meta *m, const void *rec, size_t len)
+{
+	put(m, rec, len);
+	m->n++;
+}
+
+void ck_gguf_meta_append(struct ck_gguf_meta *m, const struct ck_gguf_meta *from)
+{
+	put(m, from->b.p, from->b.n);
+	m->b.oom |= from->b.oom;
+	m->n += from->n;
+}
+
 static void array(struct ck_gguf_meta *m, const char *k, uint32_t type, size_t n)
 {
 	key(m, k, T_ARR);

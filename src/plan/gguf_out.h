@@ -31,6 +31,10 @@ void ck_gguf_meta_bool(struct ck_gguf_meta *m, const char *key, int val);
 void ck_gguf_meta_strs(struct ck_gguf_meta *m, const char *key, char *const *v, size_t n);
 void ck_gguf_meta_f32s(struct ck_gguf_meta *m, const char *key, const float *v, size_t n);
 void ck_gguf_meta_i32s(struct ck_gguf_meta *m, const char *key, const int32_t *v, size_t n);
+/* A whole record (key, type, value) as a GGUF file encodes it. */
+void ck_gguf_meta_record(struct ck_gguf_meta *m, const void *rec, size_t len);
+/* from's pairs after m's. */
+void ck_gguf_meta_append(struct ck_gguf_meta *m, const struct ck_gguf_meta *from);
 void ck_gguf_meta_free(struct ck_gguf_meta *m);
 
 /* The GGUF type target t is written as: its quantized type, or F32, F16,

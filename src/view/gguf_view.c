@@ -12,33 +12,40 @@
 #include "../ckpt/ggml_types.h"
 #include "../ckpt/gguf_shapes.h"
 #include "../util/json_strict.h"
+#include "gguf_source_tok.h"
 #include "open.h"
 
 /* The architectures the view knows: HF class, llama.cpp's name, the
- * shipped mapping, whether SentencePiece comes first (llama family), and
- * for a vision-language class the mapping that first takes its language
- * model out under the text class's names. */
+ * shipped mapping, whether SentencePiece comes first (llama family), for a
+ * vision-language class the mapping that first takes its language model
+ * out under the text class's names, and the shipped mapping that takes a
+ * GGUF source of the class (a config made from its metadata names it) to
+ * Hugging Face names, applied first when the user gives none. */
 static const struct arch {
 	const char *hf, *gguf, *mapping;
 	int spm;
-	const char *unwrap;
+	const char *unwrap, *from_gguf;
 } ARCHS[] = {
-    {"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
-    {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL},
-    {"GraniteForCausalLM", "granite", "hf-llama-to-gguf", 0, NULL},
-    {"Mistral3ForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
-    {"LlavaForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model"},
-    {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1, NULL},
-    {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0, NULL},
-    {"Qwen2VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model"},
-    {"Qwen2_5_VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model"},
-    {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0, NULL},
-    {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0, NULL},
-    {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1, NULL},
-    {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1, NULL},
-    {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1, NULL},
-    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-to-gguf", 1, "vlm-language-model"},
-    {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL},
+    {"LlamaForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL, "gguf-llama-to-hf"},
+    {"MistralForCausalLM", "llama", "hf-llama-to-gguf", 1, NULL, NULL},
+    {"GraniteForCausalLM", "granite", "hf-llama-to-gguf", 0, NULL, "gguf-llama-to-hf"},
+    {"Mistral3ForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model",
+     NULL},
+    {"LlavaForConditionalGeneration", "llama", "hf-llama-to-gguf", 1, "vlm-language-model", NULL},
+    {"MixtralForCausalLM", "llama", "hf-mixtral-to-gguf", 1, NULL, "gguf-mixtral-to-hf"},
+    {"Qwen2ForCausalLM", "qwen2", "hf-qwen2-to-gguf", 0, NULL, "gguf-qwen2-to-hf"},
+    {"Qwen2VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model",
+     NULL},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2vl", "hf-qwen2-to-gguf", 0, "vlm-language-model",
+     NULL},
+    {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0, NULL, "gguf-qwen3-to-hf"},
+    {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0, NULL, "gguf-qwen3moe-to-hf"},
+    {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1, NULL, "gguf-gemma-to-hf"},
+    {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1, NULL, "gguf-gemma2-to-hf"},
+    {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1, NULL, "gguf-gemma3-to-hf"},
+    {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-to-gguf", 1, "vlm-language-model",
+     NULL},
+    {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL, "gguf-phi3-to-hf"},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type. */
@@ -706,11 +713,18 @@ static void vocab_meta(const struct ck_vocab *v, struct ck_gguf_meta *m)
 		ck_gguf_meta_str(m, "tokenizer.chat_template", v->chat_template);
 }
 
-/* general.name: the config's _name_or_path, else the source's directory. */
+/* general.name: the config's _name_or_path, else a GGUF source's own
+ * general.name, else the source's directory. */
 static void model_name(const struct ck_catalog *cat, const cJSON *cfg, char *out, size_t n)
 {
 	const char *s =
 	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cfg, "_name_or_path"));
+	const char *own =
+	    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(cat->meta, "general.name"));
+	if ((!s || !*s) && own && *own) {
+		snprintf(out, n, "%s", own);
+		return;
+	}
 	if (!s || !*s)
 		s = cat->dir ? cat->dir : cat->source;
 	size_t len = strlen(s);
@@ -722,23 +736,58 @@ static void model_name(const struct ck_catalog *cat, const cJSON *cfg, char *out
 	snprintf(out, n, "%.*s", (int)(s + len - b), b);
 }
 
+/* The vocabulary: placeholders (gguf_vocab=none), else the tokenizer files
+ * beside the checkpoint (g->vocab), else a GGUF source's own tokenizer.*
+ * records (into tok). */
 static int load_vocab(const struct ck_catalog *cat, const cJSON *cfg, const struct arch *a,
-		      const struct ck_gguf_opts *o, const struct ck_plan *p, struct ck_vocab *v,
-		      struct ck_err *err)
+		      const struct ck_gguf_opts *o, struct ck_gguf_view *g,
+		      struct ck_gguf_meta *tok, struct ck_err *err)
 {
-	const struct ck_target *emb = ck_plan_find(p, "token_embd.weight");
+	const struct ck_target *emb = ck_plan_find(g->plan, "token_embd.weight");
 	if (!emb || emb->v.ndim != 2)
 		return ck_fail(err, CK_E_MAPPING, "the GGUF view has no 2-D token_embd.weight");
 	if (o->vocab_none)
-		return ck_vocab_placeholder(emb->v.shape[0], v, err);
-	int r =
-	    cat->dir ? ck_vocab_load(cat->dir, cfg, emb->v.shape[0], a->spm, o->pre, v, err) : 1;
+		return ck_vocab_placeholder(emb->v.shape[0], &g->vocab, err);
+	int r = cat->dir
+		    ? ck_vocab_load(cat->dir, cfg, emb->v.shape[0], a->spm, o->pre, &g->vocab, err)
+		    : 1;
+	if (r == 1)
+		r = ck_gguf_source_tokenizer(cat, emb->v.shape[0], o->pre, tok, err);
 	if (r == 1)
 		return ck_fail(err, CK_E_SOURCE, "%s: no tokenizer.json or tokenizer.model beside the "
 						 "checkpoint (-o gguf_vocab=none serves placeholder "
 						 "tokens, for token ids only)",
 			       cat->dir ? cat->dir : cat->source);
 	return r;
+}
+
+/* The mappings in the order they apply: a GGUF source's own to Hugging
+ * Face names when the user gives none, the user's, a vision-language
+ * class's unwrapping, the class's to llama.cpp's names. */
+static int load_maps(const struct ck_catalog *cat, const struct arch *a,
+		     struct ck_mapping *const *maps, int n_maps, struct ck_gguf_view *g,
+		     struct ck_mapping **all, int *n_all, struct ck_err *err)
+{
+	char path[PATH_MAX];
+	const char *from = n_maps == 0 && cat->meta ? a->from_gguf : NULL;
+	if (n_maps > CK_MAX_MAPPINGS ||
+	    (from && (ck_mapping_resolve(from, path, sizeof path, err) < 0 ||
+		      ck_mapping_load(path, &g->source_map, err) < 0)) ||
+	    ck_mapping_resolve(a->mapping, path, sizeof path, err) < 0 ||
+	    ck_mapping_load(path, &g->arch_map, err) < 0 ||
+	    (a->unwrap && (ck_mapping_resolve(a->unwrap, path, sizeof path, err) < 0 ||
+			   ck_mapping_load(path, &g->unwrap_map, err) < 0)))
+		return -1;
+	int n = 0;
+	if (g->source_map)
+		all[n++] = g->source_map;
+	for (int k = 0; k < n_maps; k++)
+		all[n++] = maps[k];
+	if (g->unwrap_map)
+		all[n++] = g->unwrap_map;
+	all[n++] = g->arch_map;
+	*n_all = n;
+	return 0;
 }
 
 int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
@@ -755,38 +804,33 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	if (ck_gguf_text_config(cat->config, &cfg, &g->config, err) < 0)
 		return -1;
 	const struct arch *a = find_arch(cfg, err);
-	char path[PATH_MAX];
-	struct ck_mapping *all[CK_MAX_MAPPINGS + 2];
-	if (!a || n_maps > CK_MAX_MAPPINGS ||
-	    ck_mapping_resolve(a->mapping, path, sizeof path, err) < 0 ||
-	    ck_mapping_load(path, &g->arch_map, err) < 0 ||
-	    (a->unwrap && (ck_mapping_resolve(a->unwrap, path, sizeof path, err) < 0 ||
-			   ck_mapping_load(path, &g->unwrap_map, err) < 0)))
-		goto fail;
-	memcpy(all, maps, (size_t)n_maps * sizeof *all);
-	int n_all = n_maps;
-	if (g->unwrap_map)
-		all[n_all++] = g->unwrap_map;
-	all[n_all++] = g->arch_map;
+	struct ck_mapping *all[CK_MAX_MAPPINGS + 3];
+	int n_all;
+	struct ck_gguf_meta tok = {0}; /* a GGUF source's tokenizer records */
 	/* the mappings read the class's hyper-parameters as the view does
 	 * (a multimodal class's text model, with its defaults filled in) */
-	if (ck_plan_build_config(cat, cfg, all, n_all, &g->plan, err) < 0)
+	if (!a || load_maps(cat, a, maps, n_maps, g, all, &n_all, err) < 0 ||
+	    ck_plan_build_config(cat, cfg, all, n_all, &g->plan, err) < 0)
 		goto fail;
 	const struct ftype *ft = o->type ? find_ftype(o->type) : source_ftype(g->plan);
 	g->arch = a->gguf;
 	g->type = ft->name;
 	char name[256];
 	model_name(cat, cfg, name, sizeof name);
-	if (assign_types(g->plan, ft, err) < 0 ||
-	    load_vocab(cat, cfg, a, o, g->plan, &g->vocab, err) < 0 ||
+	if (assign_types(g->plan, ft, err) < 0 || load_vocab(cat, cfg, a, o, g, &tok, err) < 0 ||
 	    arch_meta(cfg, a, ft, name, g, err) < 0)
 		goto fail;
-	vocab_meta(&g->vocab, &g->meta);
+	if (tok.n)
+		ck_gguf_meta_append(&g->meta, &tok);
+	else
+		vocab_meta(&g->vocab, &g->meta);
 	if (ck_gguf_build(g->plan, &g->meta, g->extra, g->n_extra, &g->file, err) < 0)
 		goto fail;
+	ck_gguf_meta_free(&tok);
 	g->header_bytes = g->file.n ? g->file.parts[0].len : 0;
 	return 0;
 fail:
+	ck_gguf_meta_free(&tok);
 	ck_gguf_view_free(g);
 	return -1;
 }
@@ -798,6 +842,7 @@ void ck_gguf_view_free(struct ck_gguf_view *g)
 	ck_gguf_meta_free(&g->meta);
 	ck_vocab_free(&g->vocab);
 	ck_mapping_free(g->arch_map);
+	ck_mapping_free(g->source_map);
 	ck_mapping_free(g->unwrap_map);
 	cJSON_Delete(g->config);
 	for (size_t k = 0; k < g->n_extra; k++)

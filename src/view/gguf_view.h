@@ -5,7 +5,9 @@
  * target types follow llama.cpp's converter (1-D tensors and the MoE router
  * F32, rows that are not whole 32-element blocks F16, the rest TYPE, Q8_0
  * and Q4_0 quantized on read); the metadata comes from config.json and the
- * tokenizer files. Only shapes are needed: nothing is read to lay it out. */
+ * tokenizer files, or a GGUF source's own tokenizer records (a GGUF source
+ * with no mapping given goes through its class's mapping to HF names
+ * first). Only shapes are needed: nothing is read to lay it out. */
 #ifndef CK_GGUF_VIEW_H
 #define CK_GGUF_VIEW_H
 
@@ -29,6 +31,7 @@ struct ck_gguf_view {
 	const char *type;  /* the file's type (general.file_type's name) */
 	struct ck_mapping *arch_map;
 	struct ck_mapping *unwrap_map; /* a vision-language class's, or NULL */
+	struct ck_mapping *source_map; /* a GGUF source's to HF names, or NULL */
 	cJSON *config;	       /* the text model's config with its defaults, when made */
 	uint64_t header_bytes; /* header, metadata, infos and padding */
 	struct ck_gguf_extra extra[2]; /* tensors computed from config.json */

@@ -298,7 +298,7 @@ def main():
         # the affine op's refusals: after a narrowing cast, twice, on integers, c - x
         m = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "mappings",
                                         "gemma2-hf-to-megatron.json")))
-        for expr, msg in (("x.to(BF16) + 1", "add before narrowing casts"), ("x + 1 + 1", "already has +1 added"),
+        for expr, msg in (("x.to(BF16) + 1", "add before narrowing casts"), ("x + 16777216 + 1", "their sum is not exact in F32"),
                           ("1 - x", "only x + c, c + x and x - c"), ("x + 16777217", "within 2^24"),
                           ("pad(x, 0, 10)", "smaller than dim"), ("pad(x, 0, 4611686018427387904)", "2^60"),
                           ("pad(x, 1, 99)", "dim 1")):
@@ -310,7 +310,7 @@ def main():
             json.dump(bad_map, open(path, "w"))
             p = ckref.run(CKPTFS, "inspect", src, "--mapping", path, *FULL, check=False)
             assert p.returncode == 4 and msg in p.stderr and p.stderr.count("\n") == 1, (expr, p.stderr)
-        print("x + c refused after a narrowing cast, twice, as c - x and beyond 2^24")
+        print("x + c refused after a narrowing cast, twice past 2^24, as c - x and beyond 2^24")
         # narrowing after the add rounds the F32 sum (round to nearest even)
         ok_map = json.loads(json.dumps(m))
         for rule in ok_map["rules"]:

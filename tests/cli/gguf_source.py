@@ -202,6 +202,119 @@ def real_fixture(d):
     print("real GGUFs: the tiny Llama's 12 tensors exact, through the mapping unpermuted; 6 vocabularies")
 
 
+def vocab_meta(name):
+    """One of llama.cpp's real vocabularies (its vocab-only GGUFs) as
+    metadata to write into a model GGUF, with the types gguf-py gives them:
+    string arrays, f32 scores, i32 token types, u32 ids, bools, strings."""
+    _, meta, _, _, _ = parse_gguf(os.path.join(REAL, "llama.cpp-vocab", f"ggml-vocab-{name}.gguf"))
+    elem = {"tokenizer.ggml.tokens": 8, "tokenizer.ggml.merges": 8, "tokenizer.ggml.scores": 6,
+            "tokenizer.ggml.token_type": 5}
+    return {k: (9, (elem[k], v)) if k in elem else (7 if isinstance(v, bool) else 4 if isinstance(v, int) else 8, v)
+            for k, v in meta.items() if k.startswith("tokenizer.")}
+
+
+def tokenizer_of(meta):
+    return {k: v for k, v in meta.items() if k.startswith("tokenizer.")}
+
+
+def gguf_client(modules, path, text):
+    """llama.cpp's token ids for text with the file's vocabulary, and the
+    text it detokenizes them to (gguf_client.mjs)."""
+    p = subprocess.run(["node", os.path.join(os.path.dirname(os.path.abspath(__file__)), "gguf_client.mjs"),
+                        modules, path, text], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    return got["tokens"], got["detokenized"]
+
+
+def gguf_as_gguf(d):
+    """A GGUF source served as a GGUF (`convert --format gguf:TYPE`, `-o
+    gguf=TYPE`), the way llama-quantize rewrites one: with no mapping given,
+    the source's own gguf-ARCH-to-hf applies first (other_archs checks every
+    architecture's tensors), and its tokenizer.* metadata is served as the
+    file holds it, so llama.cpp tokenizes and runs the served file as it
+    does the source. It used to be refused: the class's mapping matched no
+    key, and without tokenizer files beside the GGUF there was no vocabulary."""
+    modules = os.path.join(TESTS, "..", "build-node", "node_modules")
+    real = os.path.join(REAL, "ollama-tiny-random", "llama-2-tiny-random.gguf")
+    out = os.path.join(d, "gg-real")
+    p = run("convert", real, out, "--quiet", "--format", "gguf:F32")
+    assert p.returncode == 0, p.stderr
+    served = os.path.join(out, "model.gguf")
+    _, smeta, st = read_gguf(real)
+    _, ometa, ot = read_gguf(served)
+    assert tokenizer_of(ometa) == tokenizer_of(smeta) and len(tokenizer_of(smeta)) == 7, tokenizer_of(ometa).keys()
+    assert ometa["general.name"] == smeta["general.name"] == "LLaMA v2"
+    assert set(ot) == set(st)
+    for k, (dt, shape, raw) in st.items():  # F16 widened exactly; Q/K permuted back as the source has them
+        want = np.frombuffer(raw, GGML[{"F32": 0, "F16": 1}[dt]][1]).astype(np.float32)
+        assert ot[k][0] == "F32" and ot[k][1] == shape and (np.frombuffer(ot[k][2], "<f4") == want).all(), k
+    # the mapping given by hand makes the same file
+    by_hand = os.path.join(d, "gg-real-mapped")
+    p = run("convert", real, by_hand, "--quiet", "--format", "gguf:F32", "--mapping", MAP)
+    assert p.returncode == 0, p.stderr
+    assert open(os.path.join(by_hand, "model.gguf"), "rb").read() == open(served, "rb").read()
+    toks = [1, 450, 4996, 17354, 338, 263, 1243]
+    want = llama_cpp(modules, real, toks)
+    got = llama_cpp(modules, served, toks)
+    r = rel(got, want)  # llama.cpp on F16 weights against the same weights as F32
+    assert r < 1e-3 and got.argmax(-1).tolist() == want.argmax(-1).tolist(), r
+    text = "Hello world, ckptfs serves GGUF files! 12345 \u00fcn\u00efc\u00f8d\u00e9"
+    want_t = gguf_client(modules, real, text)
+    assert len(want_t[0]) > 10 and gguf_client(modules, served, text) == want_t
+    # a generated Llama with GPT-2's byte-level BPE (50,257 tokens, 50,000
+    # merges), served as Q8_0 through a mount when the run has one
+    src = os.path.join(d, "gg-gen")
+    ckref.run(MKCKPT, "--model", "llama", "--vocab", "50257", "--tie", src)
+    bpe = os.path.join(d, "gg-bpe.gguf")
+    vocab = vocab_meta("gpt-2")
+    llama_gguf(src, bpe, True, 0.25, extra_meta=vocab)
+    _, bmeta, _ = read_gguf(bpe)
+    want_t = gguf_client(modules, bpe, text)
+    q8 = os.path.join(d, "gg-bpe-q8")
+    p = run("convert", bpe, q8, "--quiet", "--format", "gguf:Q8_0")
+    assert p.returncode == 0, p.stderr
+    _, qmeta, _, _, _ = parse_gguf(os.path.join(q8, "model.gguf"))
+    assert tokenizer_of(qmeta) == tokenizer_of(bmeta) and len(tokenizer_of(qmeta)["tokenizer.ggml.merges"]) == 50000
+    assert qmeta["general.file_type"] == 7
+    assert gguf_client(modules, os.path.join(q8, "model.gguf"), text) == want_t, "BPE tokens differ"
+    # gguf_pre=NAME replaces the source's pre-tokenizer name, and only it
+    pre = os.path.join(d, "gg-bpe-pre")
+    p = run("convert", bpe, pre, "--quiet", "--format", "gguf:F16", "--gguf-pre", "qwen2")
+    assert p.returncode == 0, p.stderr
+    _, pmeta, _, _, _ = parse_gguf(os.path.join(pre, "model.gguf"))
+    assert pmeta["tokenizer.ggml.pre"] == "qwen2" and bmeta["tokenizer.ggml.pre"] == "gpt-2"
+    assert {**tokenizer_of(pmeta), "tokenizer.ggml.pre": "gpt-2"} == tokenizer_of(bmeta)
+    if "--mount" in sys.argv:
+        from mountlib import Mount
+        with Mount(bpe, opts="gguf=Q8_0") as m:
+            mounted = open(m.path("model.gguf"), "rb").read()
+            assert mounted == open(os.path.join(q8, "model.gguf"), "rb").read(), "the mount serves another file"
+            assert gguf_client(modules, m.path("model.gguf"), text) == want_t
+        print("the mounted GGUF view of a GGUF: convert's file, byte for byte, tokenizing as the source")
+    # hostile tokenizers: each refused with the key named, nothing written
+    small = os.path.join(d, "gg-small")
+    ckref.run(MKCKPT, "--model", "llama", src + "-small")
+    n = json.load(open(os.path.join(src + "-small", "config.json")))["vocab_size"]
+    cases = [({"tokenizer.ggml.tokens": (9, (8, [f"t{i}" for i in range(n - 1)]))},
+              f"tokenizer.ggml.tokens lists {n - 1} tokens, the view's token_embd.weight has {n} rows"),
+             ({"tokenizer.ggml.tokens": (9, (5, list(range(n))))}, "tokenizer.ggml.tokens is not an array of strings"),
+             ({"tokenizer.ggml.tokens": (8, "t0")}, "tokenizer.ggml.tokens is not an array of strings"),
+             ({"tokenizer.ggml.model": (4, 2)}, "tokenizer.ggml.model is missing or not a string")]
+    for k, (meta, says) in enumerate(cases):
+        bad = os.path.join(d, f"gg-bad{k}.gguf")
+        llama_gguf(src + "-small", bad, True, extra_meta=meta)
+        p = run("convert", bad, small, "--quiet", "--format", "gguf:F32")
+        assert p.returncode != 0 and says in p.stderr and bad in p.stderr, (says, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and not os.path.exists(small), p.stderr
+        p = run("convert", bad, small, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none")
+        assert p.returncode == 0, p.stderr  # placeholders instead: the tensors are fine
+        shutil.rmtree(small)
+    print(f"GGUF -> GGUF: the real tiny Llama's 12 tensors and 7 tokenizer records as the source's, llama.cpp "
+          f"{r:.0e} from the source, the same tokens; GPT-2's BPE (50,000 merges) carried into Q8_0 and "
+          f"tokenizing alike; gguf_pre replaces only the pre-tokenizer; 4 hostile tokenizers refused")
+
+
 def phi3_unfuse(src, cfg):
     """HF Phi-3 tensors (name -> (dtype, shape, array)) as HF Llama's
     (name -> (dtype, array)): qkv_proj split into q, k, v rows, gate_up_proj
@@ -743,7 +856,8 @@ def other_archs(d):
     GGUFs, written here,
     map back to the Hugging Face bytes with their shipped mappings, through a
     config.json made from the metadata that says what the source's does; the
-    same for the GGUFs ckptfs's own view serves."""
+    same for the GGUFs ckptfs's own view serves. Each GGUF served as a GGUF
+    (no mapping given) is the file's tensors again."""
     runs = []
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
                                ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []), ("phi3", "phi3", []),
@@ -768,6 +882,14 @@ def other_archs(d):
         llama_gguf(src, good, True, arch=arch)
         p = run("diff", src, good, "--mapping", mp)
         assert p.returncode == 0 and " 0 differ in values" in p.stdout, (model, p.stdout + p.stderr)
+        # the GGUF served as a GGUF, no mapping given: its own to Hugging Face
+        # names applies first, and every tensor comes back as the file has it
+        again = os.path.join(d, "again-" + tag)
+        p = run("convert", good, again, "--quiet", "--format", "gguf:F32")
+        assert p.returncode == 0, (tag, p.stderr)
+        _, gm, gt = read_gguf(good)
+        _, am, at = read_gguf(os.path.join(again, "model.gguf"))
+        assert at == gt and tokenizer_of(am) == tokenizer_of(gm), (tag, set(at) ^ set(gt))
         out = os.path.join(d, "hf-" + tag)
         assert run("convert", good, out, "--quiet", "--mapping", mp).returncode == 0
         got = json.load(open(os.path.join(out, "config.json")))
@@ -868,6 +990,12 @@ def gemma_archs(d):
                 assert np.array_equal(np.float32(1) + back[k], np.float32(1) + a), k
             else:
                 assert back[k].tobytes() == a.tobytes(), k
+        # served as a GGUF again, no mapping given: the norms' -1 (to HF) and
+        # +1 (back) fold to the identity, every tensor the file's bytes
+        again = os.path.join(d, "again-" + model)
+        p = run("convert", gguf, again, "--quiet", "--format", "gguf:F32")
+        assert p.returncode == 0, p.stderr
+        assert read_gguf(os.path.join(again, "model.gguf"))[2] == read_gguf(gguf)[2], model
         tw = {k: torch.tensor(v) for k, v in back.items()}
         want = gm.hf_forward(tw, got_cfg, toks, gen)
         got = llama_cpp(modules, gguf, toks)
@@ -1068,6 +1196,7 @@ def main():
     try:
         real_fixture(d)
         llama_cpp_logits(d)
+        gguf_as_gguf(d)
         quantized(d)
         quantized_model(d)
         round_trip(d)

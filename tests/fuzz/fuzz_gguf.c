@@ -2,6 +2,8 @@
  * tensor infos, alignment, offsets), read from a memfd. */
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,6 +21,23 @@ static void tensor_at(const void *ctx, size_t i, const char **name, int *ndim,
 	*shape = t->shape;
 }
 
+/* Each kept tokenizer.* record begins with its key as the file encodes
+ * it (u64 length, bytes) and ends inside the copied bytes. */
+static void check_records(const struct ck_gguf_kvs *k)
+{
+	for (size_t i = 0; i < k->n; i++) {
+		const struct ck_gguf_kv *kv = &k->kv[i];
+		size_t n = strlen(kv->key);
+		uint64_t len = 0;
+		for (int b = 7; b >= 0 && kv->len >= 8; b--)
+			len = len << 8 | k->bytes[kv->off + (size_t)b];
+		if (strncmp(kv->key, "tokenizer.", 10) || kv->len < 8 + n + 4 || len != n ||
+		    memcmp(k->bytes + kv->off + 8, kv->key, n) ||
+		    (i && kv->off != k->kv[i - 1].off + k->kv[i - 1].len))
+			abort();
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	int fd = memfd_create("fuzz", MFD_CLOEXEC);
@@ -28,7 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct ck_file_tensors h;
 		struct ck_err err;
 		cJSON *meta;
-		if (ck_gguf_read_fd(fd, size, "fuzz", &h, &meta, &err) == 0) {
+		struct ck_gguf_kvs tok;
+		if (ck_gguf_read_fd(fd, size, "fuzz", &h, &meta, &tok, &err) == 0) {
 			/* rope divisor lists of the lengths a few rotations take */
 			static const float f[8] = {1, 1, 1, 1, 1, 1, 1, 1};
 			size_t n = size % 9;
@@ -39,7 +59,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 							&err);
 				cJSON_Delete(c);
 			}
+			check_records(&tok);
 			cJSON_Delete(meta);
+			ck_gguf_kvs_free(&tok);
 			ck_file_tensors_free(&h);
 		}
 	}

@@ -3,6 +3,7 @@
  * and to dense arrays of source element ids; evaluating the pieces element
  * by element must give the same ids, each target element covered once. */
 #include <check.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -522,7 +523,7 @@ START_TEST(pad_and_shift_errors)
 	ck_assert(v.shape[0] == 6 && v.shape[1] == 4);
 	ck_assert_int_eq(ck_value_pad(&v, 0, 8, &err), 0);
 	ck_assert(v.shape[0] == 8 && ck_value_has_holes(&v));
-	/* shift: integers refused; after a narrowing cast refused; twice refused */
+	/* shift: integers refused; after a narrowing cast refused; twice folded */
 	ck_assert_int_eq(ck_value_leaf(&q, 1, CK_DT_I32, 2, s, &err), 0);
 	ck_assert_int_eq(ck_value_shift(&q, 1, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err.msg, "not I32"));
@@ -534,8 +535,15 @@ START_TEST(pad_and_shift_errors)
 	ck_assert_int_eq(ck_value_shift(&v, -1, &err), 0);
 	ck_assert(v.dtype == CK_DT_F32 && v.p[0].shifted && v.p[0].shift == -1.0f &&
 		  !ck_piece_plain(&v.p[0]));
+	/* a second shift folds into the first: -1 then +1 adds -0 (the
+	 * identity, negative zeros included), then sums while exact */
+	ck_assert_int_eq(ck_value_shift(&v, 1, &err), 0);
+	ck_assert(v.p[0].shifted && v.p[0].shift == 0.0f && signbit(v.p[0].shift));
+	ck_assert_int_eq(ck_value_shift(&v, 16777216, &err), 0);
+	ck_assert(v.dtype == CK_DT_F32 && v.p[0].shift == 16777216.0f);
 	ck_assert_int_eq(ck_value_shift(&v, 1, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err.msg, "already has"));
+	ck_assert_ptr_nonnull(strstr(err.msg, "already has +1.67772e+07 added"));
+	ck_assert(v.p[0].shift == 16777216.0f); /* unchanged when refused */
 	ck_value_free(&v);
 }
 END_TEST
