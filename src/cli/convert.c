@@ -120,21 +120,23 @@ enum {
 };
 
 static const struct ck_cli_opt convert_opts[] = {
-	{O_FORMAT, "--format", "safetensors|gguf[:TYPE]|dcp|torch_dist",
-	 "what to write (default safetensors; gguf: F32 F16 BF16 Q8_0 Q4_0)"},
-	{O_MAX_SHARD, "--max-shard-size", "SIZE", "shards of at most SIZE and their index (5GB, 500MiB)"},
-	{O_DTYPE, "--dtype", "DTYPE", "cast floating-point targets (F32 F16 BF16 F8_E4M3 F8_E5M2)"},
-	{O_OVERWRITE, "--overwrite", NULL, "replace a checkpoint already in OUTDIR"},
-	{O_THREADS, "--threads", "N", "evaluator threads, 1..64 (default: one per core)"},
-	{O_NO_URING, "--no-uring", NULL, "read with pread, not io_uring"},
-	{O_ODIRECT, "--odirect", NULL,
-	 "read the source with O_DIRECT, past the page cache (a checkpoint read once from disk)"},
-	{O_DEVICE, "--device", "cpu|cuda|cuda:N|auto", "where transforms run (default cpu)"},
-	{O_GPU_MEM, "--gpu-mem", "SIZE", "device memory the CUDA backend may use"},
-	{O_GPU_MIN, "--gpu-min", "SIZE", "reads from this size go to the GPU"},
-	{O_PROGRESS, "--progress", NULL, "draw a progress bar (default on a terminal)"},
-	{O_QUIET, "--quiet", NULL, "no progress bar"},
-	{0, NULL, NULL, NULL},
+    {O_FORMAT, "--format", "safetensors|gguf[:TYPE]|dcp|torch_dist",
+     "what to write (default safetensors; gguf: F32 F16 BF16 Q8_0 Q4_0 Q4_K_M Q4_K_S "
+     "Q5_K_M Q5_K_S Q6_K)"},
+    {O_MAX_SHARD, "--max-shard-size", "SIZE",
+     "shards of at most SIZE and their index (5GB, 500MiB)"},
+    {O_DTYPE, "--dtype", "DTYPE", "cast floating-point targets (F32 F16 BF16 F8_E4M3 F8_E5M2)"},
+    {O_OVERWRITE, "--overwrite", NULL, "replace a checkpoint already in OUTDIR"},
+    {O_THREADS, "--threads", "N", "evaluator threads, 1..64 (default: one per core)"},
+    {O_NO_URING, "--no-uring", NULL, "read with pread, not io_uring"},
+    {O_ODIRECT, "--odirect", NULL,
+     "read the source with O_DIRECT, past the page cache (a checkpoint read once from disk)"},
+    {O_DEVICE, "--device", "cpu|cuda|cuda:N|auto", "where transforms run (default cpu)"},
+    {O_GPU_MEM, "--gpu-mem", "SIZE", "device memory the CUDA backend may use"},
+    {O_GPU_MIN, "--gpu-min", "SIZE", "reads from this size go to the GPU"},
+    {O_PROGRESS, "--progress", NULL, "draw a progress bar (default on a terminal)"},
+    {O_QUIET, "--quiet", NULL, "no progress bar"},
+    {0, NULL, NULL, NULL},
 };
 
 const struct ck_cli_verb ck_verb_convert = {

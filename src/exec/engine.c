@@ -1200,7 +1200,7 @@ static void quant_into(uint32_t type, int from, const unsigned char *x, uint64_t
 		uint64_t k = edge[i];
 		if (k >= w0 && k < w1)
 			continue;
-		unsigned char q[64];
+		unsigned char q[256]; /* a block: Q6_K's 210 bytes the most */
 		ck_ggml_quant(type, from, x + (k - b) * xs, 1, q, 1);
 		uint64_t lo = k * qb > off ? k * qb : off;
 		uint64_t hi = (k + 1) * qb < end ? (k + 1) * qb : end;
@@ -1210,15 +1210,15 @@ static void quant_into(uint32_t type, int from, const unsigned char *x, uint64_t
 
 /* A quantized target (the GGUF view): bytes [off, off+len) of its blocks.
  * The blocks touched are evaluated (as F32, or as the BF16 or F16 source
- * elements their cast would widen) and quantized, at most QSTEP blocks at a
- * time. */
-#define QSTEP 16384
+ * elements their cast would widen) and quantized, QSTEP_ELEMS elements
+ * (2 MiB of F32) at a time. */
+#define QSTEP_ELEMS (16384 * 32)
 static int read_quantized(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t len,
 			  unsigned char *dst, struct ck_err *err)
 {
 	const struct ck_target *t = &c->eng->plan->t[ti];
 	size_t qk, qb;
-	if (!ck_ggml_block(t->qtype, &qk, &qb) || t->v.dtype != CK_DT_F32 || qb > 64)
+	if (!ck_ggml_block(t->qtype, &qk, &qb) || t->v.dtype != CK_DT_F32 || qb > 256)
 		return ck_fail(err, CK_E_MAPPING, "\"%s\": cannot quantize to %s", t->name,
 			       ck_ggml_type_name(t->qtype));
 	const struct ck_target *v = quant_source(c, ti, t);
@@ -1228,11 +1228,12 @@ static int read_quantized(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint
 	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
 	uint64_t b0 = off / qb, b1 = (off + len + qb - 1) / qb;
 	/* scratch kept in the context: fresh pages per read cost page faults */
-	if (grow(&c->fwin, &c->fwin_cap, QSTEP * qk * es, "quantization", err) < 0)
+	const uint64_t step = QSTEP_ELEMS / qk;
+	if (grow(&c->fwin, &c->fwin_cap, step * qk * es, "quantization", err) < 0)
 		return -1;
 	int rc = 0;
-	for (uint64_t b = b0; b < b1 && rc == 0; b += QSTEP) {
-		uint64_t e = b1 - b < QSTEP ? b1 : b + QSTEP;
+	for (uint64_t b = b0; b < b1 && rc == 0; b += step) {
+		uint64_t e = b1 - b < step ? b1 : b + step;
 		rc = eval_value(c, v, (int64_t)(b * qk), (int64_t)(e * qk), (e - b) * qk * es,
 				c->fwin, err);
 		if (rc == 0 && !c->eng->dry_run)

@@ -5,29 +5,12 @@
 
 #include "avx2.h"
 #include "fpconv.h"
-
-static float half(const unsigned char *p)
-{
-	uint16_t h;
-	memcpy(&h, p, 2);
-	return ck_f16_to_f32(h);
-}
-
-/* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
-static void scale_min_k4(int j, const unsigned char *q, unsigned *d, unsigned *m)
-{
-	if (j < 4) {
-		*d = q[j] & 63;
-		*m = q[j + 4] & 63;
-	} else {
-		*d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-		*m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-	}
-}
+#include "ggml_int.h"
+#include "ggml_kquant.h"
 
 static void q4_0(const unsigned char *restrict b, float *restrict y)
 {
-	float d = half(b);
+	float d = ck_half_at(b);
 	for (int j = 0; j < 16; j++) {
 		y[j] = (float)((b[2 + j] & 0x0F) - 8) * d;
 		y[j + 16] = (float)((b[2 + j] >> 4) - 8) * d;
@@ -40,7 +23,7 @@ static void q4_0(const unsigned char *restrict b, float *restrict y)
  * loops of fixed counts, as qk45's. */
 static void q45_legacy(const unsigned char *restrict b, float *restrict y, int five, int with_min)
 {
-	float d = half(b), m = with_min ? half(b + 2) : 0.0f;
+	float d = ck_half_at(b), m = with_min ? ck_half_at(b + 2) : 0.0f;
 	const unsigned char *p = b + (with_min ? 4 : 2);
 	uint32_t qh = 0;
 	if (five) {
@@ -77,7 +60,7 @@ static void iq4_32(const unsigned char *restrict qs, float d, float *restrict y)
  * nibble per sub-block), qs[128]; each sub-block's scale is d * (ls - 32). */
 static void iq4_xs(const unsigned char *restrict b, float *restrict y)
 {
-	float d = half(b);
+	float d = ck_half_at(b);
 	uint16_t sh;
 	memcpy(&sh, b + 2, 2);
 	for (int ib = 0; ib < 8; ib++) {
@@ -92,7 +75,7 @@ static void iq4_xs(const unsigned char *restrict b, float *restrict y)
 static void q2_k(const unsigned char *restrict b, float *restrict y)
 {
 	const unsigned char *sc = b, *q = b + 16;
-	float d = half(b + 80), min = half(b + 82);
+	float d = ck_half_at(b + 80), min = ck_half_at(b + 82);
 	for (int n = 0; n < 2; n++, q += 32)
 		for (int shift = 0; shift < 8; shift += 2)
 			for (int h = 0; h < 2; h++) {
@@ -123,7 +106,7 @@ static void q3_k(const unsigned char *restrict b, float *restrict y)
 	const unsigned char *hm = b, *q = b + 32;
 	int sc[16];
 	q3_k_scales(b + 96, sc);
-	float d = half(b + 108);
+	float d = ck_half_at(b + 108);
 	int is = 0, pass = 0;
 	for (int n = 0; n < 2; n++, q += 32)
 		for (int shift = 0; shift < 8; shift += 2, pass++)
@@ -139,7 +122,7 @@ static void q3_k(const unsigned char *restrict b, float *restrict y)
 
 static void q8_0(const unsigned char *restrict b, float *restrict y)
 {
-	float d = half(b);
+	float d = ck_half_at(b);
 	for (int j = 0; j < 32; j++)
 		y[j] = (float)(int8_t)b[2 + j] * d;
 }
@@ -166,7 +149,7 @@ static void mxfp4(const unsigned char *restrict b, float *restrict y)
  * elements, four passes two bits further each). */
 static void tq2_0(const unsigned char *restrict b, float *restrict y)
 {
-	float d = half(b + 64);
+	float d = ck_half_at(b + 64);
 	for (int j = 0; j < 64; j += 32)
 		for (int shift = 0; shift < 8; shift += 2, y += 32)
 			for (int m = 0; m < 32; m++)
@@ -188,7 +171,7 @@ static float trit(unsigned q, int n, float d)
  * qh[4] (the last 16, four digits of each byte), d. */
 static void tq1_0(const unsigned char *restrict b, float *restrict y)
 {
-	float d = half(b + 52);
+	float d = ck_half_at(b + 52);
 	for (int n = 0; n < 5; n++, y += 32)
 		for (int m = 0; m < 32; m++)
 			y[m] = trit(b[m], n, d);
@@ -207,13 +190,13 @@ static void tq1_0(const unsigned char *restrict b, float *restrict y)
  * element: the same floats). */
 static void qk45(const unsigned char *restrict b, float *restrict y, int five)
 {
-	float d = half(b), min = half(b + 2);
+	float d = ck_half_at(b), min = ck_half_at(b + 2);
 	const unsigned char *sc = b + 4, *qh = b + 16, *q = b + (five ? 48 : 16);
 	for (int p = 0; p < 4; p++, q += 32, y += 64) {
 		unsigned s, m;
-		scale_min_k4(2 * p, sc, &s, &m);
+		ck_scale_min_k4(2 * p, sc, &s, &m);
 		float d1 = d * (float)s, m1 = min * (float)m;
-		scale_min_k4(2 * p + 1, sc, &s, &m);
+		ck_scale_min_k4(2 * p + 1, sc, &s, &m);
 		float d2 = d * (float)s, m2 = min * (float)m;
 		if (!five) {
 			for (int l = 0; l < 32; l++)
@@ -237,7 +220,7 @@ static void q6_k(const unsigned char *restrict b, float *restrict y)
 {
 	const unsigned char *ql = b, *qh = b + 128;
 	const int8_t *sc = (const int8_t *)(b + 192);
-	float d = half(b + 208);
+	float d = ck_half_at(b + 208);
 	for (int n = 0; n < 2; n++, y += 128, ql += 64, qh += 32, sc += 8)
 		for (int h = 0; h < 32; h += 16) {
 			float s1 = d * (float)sc[h / 16], s2 = d * (float)sc[h / 16 + 2];
@@ -267,7 +250,7 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
 		case CK_GGML_Q5_0: q45_legacy(blocks, out, 1, 0); break;
 		case CK_GGML_Q5_1: q45_legacy(blocks, out, 1, 1); break;
 		case CK_GGML_Q8_0: q8_0(blocks, out); break;
-		case CK_GGML_IQ4_NL: iq4_32(blocks + 2, half(blocks), out); break;
+		case CK_GGML_IQ4_NL: iq4_32(blocks + 2, ck_half_at(blocks), out); break;
 		case CK_GGML_IQ4_XS: iq4_xs(blocks, out); break;
 		case CK_GGML_Q2_K: q2_k(blocks, out); break;
 		case CK_GGML_Q3_K: q3_k(blocks, out); break;
@@ -286,11 +269,6 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
  * rounded to F16 to nearest even), so the blocks are byte-identical to
  * ggml_quantize_chunk's (tests/cli/gguf_view.py compares them). Most blocks
  * take q8_0_lanes/q4_0_lanes below; these take the rest. */
-static void put_half(unsigned char *p, float d)
-{
-	uint16_t h = ck_f32_to_f16(d, 0);
-	memcpy(p, &h, 2);
-}
 
 /* (int8_t)roundf(v) as ggml computes it on x86, without a libm call:
  * half away from zero through a double (exact for every float), and the
@@ -305,14 +283,6 @@ static unsigned char round_i8(float v)
 	return (unsigned char)(v < 0 ? -q : q);
 }
 
-/* (int8_t)(v) truncating, with the same out-of-range rule. */
-static int8_t trunc_i8(float v)
-{
-	if (!(fabsf(v) < 2147483520.0f))
-		return 0;
-	return (int8_t)(int32_t)v;
-}
-
 static void quant_q8_0(const float *x, unsigned char *y)
 {
 	float amax = 0.0f;
@@ -322,7 +292,7 @@ static void quant_q8_0(const float *x, unsigned char *y)
 	}
 	const float d = amax / 127;
 	const float id = d != 0.0f ? 1.0f / d : 0.0f;
-	put_half(y, d);
+	ck_put_half(y, d);
 	for (int j = 0; j < 32; j++) {
 		const float x0 = x[j] * id;
 		y[2 + j] = round_i8(x0);
@@ -331,18 +301,12 @@ static void quant_q8_0(const float *x, unsigned char *y)
 
 static void quant_q4_0(const float *x, unsigned char *y)
 {
-	float amax = 0.0f, max = 0.0f;
-	for (int j = 0; j < 32; j++)
-		if (amax < fabsf(x[j])) {
-			amax = fabsf(x[j]);
-			max = x[j];
-		}
-	const float d = max / -8;
+	const float d = ck_first_absmax(x, 32) / -8;
 	const float id = d != 0.0f ? 1.0f / d : 0.0f;
-	put_half(y, d);
+	ck_put_half(y, d);
 	for (int j = 0; j < 16; j++) {
 		const float x0 = x[j] * id, x1 = x[16 + j] * id;
-		int8_t a = trunc_i8(x0 + 8.5f), b = trunc_i8(x1 + 8.5f);
+		int8_t a = ck_trunc_i8(x0 + 8.5f), b = ck_trunc_i8(x1 + 8.5f);
 		uint8_t xi0 = (uint8_t)(a < 15 ? a : 15), xi1 = (uint8_t)(b < 15 ? b : 15);
 		y[2 + j] = (unsigned char)(xi0 | (xi1 << 4));
 	}
@@ -386,7 +350,7 @@ static int q8_0_lanes(const float *x, unsigned char *y)
 	const float amax = bits_float(m), d = amax / 127, id = d != 0.0f ? 1.0f / d : 0.0f;
 	if (!(amax * id < LANE_LIMIT))
 		return 0;
-	put_half(y, d);
+	ck_put_half(y, d);
 	int32_t q[32];
 	for (int j = 0; j < 32; j++) {
 		const float v = x[j] * id;
@@ -413,7 +377,7 @@ static int q4_0_lanes(const float *x, unsigned char *y)
 	const float d = max / -8, id = d != 0.0f ? 1.0f / d : 0.0f;
 	if (!(amax * fabsf(id) < LANE_LIMIT))
 		return 0;
-	put_half(y, d);
+	ck_put_half(y, d);
 	int32_t c[32];
 	for (int j = 0; j < 32; j++) {
 		const int32_t t = (int32_t)(x[j] * id + 8.5f);
@@ -446,11 +410,30 @@ static void quant_block(int q4, const float *x, unsigned char *y)
 		(q4 ? quant_q4_0 : quant_q8_0)(x, y);
 }
 
+/* n blocks of a K-quant mix's type (kern/ggml_kquant.c), each widened to
+ * F32 first. */
+static int quant_k(uint32_t type, int from, const unsigned char *in, size_t n, unsigned char *out)
+{
+	size_t qk, qb;
+	if (!ck_ggml_block(type, &qk, &qb) || qk > 256)
+		return -1;
+	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
+	for (size_t i = 0; i < n; i++) {
+		float f[256];
+		for (size_t k = 0; k < qk; k += 32)
+			widen_block(from, in + (i * qk + k) * es, f + k);
+		if (ck_kquant_block(type, f, out + i * qb) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 int ck_ggml_quant(uint32_t type, int from, const void *x, size_t n, unsigned char *out, int vector)
 {
-	if ((type != CK_GGML_Q8_0 && type != CK_GGML_Q4_0) ||
-	    (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16))
+	if (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16)
 		return -1;
+	if (type != CK_GGML_Q8_0 && type != CK_GGML_Q4_0)
+		return quant_k(type, from, x, n, out);
 	const int q4 = type == CK_GGML_Q4_0;
 	const size_t xs = from == CK_QSRC_F32 ? 128 : 64, ys = q4 ? 18 : 34;
 	const unsigned char *in = x;

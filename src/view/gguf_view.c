@@ -12,6 +12,7 @@
 #include "../ckpt/ggml_types.h"
 #include "../ckpt/gguf_shapes.h"
 #include "../util/json_strict.h"
+#include "gguf_kmix.h"
 #include "gguf_source_tok.h"
 #include "open.h"
 
@@ -48,17 +49,28 @@ static const struct arch {
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL, "gguf-phi3-to-hf"},
 };
 
-/* The file types: name, ggml type of the matrices, general.file_type. */
+/* The file types: name, ggml type of the matrices, general.file_type, the
+ * element type the matrices are evaluated in, and for a K-quant mix 1
+ * (each matrix's type chosen as llama-quantize does: gguf_kmix.c). */
 static const struct ftype {
 	const char *name;
 	uint32_t ggml;
 	uint32_t file_type;
 	enum ck_dtype dt;
+	int mix;
 } FTYPES[] = {
-	{"F32", CK_GGUF_F32, 0, CK_DT_F32},   {"F16", CK_GGUF_F16, 1, CK_DT_F16},
-	{"BF16", CK_GGUF_BF16, 32, CK_DT_BF16}, {"Q8_0", CK_GGML_Q8_0, 7, CK_DT_F32},
-	{"Q4_0", CK_GGML_Q4_0, 2, CK_DT_F32},
+    {"F32", CK_GGUF_F32, 0, CK_DT_F32, 0},
+    {"F16", CK_GGUF_F16, 1, CK_DT_F16, 0},
+    {"BF16", CK_GGUF_BF16, 32, CK_DT_BF16, 0},
+    {"Q8_0", CK_GGML_Q8_0, 7, CK_DT_F32, 0},
+    {"Q4_0", CK_GGML_Q4_0, 2, CK_DT_F32, 0},
+    {"Q4_K_M", CK_GGML_Q4_K, CK_FTYPE_Q4_K_M, CK_DT_F32, 1},
+    {"Q4_K_S", CK_GGML_Q4_K, CK_FTYPE_Q4_K_S, CK_DT_F32, 1},
+    {"Q5_K_M", CK_GGML_Q5_K, CK_FTYPE_Q5_K_M, CK_DT_F32, 1},
+    {"Q5_K_S", CK_GGML_Q5_K, CK_FTYPE_Q5_K_S, CK_DT_F32, 1},
+    {"Q6_K", CK_GGML_Q6_K, CK_FTYPE_Q6_K, CK_DT_F32, 1},
 };
+#define TYPE_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K"
 
 static const struct ftype *find_ftype(const char *name)
 {
@@ -71,8 +83,7 @@ static const struct ftype *find_ftype(const char *name)
 int ck_gguf_check_type(const char *type, struct ck_err *err)
 {
 	if (type && !find_ftype(type))
-		return ck_fail(err, CK_E_USAGE, "GGUF type \"%s\": one of F32, F16, BF16, Q8_0, Q4_0",
-			       type);
+		return ck_fail(err, CK_E_USAGE, "GGUF type \"%s\": one of " TYPE_LIST, type);
 	return 0;
 }
 
@@ -85,8 +96,7 @@ int ck_gguf_parse_format(const char *format, struct ck_gguf_opts *o, struct ck_e
 	o->on = 1;
 	o->type = format[4] ? format + 5 : NULL;
 	if (o->type && !find_ftype(o->type))
-		return ck_fail(err, CK_E_USAGE, "--format %s: the GGUF type is one of F32, F16, BF16, "
-						"Q8_0, Q4_0",
+		return ck_fail(err, CK_E_USAGE, "--format %s: the GGUF type is one of " TYPE_LIST,
 			       format);
 	return 0;
 }
@@ -429,9 +439,40 @@ static const struct ftype *source_ftype(const struct ck_plan *p)
 	return &FTYPES[by[2] > by[0] && by[2] >= by[1] ? 2 : by[1] > by[0] ? 1 : 0];
 }
 
-/* Each target's type, as llama.cpp's converter chooses it. */
-static int assign_types(struct ck_plan *p, const struct ftype *ft, struct ck_err *err)
+/* The facts llama-quantize's choices for a K-quant mix depend on. */
+static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a, const cJSON *cfg,
+				   const struct ck_plan *p)
 {
+	const cJSON *ne = cJSON_GetObjectItemCaseSensitive(cfg, "num_local_experts");
+	if (!cJSON_IsNumber(ne))
+		ne = cJSON_GetObjectItemCaseSensitive(cfg, "num_experts");
+	double L = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cfg, "num_hidden_layers"));
+	double nh =
+	    cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cfg, "num_attention_heads"));
+	const cJSON *kv = cJSON_GetObjectItemCaseSensitive(cfg, "num_key_value_heads");
+	struct ck_gguf_kmix k = {
+	    .ftype = (int)ft->file_type,
+	    .base = ft->ggml,
+	    .has_output = ck_plan_find(p, "output.weight") != NULL,
+	    .n_layer = L >= 1 && L <= 65535 ? (int)L : 0,
+	    .n_expert = cJSON_IsNumber(ne) && ne->valuedouble >= 1 && ne->valuedouble <= 65535
+			    ? (int)ne->valuedouble
+			    : 0,
+	};
+	/* llama.cpp's LLM_TYPE_70B: 80 layers, a Llama with grouped KV heads
+	 * or a Qwen2 */
+	k.is_70b = k.n_layer == 80 && !k.n_expert &&
+		   ((!strcmp(a->gguf, "llama") && cJSON_IsNumber(kv) && kv->valuedouble != nh) ||
+		    !strcmp(a->gguf, "qwen2"));
+	return k;
+}
+
+/* Each target's type, as llama.cpp's converter chooses it, or for a
+ * K-quant mix as llama-quantize does. */
+static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct arch *a,
+			const cJSON *cfg, struct ck_err *err)
+{
+	const struct ck_gguf_kmix k = kmix_of(ft, a, cfg, p);
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		if (!ck_dtype_is_castable_float(t->v.dtype))
@@ -439,11 +480,15 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, struct ck_err
 				       t->name, ck_dtype_name(t->v.dtype));
 		int64_t last = t->v.ndim ? t->v.shape[t->v.ndim - 1] : 1;
 		enum ck_dtype dt = ft->dt;
-		uint32_t q = ft->ggml == CK_GGML_Q8_0 || ft->ggml == CK_GGML_Q4_0 ? ft->ggml : 0;
+		uint32_t q =
+		    ft->mix || ft->ggml == CK_GGML_Q8_0 || ft->ggml == CK_GGML_Q4_0 ? ft->ggml : 0;
 		const char *router = strstr(t->name, ".ffn_gate_inp.");
 		if (t->v.ndim < 2 || router) { /* norms, biases, the MoE router */
 			dt = CK_DT_F32;
 			q = 0;
+		} else if (ft->mix) {
+			q = ck_gguf_kmix_type(&k, p, i);
+			dt = q ? CK_DT_F32 : CK_DT_F16;
 		} else if (q && last % 32) { /* no whole blocks: F16, as the converter does */
 			dt = CK_DT_F16;
 			q = 0;
@@ -652,6 +697,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	ck_gguf_meta_str(m, "general.architecture", a->gguf);
 	ck_gguf_meta_str(m, "general.name", name);
 	ck_gguf_meta_u32(m, "general.file_type", ft->file_type);
+	if (ft->mix) /* as llama-quantize writes it: ggml's block layouts' version */
+		ck_gguf_meta_u32(m, "general.quantization_version", 2);
 	ck_gguf_meta_u32(m, KEY("context_length"), (uint32_t)ctx);
 	ck_gguf_meta_u32(m, KEY("embedding_length"), (uint32_t)H);
 	ck_gguf_meta_u32(m, KEY("block_count"), (uint32_t)L);
@@ -817,8 +864,8 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	g->type = ft->name;
 	char name[256];
 	model_name(cat, cfg, name, sizeof name);
-	if (assign_types(g->plan, ft, err) < 0 || load_vocab(cat, cfg, a, o, g, &tok, err) < 0 ||
-	    arch_meta(cfg, a, ft, name, g, err) < 0)
+	if (assign_types(g->plan, ft, a, cfg, err) < 0 ||
+	    load_vocab(cat, cfg, a, o, g, &tok, err) < 0 || arch_meta(cfg, a, ft, name, g, err) < 0)
 		goto fail;
 	if (tok.n)
 		ck_gguf_meta_append(&g->meta, &tok);

@@ -17,7 +17,7 @@
 
 struct ck_gguf_opts {
 	int on;		  /* -o gguf */
-	const char *type; /* F32 F16 BF16 Q8_0 Q4_0; NULL: the source's float type */
+	const char *type; /* F32 ... Q6_K (TYPE_LIST); NULL: the source's float type */
 	const char *pre;  /* gguf_pre=NAME: the BPE pre-tokenizer's name */
 	int vocab_none;	  /* gguf_vocab=none: placeholder tokens */
 };

@@ -49,68 +49,69 @@ enum {
 };
 
 const struct ck_serve_optdef ck_serve_optdefs[] = {
-	{S_CACHE_SIZE, "cache_size", "SIZE",
-	 "evaluated bytes kept (default: 1/4 of the cgroup's memory.max, else of RAM, at least "
-	 "64MiB; never less than 4 chunks)"},
-	{S_THREADS, "threads", "N",
-	 "evaluator threads, each with its own io_uring ring (default: one per core)"},
-	{S_CHUNK, "chunk", "SIZE", "bytes of a tensor per cache entry (default 4MiB; 4KiB to 256MiB)"},
-	{S_GROUP_MAX, "group_max", "SIZE",
-	 "dependency groups up to this size are evaluated whole on first read (default: "
-	 "cache_size/8, at most 256MiB)"},
-	{S_NO_URING, "no_uring", NULL, "read sources with pread instead of io_uring"},
-	{S_ODIRECT, "odirect", NULL,
-	 "read source files with O_DIRECT, bypassing the page cache (a checkpoint larger than "
-	 "memory, read once from disk): aligned 1MiB reads, 8 in flight per evaluator, renamed "
-	 "tensors as the kernel's readahead asks; files on a file system without O_DIRECT "
-	 "(ramfs) are read buffered, and the log says so"},
-	{S_MAX_SHARD, "max_shard_size", "SIZE",
-	 "also serve model-0000k-of-0000n.safetensors shards of at most SIZE and "
-	 "model.safetensors.index.json"},
-	{S_PART_SIZE, "part_size", "SIZE",
-	 "per-rank views: size of model-rank-R-part-P.safetensors (vLLM's sharded_state layout; "
-	 "default 5GiB)"},
-	{S_ZIP_CRC, "zip_crc", NULL,
-	 "fill in pytorch_model.bin's CRC-32 fields (evaluates every tensor before the view is "
-	 "ready; default: CRCs are 0)"},
-	{S_NO_DIRECT, "no_direct", NULL,
-	 "evaluate renamed tensors through the cache too (default: they are read straight from "
-	 "their source file)"},
-	{S_NO_STREAM, "no_stream", NULL,
-	 "evaluate every read through the cache (default: a read of a tensor whose bytes come "
-	 "from its sources in order, a cast or fused blocks, is evaluated straight into its "
-	 "reply)"},
-	{S_READ_ONCE, "read_once", NULL,
-	 "the reader keeps what it reads (a loader copying each tensor once): an evaluated chunk "
-	 "read whole is a spare, dropped early and its memory reused for the next (a mount does "
-	 "this unless direct_io: the kernel's page cache keeps the bytes)"},
-	{S_NO_PREFETCH, "no_prefetch", NULL,
-	 "do not evaluate the next group ahead of a reader that starts a tensor (default: one "
-	 "group ahead, within half the cache)"},
-	{S_NPY_F32, "npy_f32", NULL,
-	 "npy/ serves BF16 and FP8 tensors widened to float32 (default: raw '<V2' / '|V1' "
-	 "elements)"},
-	{S_DEVICE, "device", "cpu|cuda|cuda:N|auto",
-	 "where casts, transposes and block scales run (default cpu; cuda: the local rank's GPU)"},
-	{S_GPU_MEM, "gpu_mem", "SIZE", "device memory for the CUDA lanes (default 1GiB)"},
-	{S_GPU_MIN, "gpu_min", "SIZE", "smaller reads stay on the CPU (default 256KiB)"},
-	{S_GGUF_DEQUANT, "gguf_dequant", "F32|BF16", "quantized GGUF tensors decoded to (default F32)"},
-	{S_GGUF, "gguf", "[TYPE]",
-	 "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3; TYPE F32, "
-	 "F16, BF16, Q8_0 or Q4_0 (default: the source's float type; quantized on read)"},
-	{S_GGUF_PRE, "gguf_pre", "NAME",
-	 "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
-	 "pattern)"},
-	{S_GGUF_VOCAB, "gguf_vocab", "none",
-	 "placeholder tokens when there is no tokenizer file (token ids only)"},
-	{S_DCP, "dcp", NULL,
-	 "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
-	 "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
-	 "first use; with --ranks, one dcp/ for all the ranks)"},
-	{S_TORCH_DIST, "torch_dist", NULL,
-	 "also serve torch_dist/: the same for Megatron-core (with metadata.json and common.pt)"},
-	{S_EVAL_DELAY, "eval_delay_ms", "N", "testing: delay every evaluation"},
-	{0, NULL, NULL, NULL},
+    {S_CACHE_SIZE, "cache_size", "SIZE",
+     "evaluated bytes kept (default: 1/4 of the cgroup's memory.max, else of RAM, at least "
+     "64MiB; never less than 4 chunks)"},
+    {S_THREADS, "threads", "N",
+     "evaluator threads, each with its own io_uring ring (default: one per core)"},
+    {S_CHUNK, "chunk", "SIZE", "bytes of a tensor per cache entry (default 4MiB; 4KiB to 256MiB)"},
+    {S_GROUP_MAX, "group_max", "SIZE",
+     "dependency groups up to this size are evaluated whole on first read (default: "
+     "cache_size/8, at most 256MiB)"},
+    {S_NO_URING, "no_uring", NULL, "read sources with pread instead of io_uring"},
+    {S_ODIRECT, "odirect", NULL,
+     "read source files with O_DIRECT, bypassing the page cache (a checkpoint larger than "
+     "memory, read once from disk): aligned 1MiB reads, 8 in flight per evaluator, renamed "
+     "tensors as the kernel's readahead asks; files on a file system without O_DIRECT "
+     "(ramfs) are read buffered, and the log says so"},
+    {S_MAX_SHARD, "max_shard_size", "SIZE",
+     "also serve model-0000k-of-0000n.safetensors shards of at most SIZE and "
+     "model.safetensors.index.json"},
+    {S_PART_SIZE, "part_size", "SIZE",
+     "per-rank views: size of model-rank-R-part-P.safetensors (vLLM's sharded_state layout; "
+     "default 5GiB)"},
+    {S_ZIP_CRC, "zip_crc", NULL,
+     "fill in pytorch_model.bin's CRC-32 fields (evaluates every tensor before the view is "
+     "ready; default: CRCs are 0)"},
+    {S_NO_DIRECT, "no_direct", NULL,
+     "evaluate renamed tensors through the cache too (default: they are read straight from "
+     "their source file)"},
+    {S_NO_STREAM, "no_stream", NULL,
+     "evaluate every read through the cache (default: a read of a tensor whose bytes come "
+     "from its sources in order, a cast or fused blocks, is evaluated straight into its "
+     "reply)"},
+    {S_READ_ONCE, "read_once", NULL,
+     "the reader keeps what it reads (a loader copying each tensor once): an evaluated chunk "
+     "read whole is a spare, dropped early and its memory reused for the next (a mount does "
+     "this unless direct_io: the kernel's page cache keeps the bytes)"},
+    {S_NO_PREFETCH, "no_prefetch", NULL,
+     "do not evaluate the next group ahead of a reader that starts a tensor (default: one "
+     "group ahead, within half the cache)"},
+    {S_NPY_F32, "npy_f32", NULL,
+     "npy/ serves BF16 and FP8 tensors widened to float32 (default: raw '<V2' / '|V1' "
+     "elements)"},
+    {S_DEVICE, "device", "cpu|cuda|cuda:N|auto",
+     "where casts, transposes and block scales run (default cpu; cuda: the local rank's GPU)"},
+    {S_GPU_MEM, "gpu_mem", "SIZE", "device memory for the CUDA lanes (default 1GiB)"},
+    {S_GPU_MIN, "gpu_min", "SIZE", "smaller reads stay on the CPU (default 256KiB)"},
+    {S_GGUF_DEQUANT, "gguf_dequant", "F32|BF16", "quantized GGUF tensors decoded to (default F32)"},
+    {S_GGUF, "gguf", "[TYPE]",
+     "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, "
+     "...; TYPE F32, F16, BF16, Q8_0, Q4_0 or the K-quant mixes Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, "
+     "Q6_K (default: the source's float type; quantized on read)"},
+    {S_GGUF_PRE, "gguf_pre", "NAME",
+     "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
+     "pattern)"},
+    {S_GGUF_VOCAB, "gguf_vocab", "none",
+     "placeholder tokens when there is no tokenizer file (token ids only)"},
+    {S_DCP, "dcp", NULL,
+     "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
+     "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
+     "first use; with --ranks, one dcp/ for all the ranks)"},
+    {S_TORCH_DIST, "torch_dist", NULL,
+     "also serve torch_dist/: the same for Megatron-core (with metadata.json and common.pt)"},
+    {S_EVAL_DELAY, "eval_delay_ms", "N", "testing: delay every evaluation"},
+    {0, NULL, NULL, NULL},
 };
 
 const struct ck_serve_optdef *ck_serve_optdef_find(const struct ck_serve_optdef *t, const char *opt,

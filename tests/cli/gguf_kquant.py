@@ -1,0 +1,273 @@
+"""The GGUF view's K-quant mixes (-o gguf=Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S,
+Q6_K) against llama.cpp's own quantizer: llama_model_quantize, from the
+prebuilt libllama node-llama-cpp ships (what the llama-quantize tool runs),
+quantizes the view's unquantized file; ckptfs's mix must give every tensor
+the type llama.cpp chose and the bytes it wrote. The cases reach each rule
+of llama.cpp's choice: the mixes' extra bits for attn_v and ffn_down (first
+and last eighth of the layers, every third between; the first layers for
+_S), Q6_K for the output and for a tied embedding, a 70B's attn_v, an
+8-expert model's attention, Phi-3's fused attn_qkv counted as attn_v, rows
+that are not whole super-blocks (Q5_0, Q5_1, Q8_0 fallbacks) or not whole
+32-blocks (F16); a BF16 source (quantized from its 2-byte elements) and
+weights that corner the quantizers (zeros, subnormals, the largest floats,
+sums that overflow, random bit patterns; not infinities or NaN, which
+llama.cpp's quantizer refuses to quantize). With --mount: the mounted
+file is convert's, byte for byte, also read in pieces cut inside blocks,
+and the real llama.cpp runs it: its logits equal those of the file
+llama.cpp's quantizer made."""
+import ctypes
+import glob
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckref  # noqa: E402
+import gguf_source as gs  # noqa: E402  (parse_gguf, QUANT, llama_cpp)
+
+CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
+FTYPE = {"Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype
+SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), **{t: (qk, qb) for t, qk, qb in gs.QUANT.values()}}
+NAMES = {t: n for n, (t, _, _) in gs.QUANT.items()} | {0: "F32", 1: "F16", 30: "BF16"}
+
+
+def libllama():
+    found = glob.glob(os.path.join(gs.TESTS, "..", "build-node", "node_modules", "@node-llama-cpp",
+                                   "linux-x64", "bins", "linux-x64", "libllama*.so"))
+    assert found, "libllama from node-llama-cpp is missing (tools/install-deps.sh installs it)"
+    base = os.path.dirname(found[0])
+    for dep in ("libggml-base.so", "libggml.*so"):
+        ctypes.CDLL(glob.glob(os.path.join(base, dep))[0], mode=ctypes.RTLD_GLOBAL)
+    lib = ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+    lib.llama_backend_init()
+    return lib
+
+
+class Params(ctypes.Structure):
+    """llama_model_quantize_params, opaque but for its first two fields
+    (int32 nthread, llama_ftype ftype): returned in memory, as any struct
+    over 16 bytes is, so 512 bytes leave room for this version's fields."""
+    _fields_ = [("raw", ctypes.c_ubyte * 512)]
+
+
+def llama_quantize(lib, src, dst, mix):
+    lib.llama_model_quantize_default_params.restype = Params
+    raw = bytearray(bytes(lib.llama_model_quantize_default_params().raw))
+    struct.pack_into("<ii", raw, 0, 2, FTYPE[mix])
+    p = Params.from_buffer_copy(bytes(raw))
+    err = os.dup(2)  # llama.cpp logs every tensor to stderr
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        rc = lib.llama_model_quantize(src.encode(), dst.encode(), ctypes.byref(p))
+    finally:
+        os.dup2(err, 2)
+        os.close(err)
+        os.close(null)
+    assert rc == 0, f"llama_model_quantize({src}, {mix}) failed"
+
+
+def tensors(path):
+    """name -> (ggml type, dims, the tensor's bytes), and the metadata."""
+    _, meta, infos, data, b = gs.parse_gguf(path)
+    out = {}
+    for name, dims, t, off in infos:
+        qk, qb = SIZES[t]
+        n = int(np.prod(dims)) // qk * qb
+        out[name] = (t, dims, b[data + off:data + off + n])
+    return meta, out
+
+
+def convert(src, out, fmt):
+    p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", fmt, "--gguf-vocab", "none"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return os.path.join(out, "model.gguf")
+
+
+def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
+    """Each mix of src as ckptfs serves it and as llama.cpp quantizes the
+    unquantized view: the types chosen, per type how many; every tensor's
+    bytes equal."""
+    plain = convert(src, os.path.join(d, f"{tag}-{unquantized}"), "gguf:" + unquantized)
+    seen = {}
+    for mix in mixes:
+        ours = convert(src, os.path.join(d, f"{tag}-{mix}"), "gguf:" + mix)
+        ref = os.path.join(d, f"{tag}-{mix}-llama.gguf")
+        llama_quantize(lib, plain, ref, mix)
+        rmeta, rt = tensors(ref)
+        ometa, ot = tensors(ours)
+        assert set(rt) == set(ot), (tag, mix, set(rt) ^ set(ot))
+        wrong_type = {n: (NAMES[rt[n][0]], NAMES[ot[n][0]]) for n in rt if rt[n][0] != ot[n][0]}
+        assert not wrong_type, (tag, mix, "llama.cpp's type, ckptfs's", wrong_type)
+        wrong = [n for n in rt if rt[n][1:] != ot[n][1:]]
+        assert not wrong, (tag, mix, f"{len(wrong)} tensors differ from llama.cpp's, first", wrong[:3])
+        for k in ("general.file_type", "general.quantization_version"):
+            assert ometa[k] == rmeta[k], (tag, mix, k, ometa[k], rmeta[k])
+        count = {}
+        for t, _, _ in rt.values():
+            count[NAMES[t]] = count.get(NAMES[t], 0) + 1
+        seen[mix] = count
+    return seen
+
+
+def hostile_weights(src, rng, extreme):
+    """Rewrite src's F32 matrices with values that corner the quantizers: a
+    trained model's scale mostly, then per 32-element block one of zeros,
+    subnormals, scales from 2^-140 up, a lone outlier, values whose squares
+    underflow, random bit patterns, all of one sign, values on a grid
+    (ties). extreme: also the largest floats, infinities and sums that
+    overflow, whose F16 scales overflow (llama.cpp's quantizer refuses to
+    write those; ggml's row quantizer, the reference then, does not);
+    else every value stays under 2^20."""
+    w = {k: v[2].astype(np.float32) for k, v in ckref.read_checkpoint_dir(src).items()}
+    top = 121 if extreme else 16
+    for k, a in w.items():
+        if a.ndim < 2:
+            continue
+        f = (rng.standard_normal(a.size) * 0.05).astype(np.float32)
+        blocks = f.reshape(-1, 32)
+        for i in range(len(blocks)):
+            kind, b = i % 11, blocks[i]
+            with np.errstate(all="ignore"):
+                if kind == 1:
+                    b[:] = 0.0 if i % 2 else -0.0
+                elif kind == 2:
+                    b[:] = (rng.integers(-8, 8, 32) * np.float32(1e-45)).astype(np.float32)
+                elif kind == 3:
+                    b *= np.float32(2.0) ** rng.integers(-140, top)
+                elif kind == 4:
+                    b[rng.integers(0, 32)] = (np.float32(3.4028235e38) if extreme else 1e5) * rng.choice([-1, 1])
+                elif kind == 5:
+                    b[:] = rng.choice([-1, 1], 32) * (np.float32(1e38) if extreme else np.float32(1e-23))
+                elif kind == 6:
+                    bits = rng.integers(0, 2 ** 32, 32, dtype=np.uint64).astype(np.uint32).view(np.float32)
+                    keep = ~np.isnan(bits) if extreme else np.abs(bits) < 2 ** 20
+                    b[:] = np.where(keep, bits, np.float32(0.5))
+                elif kind == 7:
+                    b[rng.integers(0, 32)] = np.inf if extreme else 40.0
+                elif kind == 8:
+                    b[:] = np.abs(b) + 0.01
+                elif kind == 9:
+                    b[:] = np.round(b * 64) / 64
+        w[k] = f.reshape(a.shape)
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                            {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
+    for f in os.listdir(src):  # one file now: the generator's shards and index go
+        if f.startswith("model-") or f.endswith(".index.json"):
+            os.remove(os.path.join(src, f))
+
+
+def same_as_ggml(d, tag, src, mixes):
+    """Each quantized tensor of each mix against ggml's own row quantizer
+    (ggml_quantize_chunk) of the unquantized view's values, type for type."""
+    _, plain = tensors(convert(src, os.path.join(d, f"{tag}-F32"), "gguf:F32"))
+    n = 0
+    for mix in mixes:
+        _, ours = tensors(convert(src, os.path.join(d, f"{tag}-{mix}"), "gguf:" + mix))
+        for name, (t, dims, raw) in ours.items():
+            if t in (0, 1):
+                continue
+            x = np.frombuffer(plain[name][2], "<f4").reshape(-1, dims[0])
+            with np.errstate(all="ignore"):
+                want = gs.ggml_quantize(t, x)
+            assert raw == want, (tag, mix, name, NAMES[t])
+            n += 1
+    return n
+
+
+def gen(d, tag, *args):
+    src = os.path.join(d, "src-" + tag)
+    ckref.run(MKCKPT, *args, src)
+    return src
+
+
+def mounted(lib, d, src, rng):
+    """The mix through a mount: convert's bytes, also in reads cut inside
+    blocks; llama.cpp runs it as it runs its own quantizer's file."""
+    from mountlib import Mount
+    ours = os.path.join(d, "run-Q4_K_M")
+    whole = open(convert(src, ours, "gguf:Q4_K_M"), "rb").read()
+    ref = os.path.join(d, "run-llama.gguf")
+    llama_quantize(lib, convert(src, os.path.join(d, "run-F32"), "gguf:F32"), ref, "Q4_K_M")
+    with Mount(src, opts="gguf=Q4_K_M,gguf_vocab=none,direct_io,no_prefetch,chunk=4096") as m:
+        fd = os.open(m.path("model.gguf"), os.O_RDONLY)
+        cuts = [(int(rng.integers(0, len(whole))), int(n)) for n in (1, 7, 143, 145, 211, 4097, 70001)
+                for _ in range(10)]
+        for off, n in cuts:
+            assert os.pread(fd, n, off) == whole[off:off + n], (off, n)
+        os.close(fd)
+    with Mount(src, opts="gguf=Q4_K_M,gguf_vocab=none") as m:
+        assert open(m.path("model.gguf"), "rb").read() == whole
+        modules = os.path.join(gs.TESTS, "..", "build-node", "node_modules")
+        toks = [1, 5, 9, 200, 31, 77, 128, 3]
+        got = gs.llama_cpp(modules, m.path("model.gguf"), toks)
+    want = gs.llama_cpp(modules, ref, toks)
+    f32 = gs.llama_cpp(modules, os.path.join(d, "run-F32", "model.gguf"), toks)
+    # the model the file holds: its blocks decoded (a GGUF source) and run by
+    # a torch Llama; llama.cpp differs by its 8-bit activations only
+    held, _, _ = gs.torch_logits(os.path.join(ours, "model.gguf"), os.path.join(d, "run-held"), toks)
+    r_held, r_f32 = gs.rel(want, held), gs.rel(want, f32)
+    assert got.equal(want), "llama.cpp's logits on the mounted mix differ from its own quantizer's file"
+    assert r_held < 0.05 and r_held < 0.25 * r_f32, f"llama.cpp {r_held:.1e} from the weights the file holds, {r_f32:.1e} from F32"
+    print(f"mounted Q4_K_M: convert's bytes, {len(cuts)} reads cut inside blocks; llama.cpp's logits equal "
+          f"those of its own quantizer's file, {r_held:.1e} from a torch Llama over the weights the file "
+          f"holds ({r_f32:.1e} from the F32 model's)")
+
+
+def main():
+    lib = libllama()
+    rng = np.random.default_rng(23)
+    d = tempfile.mkdtemp(prefix="ckptfs-kquant-")
+    base = ["--heads", "4", "--kv-heads", "2", "--vocab", "256"]  # llama unless a case says
+    try:
+        if "--mount" in sys.argv:  # the mount suite's run; the cli suite's does the rest
+            from mountlib import skip_unless_fuse
+            skip_unless_fuse()
+            run = gen(d, "run", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512")
+            w = {k: (rng.standard_normal(v[1]) * (0.05 if len(v[1]) == 2 else 0.1) + (len(v[1]) == 1))
+                 .astype(np.float32) for k, v in ckref.read_checkpoint_dir(run).items()}  # a trained scale
+            ckref.write_safetensors(os.path.join(run, "model.safetensors"),
+                                    {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
+            mounted(lib, d, run, rng)
+            return
+        dense = gen(d, "dense", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
+        hostile_weights(dense, rng, False)
+        seen = same_as_llama(lib, d, "dense", dense, list(FTYPE))
+        print("8-layer Llama, hostile blocks, every mix as llama.cpp's quantizer makes it: " +
+              "; ".join(f"{m} {c}" for m, c in seen.items()))
+        assert seen["Q4_K_M"] == {"Q4_K": 49, "Q6_K": 9, "F32": 17}, seen["Q4_K_M"]  # 4 attn_v, 4 ffn_down, output
+        wild = gen(d, "wild", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512")
+        hostile_weights(wild, rng, True)
+        n = same_as_ggml(d, "wild", wild, list(FTYPE))
+        print(f"infinities, the largest floats, overflowing sums: {n} quantized tensors as ggml's own "
+              "quantizer makes them")
+        half = gen(d, "bf16", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512", "--dtype", "BF16")
+        seen = same_as_llama(lib, d, "bf16", half, ["Q4_K_M", "Q6_K"], unquantized="BF16")
+        print(f"a BF16 source, quantized from its elements: {seen}")
+        cases = [("70b", ["--layers", "80", "--hidden", "256", "--intermediate", "256"], ["Q4_K_M"], "Q5_K"),
+                 ("experts", ["--model", "mixtral", "--experts", "8", "--layers", "4", "--hidden", "256",
+                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M"], "Q8_0"),
+                 ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
+                  ["Q4_K_M", "Q4_K_S"], "Q5_K"),
+                 ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
+                           "--intermediate", "512"], ["Q4_K_M"], "Q6_K"),
+                 ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
+                              "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K"], "Q5_1"),
+                 ("rows80", ["--layers", "4", "--hidden", "80", "--intermediate", "272", "--heads", "5",
+                             "--kv-heads", "5"], ["Q4_K_M"], "F16")]
+        for tag, args, mixes, must in cases:
+            src = gen(d, tag, *base, *args)
+            seen = same_as_llama(lib, d, tag, src, mixes)
+            assert any(must in c for c in seen.values()), (tag, must, seen)  # the rule the case is for
+            print(f"{tag}: {seen}")
+    finally:
+        subprocess.run(["rm", "-rf", d])
+
+
+if __name__ == "__main__":
+    main()
