@@ -1,16 +1,21 @@
 /* ggml's reference quantizers for the K-quant mixes the GGUF view serves
- * (Q4_K_M, Q4_K_S, Q5_K_M, Q6_K) and their fallbacks for rows that are not
- * whole super-blocks: Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1, as
+ * (Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K) and their fallbacks for rows that
+ * are not whole super-blocks: Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1, as
  * quantize_row_*_ref compute them without an importance matrix, which is
  * what llama-quantize runs without one. Byte-identity with ggml asks for the
- * same float operations in the same order: every sum below accumulates
- * element by element, as ggml's loops do, and rounding goes through the
- * same 1.5 * 2^23 trick (tests/cli/gguf_view.py compares the blocks with
- * the prebuilt ggml's and whole files with llama.cpp's own quantizer). */
+ * same float operations in the same order: every sum accumulates element by
+ * element, as ggml's loops do, and rounding goes through the same 1.5 * 2^23
+ * trick. The scale searches, most of the time, run a super-block's
+ * sub-blocks side by side in vector lanes, each lane the scalar steps.
+ * tests/cli/gguf_kquant.py compares whole files with llama.cpp's own
+ * quantizer and blocks with ggml's; a block holding a NaN is the exception
+ * (which NaN payload an operation keeps depends on operand order, which C
+ * leaves to the compiler: ggml's own builds differ there). */
 #include "ggml_kquant.h"
 
 #include <float.h>
 
+#include "avx2.h"
 #include "ggml_int.h"
 
 #define QK_K 256
@@ -31,68 +36,240 @@ static inline int clampi(int v, int lo, int hi)
 	return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* The levels 0..nmax of n values and the scale and min (min <= 0, *neg_min
- * its negation) minimising the weighted squared error: the first guess
- * from the range, then nstep + 1 scales around nmax / range, each refined
- * by least squares (ggml's make_qkx2_quants, use_mad false). */
-static float qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min,
-		  uint8_t *aux, float rmin, float rdelta, int nstep)
+/* Eight lanes of floats or ints (GCC's and clang's vector extensions: SSE
+ * pairs on x86-64, whatever the target has elsewhere). Each lane computes
+ * what the scalar code computes, operation for operation: IEEE arithmetic
+ * is the same in a lane as alone, and nothing is contracted (ISO C). */
+#if defined(__GNUC__) && !defined(__clang__)
+/* 32-byte vectors passed by value between this file's static functions
+ * only: GCC's note that an AVX build would pass them differently does not
+ * concern calls that never leave the file */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
+typedef float v8f __attribute__((vector_size(32)));
+/* The lanes' functions are inlined twice, into an AVX2 function (no FMA:
+ * the same roundings) and a baseline one, chosen per call (ifunc clones
+ * would choose at load time, before ThreadSanitizer's runtime is up): AVX2
+ * fits a super-block's eight lanes in one register, 3.7x the scalar loops;
+ * SSE pairs are slower than those. */
+#define LANE_FN static inline __attribute__((always_inline))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_LANES 1
+#define AVX2_LANES __attribute__((target("avx2")))
+#endif
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+LANE_FN v8f sel(v8i m, v8f a, v8f b)
 {
-	float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
-	for (int i = 1; i < n; i++) {
-		if (x[i] < min)
-			min = x[i];
-		if (x[i] > max)
-			max = x[i];
-		sum_w += w[i];
-		sum_x += w[i] * x[i];
+	return (v8f)(((v8i)a & m) | ((v8i)b & ~m));
+}
+
+LANE_FN v8i seli(v8i m, v8i a, v8i b)
+{
+	return (a & m) | (b & ~m);
+}
+
+/* nearest_int in each lane, clamped to lo..hi */
+LANE_FN v8i levels8(v8f v, int lo, int hi)
+{
+	const v8i z = {0}, l = z + lo, h = z + hi;
+	v8i i = ((v8i)(v + 12582912.f) & 0x007fffff) - 0x00400000;
+	i = seli(i < l, l, i);
+	return seli(i > h, h, i);
+}
+
+LANE_FN v8f tof(v8i v)
+{
+	return __builtin_convertvector(v, v8f);
+}
+
+/* ggml's make_qkx2_quants (use_mad false) for the 8 sub-blocks of 32 of a
+ * super-block at once, lane j sub-block j (xt[i], wt[i]: element i of each,
+ * and its weight): levels 0..nmax, the scale and min (min <= 0, *neg_min
+ * its negation) minimising the weighted squared error; the first guess
+ * from the range, then nstep + 1 scales around nmax / range, each refined
+ * by least squares. Every sum runs over i in order, as ggml's loop. */
+LANE_FN void qkx2(int nmax, const v8f *xt, const v8f *wt, v8i *lt, v8f *scale_out, v8f *neg_min,
+		  float rmin, float rdelta, int nstep)
+{
+	const v8f zero = {0};
+	v8f mn = xt[0], mx = xt[0], sum_w = wt[0], sum_x = wt[0] * xt[0];
+	for (int i = 1; i < 32; i++) {
+		mn = sel(xt[i] < mn, xt[i], mn);
+		mx = sel(xt[i] > mx, xt[i], mx);
+		sum_w += wt[i];
+		sum_x += wt[i] * xt[i];
 	}
-	if (min > 0)
-		min = 0;
-	if (max == min) {
-		memset(L, 0, (size_t)n);
-		*neg_min = -min;
-		return 0.f;
+	mn = sel(mn > zero, zero, mn);
+	const v8i flat = mx == mn; /* ggml returns early: levels 0, scale 0 */
+	const v8f mn0 = mn, iscale = (float)nmax / (mx - mn);
+	v8f scale = 1 / iscale, best = zero;
+	for (int i = 0; i < 32; i++) {
+		lt[i] = levels8(iscale * (xt[i] - mn), 0, nmax);
+		v8f diff = scale * tof(lt[i]) + mn - xt[i];
+		best += wt[i] * (diff * diff);
 	}
-	float iscale = (float)nmax / (max - min), scale = 1 / iscale, best = 0;
-	for (int i = 0; i < n; i++) {
-		L[i] = (uint8_t)clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
-		float diff = scale * L[i] + min - x[i];
-		best += w[i] * (diff * diff);
-	}
+	v8i aux[32];
 	for (int is = 0; is <= nstep; is++) {
-		iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
-		float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-		for (int i = 0; i < n; i++) {
-			int l = clampi(nearest_int(iscale * (x[i] - min)), 0, nmax);
-			aux[i] = (uint8_t)l;
-			sum_l += w[i] * (float)l;
-			sum_l2 += w[i] * (float)l * (float)l;
-			sum_xl += w[i] * (float)l * x[i];
+		/* min moves with each better fit, and the range with it, as in ggml */
+		const v8f isc = (rmin + rdelta * (float)is + (float)nmax) / (mx - mn);
+		v8f sl = zero, sl2 = zero, sxl = zero;
+		for (int i = 0; i < 32; i++) {
+			aux[i] = levels8(isc * (xt[i] - mn), 0, nmax);
+			const v8f l = tof(aux[i]);
+			sl += wt[i] * l;
+			sl2 += wt[i] * l * l;
+			sxl += wt[i] * l * xt[i];
 		}
-		float D = sum_w * sum_l2 - sum_l * sum_l;
-		if (!(D > 0))
+		const v8f D = sum_w * sl2 - sl * sl;
+		v8f ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
+		const v8i pos = tm > zero;
+		tm = sel(pos, zero, tm);
+		ts = sel(pos, sxl / sl2, ts);
+		v8f err = zero;
+		for (int i = 0; i < 32; i++) {
+			v8f diff = ts * tof(aux[i]) + tm - xt[i];
+			err += wt[i] * (diff * diff);
+		}
+		const v8i take = (D > zero) & (err < best) & ~flat;
+		for (int i = 0; i < 32; i++)
+			lt[i] = seli(take, aux[i], lt[i]);
+		best = sel(take, err, best);
+		scale = sel(take, ts, scale);
+		mn = sel(take, tm, mn);
+	}
+	const v8i z = {0};
+	for (int i = 0; i < 32; i++)
+		lt[i] = seli(flat, z, lt[i]);
+	*scale_out = sel(flat, zero, scale);
+	*neg_min = -sel(flat, mn0, mn);
+}
+
+/* Signed levels -nmax..nmax-1 (stored + nmax) of 16 values with weights
+ * x^2 and the scale that fits them best over 19 trial scales (ggml's
+ * make_qx_quants, rmse_type 1), for 8 sub-blocks at once, lane j sub-block
+ * j (xt[i]: element i of each). Sums run over i in order, as ggml's. */
+LANE_FN v8f qx(int nmax, const v8f *xt, v8i *lt)
+{
+	const v8f zero = {0};
+	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
+	v8f max = zero, amax = zero;
+	for (int i = 0; i < 16; i++) {
+		const v8f ax = (v8f)((v8i)xt[i] & abs_mask);
+		const v8i m = ax > amax;
+		amax = sel(m, ax, amax);
+		max = sel(m, xt[i], max);
+	}
+	const v8i small = amax < GROUP_MAX_EPS; /* ggml: levels 0, scale 0 */
+	v8f iscale = (float)-nmax / max, sumlx = zero, suml2 = zero;
+	for (int i = 0; i < 16; i++) {
+		const v8i l = levels8(iscale * xt[i], -nmax, nmax - 1);
+		lt[i] = l + nmax;
+		const v8f w = xt[i] * xt[i], lf = tof(l);
+		sumlx += w * xt[i] * lf;
+		suml2 += w * lf * lf;
+	}
+	v8f scale = sel(suml2 != zero, sumlx / suml2, zero), best = scale * sumlx;
+	for (int is = -9; is <= 9; is++) {
+		if (is == 0)
 			continue;
-		float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-		float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-		if (this_min > 0) {
-			this_min = 0;
-			this_scale = sum_xl / sum_l2;
+		iscale = -((float)nmax + 0.1f * (float)is) / max;
+		v8i aux[16];
+		sumlx = suml2 = zero;
+		for (int i = 0; i < 16; i++) {
+			aux[i] = levels8(iscale * xt[i], -nmax, nmax - 1);
+			const v8f w = xt[i] * xt[i], lf = tof(aux[i]);
+			sumlx += w * xt[i] * lf;
+			suml2 += w * lf * lf;
 		}
-		float err = 0;
-		for (int i = 0; i < n; i++) {
-			float diff = this_scale * aux[i] + this_min - x[i];
-			err += w[i] * (diff * diff);
-		}
-		if (err < best) {
-			memcpy(L, aux, (size_t)n);
-			best = err;
-			scale = this_scale;
-			min = this_min;
+		const v8i take = (suml2 > zero) & (sumlx * sumlx > best * suml2);
+		for (int i = 0; i < 16; i++)
+			lt[i] = seli(take, aux[i] + nmax, lt[i]);
+		scale = sel(take, sumlx / suml2, scale);
+		best = sel(take, scale * sumlx, best);
+	}
+	const v8i z = {0};
+	for (int i = 0; i < 16; i++)
+		lt[i] = seli(small, z, lt[i]);
+	return sel(small, zero, scale);
+}
+
+/* The eight sub-blocks' scales, mins and levels of a Q4_K / Q5_K
+ * super-block, fitted in lanes. */
+LANE_FN void k45_fit_body(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L)
+{
+	v8f xt[32], wt[32], sum_x2 = {0}, av_x;
+	for (int i = 0; i < 32; i++) {
+		for (int j = 0; j < 8; j++)
+			xt[i][j] = x[32 * j + i];
+		sum_x2 += xt[i] * xt[i];
+	}
+	for (int j = 0; j < 8; j++)
+		av_x[j] = sqrtf(sum_x2[j] / 32);
+	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
+	for (int i = 0; i < 32; i++)
+		wt[i] = av_x + (v8f)((v8i)xt[i] & abs_mask);
+	v8i lt[32];
+	if (nmax == 15)
+		qkx2(15, xt, wt, lt, sv, mv, -1.f, 0.1f, 20);
+	else
+		qkx2(31, xt, wt, lt, sv, mv, -0.5f, 0.1f, 15);
+	for (int j = 0; j < 8; j++)
+		for (int i = 0; i < 32; i++)
+			L[32 * j + i] = (uint8_t)lt[i][j];
+}
+
+/* The 16 sub-blocks' levels (L) and scales of a Q6_K super-block, two
+ * groups of 8 in lanes. */
+LANE_FN void q6_k_fit_body(const float *x, int8_t *L, float *scales)
+{
+	for (int g = 0; g < 2; g++) {
+		v8f xt[16];
+		v8i lt[16];
+		for (int i = 0; i < 16; i++)
+			for (int j = 0; j < 8; j++)
+				xt[i][j] = x[16 * (8 * g + j) + i];
+		const v8f s = qx(32, xt, lt);
+		for (int j = 0; j < 8; j++) {
+			scales[8 * g + j] = s[j];
+			for (int i = 0; i < 16; i++)
+				L[16 * (8 * g + j) + i] = (int8_t)lt[i][j];
 		}
 	}
-	*neg_min = -min;
-	return scale;
+}
+
+#ifdef HAVE_AVX2_LANES
+AVX2_LANES static void k45_fit_avx2(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L)
+{
+	k45_fit_body(x, nmax, sv, mv, L);
+}
+
+AVX2_LANES static void q6_k_fit_avx2(const float *x, int8_t *L, float *scales)
+{
+	q6_k_fit_body(x, L, scales);
+}
+#endif
+
+static void k45_fit(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L)
+{
+#ifdef HAVE_AVX2_LANES
+	if (ck_avx2_usable()) {
+		k45_fit_avx2(x, nmax, sv, mv, L);
+		return;
+	}
+#endif
+	k45_fit_body(x, nmax, sv, mv, L);
+}
+
+static void q6_k_fit(const float *x, int8_t *L, float *scales)
+{
+#ifdef HAVE_AVX2_LANES
+	if (ck_avx2_usable()) {
+		q6_k_fit_avx2(x, L, scales);
+		return;
+	}
+#endif
+	q6_k_fit_body(x, L, scales);
 }
 
 /* Q4_K and Q5_K (levels 0..nmax = 15 or 31): eight sub-blocks of 32, each
@@ -102,19 +279,12 @@ static float qkx2(int n, int nmax, const float *x, const float *w, uint8_t *L, f
 static void kquant_levels(const float *x, int nmax, unsigned char *dd, unsigned char *sc,
 			  uint8_t *L)
 {
-	float scales[8], mins[8], w[32], max_scale = 0, max_min = 0;
-	uint8_t aux[32];
+	v8f sv, mv;
+	k45_fit(x, nmax, &sv, &mv, L);
+	float scales[8], mins[8], max_scale = 0, max_min = 0;
 	for (int j = 0; j < 8; j++) {
-		const float *xs = x + 32 * j;
-		float sum_x2 = 0;
-		for (int l = 0; l < 32; l++)
-			sum_x2 += xs[l] * xs[l];
-		float av_x = sqrtf(sum_x2 / 32);
-		for (int l = 0; l < 32; l++)
-			w[l] = av_x + fabsf(xs[l]);
-		scales[j] = nmax == 15
-				? qkx2(32, 15, xs, w, L + 32 * j, &mins[j], aux, -1.f, 0.1f, 20)
-				: qkx2(32, 31, xs, w, L + 32 * j, &mins[j], aux, -0.5f, 0.1f, 15);
+		scales[j] = sv[j];
+		mins[j] = mv[j];
 		if (scales[j] > max_scale)
 			max_scale = scales[j];
 		if (mins[j] > max_min)
@@ -188,62 +358,14 @@ static void quant_q5_k(const float *x, unsigned char *y)
 		}
 }
 
-/* Signed levels -nmax..nmax-1 (stored + nmax) of n values with weights
- * x^2 and the scale that fits them best over 19 trial scales (ggml's
- * make_qx_quants, rmse_type 1). */
-static float qx(int n, int nmax, const float *x, int8_t *L)
-{
-	float max = 0, amax = 0;
-	for (int i = 0; i < n; i++) {
-		float ax = fabsf(x[i]);
-		if (ax > amax) {
-			amax = ax;
-			max = x[i];
-		}
-	}
-	if (amax < GROUP_MAX_EPS) {
-		memset(L, 0, (size_t)n);
-		return 0.f;
-	}
-	float iscale = (float)-nmax / max, sumlx = 0, suml2 = 0;
-	for (int i = 0; i < n; i++) {
-		int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-		L[i] = (int8_t)(l + nmax);
-		float w = x[i] * x[i];
-		sumlx += w * x[i] * (float)l;
-		suml2 += w * (float)l * (float)l;
-	}
-	float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
-	for (int is = -9; is <= 9; is++) {
-		if (is == 0)
-			continue;
-		iscale = -((float)nmax + 0.1f * (float)is) / max;
-		sumlx = suml2 = 0;
-		for (int i = 0; i < n; i++) {
-			int l = clampi(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-			float w = x[i] * x[i];
-			sumlx += w * x[i] * (float)l;
-			suml2 += w * (float)l * (float)l;
-		}
-		if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-			for (int i = 0; i < n; i++)
-				L[i] = (int8_t)(nmax + clampi(nearest_int(iscale * x[i]), -nmax,
-							      nmax - 1));
-			scale = sumlx / suml2;
-			best = scale * sumlx;
-		}
-	}
-	return scale;
-}
-
 /* block_q6_K: ql[128] (low nibbles), qh[64] (the two high bits), scales[16]
  * (int8, one per 16 elements), d. */
 static void quant_q6_k(const float *x, unsigned char *y)
 {
 	int8_t L[QK_K];
 	float scales[16], max_scale = 0, max_abs = 0;
+	q6_k_fit(x, L, scales);
 	for (int ib = 0; ib < 16; ib++) {
-		scales[ib] = qx(16, 32, x + 16 * ib, L + 16 * ib);
 		if (fabsf(scales[ib]) > max_abs) {
 			max_abs = fabsf(scales[ib]);
 			max_scale = scales[ib];
