@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """ckptfs benchmarks, one command (as root, needs /dev/fuse):
-    /usr/bin/python3 tools/bench.py [--shapes 1024,2048,4096] [--layers N] [--reps N]
+    /usr/bin/python3 tools/bench.py [--shapes 1024,2048,4096] [--layers N] [--reps N] [--only kquant]
 Builds its inputs with mkckpt and prints, side by side in one run (median and
 min-max over the repetitions, absolute figures beside the ratios). On every
 shape (Llama, hidden 1024 / 2048 / 4096, BF16): first reads of the identity,
@@ -16,8 +16,10 @@ hidden-2048 shape alone: model.safetensors and model.gguf (F16, Q8_0)
   model.gguf Q8_0 / Q4_0's first reads (cached and O_DIRECT), GGUF sources
   (Q8_0, and Q4_K_M as llama.cpp's preset writes it, quantized by ggml) read
   as Hugging Face F32 (the Q4_K_M file as BF16 too) through
-  gguf-llama-to-hf, and a numpy HF -> GGUF peer against mount + read
-  model.gguf; libckptfs in-process (tools/ckread.c) against the raw read,
+  gguf-llama-to-hf, a numpy HF -> GGUF peer against mount + read
+  model.gguf, llama.cpp's own quantizer (llama-quantize from a BF16 GGUF)
+  against mount + read model.gguf Q4_K_M and Q6_K (--only kquant: these
+  alone); libckptfs in-process (tools/ckread.c) against the raw read,
   and model.gguf Q8_0 / Q4_0 copied out through it in 8 MiB reads (source
   bytes read, peak RSS);
   `ckptfs diff` of two copies and of HF vs a Megatron copy through the
@@ -618,6 +620,47 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
     subprocess.run(["rm", "-rf", fp8, oss])
 
 
+def kquant_mixes(work, src, R):
+    """model.gguf Q4_K_M and Q6_K (llama-quantize's mixes, byte for byte)
+    against llama.cpp's own quantizer: mount + read model.gguf against
+    llama_model_quantize (the prebuilt libllama, every core) turning this
+    shape's BF16 GGUF into the same mix, writing it, reading it back and
+    deleting it. The BF16 GGUF is written beforehand, untimed: the peer is
+    spared convert_hf_to_gguf.py's part of the workflow."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+    os.environ.setdefault("CKPTFS", CKPTFS)
+    os.environ.setdefault("MKCKPT", MKCKPT)
+    import gguf_kquant as kq
+    lib = kq.libllama()
+    bf16 = os.path.join(work, "kq-bf16")
+    run(CKPTFS, "convert", src, bf16, "--format", "gguf:BF16", "--gguf-vocab", "none", "--quiet")
+    gin, gout = os.path.join(bf16, "model.gguf"), os.path.join(work, "kq-peer.gguf")
+    read_files([gin])
+    for mix in ("Q4_K_M", "Q6_K"):
+        def peer():
+            kq.llama_quantize(lib, gin, gout, mix, threads=0)
+            n = read_files([gout])
+            os.remove(gout)
+            return n
+
+        def mount():
+            m = Ckptfs(src, opts=f"gguf={mix},gguf_vocab=none")
+            try:
+                return read_files([os.path.join(m.dir, "model.gguf")])
+            finally:
+                m.close()
+        got = {"peer": [], "ckptfs": []}
+        for r in range(R):  # interleaved
+            for k, fn in ((("peer", peer), ("ckptfs", mount)) if r % 2 == 0 else (("ckptfs", mount), ("peer", peer))):
+                got[k] += measure(fn, 1)
+        pt = statistics.median(t for t, _ in got["peer"])
+        ct = statistics.median(t for t, _ in got["ckptfs"])
+        row(f"ckptfs: mount + read model.gguf {mix}", got["ckptfs"])
+        print(f"{'llama-quantize BF16 GGUF -> ' + mix + ', write, read back, delete':58s} {pt:8.2f} s")
+        print(f"{'ckptfs: mount + read model.gguf ' + mix:58s} {ct:8.2f} s     speed-up {pt / ct:5.2f}x")
+    shutil.rmtree(bf16)
+
+
 def print_spread(shapes):
     print("\n== every shape: the ratio on each, its spread, and issue #23's goal")
     print(f"{'ratio':56s} " + " ".join(f"h{h:<6d}" for h in shapes) + "  spread       goal")
@@ -638,7 +681,19 @@ def main():
                     help="hidden sizes to run the per-shape rows on (of 1024, 2048, 4096)")
     ap.add_argument("--layers", type=int, default=0, help="layers of every shape (default: per shape)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--only", choices=["kquant"],
+                    help="run one group of rows alone, on the hidden-2048 shape (kquant: the K-quant mixes)")
     a = ap.parse_args()
+    if a.only:
+        prepare()
+        work = tempfile.mkdtemp(prefix="ckptfs-bench-")
+        try:
+            src = make_source(work, 2048, a.layers)[0]
+            read_files([os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors")])
+            kquant_mixes(work, src, a.reps)
+        finally:
+            subprocess.run(["rm", "-rf", work])
+        return
     shapes = [int(x) for x in a.shapes.split(",")]
     for h in shapes:
         if h not in SHAPES:
@@ -662,6 +717,7 @@ def main():
     # O_DIRECT opens, against the ceilings measured on this shape
     quantized_views(work, src, main_h, cfg, R, ceiling, ceiling_od)
     gguf_sources(work, src, R, ceiling, ceiling_od)
+    kquant_mixes(work, src, R)
 
     # libckptfs in-process (tools/ckread.c, a fresh process each time, one
     # reader thread per core): no FUSE, so against the raw page-cache read

@@ -54,10 +54,11 @@ class Params(ctypes.Structure):
     _fields_ = [("raw", ctypes.c_ubyte * 512)]
 
 
-def llama_quantize(lib, src, dst, mix):
+def llama_quantize(lib, src, dst, mix, threads=2):
+    """llama-quantize src into dst as mix (threads 0: one per core)."""
     lib.llama_model_quantize_default_params.restype = Params
     raw = bytearray(bytes(lib.llama_model_quantize_default_params().raw))
-    struct.pack_into("<ii", raw, 0, 2, FTYPE[mix])
+    struct.pack_into("<ii", raw, 0, threads, FTYPE[mix])
     p = Params.from_buffer_copy(bytes(raw))
     err = os.dup(2)  # llama.cpp logs every tensor to stderr
     null = os.open(os.devnull, os.O_WRONLY)
