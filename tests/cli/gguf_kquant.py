@@ -2,7 +2,8 @@
 Q6_K) against llama.cpp's own quantizer: llama_model_quantize, from the
 prebuilt libllama node-llama-cpp ships (what the llama-quantize tool runs),
 quantizes the view's unquantized file; ckptfs's mix must give every tensor
-the type llama.cpp chose and the bytes it wrote. The cases reach each rule
+the type llama.cpp chose and the bytes it wrote, and inspect --format must
+list those types and sizes without reading tensor data. The cases reach each rule
 of llama.cpp's choice: the mixes' extra bits for attn_v and ffn_down (first
 and last eighth of the layers, every third between; the first layers for
 _S), Q6_K for the output and for a tied embedding, a 70B's attn_v, an
@@ -17,6 +18,7 @@ and the real llama.cpp runs it: its logits equal those of the file
 llama.cpp's quantizer made."""
 import ctypes
 import glob
+import json
 import os
 import struct
 import subprocess
@@ -109,6 +111,14 @@ def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
         assert not wrong, (tag, mix, f"{len(wrong)} tensors differ from llama.cpp's, first", wrong[:3])
         for k in ("general.file_type", "general.quantization_version"):
             assert ometa[k] == rmeta[k], (tag, mix, k, ometa[k], rmeta[k])
+        # inspect says the same without reading tensor data
+        p = subprocess.run([CKPTFS, "inspect", src, "--format", "gguf:" + mix, "--gguf-vocab", "none", "--json"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        js = json.loads(p.stdout)
+        assert js["type"] == mix and js["bytes"] == os.path.getsize(ours), (js["type"], js["bytes"])
+        assert {t["name"]: (t["type"], t["bytes"]) for t in js["tensors"]} == \
+            {n: (NAMES[t], len(b)) for n, (t, _, b) in rt.items()}, (tag, mix)
         count = {}
         for t, _, _ in rt.values():
             count[NAMES[t]] = count.get(NAMES[t], 0) + 1
