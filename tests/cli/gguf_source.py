@@ -297,10 +297,15 @@ def gguf_as_gguf(d):
     ckref.run(MKCKPT, "--model", "llama", src + "-small")
     n = json.load(open(os.path.join(src + "-small", "config.json")))["vocab_size"]
     cases = [({"tokenizer.ggml.tokens": (9, (8, [f"t{i}" for i in range(n - 1)]))},
-              f"tokenizer.ggml.tokens lists {n - 1} tokens, the view's token_embd.weight has {n} rows"),
+              f"tokenizer.ggml.tokens lists {n - 1} entries, the view's token_embd.weight has {n} rows"),
              ({"tokenizer.ggml.tokens": (9, (5, list(range(n))))}, "tokenizer.ggml.tokens is not an array of strings"),
              ({"tokenizer.ggml.tokens": (8, "t0")}, "tokenizer.ggml.tokens is not an array of strings"),
-             ({"tokenizer.ggml.model": (4, 2)}, "tokenizer.ggml.model is missing or not a string")]
+             ({"tokenizer.ggml.model": (4, 2)}, "tokenizer.ggml.model is missing or not a string"),
+             # what llama.cpp indexes by token id: one per token, of its type
+             ({"tokenizer.ggml.scores": (9, (6, [0.0] * (n - 3)))},
+              f"tokenizer.ggml.scores lists {n - 3} entries, the view's token_embd.weight has {n} rows"),
+             ({"tokenizer.ggml.token_type": (9, (6, [1.0] * n))}, "tokenizer.ggml.token_type is not an array of i32"),
+             ({"tokenizer.ggml.merges": (9, (5, [1, 2]))}, "tokenizer.ggml.merges is not an array of strings")]
     for k, (meta, says) in enumerate(cases):
         bad = os.path.join(d, f"gg-bad{k}.gguf")
         llama_gguf(src + "-small", bad, True, extra_meta=meta)
@@ -312,7 +317,7 @@ def gguf_as_gguf(d):
         shutil.rmtree(small)
     print(f"GGUF -> GGUF: the real tiny Llama's 12 tensors and 7 tokenizer records as the source's, llama.cpp "
           f"{r:.0e} from the source, the same tokens; GPT-2's BPE (50,000 merges) carried into Q8_0 and "
-          f"tokenizing alike; gguf_pre replaces only the pre-tokenizer; 4 hostile tokenizers refused")
+          f"tokenizing alike; gguf_pre replaces only the pre-tokenizer; {len(cases)} hostile tokenizers refused")
 
 
 def phi3_unfuse(src, cfg):
