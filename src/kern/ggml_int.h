@@ -49,6 +49,25 @@ static inline float ck_first_absmax(const float *x, int n)
 	return max;
 }
 
+/* Round to nearest even by adding 1.5 * 2^23 and reading the mantissa
+ * (ggml's nearest_int; exact for |v| < 2^22, and defined for any v). */
+static inline int ck_nearest_int(float v)
+{
+	float t = v + 12582912.f;
+	int32_t i;
+	memcpy(&i, &t, sizeof i);
+	return (i & 0x007fffff) - 0x00400000;
+}
+
+static inline int ck_clampi(int v, int lo, int hi)
+{
+	return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* Eight lanes of floats or ints (GCC's and clang's vector extensions: SSE
+ * pairs on x86-64, whatever the target has elsewhere). Each lane computes
+ * what the scalar code computes, operation for operation: IEEE arithmetic
+ * is the same in a lane as alone, and nothing is contracted (ISO C). */
 /* (int8_t)(v) or (uint8_t)(v) truncating, as x86 converts: through a
  * 32-bit integer, whose out-of-range result (INT_MIN, low byte 0) NaN and
  * huge values take instead of undefined behaviour. The low byte. */

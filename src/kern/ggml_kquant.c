@@ -21,25 +21,6 @@
 #define QK_K 256
 #define GROUP_MAX_EPS 1e-15f
 
-/* Round to nearest even by adding 1.5 * 2^23 and reading the mantissa
- * (ggml's nearest_int; exact for |v| < 2^22, and defined for any v). */
-static inline int nearest_int(float v)
-{
-	float t = v + 12582912.f;
-	int32_t i;
-	memcpy(&i, &t, sizeof i);
-	return (i & 0x007fffff) - 0x00400000;
-}
-
-static inline int clampi(int v, int lo, int hi)
-{
-	return v < lo ? lo : v > hi ? hi : v;
-}
-
-/* Eight lanes of floats or ints (GCC's and clang's vector extensions: SSE
- * pairs on x86-64, whatever the target has elsewhere). Each lane computes
- * what the scalar code computes, operation for operation: IEEE arithmetic
- * is the same in a lane as alone, and nothing is contracted (ISO C). */
 #if defined(__GNUC__) && !defined(__clang__)
 /* 32-byte vectors passed by value between this file's static functions
  * only: GCC's note that an AVX build would pass them differently does not
@@ -294,8 +275,8 @@ static void kquant_levels(const float *x, int nmax, unsigned char *dd, unsigned 
 	float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
 	memset(sc, 0, 12);
 	for (int j = 0; j < 8; j++) {
-		uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
-		uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+		uint8_t ls = (uint8_t)ck_nearest_int(inv_scale * scales[j]);
+		uint8_t lm = (uint8_t)ck_nearest_int(inv_min * mins[j]);
 		ls = ls < 63 ? ls : 63;
 		lm = lm < 63 ? lm : 63;
 		if (j < 4) {
@@ -318,7 +299,7 @@ static void kquant_levels(const float *x, int nmax, unsigned char *dd, unsigned 
 		const float dm = ck_half_at(dd + 2) * (float)m;
 		for (int i = 0; i < 32; i++)
 			L[32 * j + i] =
-			    (uint8_t)clampi(nearest_int((x[32 * j + i] + dm) / d), 0, nmax);
+			    (uint8_t)ck_clampi(ck_nearest_int((x[32 * j + i] + dm) / d), 0, nmax);
 	}
 }
 
@@ -379,7 +360,7 @@ static void quant_q6_k(const float *x, unsigned char *y)
 	const float iscale = -128.f / max_scale;
 	ck_put_half(y + 208, 1 / iscale);
 	for (int ib = 0; ib < 16; ib++) {
-		int s = nearest_int(iscale * scales[ib]);
+		int s = ck_nearest_int(iscale * scales[ib]);
 		sc[ib] = (int8_t)(s < 127 ? s : 127);
 	}
 	for (int j = 0; j < 16; j++) {
@@ -388,7 +369,7 @@ static void quant_q6_k(const float *x, unsigned char *y)
 			continue;
 		for (int i = 0; i < 16; i++)
 			L[16 * j + i] =
-			    (int8_t)(clampi(nearest_int(x[16 * j + i] / d), -32, 31) + 32);
+			    (int8_t)(ck_clampi(ck_nearest_int(x[16 * j + i] / d), -32, 31) + 32);
 	}
 	for (int j = 0; j < QK_K; j += 128, ql += 64, qh += 32)
 		for (int l = 0; l < 32; l++) {
@@ -450,6 +431,8 @@ static void quant_q5_1(const float *x, unsigned char *y)
 int ck_kquant_block(uint32_t type, const float *x, unsigned char *y)
 {
 	switch (type) {
+	case CK_GGML_Q2_K: ck_quant_q2_k(x, y); return 0;
+	case CK_GGML_Q3_K: ck_quant_q3_k(x, y); return 0;
 	case CK_GGML_Q4_K: quant_q4_k(x, y); return 0;
 	case CK_GGML_Q5_K: quant_q5_k(x, y); return 0;
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;

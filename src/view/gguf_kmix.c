@@ -71,11 +71,16 @@ static uint32_t attn_v_type(const struct ck_gguf_kmix *k, const struct ck_plan *
 			    uint32_t t)
 {
 	int iv = rank_among(p, i, WV, 3), nv = count_of(p, WV, 3);
-	if ((k->ftype == CK_FTYPE_Q4_K_M || k->ftype == CK_FTYPE_Q5_K_M) && use_more_bits(iv, nv))
-		t = CK_GGML_Q6_K;
-	else if (k->ftype == CK_FTYPE_Q4_K_S && iv < 4)
-		t = CK_GGML_Q5_K;
-	if (k->is_70b && t == CK_GGML_Q4_K)
+	switch (k->ftype) {
+	case CK_FTYPE_Q2_K: t = k->n_gqa >= 4 ? CK_GGML_Q4_K : CK_GGML_Q3_K; break;
+	case CK_FTYPE_Q3_K_M: t = iv < 2 ? CK_GGML_Q5_K : CK_GGML_Q4_K; break;
+	case CK_FTYPE_Q3_K_L: t = CK_GGML_Q5_K; break;
+	case CK_FTYPE_Q4_K_M:
+	case CK_FTYPE_Q5_K_M: t = use_more_bits(iv, nv) ? CK_GGML_Q6_K : t; break;
+	case CK_FTYPE_Q4_K_S: t = iv < 4 ? CK_GGML_Q5_K : t; break;
+	default: break;
+	}
+	if (k->is_70b && (t == CK_GGML_Q3_K || t == CK_GGML_Q4_K))
 		t = CK_GGML_Q5_K; /* 8 heads share each attn_v row: 8x smaller */
 	if (k->n_expert == 8)
 		t = CK_GGML_Q8_0;
@@ -88,11 +93,29 @@ static uint32_t ffn_down_type(const struct ck_gguf_kmix *k, const struct ck_plan
 	static const char *const fd[] = {"ffn_down"};
 	int il = k->n_expert > 1 ? layer_of(p->t[i].name) : rank_among(p, i, fd, 1);
 	int nl = k->n_layer;
-	if ((k->ftype == CK_FTYPE_Q4_K_M || k->ftype == CK_FTYPE_Q5_K_M) && use_more_bits(il, nl))
-		return CK_GGML_Q6_K;
-	if (k->ftype == CK_FTYPE_Q4_K_S && il < nl / 8)
-		return CK_GGML_Q5_K;
-	return t;
+	switch (k->ftype) {
+	case CK_FTYPE_Q2_K: return CK_GGML_Q3_K;
+	case CK_FTYPE_Q3_K_M: return il < nl / 16 ? CK_GGML_Q5_K : CK_GGML_Q4_K;
+	case CK_FTYPE_Q3_K_L: return CK_GGML_Q5_K;
+	case CK_FTYPE_Q4_K_M:
+	case CK_FTYPE_Q5_K_M: return use_more_bits(il, nl) ? CK_GGML_Q6_K : t;
+	case CK_FTYPE_Q4_K_S: return il < nl / 8 ? CK_GGML_Q5_K : t;
+	default: return t;
+	}
+}
+
+static uint32_t attn_output_type(const struct ck_gguf_kmix *k, uint32_t t)
+{
+	if (k->n_expert == 8)
+		return k->ftype == CK_FTYPE_Q2_K || k->ftype == CK_FTYPE_Q3_K_S ||
+			       k->ftype == CK_FTYPE_Q3_K_M || k->ftype == CK_FTYPE_Q4_K_S ||
+			       k->ftype == CK_FTYPE_Q4_K_M
+			   ? CK_GGML_Q5_K
+			   : t;
+	return k->ftype == CK_FTYPE_Q2_K     ? CK_GGML_Q3_K
+	       : k->ftype == CK_FTYPE_Q3_K_M ? CK_GGML_Q4_K
+	       : k->ftype == CK_FTYPE_Q3_K_L ? CK_GGML_Q5_K
+					     : t;
 }
 
 /* A type whose blocks do not tile the rows: llama-quantize's fallback,
@@ -102,6 +125,8 @@ static uint32_t fit_rows(uint32_t t, int64_t nx)
 	size_t qk, qb;
 	if (ck_ggml_block(t, &qk, &qb) && nx % (int64_t)qk == 0)
 		return t;
+	if (t == CK_GGML_Q2_K || t == CK_GGML_Q3_K)
+		return CK_KMIX_UNSUPPORTED; /* llama.cpp: IQ4_NL */
 	t = t == CK_GGML_Q4_K ? CK_GGML_Q5_0 : t == CK_GGML_Q5_K ? CK_GGML_Q5_1 : CK_GGML_Q8_0;
 	return nx % 32 ? 0 : t;
 }
@@ -123,8 +148,6 @@ uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p
 	else if (strstr(name, "ffn_down"))
 		t = ffn_down_type(k, p, i, t);
 	else if (strstr(name, "attn_output.weight"))
-		t = k->n_expert == 8 && (k->ftype == CK_FTYPE_Q4_K_S || k->ftype == CK_FTYPE_Q4_K_M)
-			? CK_GGML_Q5_K
-			: t;
+		t = attn_output_type(k, t);
 	return fit_rows(t, nx);
 }

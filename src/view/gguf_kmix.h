@@ -1,11 +1,12 @@
-/* The K-quant mixes of the GGUF view (-o gguf=Q4_K_M, Q4_K_S, Q5_K_M,
- * Q5_K_S, Q6_K): which ggml type each matrix gets, as llama-quantize's
- * llama_tensor_get_type chooses it without an importance matrix. The base
- * type for most matrices; Q6_K for the output (or the tied embedding);
- * more bits for attn_v and ffn_down in the first and last eighth of the
- * layers and every third between (the _M mixes), for the first layers (the
- * _S mixes; Phi-3's fused attn_qkv counts as attn_v), for a 70B's attn_v
- * and an 8-expert model's attention; rows that are not whole super-blocks fall back to
+/* The K-quant mixes of the GGUF view (-o gguf=Q2_K, Q3_K_S, Q3_K_M, Q3_K_L,
+ * Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K): which ggml type each matrix gets,
+ * as llama-quantize's llama_tensor_get_type chooses it without an
+ * importance matrix. The base type for most matrices; Q6_K for the output
+ * (or the tied embedding); more bits for attn_v (Phi-3's fused attn_qkv
+ * counts as one), ffn_down and attn_output by the mix's own rules (the _M
+ * mixes: the first and last eighth of the layers and every third between;
+ * the _S mixes: the first layers), for a 70B's attn_v and an 8-expert
+ * model's attention; rows that are not whole super-blocks fall back to
  * Q5_0, Q5_1 or Q8_0, and rows that are not whole 32-blocks to F16. */
 #ifndef CK_GGUF_KMIX_H
 #define CK_GGUF_KMIX_H
@@ -16,6 +17,10 @@
 
 /* llama_ftype's numbers for the mixes (general.file_type) */
 enum {
+	CK_FTYPE_Q2_K = 10,
+	CK_FTYPE_Q3_K_S = 11,
+	CK_FTYPE_Q3_K_M = 12,
+	CK_FTYPE_Q3_K_L = 13,
 	CK_FTYPE_Q4_K_S = 14,
 	CK_FTYPE_Q4_K_M = 15,
 	CK_FTYPE_Q5_K_S = 16,
@@ -30,10 +35,15 @@ struct ck_gguf_kmix {
 	int n_layer;	/* blocks */
 	int n_expert;	/* experts per layer (0: dense) */
 	int is_70b;	/* llama.cpp's LLM_TYPE_70B: a GQA Llama or a Qwen2 of 80 layers */
+	int n_gqa;	/* query heads per KV head */
 };
 
+/* A matrix llama.cpp would write in a type ckptfs does not (IQ4_NL, the Q2_K
+ * and Q3_K mixes' fallback for rows that are not whole super-blocks). */
+#define CK_KMIX_UNSUPPORTED UINT32_MAX
+
 /* The ggml type of plan target i (a matrix: two or more dims, quantized),
- * or 0 for F16 (rows not whole 32-blocks). The running counts llama.cpp
+ * 0 for F16 (rows not whole 32-blocks), or CK_KMIX_UNSUPPORTED. The running counts llama.cpp
  * keeps are the target's rank among the plan's attn_v or ffn_down
  * tensors in llama.cpp's order (by layer, then by name). */
 uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p, size_t i);

@@ -64,13 +64,19 @@ static const struct ftype {
     {"BF16", CK_GGUF_BF16, 32, CK_DT_BF16, 0},
     {"Q8_0", CK_GGML_Q8_0, 7, CK_DT_F32, 0},
     {"Q4_0", CK_GGML_Q4_0, 2, CK_DT_F32, 0},
+    {"Q2_K", CK_GGML_Q2_K, CK_FTYPE_Q2_K, CK_DT_F32, 1},
+    {"Q3_K_S", CK_GGML_Q3_K, CK_FTYPE_Q3_K_S, CK_DT_F32, 1},
+    {"Q3_K_M", CK_GGML_Q3_K, CK_FTYPE_Q3_K_M, CK_DT_F32, 1},
+    {"Q3_K_L", CK_GGML_Q3_K, CK_FTYPE_Q3_K_L, CK_DT_F32, 1},
     {"Q4_K_M", CK_GGML_Q4_K, CK_FTYPE_Q4_K_M, CK_DT_F32, 1},
     {"Q4_K_S", CK_GGML_Q4_K, CK_FTYPE_Q4_K_S, CK_DT_F32, 1},
     {"Q5_K_M", CK_GGML_Q5_K, CK_FTYPE_Q5_K_M, CK_DT_F32, 1},
     {"Q5_K_S", CK_GGML_Q5_K, CK_FTYPE_Q5_K_S, CK_DT_F32, 1},
     {"Q6_K", CK_GGML_Q6_K, CK_FTYPE_Q6_K, CK_DT_F32, 1},
 };
-#define TYPE_LIST "F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K"
+#define TYPE_LIST                                                                                  \
+	"F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, "       \
+	"Q5_K_S, Q6_K"
 
 static const struct ftype *find_ftype(const char *name)
 {
@@ -461,6 +467,9 @@ static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a,
 	};
 	/* llama.cpp's LLM_TYPE_70B: 80 layers, a Llama with grouped KV heads
 	 * or a Qwen2 */
+	k.n_gqa = cJSON_IsNumber(kv) && kv->valuedouble >= 1 && nh >= kv->valuedouble
+		      ? (int)(nh / kv->valuedouble)
+		      : 1;
 	k.is_70b = k.n_layer == 80 && !k.n_expert &&
 		   ((!strcmp(a->gguf, "llama") && cJSON_IsNumber(kv) && kv->valuedouble != nh) ||
 		    !strcmp(a->gguf, "qwen2"));
@@ -488,6 +497,14 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct 
 			q = 0;
 		} else if (ft->mix) {
 			q = ck_gguf_kmix_type(&k, p, i);
+			if (q == CK_KMIX_UNSUPPORTED)
+				return ck_fail(
+				    err, CK_E_MAPPING,
+				    "\"%s\": rows of %lld elements are not whole "
+				    "256-element super-blocks: llama.cpp's %s writes IQ4_NL "
+				    "there, which ckptfs does not (Q4_K_M and the mixes above "
+				    "it fall back to Q5_0, Q5_1 or Q8_0)",
+				    t->name, (long long)last, ft->name);
 			dt = q ? CK_DT_F32 : CK_DT_F16;
 		} else if (q && last % 32) { /* no whole blocks: F16, as the converter does */
 			dt = CK_DT_F16;

@@ -97,8 +97,9 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_DEQUANT, "gguf_dequant", "F32|BF16", "quantized GGUF tensors decoded to (default F32)"},
     {S_GGUF, "gguf", "[TYPE]",
      "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, "
-     "...; TYPE F32, F16, BF16, Q8_0, Q4_0 or the K-quant mixes Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, "
-     "Q6_K (default: the source's float type; quantized on read)"},
+     "...; TYPE F32, F16, BF16, Q8_0, Q4_0 or llama-quantize's K-quant mixes Q2_K, Q3_K_S, "
+     "Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K (default: the source's float type; "
+     "quantized on read)"},
     {S_GGUF_PRE, "gguf_pre", "NAME",
      "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
      "pattern)"},

@@ -1,15 +1,16 @@
-"""The GGUF view's K-quant mixes (-o gguf=Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S,
-Q6_K) against llama.cpp's own quantizer: llama_model_quantize, from the
+"""The GGUF view's K-quant mixes (-o gguf=Q2_K, Q3_K_S, Q3_K_M, Q3_K_L,
+Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K) against llama.cpp's own quantizer: llama_model_quantize, from the
 prebuilt libllama node-llama-cpp ships (what the llama-quantize tool runs),
 quantizes the view's unquantized file; ckptfs's mix must give every tensor
 the type llama.cpp chose and the bytes it wrote, and inspect --format must
 list those types and sizes without reading tensor data. The cases reach each rule
-of llama.cpp's choice: the mixes' extra bits for attn_v and ffn_down (first
-and last eighth of the layers, every third between; the first layers for
-_S), Q6_K for the output and for a tied embedding, a 70B's attn_v, an
-8-expert model's attention, Phi-3's fused attn_qkv counted as attn_v, rows
-that are not whole super-blocks (Q5_0, Q5_1, Q8_0 fallbacks) or not whole
-32-blocks (F16); a BF16 source (quantized from its 2-byte elements) and
+of llama.cpp's choice: the mixes' extra bits for attn_v, ffn_down and
+attn_output (first and last eighth of the layers, every third between; the
+first layers for _S; Q2_K's attn_v by the grouped heads), Q6_K for the
+output and for a tied embedding, a 70B's attn_v, an 8-expert model's
+attention, Phi-3's fused attn_qkv counted as attn_v, rows that are not whole
+super-blocks (Q5_0, Q5_1, Q8_0 fallbacks; refused for Q2_K and Q3_K, whose
+fallback is IQ4_NL) or not whole 32-blocks (F16); a BF16 source (quantized from its 2-byte elements) and
 weights that corner the quantizers (zeros, subnormals, the largest floats,
 sums that overflow, random bit patterns; not infinities or NaN, which
 llama.cpp's quantizer refuses to quantize). With --mount: the mounted
@@ -32,7 +33,8 @@ import ckref  # noqa: E402
 import gguf_source as gs  # noqa: E402  (parse_gguf, QUANT, llama_cpp)
 
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
-FTYPE = {"Q4_K_S": 14, "Q4_K_M": 15, "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype
+FTYPE = {"Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
+         "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype
 SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), **{t: (qk, qb) for t, qk, qb in gs.QUANT.values()}}
 NAMES = {t: n for n, (t, _, _) in gs.QUANT.items()} | {0: "F32", 1: "F16", 30: "BF16"}
 
@@ -134,7 +136,7 @@ def hostile_weights(src, rng, extreme):
     (ties). extreme: also the largest floats, infinities and sums that
     overflow, whose F16 scales overflow (llama.cpp's quantizer refuses to
     write those; ggml's row quantizer, the reference then, does not);
-    else every value stays under 2^20."""
+    else every value stays under 2^19 (Q2_K's F16 min, |min| / 15, stays finite)."""
     w = {k: v[2].astype(np.float32) for k, v in ckref.read_checkpoint_dir(src).items()}
     top = 121 if extreme else 16
     for k, a in w.items():
@@ -157,7 +159,7 @@ def hostile_weights(src, rng, extreme):
                     b[:] = rng.choice([-1, 1], 32) * (np.float32(1e38) if extreme else np.float32(1e-23))
                 elif kind == 6:
                     bits = rng.integers(0, 2 ** 32, 32, dtype=np.uint64).astype(np.uint32).view(np.float32)
-                    keep = ~np.isnan(bits) if extreme else np.abs(bits) < 2 ** 20
+                    keep = ~np.isnan(bits) if extreme else np.abs(bits) < 2 ** 19
                     b[:] = np.where(keep, bits, np.float32(0.5))
                 elif kind == 7:
                     b[rng.integers(0, 32)] = np.inf if extreme else 40.0
@@ -260,11 +262,14 @@ def main():
         half = gen(d, "bf16", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512", "--dtype", "BF16")
         seen = same_as_llama(lib, d, "bf16", half, ["Q4_K_M", "Q6_K"], unquantized="BF16")
         print(f"a BF16 source, quantized from its elements: {seen}")
-        cases = [("70b", ["--layers", "80", "--hidden", "256", "--intermediate", "256"], ["Q4_K_M"], "Q5_K"),
+        cases = [("70b", ["--layers", "80", "--hidden", "256", "--intermediate", "256"],
+                  ["Q4_K_M", "Q3_K_M", "Q2_K"], "Q5_K"),
+                 ("gqa4", ["--layers", "16", "--hidden", "256", "--intermediate", "256", "--heads", "8",
+                           "--kv-heads", "2"], ["Q2_K", "Q3_K_M"], "Q4_K"),
                  ("experts", ["--model", "mixtral", "--experts", "8", "--layers", "4", "--hidden", "256",
-                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M"], "Q8_0"),
+                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M", "Q2_K", "Q3_K_M"], "Q8_0"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
-                  ["Q4_K_M", "Q4_K_S"], "Q5_K"),
+                  ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
                            "--intermediate", "512"], ["Q4_K_M"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
@@ -276,6 +281,17 @@ def main():
             seen = same_as_llama(lib, d, tag, src, mixes)
             assert any(must in c for c in seen.values()), (tag, must, seen)  # the rule the case is for
             print(f"{tag}: {seen}")
+        # llama.cpp's fallback for Q2_K / Q3_K rows that are not whole
+        # super-blocks is IQ4_NL, which ckptfs does not write: refused by name
+        src = os.path.join(d, "src-rows160")
+        for mix in ("Q2_K", "Q3_K_M"):
+            out = os.path.join(d, "refused-" + mix)
+            p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", "gguf:" + mix,
+                                "--gguf-vocab", "none"], capture_output=True, text=True)
+            assert p.returncode != 0 and "rows of 160 elements are not whole 256-element super-blocks" in p.stderr \
+                and "IQ4_NL" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+            assert not os.path.exists(out)
+        print("Q2_K and Q3_K_M of rows llama.cpp writes as IQ4_NL: refused, one line, nothing written")
     finally:
         subprocess.run(["rm", "-rf", d])
 
