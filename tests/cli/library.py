@@ -151,6 +151,14 @@ def main():
         sh(shared, tok, "-o", "gguf=Q8_0", "--file", "model.gguf", got, env=env)
         assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read()
         print("-o gguf=Q8_0: the library's model.gguf is convert --format gguf:Q8_0's file, byte for byte")
+        kq = os.path.join(d, "llama-kq")  # rows of whole 256-element super-blocks: K-quant blocks
+        ckref.run(MKCKPT, "--model", "llama", "--vocab", "300", "--hidden", "256", "--intermediate", "512", kq)
+        conv = os.path.join(d, "gguf-kq")
+        ckref.run(CKPTFS, "convert", kq, conv, "--format", "gguf:Q4_K_M", "--quiet")
+        got = os.path.join(d, "lib-kq.gguf")
+        sh(shared, kq, "-o", "gguf=Q4_K_M", "--file", "model.gguf", got, env=env)
+        assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read()
+        print("-o gguf=Q4_K_M: the library's model.gguf is convert --format gguf:Q4_K_M's file, byte for byte")
         dconv = os.path.join(d, "dcp-out")
         ckref.run(CKPTFS, "convert", tok, dconv, "--format", "dcp", "--quiet")
         for f in (".metadata", "__0_0.distcp"):
