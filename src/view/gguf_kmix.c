@@ -118,16 +118,18 @@ static uint32_t attn_output_type(const struct ck_gguf_kmix *k, uint32_t t)
 					     : t;
 }
 
-/* A type whose blocks do not tile the rows: llama-quantize's fallback,
- * then F16 (0) when even 32-element blocks do not. */
+/* A type whose blocks do not tile the rows: llama-quantize's fallback (as
+ * the tested llama.cpp chooses it: Q4_0 for Q2_K and Q3_K), then F16 (0)
+ * when even 32-element blocks do not. */
 static uint32_t fit_rows(uint32_t t, int64_t nx)
 {
 	size_t qk, qb;
 	if (ck_ggml_block(t, &qk, &qb) && nx % (int64_t)qk == 0)
 		return t;
-	if (t == CK_GGML_Q2_K || t == CK_GGML_Q3_K)
-		return CK_KMIX_UNSUPPORTED; /* llama.cpp: IQ4_NL */
-	t = t == CK_GGML_Q4_K ? CK_GGML_Q5_0 : t == CK_GGML_Q5_K ? CK_GGML_Q5_1 : CK_GGML_Q8_0;
+	t = t == CK_GGML_Q2_K || t == CK_GGML_Q3_K ? CK_GGML_Q4_0
+	    : t == CK_GGML_Q4_K			   ? CK_GGML_Q5_0
+	    : t == CK_GGML_Q5_K			   ? CK_GGML_Q5_1
+						   : CK_GGML_Q8_0;
 	return nx % 32 ? 0 : t;
 }
 

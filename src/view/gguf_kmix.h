@@ -7,7 +7,9 @@
  * mixes: the first and last eighth of the layers and every third between;
  * the _S mixes: the first layers), for a 70B's attn_v and an 8-expert
  * model's attention; rows that are not whole super-blocks fall back to
- * Q5_0, Q5_1 or Q8_0, and rows that are not whole 32-blocks to F16. */
+ * Q4_0 (Q2_K, Q3_K: what node-llama-cpp 3.22.1's llama.cpp writes; other
+ * versions take IQ4_NL), Q5_0 (Q4_K), Q5_1 (Q5_K) or Q8_0, and rows that
+ * are not whole 32-blocks to F16. */
 #ifndef CK_GGUF_KMIX_H
 #define CK_GGUF_KMIX_H
 
@@ -38,12 +40,8 @@ struct ck_gguf_kmix {
 	int n_gqa;	/* query heads per KV head */
 };
 
-/* A matrix llama.cpp would write in a type ckptfs does not (IQ4_NL, the Q2_K
- * and Q3_K mixes' fallback for rows that are not whole super-blocks). */
-#define CK_KMIX_UNSUPPORTED UINT32_MAX
-
 /* The ggml type of plan target i (a matrix: two or more dims, quantized),
- * 0 for F16 (rows not whole 32-blocks), or CK_KMIX_UNSUPPORTED. The running counts llama.cpp
+ * or 0 for F16 (rows not whole 32-blocks). The running counts llama.cpp
  * keeps are the target's rank among the plan's attn_v or ffn_down
  * tensors in llama.cpp's order (by layer, then by name). */
 uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p, size_t i);

@@ -497,14 +497,6 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct 
 			q = 0;
 		} else if (ft->mix) {
 			q = ck_gguf_kmix_type(&k, p, i);
-			if (q == CK_KMIX_UNSUPPORTED)
-				return ck_fail(
-				    err, CK_E_MAPPING,
-				    "\"%s\": rows of %lld elements are not whole "
-				    "256-element super-blocks: llama.cpp's %s writes IQ4_NL "
-				    "there, which ckptfs does not (Q4_K_M and the mixes above "
-				    "it fall back to Q5_0, Q5_1 or Q8_0)",
-				    t->name, (long long)last, ft->name);
 			dt = q ? CK_DT_F32 : CK_DT_F16;
 		} else if (q && last % 32) { /* no whole blocks: F16, as the converter does */
 			dt = CK_DT_F16;
