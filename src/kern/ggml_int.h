@@ -24,6 +24,10 @@ static inline void ck_put_half(unsigned char *p, float d)
 	memcpy(p, &h, 2);
 }
 
+/* ggml's GROUP_MAX_EPS: a group whose largest magnitude is below it
+ * quantizes to zeros. */
+#define CK_GROUP_MAX_EPS 1e-15f
+
 /* The 6-bit scale and min of sub-block j of a Q4_K/Q5_K super-block. */
 static inline void ck_scale_min_k4(int j, const unsigned char *q, unsigned *d, unsigned *m)
 {

@@ -9,7 +9,6 @@
 #include "ggml_int.h"
 
 #define QK_K 256
-#define GROUP_MAX_EPS 1e-15f
 
 /* ggml's make_qkx2_quants with use_mad (the weighted absolute error), for
  * n = 16 values: levels 0..nmax, the scale, and the min's negation. min and
@@ -138,7 +137,7 @@ static float q3(int nmax, const float *x, int8_t *L)
 			max = x[i];
 		}
 	}
-	if (amax < GROUP_MAX_EPS) {
+	if (amax < CK_GROUP_MAX_EPS) {
 		memset(L, 0, N);
 		return 0.f;
 	}
