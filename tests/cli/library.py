@@ -143,22 +143,18 @@ def main():
               f"(torch.load) through the library: {len(source)} tensors equal the source")
 
         # -o gguf: the library serves model.gguf, the bytes convert --format gguf writes
+        # (Q4_K_M on rows of whole 256-element super-blocks: K-quant blocks)
         tok = os.path.join(d, "llama-tok")
         ckref.run(MKCKPT, "--model", "llama", "--vocab", "300", tok)
-        conv = os.path.join(d, "gguf-out")
-        ckref.run(CKPTFS, "convert", tok, conv, "--format", "gguf:Q8_0", "--quiet")
-        got = os.path.join(d, "lib.gguf")
-        sh(shared, tok, "-o", "gguf=Q8_0", "--file", "model.gguf", got, env=env)
-        assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read()
-        print("-o gguf=Q8_0: the library's model.gguf is convert --format gguf:Q8_0's file, byte for byte")
-        kq = os.path.join(d, "llama-kq")  # rows of whole 256-element super-blocks: K-quant blocks
+        kq = os.path.join(d, "llama-kq")
         ckref.run(MKCKPT, "--model", "llama", "--vocab", "300", "--hidden", "256", "--intermediate", "512", kq)
-        conv = os.path.join(d, "gguf-kq")
-        ckref.run(CKPTFS, "convert", kq, conv, "--format", "gguf:Q4_K_M", "--quiet")
-        got = os.path.join(d, "lib-kq.gguf")
-        sh(shared, kq, "-o", "gguf=Q4_K_M", "--file", "model.gguf", got, env=env)
-        assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read()
-        print("-o gguf=Q4_K_M: the library's model.gguf is convert --format gguf:Q4_K_M's file, byte for byte")
+        for src, ty in ((tok, "Q8_0"), (kq, "Q4_K_M")):
+            conv = os.path.join(d, "gguf-" + ty)
+            ckref.run(CKPTFS, "convert", src, conv, "--format", "gguf:" + ty, "--quiet")
+            got = os.path.join(d, f"lib-{ty}.gguf")
+            sh(shared, src, "-o", "gguf=" + ty, "--file", "model.gguf", got, env=env)
+            assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read(), ty
+            print(f"-o gguf={ty}: the library's model.gguf is convert --format gguf:{ty}'s file, byte for byte")
         dconv = os.path.join(d, "dcp-out")
         ckref.run(CKPTFS, "convert", tok, dconv, "--format", "dcp", "--quiet")
         for f in (".metadata", "__0_0.distcp"):
