@@ -36,7 +36,7 @@ struct ck_gguf_kmix {
 	int has_output; /* output.weight is there (else token_embd is the output) */
 	int n_layer;	/* blocks */
 	int n_expert;	/* experts per layer (0: dense) */
-	int is_70b;	/* llama.cpp's LLM_TYPE_70B: a GQA Llama or a Qwen2 of 80 layers */
+	int is_70b;	/* llama.cpp's LLM_TYPE_70B (kmix_of says which models) */
 	int n_gqa;	/* query heads per KV head */
 };
 

@@ -465,14 +465,16 @@ static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a,
 			    ? (int)ne->valuedouble
 			    : 0,
 	};
-	/* llama.cpp's LLM_TYPE_70B: 80 layers, a Llama with grouped KV heads
-	 * or a Qwen2 */
+	/* llama.cpp's LLM_TYPE_70B: 80 layers, and a Llama with grouped KV
+	 * heads whose experts are not 8 (8 makes an 8x7B or 8x22B, any other
+	 * count takes the dense sizes), or a Qwen2; not a Qwen2-VL (its type
+	 * is left unknown) */
 	k.n_gqa = cJSON_IsNumber(kv) && kv->valuedouble >= 1 && nh >= kv->valuedouble
 		      ? (int)(nh / kv->valuedouble)
 		      : 1;
-	k.is_70b = k.n_layer == 80 && !k.n_expert &&
-		   ((!strcmp(a->gguf, "llama") && cJSON_IsNumber(kv) && kv->valuedouble != nh) ||
-		    !strcmp(a->gguf, "qwen2"));
+	k.is_70b = k.n_layer == 80 && ((!strcmp(a->gguf, "llama") && k.n_expert != 8 &&
+					cJSON_IsNumber(kv) && kv->valuedouble != nh) ||
+				       !strcmp(a->gguf, "qwen2"));
 	return k;
 }
 

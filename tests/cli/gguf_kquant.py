@@ -7,9 +7,10 @@ list those types and sizes without reading tensor data. The cases reach each rul
 of llama.cpp's choice: the mixes' extra bits for attn_v, ffn_down and
 attn_output (first and last eighth of the layers, every third between; the
 first layers for _S; Q2_K's attn_v by the grouped heads), Q6_K for the
-output and for a tied embedding, a 70B's attn_v, an 8-expert model's
+output and for a tied embedding, a 70B's attn_v (80 layers: a GQA Llama
+with any expert count but 8, a Qwen2; not a Qwen2-VL), an 8-expert model's
 attention, Phi-3's fused attn_qkv counted as attn_v, rows that are not whole
-super-blocks (the IQ4_NL, Q5_0, Q5_1 and Q8_0 fallbacks) or not whole
+super-blocks (the Q4_0, Q5_0, Q5_1 and Q8_0 fallbacks) or not whole
 32-blocks (F16); a BF16 source (quantized from its 2-byte elements) and
 weights that corner the quantizers (zeros, subnormals, the largest floats,
 sums that overflow, random bit patterns; not infinities or NaN, which
@@ -264,6 +265,10 @@ def main():
         print(f"a BF16 source, quantized from its elements: {seen}")
         cases = [("70b", ["--layers", "80", "--hidden", "256", "--intermediate", "256"],
                   ["Q4_K_M", "Q3_K_M", "Q2_K"], "Q5_K"),
+                 ("70b-4experts", ["--model", "mixtral", "--experts", "4", "--layers", "80", "--hidden", "256",
+                                   "--intermediate", "256"], ["Q3_K_M"], "Q5_K"),
+                 ("qwen2vl-80", ["--model", "qwen2", "--layers", "80", "--hidden", "256", "--intermediate", "256"],
+                  ["Q3_K_M"], "Q4_K"),
                  ("gqa4", ["--layers", "16", "--hidden", "256", "--intermediate", "256", "--heads", "8",
                            "--kv-heads", "2"], ["Q2_K", "Q3_K_M"], "Q4_K"),
                  ("experts", ["--model", "mixtral", "--experts", "8", "--layers", "4", "--hidden", "256",
@@ -278,7 +283,14 @@ def main():
                              "--kv-heads", "5"], ["Q4_K_M"], "F16")]
         for tag, args, mixes, must in cases:
             src = gen(d, tag, *base, *args)
+            if tag == "qwen2vl-80":  # Qwen2.5-VL's language model: llama.cpp's qwen2vl
+                cfg = json.load(open(os.path.join(src, "config.json")))
+                json.dump(dict(cfg, architectures=["Qwen2_5_VLForConditionalGeneration"], model_type="qwen2_5_vl",
+                               rope_scaling={"type": "mrope", "mrope_section": [16, 8, 8]}),
+                          open(os.path.join(src, "config.json"), "w"))
             seen = same_as_llama(lib, d, tag, src, mixes)
+            if tag.startswith(("70b", "qwen2vl")):  # attn_v is Q5_K in every layer only under the 70B rule
+                assert (seen["Q3_K_M"].get("Q5_K", 0) >= 80) == (tag != "qwen2vl-80"), (tag, seen)
             assert any(must in c for c in seen.values()), (tag, must, seen)  # the rule the case is for
             print(f"{tag}: {seen}")
     finally:
