@@ -22,68 +22,6 @@
 
 #define QK_K 256
 
-/* ggml's make_qkx2_quants (use_mad false) for the 8 sub-blocks of 32 of a
- * super-block at once, lane j sub-block j (xt[i], wt[i]: element i of each,
- * and its weight): levels 0..nmax, the scale and min (min <= 0, *neg_min
- * its negation) minimising the weighted squared error; the first guess
- * from the range, then nstep + 1 scales around nmax / range, each refined
- * by least squares. Every sum runs over i in order, as ggml's loop. */
-LANE_FN void qkx2(int nmax, const v8f *xt, const v8f *wt, v8i *lt, v8f *scale_out, v8f *neg_min,
-		  float rmin, float rdelta, int nstep)
-{
-	const v8f zero = {0};
-	v8f mn = xt[0], mx = xt[0], sum_w = wt[0], sum_x = wt[0] * xt[0];
-	for (int i = 1; i < 32; i++) {
-		mn = sel(xt[i] < mn, xt[i], mn);
-		mx = sel(xt[i] > mx, xt[i], mx);
-		sum_w += wt[i];
-		sum_x += wt[i] * xt[i];
-	}
-	mn = sel(mn > zero, zero, mn);
-	const v8i flat = mx == mn; /* ggml returns early: levels 0, scale 0 */
-	const v8f mn0 = mn, iscale = (float)nmax / (mx - mn);
-	v8f scale = 1 / iscale, best = zero;
-	for (int i = 0; i < 32; i++) {
-		lt[i] = levels8(iscale * (xt[i] - mn), 0, nmax);
-		v8f diff = scale * tof(lt[i]) + mn - xt[i];
-		best += wt[i] * (diff * diff);
-	}
-	v8i aux[32];
-	for (int is = 0; is <= nstep; is++) {
-		/* min moves with each better fit, and the range with it, as in ggml */
-		const v8f isc = (rmin + rdelta * (float)is + (float)nmax) / (mx - mn);
-		v8f sl = zero, sl2 = zero, sxl = zero;
-		for (int i = 0; i < 32; i++) {
-			aux[i] = levels8(isc * (xt[i] - mn), 0, nmax);
-			const v8f l = tof(aux[i]);
-			sl += wt[i] * l;
-			sl2 += wt[i] * l * l;
-			sxl += wt[i] * l * xt[i];
-		}
-		const v8f D = sum_w * sl2 - sl * sl;
-		v8f ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
-		const v8i pos = tm > zero;
-		tm = sel(pos, zero, tm);
-		ts = sel(pos, sxl / sl2, ts);
-		v8f err = zero;
-		for (int i = 0; i < 32; i++) {
-			v8f diff = ts * tof(aux[i]) + tm - xt[i];
-			err += wt[i] * (diff * diff);
-		}
-		const v8i take = (D > zero) & (err < best) & ~flat;
-		for (int i = 0; i < 32; i++)
-			lt[i] = seli(take, aux[i], lt[i]);
-		best = sel(take, err, best);
-		scale = sel(take, ts, scale);
-		mn = sel(take, tm, mn);
-	}
-	const v8i z = {0};
-	for (int i = 0; i < 32; i++)
-		lt[i] = seli(flat, z, lt[i]);
-	*scale_out = sel(flat, zero, scale);
-	*neg_min = -sel(flat, mn0, mn);
-}
-
 /* Signed levels -nmax..nmax-1 (stored + nmax) of 16 values with weights
  * x^2 and the scale that fits them best over 19 trial scales (ggml's
  * make_qx_quants, rmse_type 1), for 8 sub-blocks at once, lane j sub-block
@@ -150,9 +88,9 @@ LANE_FN void k45_fit_body(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L
 		wt[i] = av_x + (v8f)((v8i)xt[i] & abs_mask);
 	v8i lt[32];
 	if (nmax == 15)
-		qkx2(15, xt, wt, lt, sv, mv, -1.f, 0.1f, 20);
+		*sv = ck_qkx2_lanes(32, 0, 15, xt, wt, lt, mv, -1.f, 0.1f, 20);
 	else
-		qkx2(31, xt, wt, lt, sv, mv, -0.5f, 0.1f, 15);
+		*sv = ck_qkx2_lanes(32, 0, 31, xt, wt, lt, mv, -0.5f, 0.1f, 15);
 	for (int j = 0; j < 8; j++)
 		for (int i = 0; i < 32; i++)
 			L[32 * j + i] = (uint8_t)lt[i][j];

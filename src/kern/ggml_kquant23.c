@@ -15,69 +15,6 @@
 
 #define QK_K 256
 
-/* ggml's make_qkx2_quants with use_mad (the weighted absolute error) for
- * 8 sub-blocks of 16 at once, lane j sub-block j (xt[i], wt[i]: element i
- * of each, and its weight): levels 0..nmax, the scale and min (min <= 0,
- * *neg_min its negation); the first guess from the range, then nstep + 1
- * scales around nmax / range, each refined by least squares. min and the
- * range move with each better fit, as in ggml; every sum runs over i in
- * order, as ggml's loop. */
-LANE_FN v8f qkx2_mad(int nmax, const v8f *xt, const v8f *wt, v8i *lt, v8f *neg_min, float rmin,
-		     float rdelta, int nstep)
-{
-	const v8f zero = {0};
-	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
-	v8f mn = xt[0], mx = xt[0], sum_w = wt[0], sum_x = wt[0] * xt[0];
-	for (int i = 1; i < 16; i++) {
-		mn = sel(xt[i] < mn, xt[i], mn);
-		mx = sel(xt[i] > mx, xt[i], mx);
-		sum_w += wt[i];
-		sum_x += wt[i] * xt[i];
-	}
-	mn = sel(mn > zero, zero, mn);
-	const v8i flat = mx == mn; /* ggml returns early: levels 0, scale 0 */
-	const v8f mn0 = mn, iscale = (float)nmax / (mx - mn);
-	v8f scale = 1 / iscale, best = zero;
-	for (int i = 0; i < 16; i++) {
-		lt[i] = levels8(iscale * (xt[i] - mn), 0, nmax);
-		const v8f diff = scale * tof(lt[i]) + mn - xt[i];
-		best += wt[i] * (v8f)((v8i)diff & abs_mask);
-	}
-	v8i aux[16];
-	for (int is = 0; is <= nstep; is++) {
-		const v8f isc = (rmin + rdelta * (float)is + (float)nmax) / (mx - mn);
-		v8f sl = zero, sl2 = zero, sxl = zero;
-		for (int i = 0; i < 16; i++) {
-			aux[i] = levels8(isc * (xt[i] - mn), 0, nmax);
-			const v8f l = tof(aux[i]);
-			sl += wt[i] * l;
-			sl2 += wt[i] * l * l;
-			sxl += wt[i] * l * xt[i];
-		}
-		const v8f D = sum_w * sl2 - sl * sl;
-		v8f ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
-		const v8i pos = tm > zero;
-		tm = sel(pos, zero, tm);
-		ts = sel(pos, sxl / sl2, ts);
-		v8f err = zero;
-		for (int i = 0; i < 16; i++) {
-			const v8f diff = ts * tof(aux[i]) + tm - xt[i];
-			err += wt[i] * (v8f)((v8i)diff & abs_mask);
-		}
-		const v8i take = (D > zero) & (err < best) & ~flat;
-		for (int i = 0; i < 16; i++)
-			lt[i] = seli(take, aux[i], lt[i]);
-		best = sel(take, err, best);
-		scale = sel(take, ts, scale);
-		mn = sel(take, tm, mn);
-	}
-	const v8i z = {0};
-	for (int i = 0; i < 16; i++)
-		lt[i] = seli(flat, z, lt[i]);
-	*neg_min = -sel(flat, mn0, mn);
-	return sel(flat, zero, scale);
-}
-
 /* The 16 sub-blocks' scales, mins and levels of a Q2_K super-block
  * (weights |x|), two groups of 8 in lanes. */
 LANE_FN void q2_k_fit_body(const float *x, uint8_t *L, float *scales, float *mins)
@@ -91,7 +28,7 @@ LANE_FN void q2_k_fit_body(const float *x, uint8_t *L, float *scales, float *min
 				xt[i][j] = x[16 * (8 * g + j) + i];
 			wt[i] = (v8f)((v8i)xt[i] & abs_mask);
 		}
-		const v8f s = qkx2_mad(3, xt, wt, lt, &mv, -0.5f, 0.1f, 15);
+		const v8f s = ck_qkx2_lanes(16, 1, 3, xt, wt, lt, &mv, -0.5f, 0.1f, 15);
 		for (int j = 0; j < 8; j++) {
 			scales[8 * g + j] = s[j];
 			mins[8 * g + j] = mv[j];

@@ -51,4 +51,69 @@ LANE_FN v8f tof(v8i v)
 	return __builtin_convertvector(v, v8f);
 }
 
+/* ggml's make_qkx2_quants for 8 sub-blocks of n (16 or 32) at once, lane
+ * j sub-block j (xt[i], wt[i]: element i of each, and its weight): levels
+ * 0..nmax, the scale (returned) and min (min <= 0, *neg_min its negation)
+ * minimising the weighted squared error, or with mad the weighted absolute
+ * error; the first guess from the range, then nstep + 1 scales around
+ * nmax / range, each refined by least squares. min and the range move with
+ * each better fit, as in ggml; every sum runs over i in order, as ggml's
+ * loop. n and mad are constants at each call, so each inlined copy keeps
+ * one error form. */
+LANE_FN v8f ck_qkx2_lanes(int n, int mad, int nmax, const v8f *xt, const v8f *wt, v8i *lt,
+			  v8f *neg_min, float rmin, float rdelta, int nstep)
+{
+	const v8f zero = {0};
+	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
+	v8f mn = xt[0], mx = xt[0], sum_w = wt[0], sum_x = wt[0] * xt[0];
+	for (int i = 1; i < n; i++) {
+		mn = sel(xt[i] < mn, xt[i], mn);
+		mx = sel(xt[i] > mx, xt[i], mx);
+		sum_w += wt[i];
+		sum_x += wt[i] * xt[i];
+	}
+	mn = sel(mn > zero, zero, mn);
+	const v8i flat = mx == mn; /* ggml returns early: levels 0, scale 0 */
+	const v8f mn0 = mn, iscale = (float)nmax / (mx - mn);
+	v8f scale = 1 / iscale, best = zero;
+	for (int i = 0; i < n; i++) {
+		lt[i] = levels8(iscale * (xt[i] - mn), 0, nmax);
+		const v8f diff = scale * tof(lt[i]) + mn - xt[i];
+		best += wt[i] * (mad ? (v8f)((v8i)diff & abs_mask) : diff * diff);
+	}
+	v8i aux[32];
+	for (int is = 0; is <= nstep; is++) {
+		const v8f isc = (rmin + rdelta * (float)is + (float)nmax) / (mx - mn);
+		v8f sl = zero, sl2 = zero, sxl = zero;
+		for (int i = 0; i < n; i++) {
+			aux[i] = levels8(isc * (xt[i] - mn), 0, nmax);
+			const v8f l = tof(aux[i]);
+			sl += wt[i] * l;
+			sl2 += wt[i] * l * l;
+			sxl += wt[i] * l * xt[i];
+		}
+		const v8f D = sum_w * sl2 - sl * sl;
+		v8f ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
+		const v8i pos = tm > zero;
+		tm = sel(pos, zero, tm);
+		ts = sel(pos, sxl / sl2, ts);
+		v8f err = zero;
+		for (int i = 0; i < n; i++) {
+			const v8f diff = ts * tof(aux[i]) + tm - xt[i];
+			err += wt[i] * (mad ? (v8f)((v8i)diff & abs_mask) : diff * diff);
+		}
+		const v8i take = (D > zero) & (err < best) & ~flat;
+		for (int i = 0; i < n; i++)
+			lt[i] = seli(take, aux[i], lt[i]);
+		best = sel(take, err, best);
+		scale = sel(take, ts, scale);
+		mn = sel(take, tm, mn);
+	}
+	const v8i z = {0};
+	for (int i = 0; i < n; i++)
+		lt[i] = seli(flat, z, lt[i]);
+	*neg_min = -sel(flat, mn0, mn);
+	return sel(flat, zero, scale);
+}
+
 #endif
