@@ -485,7 +485,7 @@ def shape_rows(work, hidden, layers, R, full):
 
 
 GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-GGML_BLOCK = {8: (32, 34), 12: (256, 144), 14: (256, 210)}  # Q8_0, Q4_K, Q6_K: elements, bytes
+GGML_BLOCK = {8: (32, 34)}  # Q8_0: elements, bytes
 
 
 def gguf_requantized(f32_gguf, out, pick):
@@ -553,18 +553,25 @@ def gguf_requantized(f32_gguf, out, pick):
 
 def gguf_sources(work, src, R, ceiling, ceiling_od):
     """GGUF files as sources through gguf-llama-to-hf, the model read back as
-    Hugging Face tensors (GB/s out): as F32, this shape's Llama in Q8_0 and as
-    llama.cpp's Q4_K_M preset writes it (Q6_K for ffn_down, attn_v and
-    output, Q4_K for the rest), and the Q4_K_M file as BF16
+    Hugging Face tensors (GB/s out): as F32, this shape's Llama in Q8_0
+    (every matrix requantized by ggml's quantizer) and in Q4_K_M (written by
+    llama.cpp's own llama_model_quantize, the preset as it lays it out),
+    and the Q4_K_M file as BF16
     (-o gguf_dequant=BF16), interleaved."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
+    os.environ.setdefault("CKPTFS", CKPTFS)
+    os.environ.setdefault("MKCKPT", MKCKPT)
+    import gguf_kquant as kq
     f32 = os.path.join(work, "gguf-f32")
     run(CKPTFS, "convert", src, f32, "--format", "gguf:F32", "--gguf-vocab", "none", "--quiet")
     files = {}
-    for ty, pick in (("Q8_0", lambda n: 8),
-                     ("Q4_K_M", lambda n: 14 if any(k in n for k in ("ffn_down", "attn_v", "output.")) else 12)):
+    for ty in ("Q8_0", "Q4_K_M"):
         os.mkdir(os.path.join(work, "gguf-" + ty))
         files[ty] = os.path.join(work, "gguf-" + ty, "model.gguf")
-        gguf_requantized(os.path.join(f32, "model.gguf"), files[ty], pick)
+        if ty == "Q8_0":
+            gguf_requantized(os.path.join(f32, "model.gguf"), files[ty], lambda n: 8)
+        else:
+            kq.llama_quantize(kq.libllama(), os.path.join(f32, "model.gguf"), files[ty], ty, threads=0)
         read_files([files[ty]])
     shutil.rmtree(f32)
     mp = [os.path.join(MAPS, "gguf-llama-to-hf.json")]
@@ -621,7 +628,7 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
 
 
 def kquant_mixes(work, src, R):
-    """model.gguf Q4_K_M and Q6_K (llama-quantize's mixes, byte for byte)
+    """model.gguf Q4_K_M, Q6_K and Q2_K (llama-quantize's mixes, byte for byte)
     against llama.cpp's own quantizer: mount + read model.gguf against
     llama_model_quantize (the prebuilt libllama, every core) turning this
     shape's BF16 GGUF into the same mix, writing it, reading it back and
@@ -636,7 +643,7 @@ def kquant_mixes(work, src, R):
     run(CKPTFS, "convert", src, bf16, "--format", "gguf:BF16", "--gguf-vocab", "none", "--quiet")
     gin, gout = os.path.join(bf16, "model.gguf"), os.path.join(work, "kq-peer.gguf")
     read_files([gin])
-    for mix in ("Q4_K_M", "Q6_K"):
+    for mix in ("Q4_K_M", "Q6_K", "Q2_K"):
         def peer():
             kq.llama_quantize(lib, gin, gout, mix, threads=0)
             n = read_files([gout])
@@ -681,16 +688,28 @@ def main():
                     help="hidden sizes to run the per-shape rows on (of 1024, 2048, 4096)")
     ap.add_argument("--layers", type=int, default=0, help="layers of every shape (default: per shape)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--only", choices=["kquant"],
-                    help="run one group of rows alone, on the hidden-2048 shape (kquant: the K-quant mixes)")
+    ap.add_argument("--only", choices=["kquant", "gguf_sources"],
+                    help="run one group of rows alone, on the hidden-2048 shape (kquant: the K-quant mixes; "
+                    "gguf_sources: GGUF files read as Hugging Face, against the FUSE ceilings measured first)")
     a = ap.parse_args()
     if a.only:
         prepare()
         work = tempfile.mkdtemp(prefix="ckptfs-bench-")
         try:
             src = make_source(work, 2048, a.layers)[0]
-            read_files([os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors")])
-            kquant_mixes(work, src, a.reps)
+            shards = [os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors")]
+            read_files(shards)
+            if a.only == "kquant":
+                kquant_mixes(work, src, a.reps)
+            else:
+                raw = row("raw read of the source files (page cache)", measure(lambda: read_files(shards), a.reps))
+                pt = {False: [], True: []}
+                for _ in range(a.reps):
+                    for od in (False, True):
+                        pt[od] += measure_fresh(lambda: Passthrough(src), lambda m: read_files(m.files(), direct=od), 1)
+                ceiling = row("passthrough FUSE, first read (the FUSE ceiling)", pt[False], raw)
+                ceiling_od = row("passthrough, first read with O_DIRECT opens (no page cache)", pt[True], ceiling)
+                gguf_sources(work, src, a.reps, ceiling, ceiling_od)
         finally:
             subprocess.run(["rm", "-rf", work])
         return
