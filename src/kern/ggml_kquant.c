@@ -149,75 +149,47 @@ static void q6_k_fit(const float *x, int8_t *L, float *scales)
 	q6_k_fit_body(x, L, scales);
 }
 
-/* Q4_K and Q5_K (levels 0..nmax = 15 or 31): eight sub-blocks of 32, each
- * a scale and a min fitted with weights |x| + rms, both quantized to 6
- * bits against the largest, then the levels recomputed from those; the
- * 6-bit scales packed into 12 bytes at sc. */
-static void kquant_levels(const float *x, int nmax, unsigned char *dd, unsigned char *sc,
-			  uint8_t *L)
+/* The rest of a Q4_K / Q5_K block (levels 0..nmax = 15 or 31) once its
+ * eight 6-bit scales ls and mins lm and the two F16 factors d, dmin are
+ * chosen: the scales packed into 12 bytes, the levels L (the fit's)
+ * recomputed from them but where a scale is zero, the levels packed
+ * (Q5_K: the fifth bits in qh). */
+void ck_k45_finish(const float *x, int nmax, const uint8_t *ls, const uint8_t *lm, float d,
+		   float dmin, uint8_t *L, unsigned char *y)
 {
-	v8f sv, mv;
-	k45_fit(x, nmax, &sv, &mv, L);
-	float scales[8], mins[8], max_scale = 0, max_min = 0;
-	for (int j = 0; j < 8; j++) {
-		scales[j] = sv[j];
-		mins[j] = mv[j];
-		if (scales[j] > max_scale)
-			max_scale = scales[j];
-		if (mins[j] > max_min)
-			max_min = mins[j];
-	}
-	float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
-	float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+	unsigned char *dd = y, *sc = y + 4;
 	memset(sc, 0, 12);
 	for (int j = 0; j < 8; j++) {
-		uint8_t ls = (uint8_t)ck_nearest_int(inv_scale * scales[j]);
-		uint8_t lm = (uint8_t)ck_nearest_int(inv_min * mins[j]);
-		ls = ls < 63 ? ls : 63;
-		lm = lm < 63 ? lm : 63;
 		if (j < 4) {
-			sc[j] = ls;
-			sc[j + 4] = lm;
+			sc[j] = ls[j];
+			sc[j + 4] = lm[j];
 		} else {
-			sc[j + 4] = (unsigned char)((ls & 0xF) | ((lm & 0xF) << 4));
-			sc[j - 4] |= (unsigned char)((ls >> 4) << 6);
-			sc[j] |= (unsigned char)((lm >> 4) << 6);
+			sc[j + 4] = (unsigned char)((ls[j] & 0xF) | ((lm[j] & 0xF) << 4));
+			sc[j - 4] |= (unsigned char)((ls[j] >> 4) << 6);
+			sc[j] |= (unsigned char)((lm[j] >> 4) << 6);
 		}
 	}
-	ck_put_half(dd, max_scale / 63.f);
-	ck_put_half(dd + 2, max_min / 63.f);
+	ck_put_half(dd, d);
+	ck_put_half(dd + 2, dmin);
 	for (int j = 0; j < 8; j++) {
 		unsigned s, m;
 		ck_scale_min_k4(j, sc, &s, &m);
-		const float d = ck_half_at(dd) * (float)s;
-		if (d == 0.0f) /* the fitted levels stay */
+		const float dj = ck_half_at(dd) * (float)s;
+		if (dj == 0.0f) /* the fitted levels stay */
 			continue;
 		const float dm = ck_half_at(dd + 2) * (float)m;
 		for (int i = 0; i < 32; i++)
 			L[32 * j + i] =
-			    (uint8_t)ck_clampi(ck_nearest_int((x[32 * j + i] + dm) / d), 0, nmax);
+			    (uint8_t)ck_clampi(ck_nearest_int((x[32 * j + i] + dm) / dj), 0, nmax);
 	}
-}
-
-/* block_q4_K: d, dmin, scales[12], qs[128] (elements j and j + 32 of each
- * 64 in one byte's nibbles). */
-static void quant_q4_k(const float *x, unsigned char *y)
-{
-	uint8_t L[QK_K];
-	kquant_levels(x, 15, y, y + 4, L);
-	unsigned char *q = y + 16;
-	for (int j = 0; j < QK_K; j += 64, q += 32)
-		for (int l = 0; l < 32; l++)
-			q[l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 4));
-}
-
-/* block_q5_K: d, dmin, scales[12], qh[32] (the fifth bits, two per 64
- * elements), qs[128] as Q4_K's. */
-static void quant_q5_k(const float *x, unsigned char *y)
-{
-	uint8_t L[QK_K];
-	kquant_levels(x, 31, y, y + 4, L);
-	unsigned char *qh = y + 16, *ql = y + 48;
+	if (nmax == 15) { /* Q4_K: elements j and j + 32 of each 64 in a byte */
+		unsigned char *q = y + 16;
+		for (int j = 0; j < QK_K; j += 64, q += 32)
+			for (int l = 0; l < 32; l++)
+				q[l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 4));
+		return;
+	}
+	unsigned char *qh = y + 16, *ql = y + 48; /* Q5_K: qh[32], qs[128] */
 	memset(qh, 0, 32);
 	unsigned m1 = 1, m2 = 2;
 	for (int n = 0; n < QK_K; n += 64, m1 <<= 2, m2 <<= 2, ql += 32)
@@ -235,13 +207,41 @@ static void quant_q5_k(const float *x, unsigned char *y)
 		}
 }
 
-/* block_q6_K: ql[128] (low nibbles), qh[64] (the two high bits), scales[16]
- * (int8, one per 16 elements), d. */
-static void quant_q6_k(const float *x, unsigned char *y)
+/* block_q4_K (d, dmin, scales[12], qs[128]) and block_q5_K (d, dmin,
+ * scales[12], qh[32], qs[128]): eight sub-blocks of 32, each a scale and a
+ * min fitted with weights |x| + rms, both quantized to 6 bits against the
+ * largest. */
+static void quant_k45(const float *x, int nmax, unsigned char *y)
 {
-	int8_t L[QK_K];
-	float scales[16], max_scale = 0, max_abs = 0;
-	q6_k_fit(x, L, scales);
+	uint8_t L[QK_K];
+	v8f sv, mv;
+	k45_fit(x, nmax, &sv, &mv, L);
+	float max_scale = 0, max_min = 0;
+	for (int j = 0; j < 8; j++) {
+		if (sv[j] > max_scale)
+			max_scale = sv[j];
+		if (mv[j] > max_min)
+			max_min = mv[j];
+	}
+	float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+	float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+	uint8_t ls[8], lm[8];
+	for (int j = 0; j < 8; j++) {
+		ls[j] = (uint8_t)ck_nearest_int(inv_scale * sv[j]);
+		lm[j] = (uint8_t)ck_nearest_int(inv_min * mv[j]);
+		ls[j] = ls[j] < 63 ? ls[j] : 63;
+		lm[j] = lm[j] < 63 ? lm[j] : 63;
+	}
+	ck_k45_finish(x, nmax, ls, lm, max_scale / 63.f, max_min / 63.f, L, y);
+}
+
+/* The rest of a block_q6_K (ql[128], qh[64], scales[16], d) once its 16
+ * sub-blocks' scales and levels L are fitted: the scales quantized to int8
+ * against the largest magnitude, the levels recomputed from them but where
+ * a scale is zero, packed. */
+void ck_q6_k_finish(const float *x, const float *scales, int8_t *L, unsigned char *y)
+{
+	float max_scale = 0, max_abs = 0;
 	for (int ib = 0; ib < 16; ib++) {
 		if (fabsf(scales[ib]) > max_abs) {
 			max_abs = fabsf(scales[ib]);
@@ -278,9 +278,17 @@ static void quant_q6_k(const float *x, unsigned char *y)
 		}
 }
 
+static void quant_q6_k(const float *x, unsigned char *y)
+{
+	int8_t L[QK_K];
+	float scales[16];
+	q6_k_fit(x, L, scales);
+	ck_q6_k_finish(x, scales, L, y);
+}
+
 /* The 32 five-bit codes c of a Q5_0 / Q5_1 block: low nibbles paired as
  * Q4_0's (j and 16 + j), the fifth bits in a little-endian u32 at qh. */
-static void pack5(const uint8_t *c, unsigned char *qh, unsigned char *qs)
+void ck_pack5(const uint8_t *c, unsigned char *qh, unsigned char *qs)
 {
 	uint32_t h = 0;
 	for (int j = 0; j < 16; j++) {
@@ -302,7 +310,7 @@ static void quant_q5_0(const float *x, unsigned char *y)
 		int8_t t = ck_trunc_i8(x[j] * id + 16.5f);
 		c[j] = (uint8_t)(t < 31 ? t : 31);
 	}
-	pack5(c, y + 2, y + 6);
+	ck_pack5(c, y + 2, y + 6);
 }
 
 /* block_q5_1: d, m (the minimum), qh, qs; d = range / 31. */
@@ -321,7 +329,7 @@ static void quant_q5_1(const float *x, unsigned char *y)
 	uint8_t c[32];
 	for (int j = 0; j < 32; j++)
 		c[j] = (uint8_t)ck_trunc_i8((x[j] - min) * id + 0.5f);
-	pack5(c, y + 4, y + 8);
+	ck_pack5(c, y + 4, y + 8);
 }
 
 int ck_kquant_block(uint32_t type, const float *x, unsigned char *y)
@@ -329,8 +337,8 @@ int ck_kquant_block(uint32_t type, const float *x, unsigned char *y)
 	switch (type) {
 	case CK_GGML_Q2_K: ck_quant_q2_k(x, y); return 0;
 	case CK_GGML_Q3_K: ck_quant_q3_k(x, y); return 0;
-	case CK_GGML_Q4_K: quant_q4_k(x, y); return 0;
-	case CK_GGML_Q5_K: quant_q5_k(x, y); return 0;
+	case CK_GGML_Q4_K: quant_k45(x, 15, y); return 0;
+	case CK_GGML_Q5_K: quant_k45(x, 31, y); return 0;
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;
 	case CK_GGML_Q5_0: quant_q5_0(x, y); return 0;
 	case CK_GGML_Q5_1: quant_q5_1(x, y); return 0;

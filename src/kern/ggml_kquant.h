@@ -15,4 +15,28 @@ int ck_kquant_block(uint32_t type, const float *x, unsigned char *y);
 void ck_quant_q2_k(const float *x, unsigned char *y);
 void ck_quant_q3_k(const float *x, unsigned char *y);
 
+/* One block quantized as ggml's quantize_<type> does it given an importance
+ * matrix (kern/ggml_imx.c, llama-quantize --imatrix): qw, the weights of
+ * the block's columns (the matrix's imatrix values from the block's first
+ * column on); row_sigma2, the mean square of the block's whole row (Q4_0,
+ * Q5_0 and Q5_1 weigh by it; the K-quants by their super-block's). Q2_K,
+ * Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q5_1; -1 for another type (Q8_0
+ * takes no weights). */
+int ck_kquant_block_imx(uint32_t type, const float *x, const float *qw, float row_sigma2,
+			unsigned char *y);
+
+/* The steps after the fit that the quantizers with and without an
+ * importance matrix share. L: the fit's levels, recomputed in place from
+ * the quantized scales where a scale is not zero; y: the block. */
+/* Q4_K / Q5_K (nmax 15 / 31): 6-bit scales ls and mins lm, F16 factors. */
+void ck_k45_finish(const float *x, int nmax, const uint8_t *ls, const uint8_t *lm, float d,
+		   float dmin, uint8_t *L, unsigned char *y);
+/* Q6_K: the 16 fitted scales. */
+void ck_q6_k_finish(const float *x, const float *scales, int8_t *L, unsigned char *y);
+/* Q2_K / Q3_K: the scales and d (and Q2_K's dmin) already in y. */
+void ck_q2_k_finish(const float *x, uint8_t *L, unsigned char *y);
+void ck_q3_k_finish(const float *x, int8_t *L, unsigned char *y);
+/* Q5_0 / Q5_1: the 32 five-bit codes into qh and qs. */
+void ck_pack5(const uint8_t *c, unsigned char *qh, unsigned char *qs);
+
 #endif

@@ -93,6 +93,12 @@ void ck_quant_q2_k(const float *x, unsigned char *y)
 			sc[j] |= (unsigned char)(ck_nearest_int(iscale * mins[j]) << 4);
 	}
 	ck_put_half(dd + 2, max_min > 0 ? max_min / 15.f : 0.f);
+	ck_q2_k_finish(x, L, y);
+}
+
+void ck_q2_k_finish(const float *x, uint8_t *L, unsigned char *y)
+{
+	const unsigned char *sc = y, *dd = y + 80;
 	for (int j = 0; j < 16; j++) {
 		const float d = ck_half_at(dd) * (float)(sc[j] & 0xF);
 		if (d == 0.0f)
@@ -173,7 +179,7 @@ void ck_quant_q3_k(const float *x, unsigned char *y)
 			max_scale = scales[j];
 		}
 	}
-	unsigned char *hm = y, *sc = y + 96, *dd = y + 108;
+	unsigned char *sc = y + 96, *dd = y + 108;
 	memset(sc, 0, 12);
 	float iscale = 0;
 	if (max_scale != 0.0f) {
@@ -188,6 +194,13 @@ void ck_quant_q3_k(const float *x, unsigned char *y)
 		}
 	}
 	ck_put_half(dd, max_scale != 0.0f ? 1 / iscale : 0.f);
+	ck_q3_k_finish(x, L, y);
+}
+
+void ck_q3_k_finish(const float *x, int8_t *L, unsigned char *y)
+{
+	const unsigned char *sc = y + 96, *dd = y + 108;
+	unsigned char *hm = y;
 	for (int j = 0; j < 16; j++) {
 		int s = j < 8 ? sc[j] & 0xF : sc[j - 8] >> 4;
 		s = (s | (((sc[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32;

@@ -1,0 +1,338 @@
+/* ggml's quantizers given an importance matrix (llama-quantize --imatrix):
+ * quantize_row_<type>_impl for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 and
+ * Q5_1, the same float operations in the same order as ggml's, so the
+ * same bytes (tests/cli/gguf_imatrix.py compares whole files with
+ * llama.cpp's own quantizer given the same matrix). Each element's weight
+ * is its column's imatrix value (the mean square of the activations it
+ * multiplies, over the calibration text) times sqrt(sigma2 + x^2); the
+ * scale searches minimise the weighted squared error, and the K-quants'
+ * sub-block scales are quantized by a weighted search too (make_qp_quants)
+ * instead of against the largest. Scalar: a file is quantized once. */
+#include <string.h>
+
+#include "ggml_int.h"
+#include "ggml_kquant.h"
+
+#define QK_K 256
+
+/* make_qx_quants, rmse_type 1 with weights w: signed levels
+ * -nmax..nmax-1 (stored + nmax) and the scale that fits them best over the
+ * first guess and 18 trial scales around it. */
+static float qx_w(int n, int nmax, const float *x, int8_t *L, const float *w)
+{
+	float max = 0, amax = 0;
+	for (int i = 0; i < n; i++)
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			max = x[i];
+		}
+	if (amax < CK_GROUP_MAX_EPS) {
+		memset(L, 0, (size_t)n);
+		return 0.f;
+	}
+	float iscale = (float)-nmax / max, sumlx = 0, suml2 = 0;
+	for (int i = 0; i < n; i++) {
+		const int l = ck_clampi(ck_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+		L[i] = (int8_t)(l + nmax);
+		sumlx += w[i] * x[i] * (float)l;
+		suml2 += w[i] * (float)l * (float)l;
+	}
+	float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f, best = scale * sumlx;
+	for (int is = -9; is <= 9; is++) {
+		if (is == 0)
+			continue;
+		iscale = -((float)nmax + 0.1f * (float)is) / max;
+		sumlx = suml2 = 0;
+		for (int i = 0; i < n; i++) {
+			const int l = ck_clampi(ck_nearest_int(iscale * x[i]), -nmax, nmax - 1);
+			sumlx += w[i] * x[i] * (float)l;
+			suml2 += w[i] * (float)l * (float)l;
+		}
+		if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+			for (int i = 0; i < n; i++)
+				L[i] = (int8_t)(nmax + ck_clampi(ck_nearest_int(iscale * x[i]),
+								 -nmax, nmax - 1));
+			scale = sumlx / suml2;
+			best = scale * sumlx;
+		}
+	}
+	return scale;
+}
+
+/* make_qkx3_quants with weights w (squared error): levels 0..nmax, the
+ * scale and min (min <= 0, *neg_min its negation) over the range's guess
+ * and 37 trial scales from (nmax - 0.9) / range in steps of 0.05, each
+ * refined by least squares; min and the range move with each better fit. */
+static float qkx3(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min)
+{
+	float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+	for (int i = 1; i < n; i++) {
+		if (x[i] < min)
+			min = x[i];
+		if (x[i] > max)
+			max = x[i];
+		sum_w += w[i];
+		sum_x += w[i] * x[i];
+	}
+	if (min > 0)
+		min = 0;
+	if (max <= min) {
+		memset(L, 0, (size_t)n);
+		*neg_min = -min;
+		return 0.f;
+	}
+	float iscale = (float)nmax / (max - min), scale = 1 / iscale, best = 0;
+	for (int i = 0; i < n; i++) {
+		L[i] = (uint8_t)ck_clampi(ck_nearest_int(iscale * (x[i] - min)), 0, nmax);
+		const float diff = scale * (float)L[i] + min - x[i];
+		best += w[i] * (diff * diff);
+	}
+	uint8_t aux[32];
+	for (int is = 0; is <= 36; is++) {
+		iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
+		float sl = 0, sl2 = 0, sxl = 0;
+		for (int i = 0; i < n; i++) {
+			const int l = ck_clampi(ck_nearest_int(iscale * (x[i] - min)), 0, nmax);
+			aux[i] = (uint8_t)l;
+			sl += w[i] * (float)l;
+			sl2 += w[i] * (float)l * (float)l;
+			sxl += w[i] * (float)l * x[i];
+		}
+		const float D = sum_w * sl2 - sl * sl;
+		if (!(D > 0))
+			continue;
+		float ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
+		if (tm > 0) {
+			tm = 0;
+			ts = sxl / sl2;
+		}
+		float err = 0;
+		for (int i = 0; i < n; i++) {
+			const float diff = ts * (float)aux[i] + tm - x[i];
+			err += w[i] * (diff * diff);
+		}
+		if (err < best) {
+			memcpy(L, aux, (size_t)n);
+			best = err;
+			scale = ts;
+			min = tm;
+		}
+	}
+	*neg_min = -min;
+	return scale;
+}
+
+/* make_qp_quants: the K-quants' n sub-block scales (or mins) x >= 0 as
+ * levels 0..nmax of one factor, weighted by w: the best of 9 trial factors,
+ * then up to five passes moving one level at a time while the fit
+ * improves. The levels are bytes, as ggml's (a negative level wraps). */
+static float qp(int n, int nmax, const float *x, uint8_t *L, const float *w)
+{
+	float max = 0;
+	for (int i = 0; i < n; i++)
+		max = max > x[i] ? max : x[i];
+	if (max < CK_GROUP_MAX_EPS) {
+		memset(L, 0, (size_t)n);
+		return 0.f;
+	}
+	float iscale = (float)nmax / max, best = 0;
+	for (int i = 0; i < n; i++)
+		L[i] = (uint8_t)ck_nearest_int(iscale * x[i]);
+	const float scale = 1 / iscale;
+	for (int i = 0; i < n; i++) {
+		const float diff = x[i] - scale * (float)L[i];
+		best += w[i] * diff * diff;
+	}
+	for (int is = -4; is <= 4; is++) {
+		if (is == 0)
+			continue;
+		const float isc = (0.1f * (float)is + (float)nmax) / max, sc = 1 / isc;
+		float mse = 0;
+		for (int i = 0; i < n; i++) {
+			int l = ck_nearest_int(isc * x[i]);
+			l = l < nmax ? l : nmax;
+			const float diff = x[i] - sc * (float)l;
+			mse += w[i] * diff * diff;
+		}
+		if (mse < best) {
+			best = mse;
+			iscale = isc;
+		}
+	}
+	float sumlx = 0, suml2 = 0;
+	for (int i = 0; i < n; i++) {
+		int l = ck_nearest_int(iscale * x[i]);
+		l = l < nmax ? l : nmax;
+		L[i] = (uint8_t)l;
+		sumlx += w[i] * x[i] * (float)l;
+		suml2 += w[i] * (float)l * (float)l;
+	}
+	for (int itry = 0; itry < 5; itry++) {
+		int changed = 0;
+		for (int i = 0; i < n; i++) {
+			float slx = sumlx - w[i] * x[i] * (float)L[i];
+			float sl2 = suml2 - w[i] * (float)L[i] * (float)L[i];
+			if (!(slx > 0 && sl2 > 0))
+				continue;
+			int nl = ck_nearest_int(x[i] * sl2 / slx);
+			nl = nl < nmax ? nl : nmax;
+			if (nl == L[i])
+				continue;
+			slx += w[i] * x[i] * (float)nl;
+			sl2 += w[i] * (float)nl * (float)nl;
+			if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+				L[i] = (uint8_t)nl;
+				sumlx = slx;
+				suml2 = sl2;
+				changed++;
+			}
+		}
+		if (!changed)
+			break;
+	}
+	return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+static float sum_squares(const float *x, int n)
+{
+	float s = 0;
+	for (int i = 0; i < n; i++)
+		s += x[i] * x[i];
+	return s;
+}
+
+/* Q4_K / Q5_K: eight sub-blocks of 32 (weights from the super-block's
+ * 2 * mean square), scales and mins as qp levels; Q5_K caps them at 63. */
+static void k45(const float *x, const float *qw, int nmax, unsigned char *y)
+{
+	uint8_t L[QK_K], Ls[8], Lm[8];
+	float w[32], sw[8], mins[8], scales[8];
+	const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
+	for (int j = 0; j < 8; j++) {
+		float sumw = 0;
+		for (int l = 0; l < 32; l++) {
+			w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
+			sumw += w[l];
+		}
+		sw[j] = sumw;
+		scales[j] = qkx3(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j]);
+	}
+	const float d = qp(8, 63, scales, Ls, sw), dmin = qp(8, 63, mins, Lm, sw);
+	for (int j = 0; j < 8 && nmax == 31; j++) {
+		Ls[j] = Ls[j] < 63 ? Ls[j] : 63;
+		Lm[j] = Lm[j] < 63 ? Lm[j] : 63;
+	}
+	ck_k45_finish(x, nmax, Ls, Lm, d, dmin, L, y);
+}
+
+/* Q6_K: each sub-block of 16 fitted with the raw imatrix values as its
+ * weights (ggml leaves sigma2 out here). */
+static void q6_k(const float *x, const float *qw, unsigned char *y)
+{
+	int8_t L[QK_K];
+	float scales[16];
+	for (int ib = 0; ib < 16; ib++)
+		scales[ib] = qx_w(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
+	ck_q6_k_finish(x, scales, L, y);
+}
+
+/* Q2_K: sixteen sub-blocks of 16 (weights from the super-block's mean
+ * square), 4-bit scales and mins as qp levels. */
+static void q2_k(const float *x, const float *qw, unsigned char *y)
+{
+	uint8_t L[QK_K], Ls[16], Lm[16];
+	float w[16], sw[16], mins[16], scales[16];
+	const float sigma2 = sum_squares(x, QK_K) / QK_K;
+	for (int j = 0; j < 16; j++) {
+		sw[j] = 0;
+		for (int l = 0; l < 16; l++) {
+			w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+			sw[j] += w[l];
+		}
+		scales[j] = qkx3(16, 3, x + 16 * j, w, L + 16 * j, &mins[j]);
+	}
+	const float dm = qp(16, 15, scales, Ls, sw), mm = qp(16, 15, mins, Lm, sw);
+	ck_put_half(y + 80, dm);
+	ck_put_half(y + 82, mm);
+	for (int j = 0; j < 16; j++)
+		y[j] = (unsigned char)(Ls[j] | (Lm[j] << 4));
+	ck_q2_k_finish(x, L, y);
+}
+
+/* Q3_K: sixteen sub-blocks of 16 fitted with weights, their scales as
+ * signed 6-bit levels of one factor fitted with the sub-blocks' weight
+ * sums. */
+static void q3_k(const float *x, const float *qw, unsigned char *y)
+{
+	int8_t L[QK_K], Ls[16];
+	float w[16], sw[16], scales[16];
+	const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
+	for (int j = 0; j < 16; j++) {
+		float sumw = 0;
+		for (int l = 0; l < 16; l++) {
+			w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
+			sumw += w[l];
+		}
+		sw[j] = sumw;
+		scales[j] = qx_w(16, 4, x + 16 * j, L + 16 * j, w);
+	}
+	unsigned char *sc = y + 96;
+	memset(sc, 0, 12);
+	const float d = qx_w(16, 32, scales, Ls, sw);
+	for (int j = 0; j < 16; j++) {
+		int l = Ls[j];
+		if (j < 8)
+			sc[j] = (unsigned char)(l & 0xF);
+		else
+			sc[j - 8] |= (unsigned char)((l & 0xF) << 4);
+		l >>= 4;
+		sc[j % 4 + 8] |= (unsigned char)(l << (2 * (j / 4)));
+	}
+	ck_put_half(y + 108, d);
+	ck_q3_k_finish(x, L, y);
+}
+
+/* Q4_0, Q5_0 (signed levels, qx) and Q5_1 (a min, qkx3): one block of 32,
+ * weights from the whole row's mean square. */
+static void q32(uint32_t type, const float *x, const float *qw, float sigma2, unsigned char *y)
+{
+	float w[32];
+	for (int j = 0; j < 32; j++)
+		w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+	int8_t L[32];
+	uint8_t c[32];
+	if (type == CK_GGML_Q5_1) {
+		float neg_min;
+		const float d = qkx3(32, 31, x, w, c, &neg_min);
+		ck_put_half(y, d);
+		ck_put_half(y + 2, -neg_min);
+		ck_pack5(c, y + 4, y + 8);
+		return;
+	}
+	const float d = qx_w(32, type == CK_GGML_Q4_0 ? 8 : 16, x, L, w);
+	ck_put_half(y, d);
+	if (type == CK_GGML_Q4_0) {
+		for (int j = 0; j < 16; j++)
+			y[2 + j] = (unsigned char)(L[j] | (L[j + 16] << 4));
+		return;
+	}
+	for (int j = 0; j < 32; j++)
+		c[j] = (uint8_t)L[j];
+	ck_pack5(c, y + 2, y + 6);
+}
+
+int ck_kquant_block_imx(uint32_t type, const float *x, const float *qw, float row_sigma2,
+			unsigned char *y)
+{
+	switch (type) {
+	case CK_GGML_Q2_K: q2_k(x, qw, y); return 0;
+	case CK_GGML_Q3_K: q3_k(x, qw, y); return 0;
+	case CK_GGML_Q4_K: k45(x, qw, 15, y); return 0;
+	case CK_GGML_Q5_K: k45(x, qw, 31, y); return 0;
+	case CK_GGML_Q6_K: q6_k(x, qw, y); return 0;
+	case CK_GGML_Q4_0:
+	case CK_GGML_Q5_0:
+	case CK_GGML_Q5_1: q32(type, x, qw, row_sigma2, y); return 0;
+	default: return -1;
+	}
+}
