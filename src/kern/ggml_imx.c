@@ -193,6 +193,17 @@ static float qp(int n, int nmax, const float *x, uint8_t *L, const float *w)
 	return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
+/* w[l] = qw[l] * sqrt(sigma2 + x[l]^2) for n elements; their sum. */
+static float weigh(const float *x, const float *qw, float sigma2, int n, float *w)
+{
+	float sum = 0;
+	for (int l = 0; l < n; l++) {
+		w[l] = qw[l] * sqrtf(sigma2 + x[l] * x[l]);
+		sum += w[l];
+	}
+	return sum;
+}
+
 static float sum_squares(const float *x, int n)
 {
 	float s = 0;
@@ -209,12 +220,7 @@ static void k45(const float *x, const float *qw, int nmax, unsigned char *y)
 	float w[32], sw[8], mins[8], scales[8];
 	const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
 	for (int j = 0; j < 8; j++) {
-		float sumw = 0;
-		for (int l = 0; l < 32; l++) {
-			w[l] = qw[32 * j + l] * sqrtf(sigma2 + x[32 * j + l] * x[32 * j + l]);
-			sumw += w[l];
-		}
-		sw[j] = sumw;
+		sw[j] = weigh(x + 32 * j, qw + 32 * j, sigma2, 32, w);
 		scales[j] = qkx3(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j]);
 	}
 	const float d = qp(8, 63, scales, Ls, sw), dmin = qp(8, 63, mins, Lm, sw);
@@ -244,11 +250,7 @@ static void q2_k(const float *x, const float *qw, unsigned char *y)
 	float w[16], sw[16], mins[16], scales[16];
 	const float sigma2 = sum_squares(x, QK_K) / QK_K;
 	for (int j = 0; j < 16; j++) {
-		sw[j] = 0;
-		for (int l = 0; l < 16; l++) {
-			w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
-			sw[j] += w[l];
-		}
+		sw[j] = weigh(x + 16 * j, qw + 16 * j, sigma2, 16, w);
 		scales[j] = qkx3(16, 3, x + 16 * j, w, L + 16 * j, &mins[j]);
 	}
 	const float dm = qp(16, 15, scales, Ls, sw), mm = qp(16, 15, mins, Lm, sw);
@@ -268,12 +270,7 @@ static void q3_k(const float *x, const float *qw, unsigned char *y)
 	float w[16], sw[16], scales[16];
 	const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
 	for (int j = 0; j < 16; j++) {
-		float sumw = 0;
-		for (int l = 0; l < 16; l++) {
-			w[l] = qw[16 * j + l] * sqrtf(sigma2 + x[16 * j + l] * x[16 * j + l]);
-			sumw += w[l];
-		}
-		sw[j] = sumw;
+		sw[j] = weigh(x + 16 * j, qw + 16 * j, sigma2, 16, w);
 		scales[j] = qx_w(16, 4, x + 16 * j, L + 16 * j, w);
 	}
 	unsigned char *sc = y + 96;
@@ -297,8 +294,7 @@ static void q3_k(const float *x, const float *qw, unsigned char *y)
 static void q32(uint32_t type, const float *x, const float *qw, float sigma2, unsigned char *y)
 {
 	float w[32];
-	for (int j = 0; j < 32; j++)
-		w[j] = qw[j] * sqrtf(sigma2 + x[j] * x[j]);
+	weigh(x, qw, sigma2, 32, w);
 	int8_t L[32];
 	uint8_t c[32];
 	if (type == CK_GGML_Q5_1) {
