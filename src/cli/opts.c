@@ -18,15 +18,23 @@ const struct ck_cli_opt ck_cli_view_opts[] = {
 };
 
 const struct ck_cli_opt ck_cli_gguf_opts[] = {
-	{CK_CLI_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
-	{CK_CLI_GGUF_VOCAB, "--gguf-vocab", "none", "--format gguf: placeholder tokens (token ids only)"},
-	{0, NULL, NULL, NULL},
+    {CK_CLI_GGUF_PRE, "--gguf-pre", "NAME", "--format gguf: tokenizer.ggml.pre"},
+    {CK_CLI_GGUF_VOCAB, "--gguf-vocab", "none",
+     "--format gguf: placeholder tokens (token ids only)"},
+    {CK_CLI_GGUF_IMATRIX, "--gguf-imatrix", "FILE",
+     "--format gguf:Q4_0 or a K-quant mix: llama-quantize's --imatrix (imatrix.gguf or the legacy "
+     ".dat)"},
+    {0, NULL, NULL, NULL},
 };
 
 int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_err *err)
 {
 	if (id == CK_CLI_GGUF_PRE) {
 		g->pre = val;
+		return 1;
+	}
+	if (id == CK_CLI_GGUF_IMATRIX) {
+		g->imatrix = val;
 		return 1;
 	}
 	if (id != CK_CLI_GGUF_VOCAB)

@@ -49,9 +49,9 @@ void ck_cli_print_help(FILE *f, const struct ck_cli_verb *v, int options);
 /* The view options every view-taking verb shares. */
 extern const struct ck_cli_opt ck_cli_view_opts[];
 
-/* --gguf-pre and --gguf-vocab, shared by the verbs that show or write the
- * GGUF view (ids CK_CLI_GGUF_PRE, CK_CLI_GGUF_VOCAB). */
-enum { CK_CLI_GGUF_PRE = 100, CK_CLI_GGUF_VOCAB };
+/* --gguf-pre, --gguf-vocab and --gguf-imatrix, shared by the verbs that
+ * show or write the GGUF view (ids CK_CLI_GGUF_*). */
+enum { CK_CLI_GGUF_PRE = 100, CK_CLI_GGUF_VOCAB, CK_CLI_GGUF_IMATRIX };
 extern const struct ck_cli_opt ck_cli_gguf_opts[];
 struct ck_gguf_opts;
 /* Apply one of them to g: 1, 0 (id is not one of them) or -1 (err). */

@@ -1208,11 +1208,55 @@ static void quant_into(uint32_t type, int from, const unsigned char *x, uint64_t
 	}
 }
 
+/* Elements a quantized read evaluates at a time (2 MiB of F32). */
+#define QSTEP_ELEMS (16384 * 32)
+
+/* Blocks of a quantized target with importance weights (-o gguf_imatrix),
+ * evaluated in whole rows (Q4_0, Q5_0 and Q5_1 weigh by the row's mean
+ * square), each block of the read quantized with its columns' weights
+ * (t->qw: per matrix of a stacked tensor, one weight per column). */
+static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
+			      const struct ck_target *v, int from, uint64_t off, uint64_t len,
+			      unsigned char *dst, struct ck_err *err)
+{
+	size_t qk, qb;
+	ck_ggml_block(t->qtype, &qk, &qb);
+	const int nd = t->v.ndim;
+	const uint64_t ncols = (uint64_t)t->v.shape[nd - 1];
+	const uint64_t per_mat = nd >= 2 ? (uint64_t)t->v.shape[nd - 2] : 1, bpr = ncols / qk;
+	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
+	const uint64_t end = off + len, b0 = off / qb, b1 = (end + qb - 1) / qb;
+	const uint64_t r1 = (b1 + bpr - 1) / bpr;
+	const uint64_t rstep = QSTEP_ELEMS / ncols ? QSTEP_ELEMS / ncols : 1;
+	if (grow(&c->fwin, &c->fwin_cap, rstep * ncols * es, "quantization", err) < 0)
+		return -1;
+	for (uint64_t r = b0 / bpr; r < r1; r += rstep) {
+		const uint64_t re = r1 - r < rstep ? r1 : r + rstep;
+		if (eval_value(c, v, (int64_t)(r * ncols), (int64_t)(re * ncols),
+			       (re - r) * ncols * es, c->fwin, err) < 0)
+			return -1;
+		const uint64_t kb = b0 > r * bpr ? b0 : r * bpr, ke = b1 < re * bpr ? b1 : re * bpr;
+		float sigma2 = 0;
+		for (uint64_t k = kb; k < ke && !c->eng->dry_run; k++) {
+			const uint64_t row = k / bpr, col = k % bpr * qk;
+			const unsigned char *xr = c->fwin + (row - r) * ncols * es;
+			if (qk == 32 && (k == kb || col == 0))
+				sigma2 = ck_row_sigma2(from, xr, ncols);
+			unsigned char q[256]; /* a block: Q6_K's 210 bytes the most */
+			ck_ggml_quant_imx(t->qtype, from, xr + col * es,
+					  t->qw + row / per_mat * ncols + col, sigma2, q);
+			const uint64_t lo = k * qb > off ? k * qb : off;
+			const uint64_t hi = (k + 1) * qb < end ? (k + 1) * qb : end;
+			memcpy(dst + (lo - off), q + (lo - k * qb), (size_t)(hi - lo));
+		}
+	}
+	return 0;
+}
+
 /* A quantized target (the GGUF view): bytes [off, off+len) of its blocks.
  * The blocks touched are evaluated (as F32, or as the BF16 or F16 source
  * elements their cast would widen) and quantized, QSTEP_ELEMS elements
  * (2 MiB of F32) at a time. */
-#define QSTEP_ELEMS (16384 * 32)
 static int read_quantized(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint64_t len,
 			  unsigned char *dst, struct ck_err *err)
 {
@@ -1225,6 +1269,8 @@ static int read_quantized(struct ck_eval_ctx *c, uint32_t ti, uint64_t off, uint
 	const int from = v == t			    ? CK_QSRC_F32
 			 : v->v.dtype == CK_DT_BF16 ? CK_QSRC_BF16
 						    : CK_QSRC_F16;
+	if (t->qw)
+		return read_quantized_imx(c, t, v, from, off, len, dst, err);
 	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
 	uint64_t b0 = off / qb, b1 = (off + len + qb - 1) / qb;
 	/* scratch kept in the context: fresh pages per read cost page faults */

@@ -431,6 +431,32 @@ static int quant_k(uint32_t type, int from, const unsigned char *in, size_t n, u
 	return 0;
 }
 
+int ck_ggml_quant_imx(uint32_t type, int from, const void *x, const float *qw, float row_sigma2,
+		      unsigned char *out)
+{
+	size_t qk, qb;
+	if (!ck_ggml_block(type, &qk, &qb) || qk > 256 || qk % 32 ||
+	    (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16))
+		return -1;
+	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
+	float f[256];
+	for (size_t k = 0; k < qk; k += 32)
+		widen_block(from, (const unsigned char *)x + k * es, f + k);
+	return ck_kquant_block_imx(type, f, qw, row_sigma2, out);
+}
+
+float ck_row_sigma2(int from, const void *x, uint64_t n)
+{
+	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
+	float f[32], s = 0;
+	for (uint64_t k = 0; k + 32 <= n; k += 32) {
+		widen_block(from, (const unsigned char *)x + k * es, f);
+		for (int j = 0; j < 32; j++)
+			s += f[j] * f[j];
+	}
+	return s / (float)n;
+}
+
 int ck_ggml_quant(uint32_t type, int from, const void *x, size_t n, unsigned char *out, int vector)
 {
 	if (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16)

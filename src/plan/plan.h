@@ -25,6 +25,10 @@ struct ck_target {
 	 * the value is F32, quantized on read 32 elements along the last dim at
 	 * a time; nbytes counts the blocks */
 	uint32_t qtype;
+	/* importance weights for the quantizer (-o gguf_imatrix), one per
+	 * column of each matrix (stacked experts: per expert), or NULL; owned
+	 * by the view */
+	const float *qw;
 	/* optimizer state (src/plan/optstate.h): the parameter target it
 	 * follows and the state's name ("exp_avg"), NULL for a parameter;
 	 * scalar: a per-parameter scalar ("step"), never split over ranks */

@@ -247,7 +247,8 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 			int found = 0;
 			if (ck_strmap_get(&p->by_name, t->name, &u) == 0)
 				for (; u != UINT32_MAX; u = next[u])
-					if (ck_value_equal(&p->t[u].v, &t->v) && p->t[u].qtype == t->qtype) {
+					if (ck_value_equal(&p->t[u].v, &t->v) &&
+					    p->t[u].qtype == t->qtype && p->t[u].qw == t->qw) {
 						found = 1;
 						break;
 					}
@@ -268,6 +269,7 @@ int ck_plan_merge(const struct ck_plan *const *plans, size_t n, struct ck_plan *
 				nt->nbytes = t->nbytes;
 				nt->holes = t->holes;
 				nt->qtype = t->qtype;
+				nt->qw = t->qw; /* the view that owns it outlives the union */
 				nt->scalar = t->scalar;
 				if ((t->param && !(nt->param = strdup(t->param))) ||
 				    (t->state && !(nt->state = strdup(t->state))))

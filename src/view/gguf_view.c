@@ -12,6 +12,7 @@
 #include "../ckpt/ggml_types.h"
 #include "../ckpt/gguf_shapes.h"
 #include "../util/json_strict.h"
+#include "gguf_imatrix.h"
 #include "gguf_kmix.h"
 #include "gguf_source_tok.h"
 #include "open.h"
@@ -876,8 +877,12 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	char name[256];
 	model_name(cat, cfg, name, sizeof name);
 	if (assign_types(g->plan, ft, a, cfg, err) < 0 ||
+	    (o->imatrix && ck_gguf_imatrix_attach(g->plan, o->imatrix, ft->name, &g->imx,
+						  &g->imx_used, err) < 0) ||
 	    load_vocab(cat, cfg, a, o, g, &tok, err) < 0 || arch_meta(cfg, a, ft, name, g, err) < 0)
 		goto fail;
+	if (o->imatrix)
+		ck_gguf_imatrix_meta(&g->imx, o->imatrix, &g->meta);
 	if (tok.n)
 		ck_gguf_meta_append(&g->meta, &tok);
 	else
@@ -903,6 +908,7 @@ void ck_gguf_view_free(struct ck_gguf_view *g)
 	ck_mapping_free(g->source_map);
 	ck_mapping_free(g->unwrap_map);
 	cJSON_Delete(g->config);
+	ck_imatrix_free(&g->imx);
 	for (size_t k = 0; k < g->n_extra; k++)
 		free(g->extra[k].data);
 	memset(g, 0, sizeof *g);

@@ -11,6 +11,7 @@
 #ifndef CK_GGUF_VIEW_H
 #define CK_GGUF_VIEW_H
 
+#include "../ckpt/imatrix.h"
 #include "../ckpt/tokenizer.h"
 #include "../plan/gguf_out.h"
 #include "../plan/plan.h"
@@ -20,6 +21,7 @@ struct ck_gguf_opts {
 	const char *type; /* F32 ... Q6_K (TYPE_LIST); NULL: the source's float type */
 	const char *pre;  /* gguf_pre=NAME: the BPE pre-tokenizer's name */
 	int vocab_none;	  /* gguf_vocab=none: placeholder tokens */
+	const char *imatrix; /* gguf_imatrix=FILE: llama-quantize's --imatrix */
 };
 
 struct ck_gguf_view {
@@ -36,6 +38,8 @@ struct ck_gguf_view {
 	uint64_t header_bytes; /* header, metadata, infos and padding */
 	struct ck_gguf_extra extra[2]; /* tensors computed from config.json */
 	size_t n_extra;
+	struct ck_imatrix imx; /* the importance matrix, when given */
+	size_t imx_used;       /* tensors it weighs */
 };
 
 /* "F32" ... "Q4_0" (any case): 0, or -1 with err naming the option. */

@@ -42,10 +42,31 @@ static int size_opt(const char *how, const char *opt, const char *val, uint64_t 
 }
 
 enum {
-	S_ZIP_CRC = 1, S_NPY_F32, S_NO_DIRECT, S_NO_PREFETCH, S_NO_URING, S_DCP, S_TORCH_DIST,
-	S_CACHE_SIZE, S_CHUNK, S_GROUP_MAX, S_MAX_SHARD, S_PART_SIZE, S_GPU_MEM, S_GPU_MIN,
-	S_THREADS, S_EVAL_DELAY, S_GGUF_DEQUANT, S_GGUF, S_GGUF_PRE, S_GGUF_VOCAB, S_DEVICE, S_ODIRECT,
-	S_NO_STREAM, S_READ_ONCE
+	S_ZIP_CRC = 1,
+	S_NPY_F32,
+	S_NO_DIRECT,
+	S_NO_PREFETCH,
+	S_NO_URING,
+	S_DCP,
+	S_TORCH_DIST,
+	S_CACHE_SIZE,
+	S_CHUNK,
+	S_GROUP_MAX,
+	S_MAX_SHARD,
+	S_PART_SIZE,
+	S_GPU_MEM,
+	S_GPU_MIN,
+	S_THREADS,
+	S_EVAL_DELAY,
+	S_GGUF_DEQUANT,
+	S_GGUF,
+	S_GGUF_PRE,
+	S_GGUF_VOCAB,
+	S_GGUF_IMATRIX,
+	S_DEVICE,
+	S_ODIRECT,
+	S_NO_STREAM,
+	S_READ_ONCE
 };
 
 const struct ck_serve_optdef ck_serve_optdefs[] = {
@@ -105,6 +126,9 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
      "pattern)"},
     {S_GGUF_VOCAB, "gguf_vocab", "none",
      "placeholder tokens when there is no tokenizer file (token ids only)"},
+    {S_GGUF_IMATRIX, "gguf_imatrix", "FILE",
+     "gguf=Q4_0 or a K-quant mix quantized with this importance matrix (llama-quantize's "
+     "--imatrix: imatrix.gguf or the legacy .dat)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
      "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
@@ -190,7 +214,9 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		return 1;
 	case S_GGUF:
 		if (val && ck_gguf_check_type(val, err) < 0)
-			return bad(err, how, opt, "F32, F16, BF16, Q8_0 or Q4_0");
+			return bad(err, how, opt,
+				   "F32, F16, BF16, Q8_0, Q4_0 or a K-quant mix (Q2_K, Q3_K_S, "
+				   "Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K)");
 		o->gguf.on = 1;
 		o->gguf.type = val;
 		return 1;
@@ -198,6 +224,11 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		if (!val || !*val || strlen(val) > 64)
 			return bad(err, how, opt, "a pre-tokenizer name, such as llama-bpe or qwen2");
 		o->gguf.pre = val;
+		return 1;
+	case S_GGUF_IMATRIX:
+		if (!val || !*val)
+			return bad(err, how, opt, "the importance matrix file");
+		o->gguf.imatrix = val;
 		return 1;
 	case S_GGUF_VOCAB:
 		if (!val || strcmp(val, "none"))
@@ -659,6 +690,9 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 {
 	memset(s, 0, sizeof *s);
 	s->plan = v->plan;
+	if (!o->gguf.on && (o->gguf.pre || o->gguf.vocab_none || o->gguf.imatrix))
+		return ck_fail(err, CK_E_USAGE,
+			       "-o gguf_pre, gguf_vocab and gguf_imatrix go with -o gguf=TYPE");
 	if (whole_views_only(o, v, per_rank, err) < 0 || (o->gguf.on && open_gguf(s, v, o, err) < 0))
 		return -1;
 	size_t n = v->n_ranks ? v->n_ranks : 1;

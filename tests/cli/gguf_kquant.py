@@ -59,11 +59,24 @@ class Params(ctypes.Structure):
     _fields_ = [("raw", ctypes.c_ubyte * 512)]
 
 
-def llama_quantize(lib, src, dst, mix, threads=2):
-    """llama-quantize src into dst as mix (threads 0: one per core)."""
+class ImatrixEntry(ctypes.Structure):  # struct llama_model_imatrix_data
+    _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.POINTER(ctypes.c_float)), ("size", ctypes.c_size_t)]
+
+
+def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None):
+    """llama-quantize src into dst as mix (threads 0: one per core); with
+    imatrix (name -> float32 values) as llama-quantize --imatrix hands it
+    over: the params' imatrix pointer (after four int32 and six bools, at
+    offset 24) at a NULL-terminated array of {name, values, count}."""
     lib.llama_model_quantize_default_params.restype = Params
     raw = bytearray(bytes(lib.llama_model_quantize_default_params().raw))
     struct.pack_into("<ii", raw, 0, threads, FTYPE[mix])
+    arrs = {k.encode(): np.ascontiguousarray(v, np.float32) for k, v in (imatrix or {}).items()}
+    entries = (ImatrixEntry * (len(arrs) + 1))()
+    for i, (k, v) in enumerate(arrs.items()):
+        entries[i] = ImatrixEntry(k, v.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), v.size)
+    if imatrix is not None:
+        struct.pack_into("<Q", raw, 24, ctypes.addressof(entries))
     p = Params.from_buffer_copy(bytes(raw))
     err = os.dup(2)  # llama.cpp logs every tensor to stderr
     null = os.open(os.devnull, os.O_WRONLY)

@@ -10,6 +10,7 @@ once with `--static`) reads
 and a bad option is one line and exit status 2."""
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -148,13 +149,25 @@ def main():
         ckref.run(MKCKPT, "--model", "llama", "--vocab", "300", tok)
         kq = os.path.join(d, "llama-kq")
         ckref.run(MKCKPT, "--model", "llama", "--vocab", "300", "--hidden", "256", "--intermediate", "512", kq)
-        for src, ty in ((tok, "Q8_0"), (kq, "Q4_K_M")):
-            conv = os.path.join(d, "gguf-" + ty)
-            ckref.run(CKPTFS, "convert", src, conv, "--format", "gguf:" + ty, "--quiet")
-            got = os.path.join(d, f"lib-{ty}.gguf")
-            sh(shared, src, "-o", "gguf=" + ty, "--file", "model.gguf", got, env=env)
+        # (and with an importance matrix: a legacy .dat weighing two tensors)
+        imx = os.path.join(d, "two.dat")
+        with open(imx, "wb") as f:
+            f.write(struct.pack("<i", 2))
+            for name, n in (("blk.0.attn_q.weight", 256), ("blk.0.ffn_down.weight", 512)):
+                f.write(struct.pack("<i", len(name)) + name.encode() + struct.pack("<ii", 1, n))
+                f.write(struct.pack(f"<{n}f", *[(i % 7) * 0.5 for i in range(n)]))
+        for src, ty, extra in ((tok, "Q8_0", ()), (kq, "Q4_K_M", ()), (kq, "Q4_K_M", ("gguf_imatrix=" + imx,))):
+            conv = os.path.join(d, f"gguf-{ty}-{len(extra)}")
+            ckref.run(CKPTFS, "convert", src, conv, "--format", "gguf:" + ty, "--quiet",
+                      *(("--gguf-imatrix", imx) if extra else ()))
+            got = os.path.join(d, f"lib-{ty}-{len(extra)}.gguf")
+            sh(shared, src, "-o", "gguf=" + ty, *(a for e in extra for a in ("-o", e)), "--file", "model.gguf", got,
+               env=env)
             assert open(got, "rb").read() == open(os.path.join(conv, "model.gguf"), "rb").read(), ty
-            print(f"-o gguf={ty}: the library's model.gguf is convert --format gguf:{ty}'s file, byte for byte")
+            print(f"-o gguf={ty}{',' if extra else ''}{','.join(extra)}: the library's model.gguf is convert "
+                  f"--format gguf:{ty}'s file, byte for byte")
+        plain, weighted = (open(os.path.join(d, f"gguf-Q4_K_M-{k}", "model.gguf"), "rb").read() for k in (0, 1))
+        assert plain != weighted, "the importance matrix changed nothing"
         dconv = os.path.join(d, "dcp-out")
         ckref.run(CKPTFS, "convert", tok, dconv, "--format", "dcp", "--quiet")
         for f in (".metadata", "__0_0.distcp"):
