@@ -119,6 +119,9 @@ int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int j
 		       "vocabulary %s (%zu tokens from %s)\n",
 		       g.file.size, g.arch, g.type, g.plan->n + g.n_extra, g.vocab.model, g.vocab.n,
 		       g.vocab.from);
+		if (o->imatrix)
+			printf("importance matrix %s: %zu entries, weighing %zu tensors (*)\n",
+			       o->imatrix, g.imx.n, g.imx_used);
 		print_meta(&g.meta, 0);
 		printf("%-40s %-5s %-24s %12s %12s\n", "NAME", "TYPE", "SHAPE", "BYTES", "OFFSET");
 	}
@@ -136,11 +139,15 @@ int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int j
 			printf("%s\n    {\"name\": ", i ? "," : "");
 			ck_json_fput_str(stdout, t->name);
 			printf(", \"type\": \"%s\", \"shape\": %s, \"bytes\": %" PRIu64
-			       ", \"offset\": %" PRIu64 "}",
-			       type_name((uint32_t)ck_gguf_type_of(t)), shape, t->nbytes, off);
+			       ", \"offset\": %" PRIu64 "%s}",
+			       type_name((uint32_t)ck_gguf_type_of(t)), shape, t->nbytes, off,
+			       !o->imatrix ? ""
+			       : t->qw	   ? ", \"imatrix\": true"
+					   : ", \"imatrix\": false");
 		} else {
-			printf("%-40s %-5s %-24s %12" PRIu64 " %12" PRIu64 "\n", t->name,
-			       type_name((uint32_t)ck_gguf_type_of(t)), shape, t->nbytes, off);
+			printf("%-40s %-5s %-24s %12" PRIu64 " %12" PRIu64 "%s\n", t->name,
+			       type_name((uint32_t)ck_gguf_type_of(t)), shape, t->nbytes, off,
+			       t->qw ? " *" : "");
 		}
 	}
 	for (size_t k = 0; k < g.n_extra; k++) { /* computed from config.json: F32, 1-D */

@@ -20,6 +20,7 @@ naming the file and what is wrong. With --mount: the mounted file is
 convert's, byte for byte, also read in pieces cut inside blocks and
 rows."""
 import ctypes
+import json
 import os
 import struct
 import subprocess
@@ -122,7 +123,13 @@ def same_as_llama(lib, d, tag, src, plain, mixes, imx_file, imx_values):
         assert ometa["quantize.imatrix.file"] == imx_file[:127], ometa.get("quantize.imatrix.file")
         assert ometa["quantize.imatrix.entries_count"] == len(imx_values)
         os.remove(ref)
-        seen[mix] = sum(1 for n in rt if rt[n][0] in WEIGHTED and n in imx_values and n != "token_embd.weight")
+        weighted = {n for n in rt if rt[n][0] in WEIGHTED and n in imx_values and n != "token_embd.weight"}
+        # inspect says which, without reading tensor data
+        p = subprocess.run([CKPTFS, "inspect", src, "--format", "gguf:" + mix, "--gguf-vocab", "none", "--json",
+                            "--gguf-imatrix", imx_file], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert {t["name"] for t in json.loads(p.stdout)["tensors"] if t["imatrix"]} == weighted, (tag, mix)
+        seen[mix] = len(weighted)
     return seen
 
 
