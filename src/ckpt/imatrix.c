@@ -155,7 +155,7 @@ static int gguf_entry(int fd, const struct ck_file_tensors *ft, const struct ck_
 		return ck_fail(err, CK_E_SOURCE, "%s: %s has no %.*s.counts", path, sums->name,
 			       (int)base_len, sums->name);
 	if (sums->dtype != CK_DT_F32 || sums->quant || counts->dtype != CK_DT_F32 ||
-	    counts->quant || sums->ndim < 1 || sums->ndim > 2 || ne0 < 1 ||
+	    counts->quant || sums->ndim < 1 || sums->ndim > 2 || ne0 < 1 || ne1 < 1 ||
 	    counts->numel != (uint64_t)ne1)
 		return ck_fail(err, CK_E_SOURCE,
 			       "%s: %.*s: in_sum2 must be F32 [matrices, columns] and counts F32, "

@@ -229,6 +229,10 @@ def hostile(d, src, mats, rng):
                   {one + ".in_sum2": (0, [1, v.size], v.tobytes()), one + ".counts": (0, [2, 1], b"\0" * 8)})
     refused(base + [g], "counts F32, one per matrix")
     gs.write_gguf(g, {"imatrix.datasets": (9, (8, ["x"])), "imatrix.chunk_count": (4, 1),
+                      "imatrix.chunk_size": (4, 512)},
+                  {one + ".in_sum2": (0, [0, v.size], b""), one + ".counts": (0, [0, 1], b"")})
+    refused(base + [g], "in_sum2 must be F32 [matrices, columns]")  # no matrices (a fuzzer's find)
+    gs.write_gguf(g, {"imatrix.datasets": (9, (8, ["x"])), "imatrix.chunk_count": (4, 1),
                       "imatrix.chunk_size": (4, 512)}, {one + ".counts": (0, [1, 1], b"\0" * 4)})
     refused(base + [g], f"{one}.counts has no {one}.in_sum2")
     os.mkdir(os.path.join(d, "a-directory"))
