@@ -628,30 +628,37 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
 
 
 def kquant_mixes(work, src, R):
-    """model.gguf Q4_K_M, Q6_K and Q2_K (llama-quantize's mixes, byte for byte)
-    against llama.cpp's own quantizer: mount + read model.gguf against
-    llama_model_quantize (the prebuilt libllama, every core) turning this
-    shape's BF16 GGUF into the same mix, writing it, reading it back and
-    deleting it. The BF16 GGUF is written beforehand, untimed: the peer is
-    spared convert_hf_to_gguf.py's part of the workflow."""
+    """model.gguf Q4_K_M, Q6_K and Q2_K (llama-quantize's mixes, byte for byte),
+    and Q4_K_M given an importance matrix, against llama.cpp's own
+    quantizer: mount + read model.gguf against llama_model_quantize (the
+    prebuilt libllama, every core) turning this shape's BF16 GGUF into the
+    same mix, writing it, reading it back and deleting it. The BF16 GGUF
+    (and the matrix, random values for every tensor) is written
+    beforehand, untimed: the peer is spared convert_hf_to_gguf.py's part of
+    the workflow."""
     sys.path.insert(0, os.path.join(ROOT, "tests", "cli"))
     os.environ.setdefault("CKPTFS", CKPTFS)
     os.environ.setdefault("MKCKPT", MKCKPT)
+    import gguf_imatrix as gi
     import gguf_kquant as kq
     lib = kq.libllama()
     bf16 = os.path.join(work, "kq-bf16")
     run(CKPTFS, "convert", src, bf16, "--format", "gguf:BF16", "--gguf-vocab", "none", "--quiet")
     gin, gout = os.path.join(bf16, "model.gguf"), os.path.join(work, "kq-peer.gguf")
+    imx_file = os.path.join(work, "kq.imatrix.dat")
+    imx = gi.write_legacy(imx_file, gi.some_imatrix(np.random.default_rng(5), gi.matrices(gin)), 10)
     read_files([gin])
-    for mix in ("Q4_K_M", "Q6_K", "Q2_K"):
+    for mix, weights in (("Q4_K_M", None), ("Q6_K", None), ("Q2_K", None), ("Q4_K_M", imx)):
+        tag = mix + (" + imatrix" if weights else "")
+
         def peer():
-            kq.llama_quantize(lib, gin, gout, mix, threads=0)
+            kq.llama_quantize(lib, gin, gout, mix, threads=0, imatrix=weights)
             n = read_files([gout])
             os.remove(gout)
             return n
 
         def mount():
-            m = Ckptfs(src, opts=f"gguf={mix},gguf_vocab=none")
+            m = Ckptfs(src, opts=f"gguf={mix},gguf_vocab=none" + (f",gguf_imatrix={imx_file}" if weights else ""))
             try:
                 return read_files([os.path.join(m.dir, "model.gguf")])
             finally:
@@ -662,9 +669,9 @@ def kquant_mixes(work, src, R):
                 got[k] += measure(fn, 1)
         pt = statistics.median(t for t, _ in got["peer"])
         ct = statistics.median(t for t, _ in got["ckptfs"])
-        row(f"ckptfs: mount + read model.gguf {mix}", got["ckptfs"])
-        print(f"{'llama-quantize BF16 GGUF -> ' + mix + ', write, read back, delete':58s} {pt:8.2f} s")
-        print(f"{'ckptfs: mount + read model.gguf ' + mix:58s} {ct:8.2f} s     speed-up {pt / ct:5.2f}x")
+        row(f"ckptfs: mount + read model.gguf {tag}", got["ckptfs"])
+        print(f"{'llama-quantize BF16 GGUF -> ' + tag + ', write, read back, delete':58s} {pt:8.2f} s")
+        print(f"{'ckptfs: mount + read model.gguf ' + tag:58s} {ct:8.2f} s     speed-up {pt / ct:5.2f}x")
     shutil.rmtree(bf16)
 
 

@@ -7,11 +7,15 @@
  * multiplies, over the calibration text) times sqrt(sigma2 + x^2); the
  * scale searches minimise the weighted squared error, and the K-quants'
  * sub-block scales are quantized by a weighted search too (make_qp_quants)
- * instead of against the largest. Scalar: a file is quantized once. */
+ * instead of against the largest. The K-quants' sub-block fits run eight
+ * sub-blocks side by side in vector lanes (ggml_lanes.h, AVX2 where the
+ * CPU has it), each lane ggml's scalar steps; the rest is scalar. */
 #include <string.h>
 
+#include "avx2.h"
 #include "ggml_int.h"
 #include "ggml_kquant.h"
+#include "ggml_lanes.h"
 
 #define QK_K 256
 
@@ -212,17 +216,69 @@ static float sum_squares(const float *x, int n)
 	return s;
 }
 
+/* The K-quants' sub-block fits, eight sub-blocks of n side by side in
+ * vector lanes (ggml_lanes.h), each lane the scalar steps above: the
+ * weights of sub-blocks j0.. j0+7 (from sigma2), their sums into sw, and
+ * with min (qkx3's steps: make_qkx2_quants' loop with -0.9, 0.05, 36) the
+ * scales, mins and levels 0..nmax, or without (qx, signed levels) the
+ * scales and levels; raw: the imatrix values themselves as the weights
+ * (Q6_K). */
+LANE_FN void fit8_body(const float *x, const float *qw, float sigma2, int n, int nmax, int min,
+		       int raw, float *sw, float *scales, float *mins, uint8_t *L)
+{
+	v8f xt[32], wt[32], mv;
+	v8i lt[32];
+	for (int j = 0; j < 8; j++) {
+		float w[32];
+		if (raw)
+			memcpy(w, qw + n * j, (size_t)n * sizeof *w);
+		else
+			sw[j] = weigh(x + n * j, qw + n * j, sigma2, n, w);
+		for (int i = 0; i < n; i++) {
+			xt[i][j] = x[n * j + i];
+			wt[i][j] = w[i];
+		}
+	}
+	const v8f s = min ? ck_qkx2_lanes(n, 0, nmax, xt, wt, lt, &mv, -0.9f, 0.05f, 36)
+			  : ck_qx_lanes(nmax, xt, wt, lt);
+	for (int j = 0; j < 8; j++) {
+		scales[j] = s[j];
+		if (min)
+			mins[j] = mv[j];
+		for (int i = 0; i < n; i++)
+			L[n * j + i] = (uint8_t)lt[i][j];
+	}
+}
+
+#ifdef HAVE_AVX2_LANES
+AVX2_LANES static void fit8_avx2(const float *x, const float *qw, float sigma2, int n, int nmax,
+				 int min, int raw, float *sw, float *scales, float *mins,
+				 uint8_t *L)
+{
+	fit8_body(x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L);
+}
+#endif
+
+static void fit8(const float *x, const float *qw, float sigma2, int n, int nmax, int min, int raw,
+		 float *sw, float *scales, float *mins, uint8_t *L)
+{
+#ifdef HAVE_AVX2_LANES
+	if (ck_avx2_usable()) {
+		fit8_avx2(x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L);
+		return;
+	}
+#endif
+	fit8_body(x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L);
+}
+
 /* Q4_K / Q5_K: eight sub-blocks of 32 (weights from the super-block's
  * 2 * mean square), scales and mins as qp levels; Q5_K caps them at 63. */
 static void k45(const float *x, const float *qw, int nmax, unsigned char *y)
 {
 	uint8_t L[QK_K], Ls[8], Lm[8];
-	float w[32], sw[8], mins[8], scales[8];
+	float sw[8], mins[8], scales[8];
 	const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
-	for (int j = 0; j < 8; j++) {
-		sw[j] = weigh(x + 32 * j, qw + 32 * j, sigma2, 32, w);
-		scales[j] = qkx3(32, nmax, x + 32 * j, w, L + 32 * j, &mins[j]);
-	}
+	fit8(x, qw, sigma2, 32, nmax, 1, 0, sw, scales, mins, L);
 	const float d = qp(8, 63, scales, Ls, sw), dmin = qp(8, 63, mins, Lm, sw);
 	for (int j = 0; j < 8 && nmax == 31; j++) {
 		Ls[j] = Ls[j] < 63 ? Ls[j] : 63;
@@ -237,8 +293,9 @@ static void q6_k(const float *x, const float *qw, unsigned char *y)
 {
 	int8_t L[QK_K];
 	float scales[16];
-	for (int ib = 0; ib < 16; ib++)
-		scales[ib] = qx_w(16, 32, x + 16 * ib, L + 16 * ib, qw + 16 * ib);
+	for (int g = 0; g < 2; g++)
+		fit8(x + 128 * g, qw + 128 * g, 0, 16, 32, 0, 1, NULL, scales + 8 * g, NULL,
+		     (uint8_t *)L + 128 * g);
 	ck_q6_k_finish(x, scales, L, y);
 }
 
@@ -247,12 +304,11 @@ static void q6_k(const float *x, const float *qw, unsigned char *y)
 static void q2_k(const float *x, const float *qw, unsigned char *y)
 {
 	uint8_t L[QK_K], Ls[16], Lm[16];
-	float w[16], sw[16], mins[16], scales[16];
+	float sw[16], mins[16], scales[16];
 	const float sigma2 = sum_squares(x, QK_K) / QK_K;
-	for (int j = 0; j < 16; j++) {
-		sw[j] = weigh(x + 16 * j, qw + 16 * j, sigma2, 16, w);
-		scales[j] = qkx3(16, 3, x + 16 * j, w, L + 16 * j, &mins[j]);
-	}
+	for (int g = 0; g < 2; g++)
+		fit8(x + 128 * g, qw + 128 * g, sigma2, 16, 3, 1, 0, sw + 8 * g, scales + 8 * g,
+		     mins + 8 * g, L + 128 * g);
 	const float dm = qp(16, 15, scales, Ls, sw), mm = qp(16, 15, mins, Lm, sw);
 	ck_put_half(y + 80, dm);
 	ck_put_half(y + 82, mm);
@@ -267,12 +323,11 @@ static void q2_k(const float *x, const float *qw, unsigned char *y)
 static void q3_k(const float *x, const float *qw, unsigned char *y)
 {
 	int8_t L[QK_K], Ls[16];
-	float w[16], sw[16], scales[16];
+	float sw[16], scales[16];
 	const float sigma2 = 2 * sum_squares(x, QK_K) / QK_K;
-	for (int j = 0; j < 16; j++) {
-		sw[j] = weigh(x + 16 * j, qw + 16 * j, sigma2, 16, w);
-		scales[j] = qx_w(16, 4, x + 16 * j, L + 16 * j, w);
-	}
+	for (int g = 0; g < 2; g++)
+		fit8(x + 128 * g, qw + 128 * g, sigma2, 16, 4, 0, 0, sw + 8 * g, scales + 8 * g,
+		     NULL, (uint8_t *)L + 128 * g);
 	unsigned char *sc = y + 96;
 	memset(sc, 0, 12);
 	const float d = qx_w(16, 32, scales, Ls, sw);

@@ -22,55 +22,6 @@
 
 #define QK_K 256
 
-/* Signed levels -nmax..nmax-1 (stored + nmax) of 16 values with weights
- * x^2 and the scale that fits them best over 19 trial scales (ggml's
- * make_qx_quants, rmse_type 1), for 8 sub-blocks at once, lane j sub-block
- * j (xt[i]: element i of each). Sums run over i in order, as ggml's. */
-LANE_FN v8f qx(int nmax, const v8f *xt, v8i *lt)
-{
-	const v8f zero = {0};
-	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
-	v8f max = zero, amax = zero;
-	for (int i = 0; i < 16; i++) {
-		const v8f ax = (v8f)((v8i)xt[i] & abs_mask);
-		const v8i m = ax > amax;
-		amax = sel(m, ax, amax);
-		max = sel(m, xt[i], max);
-	}
-	const v8i small = amax < CK_GROUP_MAX_EPS; /* ggml: levels 0, scale 0 */
-	v8f iscale = (float)-nmax / max, sumlx = zero, suml2 = zero;
-	for (int i = 0; i < 16; i++) {
-		const v8i l = levels8(iscale * xt[i], -nmax, nmax - 1);
-		lt[i] = l + nmax;
-		const v8f w = xt[i] * xt[i], lf = tof(l);
-		sumlx += w * xt[i] * lf;
-		suml2 += w * lf * lf;
-	}
-	v8f scale = sel(suml2 != zero, sumlx / suml2, zero), best = scale * sumlx;
-	for (int is = -9; is <= 9; is++) {
-		if (is == 0)
-			continue;
-		iscale = -((float)nmax + 0.1f * (float)is) / max;
-		v8i aux[16];
-		sumlx = suml2 = zero;
-		for (int i = 0; i < 16; i++) {
-			aux[i] = levels8(iscale * xt[i], -nmax, nmax - 1);
-			const v8f w = xt[i] * xt[i], lf = tof(aux[i]);
-			sumlx += w * xt[i] * lf;
-			suml2 += w * lf * lf;
-		}
-		const v8i take = (suml2 > zero) & (sumlx * sumlx > best * suml2);
-		for (int i = 0; i < 16; i++)
-			lt[i] = seli(take, aux[i] + nmax, lt[i]);
-		scale = sel(take, sumlx / suml2, scale);
-		best = sel(take, scale * sumlx, best);
-	}
-	const v8i z = {0};
-	for (int i = 0; i < 16; i++)
-		lt[i] = seli(small, z, lt[i]);
-	return sel(small, zero, scale);
-}
-
 /* The eight sub-blocks' scales, mins and levels of a Q4_K / Q5_K
  * super-block, fitted in lanes. */
 LANE_FN void k45_fit_body(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L)
@@ -106,7 +57,7 @@ LANE_FN void q6_k_fit_body(const float *x, int8_t *L, float *scales)
 		for (int i = 0; i < 16; i++)
 			for (int j = 0; j < 8; j++)
 				xt[i][j] = x[16 * (8 * g + j) + i];
-		const v8f s = qx(32, xt, lt);
+		const v8f s = ck_qx_lanes(32, xt, NULL, lt);
 		for (int j = 0; j < 8; j++) {
 			scales[8 * g + j] = s[j];
 			for (int i = 0; i < 16; i++)
