@@ -384,6 +384,8 @@ int ck_kquant_block_imx(uint32_t type, const float *x, const float *qw, float ro
 	case CK_GGML_Q4_0:
 	case CK_GGML_Q5_0:
 	case CK_GGML_Q5_1: q32(type, x, qw, row_sigma2, y); return 0;
+	case CK_GGML_IQ4_NL: ck_quant_iq4(0, x, qw, y); return 0;
+	case CK_GGML_IQ4_XS: ck_quant_iq4(1, x, qw, y); return 0;
 	default: return -1;
 	}
 }

@@ -293,6 +293,8 @@ int ck_kquant_block(uint32_t type, const float *x, unsigned char *y)
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;
 	case CK_GGML_Q5_0: quant_q5_0(x, y); return 0;
 	case CK_GGML_Q5_1: quant_q5_1(x, y); return 0;
+	case CK_GGML_IQ4_NL: ck_quant_iq4(0, x, NULL, y); return 0;
+	case CK_GGML_IQ4_XS: ck_quant_iq4(1, x, NULL, y); return 0;
 	default: return -1;
 	}
 }

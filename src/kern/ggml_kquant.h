@@ -9,8 +9,11 @@
 #include "../ckpt/ggml_types.h"
 
 /* x: the block's elements (ck_ggml_block's count); y: its bytes. Returns
- * -1 for another type. */
+ * -1 for another type (the K-quants, Q5_0, Q5_1, IQ4_NL and IQ4_XS). */
 int ck_kquant_block(uint32_t type, const float *x, unsigned char *y);
+/* IQ4_NL (xs 0: 32 elements) and IQ4_XS (xs 1: 256) (kern/ggml_iq4.c),
+ * with the importance weights of the block's columns or without (NULL). */
+void ck_quant_iq4(int xs, const float *x, const float *qw, unsigned char *y);
 /* Q2_K and Q3_K (kern/ggml_kquant23.c): one 256-element block. */
 void ck_quant_q2_k(const float *x, unsigned char *y);
 void ck_quant_q3_k(const float *x, unsigned char *y);

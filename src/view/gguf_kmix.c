@@ -78,6 +78,8 @@ static uint32_t attn_v_type(const struct ck_gguf_kmix *k, const struct ck_plan *
 	case CK_FTYPE_Q4_K_M:
 	case CK_FTYPE_Q5_K_M: t = use_more_bits(iv, nv) ? CK_GGML_Q6_K : t; break;
 	case CK_FTYPE_Q4_K_S: t = iv < 4 ? CK_GGML_Q5_K : t; break;
+	case CK_FTYPE_IQ4_NL:
+	case CK_FTYPE_IQ4_XS: t = k->n_gqa >= 4 ? CK_GGML_Q5_K : t; break;
 	default: break;
 	}
 	if (k->is_70b && (t == CK_GGML_Q3_K || t == CK_GGML_Q4_K))
@@ -100,6 +102,8 @@ static uint32_t ffn_down_type(const struct ck_gguf_kmix *k, const struct ck_plan
 	case CK_FTYPE_Q4_K_M:
 	case CK_FTYPE_Q5_K_M: return use_more_bits(il, nl) ? CK_GGML_Q6_K : t;
 	case CK_FTYPE_Q4_K_S: return il < nl / 8 ? CK_GGML_Q5_K : t;
+	case CK_FTYPE_IQ4_NL:
+	case CK_FTYPE_IQ4_XS: return il < nl / 8 && !k->has_imatrix ? CK_GGML_Q5_K : t;
 	default: return t;
 	}
 }
@@ -109,7 +113,8 @@ static uint32_t attn_output_type(const struct ck_gguf_kmix *k, uint32_t t)
 	if (k->n_expert == 8)
 		return k->ftype == CK_FTYPE_Q2_K || k->ftype == CK_FTYPE_Q3_K_S ||
 			       k->ftype == CK_FTYPE_Q3_K_M || k->ftype == CK_FTYPE_Q4_K_S ||
-			       k->ftype == CK_FTYPE_Q4_K_M
+			       k->ftype == CK_FTYPE_Q4_K_M || k->ftype == CK_FTYPE_IQ4_NL ||
+			       k->ftype == CK_FTYPE_IQ4_XS
 			   ? CK_GGML_Q5_K
 			   : t;
 	return k->ftype == CK_FTYPE_Q2_K     ? CK_GGML_Q3_K
@@ -119,17 +124,18 @@ static uint32_t attn_output_type(const struct ck_gguf_kmix *k, uint32_t t)
 }
 
 /* A type whose blocks do not tile the rows: llama-quantize's fallback (as
- * the tested llama.cpp chooses it: Q4_0 for Q2_K and Q3_K), then F16 (0)
- * when even 32-element blocks do not. */
+ * the tested llama.cpp chooses it: Q4_0 for Q2_K and Q3_K, IQ4_NL for
+ * IQ4_XS), then F16 (0) when even 32-element blocks do not. */
 static uint32_t fit_rows(uint32_t t, int64_t nx)
 {
 	size_t qk, qb;
 	if (ck_ggml_block(t, &qk, &qb) && nx % (int64_t)qk == 0)
 		return t;
-	t = t == CK_GGML_Q2_K || t == CK_GGML_Q3_K ? CK_GGML_Q4_0
-	    : t == CK_GGML_Q4_K			   ? CK_GGML_Q5_0
-	    : t == CK_GGML_Q5_K			   ? CK_GGML_Q5_1
-						   : CK_GGML_Q8_0;
+	t = t == CK_GGML_IQ4_XS			     ? CK_GGML_IQ4_NL
+	    : t == CK_GGML_Q2_K || t == CK_GGML_Q3_K ? CK_GGML_Q4_0
+	    : t == CK_GGML_Q4_K			     ? CK_GGML_Q5_0
+	    : t == CK_GGML_Q5_K			     ? CK_GGML_Q5_1
+						     : CK_GGML_Q8_0;
 	return nx % 32 ? 0 : t;
 }
 

@@ -1,15 +1,16 @@
-/* The K-quant mixes of the GGUF view (-o gguf=Q2_K, Q3_K_S, Q3_K_M, Q3_K_L,
- * Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K): which ggml type each matrix gets,
- * as llama-quantize's llama_tensor_get_type chooses it without an
- * importance matrix. The base type for most matrices; Q6_K for the output
+/* The K-quant and IQ4 mixes of the GGUF view (-o gguf=Q2_K, Q3_K_S,
+ * Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS):
+ * which ggml type each matrix gets, as llama-quantize's
+ * llama_tensor_get_type chooses it (an importance matrix changes only the
+ * IQ4 mixes' ffn_down). The base type for most matrices; Q6_K for the output
  * (or the tied embedding); more bits for attn_v (Phi-3's fused attn_qkv
  * counts as one), ffn_down and attn_output by the mix's own rules (the _M
  * mixes: the first and last eighth of the layers and every third between;
  * the _S mixes: the first layers), for a 70B's attn_v and an 8-expert
  * model's attention; rows that are not whole super-blocks fall back to
  * Q4_0 (Q2_K, Q3_K: what node-llama-cpp 3.22.1's llama.cpp writes; other
- * versions take IQ4_NL), Q5_0 (Q4_K), Q5_1 (Q5_K) or Q8_0, and rows that
- * are not whole 32-blocks to F16. */
+ * versions take IQ4_NL), IQ4_NL (IQ4_XS), Q5_0 (Q4_K), Q5_1 (Q5_K) or
+ * Q8_0, and rows that are not whole 32-blocks to F16. */
 #ifndef CK_GGUF_KMIX_H
 #define CK_GGUF_KMIX_H
 
@@ -27,7 +28,9 @@ enum {
 	CK_FTYPE_Q4_K_M = 15,
 	CK_FTYPE_Q5_K_S = 16,
 	CK_FTYPE_Q5_K_M = 17,
-	CK_FTYPE_Q6_K = 18
+	CK_FTYPE_Q6_K = 18,
+	CK_FTYPE_IQ4_NL = 25,
+	CK_FTYPE_IQ4_XS = 30
 };
 
 struct ck_gguf_kmix {
@@ -38,6 +41,7 @@ struct ck_gguf_kmix {
 	int n_expert;	/* experts per layer (0: dense) */
 	int is_70b;	/* llama.cpp's LLM_TYPE_70B (kmix_of says which models) */
 	int n_gqa;	/* query heads per KV head */
+	int has_imatrix; /* an importance matrix is given (IQ4's ffn_down rule) */
 };
 
 /* The ggml type of plan target i (a matrix: two or more dims, quantized),

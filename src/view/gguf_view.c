@@ -74,10 +74,12 @@ static const struct ftype {
     {"Q5_K_M", CK_GGML_Q5_K, CK_FTYPE_Q5_K_M, CK_DT_F32, 1},
     {"Q5_K_S", CK_GGML_Q5_K, CK_FTYPE_Q5_K_S, CK_DT_F32, 1},
     {"Q6_K", CK_GGML_Q6_K, CK_FTYPE_Q6_K, CK_DT_F32, 1},
+    {"IQ4_NL", CK_GGML_IQ4_NL, CK_FTYPE_IQ4_NL, CK_DT_F32, 1},
+    {"IQ4_XS", CK_GGML_IQ4_XS, CK_FTYPE_IQ4_XS, CK_DT_F32, 1},
 };
 #define TYPE_LIST                                                                                  \
 	"F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, "       \
-	"Q5_K_S, Q6_K"
+	"Q5_K_S, Q6_K, IQ4_NL, IQ4_XS"
 
 static const struct ftype *find_ftype(const char *name)
 {
@@ -482,9 +484,10 @@ static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a,
 /* Each target's type, as llama.cpp's converter chooses it, or for a
  * K-quant mix as llama-quantize does. */
 static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct arch *a,
-			const cJSON *cfg, struct ck_err *err)
+			const cJSON *cfg, int has_imatrix, struct ck_err *err)
 {
-	const struct ck_gguf_kmix k = kmix_of(ft, a, cfg, p);
+	struct ck_gguf_kmix k = kmix_of(ft, a, cfg, p);
+	k.has_imatrix = has_imatrix;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		if (!ck_dtype_is_castable_float(t->v.dtype))
@@ -876,7 +879,7 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	g->type = ft->name;
 	char name[256];
 	model_name(cat, cfg, name, sizeof name);
-	if (assign_types(g->plan, ft, a, cfg, err) < 0 ||
+	if (assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, err) < 0 ||
 	    (o->imatrix && ck_gguf_imatrix_attach(g->plan, o->imatrix, ft->name, &g->imx,
 						  &g->imx_used, err) < 0) ||
 	    load_vocab(cat, cfg, a, o, g, &tok, err) < 0 || arch_meta(cfg, a, ft, name, g, err) < 0)

@@ -118,9 +118,9 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_DEQUANT, "gguf_dequant", "F32|BF16", "quantized GGUF tensors decoded to (default F32)"},
     {S_GGUF, "gguf", "[TYPE]",
      "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, "
-     "...; TYPE F32, F16, BF16, Q8_0, Q4_0 or llama-quantize's K-quant mixes Q2_K, Q3_K_S, "
-     "Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K (default: the source's float type; "
-     "quantized on read)"},
+     "...; TYPE F32, F16, BF16, Q8_0, Q4_0 or llama-quantize's mixes Q2_K, Q3_K_S, Q3_K_M, "
+     "Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS (default: the source's float "
+     "type; quantized on read)"},
     {S_GGUF_PRE, "gguf_pre", "NAME",
      "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
      "pattern)"},
@@ -216,7 +216,8 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		if (val && ck_gguf_check_type(val, err) < 0)
 			return bad(err, how, opt,
 				   "F32, F16, BF16, Q8_0, Q4_0 or a K-quant mix (Q2_K, Q3_K_S, "
-				   "Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K)");
+				   "Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, "
+				   "IQ4_XS)");
 		o->gguf.on = 1;
 		o->gguf.type = val;
 		return 1;

@@ -101,7 +101,7 @@ def some_imatrix(rng, mats, skip=()):
     return out
 
 
-WEIGHTED = {2, 6, 7, 10, 11, 12, 13, 14}  # Q4_0, Q5_0, Q5_1, Q2_K ... Q6_K: the types weights change
+WEIGHTED = {2, 6, 7, 10, 11, 12, 13, 14, 20, 23}  # Q4_0, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS
 
 
 def same_as_llama(lib, d, tag, src, plain, mixes, imx_file, imx_values):

@@ -1,5 +1,6 @@
-"""The GGUF view's K-quant mixes (-o gguf=Q2_K, Q3_K_S, Q3_K_M, Q3_K_L,
-Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K) against llama.cpp's own quantizer: llama_model_quantize, from the
+"""The GGUF view's K-quant and IQ4 mixes (-o gguf=Q2_K, Q3_K_S, Q3_K_M,
+Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS) against
+llama.cpp's own quantizer: llama_model_quantize, from the
 prebuilt libllama node-llama-cpp ships (what the llama-quantize tool runs),
 quantizes the view's unquantized file; ckptfs's mix must give every tensor
 the type llama.cpp chose and the bytes it wrote, and inspect --format must
@@ -10,7 +11,7 @@ first layers for _S; Q2_K's attn_v by the grouped heads), Q6_K for the
 output and for a tied embedding, a 70B's attn_v (80 layers: a GQA Llama
 with any expert count but 8, a Qwen2; not a Qwen2-VL), an 8-expert model's
 attention, Phi-3's fused attn_qkv counted as attn_v, rows that are not whole
-super-blocks (the Q4_0, Q5_0, Q5_1 and Q8_0 fallbacks) or not whole
+super-blocks (the Q4_0, Q5_0, Q5_1, IQ4_NL and Q8_0 fallbacks) or not whole
 32-blocks (F16); a BF16 source (quantized from its 2-byte elements) and
 weights that corner the quantizers (zeros, subnormals, the largest floats,
 sums that overflow, random bit patterns; not infinities or NaN, which
@@ -35,7 +36,7 @@ import gguf_source as gs  # noqa: E402  (parse_gguf, QUANT, llama_cpp)
 
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
 FTYPE = {"Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
-         "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18}  # llama_ftype
+         "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}  # llama_ftype
 SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), **{t: (qk, qb) for t, qk, qb in gs.QUANT.values()}}
 NAMES = {t: n for n, (t, _, _) in gs.QUANT.items()} | {0: "F32", 1: "F16", 30: "BF16"}
 
@@ -283,15 +284,16 @@ def main():
                  ("qwen2vl-80", ["--model", "qwen2", "--layers", "80", "--hidden", "256", "--intermediate", "256"],
                   ["Q3_K_M"], "Q4_K"),
                  ("gqa4", ["--layers", "16", "--hidden", "256", "--intermediate", "256", "--heads", "8",
-                           "--kv-heads", "2"], ["Q2_K", "Q3_K_M"], "Q4_K"),
+                           "--kv-heads", "2"], ["Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL"], "Q4_K"),
                  ("experts", ["--model", "mixtral", "--experts", "8", "--layers", "4", "--hidden", "256",
-                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M", "Q2_K", "Q3_K_M"], "Q8_0"),
+                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M", "Q2_K", "Q3_K_M", "IQ4_XS"], "Q8_0"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
                            "--intermediate", "512"], ["Q4_K_M"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
-                              "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M"], "Q4_0"),
+                              "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL"],
+                  "Q4_0"),
                  ("rows80", ["--layers", "4", "--hidden", "80", "--intermediate", "272", "--heads", "5",
                              "--kv-heads", "5"], ["Q4_K_M"], "F16")]
         for tag, args, mixes, must in cases:
