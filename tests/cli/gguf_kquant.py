@@ -214,22 +214,25 @@ def gen(d, tag, *args):
     return src
 
 
-def mounted(lib, d, src, rng):
+def mounted(lib, d, src, rng, mix):
     """The mix through a mount: convert's bytes, also in reads cut inside
     blocks; llama.cpp runs it as it runs its own quantizer's file."""
     from mountlib import Mount
-    ours = os.path.join(d, "run-Q4_K_M")
-    whole = open(convert(src, ours, "gguf:Q4_K_M"), "rb").read()
-    ref = os.path.join(d, "run-llama.gguf")
-    llama_quantize(lib, convert(src, os.path.join(d, "run-F32"), "gguf:F32"), ref, "Q4_K_M")
-    with Mount(src, opts="gguf=Q4_K_M,gguf_vocab=none,direct_io,no_prefetch,chunk=4096") as m:
+    ours = os.path.join(d, "run-" + mix)
+    whole = open(convert(src, ours, "gguf:" + mix), "rb").read()
+    ref = os.path.join(d, f"run-llama-{mix}.gguf")
+    plain = os.path.join(d, "run-F32", "model.gguf")
+    if not os.path.exists(plain):
+        convert(src, os.path.join(d, "run-F32"), "gguf:F32")
+    llama_quantize(lib, plain, ref, mix)
+    with Mount(src, opts=f"gguf={mix},gguf_vocab=none,direct_io,no_prefetch,chunk=4096") as m:
         fd = os.open(m.path("model.gguf"), os.O_RDONLY)
         cuts = [(int(rng.integers(0, len(whole))), int(n)) for n in (1, 7, 143, 145, 211, 4097, 70001)
                 for _ in range(10)]
         for off, n in cuts:
             assert os.pread(fd, n, off) == whole[off:off + n], (off, n)
         os.close(fd)
-    with Mount(src, opts="gguf=Q4_K_M,gguf_vocab=none") as m:
+    with Mount(src, opts=f"gguf={mix},gguf_vocab=none") as m:
         assert open(m.path("model.gguf"), "rb").read() == whole
         modules = os.path.join(gs.TESTS, "..", "build-node", "node_modules")
         toks = [1, 5, 9, 200, 31, 77, 128, 3]
@@ -238,11 +241,11 @@ def mounted(lib, d, src, rng):
     f32 = gs.llama_cpp(modules, os.path.join(d, "run-F32", "model.gguf"), toks)
     # the model the file holds: its blocks decoded (a GGUF source) and run by
     # a torch Llama; llama.cpp differs by its 8-bit activations only
-    held, _, _ = gs.torch_logits(os.path.join(ours, "model.gguf"), os.path.join(d, "run-held"), toks)
+    held, _, _ = gs.torch_logits(os.path.join(ours, "model.gguf"), os.path.join(d, "run-held-" + mix), toks)
     r_held, r_f32 = gs.rel(want, held), gs.rel(want, f32)
     assert got.equal(want), "llama.cpp's logits on the mounted mix differ from its own quantizer's file"
     assert r_held < 0.05 and r_held < 0.25 * r_f32, f"llama.cpp {r_held:.1e} from the weights the file holds, {r_f32:.1e} from F32"
-    print(f"mounted Q4_K_M: convert's bytes, {len(cuts)} reads cut inside blocks; llama.cpp's logits equal "
+    print(f"mounted {mix}: convert's bytes, {len(cuts)} reads cut inside blocks; llama.cpp's logits equal "
           f"those of its own quantizer's file, {r_held:.1e} from a torch Llama over the weights the file "
           f"holds ({r_f32:.1e} from the F32 model's)")
 
@@ -261,7 +264,8 @@ def main():
                  .astype(np.float32) for k, v in ckref.read_checkpoint_dir(run).items()}  # a trained scale
             ckref.write_safetensors(os.path.join(run, "model.safetensors"),
                                     {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
-            mounted(lib, d, run, rng)
+            for mix in ("Q4_K_M", "IQ4_XS"):
+                mounted(lib, d, run, rng, mix)
             return
         dense = gen(d, "dense", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
         hostile_weights(dense, rng, False)
