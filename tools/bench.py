@@ -627,9 +627,9 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
     subprocess.run(["rm", "-rf", fp8, oss])
 
 
-def kquant_mixes(work, src, R):
-    """model.gguf Q4_K_M, Q6_K and Q2_K (llama-quantize's mixes, byte for byte),
-    and Q4_K_M given an importance matrix, against llama.cpp's own
+def kquant_mixes(work, src, R, mixes=("Q4_K_M", "Q6_K", "Q2_K", "IQ4_XS", "Q4_K_M+imatrix")):
+    """model.gguf Q4_K_M, Q6_K, Q2_K and IQ4_XS (llama-quantize's mixes, byte
+    for byte), and Q4_K_M given an importance matrix, against llama.cpp's own
     quantizer: mount + read model.gguf against llama_model_quantize (the
     prebuilt libllama, every core) turning this shape's BF16 GGUF into the
     same mix, writing it, reading it back and deleting it. The BF16 GGUF
@@ -648,7 +648,8 @@ def kquant_mixes(work, src, R):
     imx_file = os.path.join(work, "kq.imatrix.dat")
     imx = gi.write_legacy(imx_file, gi.some_imatrix(np.random.default_rng(5), gi.matrices(gin)), 10)
     read_files([gin])
-    for mix, weights in (("Q4_K_M", None), ("Q6_K", None), ("Q2_K", None), ("Q4_K_M", imx)):
+    for spec in mixes:
+        mix, weights = spec.split("+")[0], imx if spec.endswith("+imatrix") else None
         tag = mix + (" + imatrix" if weights else "")
 
         def peer():
@@ -695,6 +696,8 @@ def main():
                     help="hidden sizes to run the per-shape rows on (of 1024, 2048, 4096)")
     ap.add_argument("--layers", type=int, default=0, help="layers of every shape (default: per shape)")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--mixes", default="Q4_K_M,Q6_K,Q2_K,IQ4_XS,Q4_K_M+imatrix",
+                    help="--only kquant: the mixes to run (MIX or MIX+imatrix, comma-separated)")
     ap.add_argument("--only", choices=["kquant", "gguf_sources"],
                     help="run one group of rows alone, on the hidden-2048 shape (kquant: the K-quant mixes; "
                     "gguf_sources: GGUF files read as Hugging Face, against the FUSE ceilings measured first)")
@@ -707,7 +710,7 @@ def main():
             shards = [os.path.join(src, f) for f in os.listdir(src) if f.endswith(".safetensors")]
             read_files(shards)
             if a.only == "kquant":
-                kquant_mixes(work, src, a.reps)
+                kquant_mixes(work, src, a.reps, a.mixes.split(","))
             else:
                 raw = row("raw read of the source files (page cache)", measure(lambda: read_files(shards), a.reps))
                 pt = {False: [], True: []}

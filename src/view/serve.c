@@ -127,7 +127,7 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_VOCAB, "gguf_vocab", "none",
      "placeholder tokens when there is no tokenizer file (token ids only)"},
     {S_GGUF_IMATRIX, "gguf_imatrix", "FILE",
-     "gguf=Q4_0 or a K-quant mix quantized with this importance matrix (llama-quantize's "
+     "gguf=Q4_0 or a K-quant or IQ4 mix quantized with this importance matrix (llama-quantize's "
      "--imatrix: imatrix.gguf or the legacy .dat)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
