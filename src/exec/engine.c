@@ -1228,6 +1228,10 @@ static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
 	const uint64_t end = off + len, b0 = off / qb, b1 = (end + qb - 1) / qb;
 	const uint64_t r1 = (b1 + bpr - 1) / bpr;
 	const uint64_t rstep = QSTEP_ELEMS / ncols ? QSTEP_ELEMS / ncols : 1;
+	/* the types whose weights take the row's mean square (IQ4_NL's, like
+	 * the K-quants', come from its own block) */
+	const int by_row =
+	    t->qtype == CK_GGML_Q4_0 || t->qtype == CK_GGML_Q5_0 || t->qtype == CK_GGML_Q5_1;
 	if (grow(&c->fwin, &c->fwin_cap, rstep * ncols * es, "quantization", err) < 0)
 		return -1;
 	for (uint64_t r = b0 / bpr; r < r1; r += rstep) {
@@ -1240,7 +1244,7 @@ static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
 		for (uint64_t k = kb; k < ke && !c->eng->dry_run; k++) {
 			const uint64_t row = k / bpr, col = k % bpr * qk;
 			const unsigned char *xr = c->fwin + (row - r) * ncols * es;
-			if (qk == 32 && (k == kb || col == 0))
+			if (by_row && (k == kb || col == 0))
 				sigma2 = ck_row_sigma2(from, xr, ncols);
 			unsigned char q[256]; /* a block: Q6_K's 210 bytes the most */
 			ck_ggml_quant_imx(t->qtype, from, xr + col * es,
