@@ -356,8 +356,15 @@ static void read_through(struct ck_cache *c, const char *name, uint64_t from, ui
 START_TEST(served_chunks_dropped_and_recycled)
 {
 	uint64_t chunk = _i ? 512 << 10 : 2 << 20;
-	struct ck_cache_opts o = {.cache_size = 64 << 20, .chunk = chunk, .threads = 2,
-				  .no_prefetch = 1, .drop_served = 1};
+	/* a paced job waits up to 5 s for its reader (50 ms by default): on a
+	 * busy test machine a reader held longer than 50 ms let the evaluators
+	 * run unpaced, into fresh memory, and fewer chunks were recycled */
+	struct ck_cache_opts o = {.cache_size = 64 << 20,
+				  .chunk = chunk,
+				  .threads = 2,
+				  .no_prefetch = 1,
+				  .drop_served = 1,
+				  .pace_wait_ms = 5000};
 	struct ck_cache *c = cache_of(o);
 	uint64_t n = plan->t[tidx("wt")].nbytes, npz = plan->t[tidx("pz")].nbytes;
 	uint64_t kept = (8 << 20) / chunk, nw = n / chunk, np = npz / chunk;
