@@ -1241,16 +1241,22 @@ static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
 			return -1;
 		const uint64_t kb = b0 > r * bpr ? b0 : r * bpr, ke = b1 < re * bpr ? b1 : re * bpr;
 		float sigma2 = 0;
-		for (uint64_t k = kb; k < ke && !c->eng->dry_run; k++) {
+		for (uint64_t k = kb, m; k < ke && !c->eng->dry_run; k += m) {
 			const uint64_t row = k / bpr, col = k % bpr * qk;
 			const unsigned char *xr = c->fwin + (row - r) * ncols * es;
 			if (by_row && (k == kb || col == 0))
 				sigma2 = ck_row_sigma2(from, xr, ncols);
-			unsigned char q[256]; /* a block: Q6_K's 210 bytes the most */
+			/* a run of the row's blocks, 256 elements at most (IQ4_NL
+			 * quantizes eight side by side): Q6_K's 210 bytes or eight
+			 * Q5_1 blocks' 192 at most */
+			m = 256 / qk;
+			m = m < bpr - k % bpr ? m : bpr - k % bpr;
+			m = m < ke - k ? m : ke - k;
+			unsigned char q[256];
 			ck_ggml_quant_imx(t->qtype, from, xr + col * es,
-					  t->qw + row / per_mat * ncols + col, sigma2, q);
+					  t->qw + row / per_mat * ncols + col, sigma2, (int)m, q);
 			const uint64_t lo = k * qb > off ? k * qb : off;
-			const uint64_t hi = (k + 1) * qb < end ? (k + 1) * qb : end;
+			const uint64_t hi = (k + m) * qb < end ? (k + m) * qb : end;
 			memcpy(dst + (lo - off), q + (lo - k * qb), (size_t)(hi - lo));
 		}
 	}

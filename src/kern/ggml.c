@@ -410,8 +410,9 @@ static void quant_block(int q4, const float *x, unsigned char *y)
 		(q4 ? quant_q4_0 : quant_q8_0)(x, y);
 }
 
-/* n blocks of a K-quant mix's type (kern/ggml_kquant.c), each widened to
- * F32 first. */
+/* n blocks of a K-quant or IQ4 mix's type (kern/ggml_kquant.c), each
+ * widened to F32 first; 256 elements at a time (IQ4_NL fits eight blocks
+ * side by side). */
 static int quant_k(uint32_t type, int from, const unsigned char *in, size_t n, unsigned char *out)
 {
 	size_t qk, qb;
@@ -420,29 +421,30 @@ static int quant_k(uint32_t type, int from, const unsigned char *in, size_t n, u
 	     type != CK_GGML_Q5_K && type != CK_GGML_Q6_K && type != CK_GGML_Q5_0 &&
 	     type != CK_GGML_Q5_1 && type != CK_GGML_IQ4_NL && type != CK_GGML_IQ4_XS))
 		return -1;
-	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
-	for (size_t i = 0; i < n; i++) {
+	const size_t es = from == CK_QSRC_F32 ? 4 : 2, per = 256 / qk;
+	for (size_t i = 0; i < n; i += per) {
+		const size_t m = n - i < per ? n - i : per;
 		float f[256];
-		for (size_t k = 0; k < qk; k += 32)
+		for (size_t k = 0; k < m * qk; k += 32)
 			widen_block(from, in + (i * qk + k) * es, f + k);
-		if (ck_kquant_block(type, f, out + i * qb) < 0)
+		if (ck_kquant_blocks(type, f, (int)m, out + i * qb) < 0)
 			return -1;
 	}
 	return 0;
 }
 
 int ck_ggml_quant_imx(uint32_t type, int from, const void *x, const float *qw, float row_sigma2,
-		      unsigned char *out)
+		      int n, unsigned char *out)
 {
 	size_t qk, qb;
-	if (!ck_ggml_block(type, &qk, &qb) || qk > 256 || qk % 32 ||
+	if (!ck_ggml_block(type, &qk, &qb) || qk % 32 || n < 1 || (size_t)n * qk > 256 ||
 	    (from != CK_QSRC_F32 && from != CK_QSRC_BF16 && from != CK_QSRC_F16))
 		return -1;
 	const size_t es = from == CK_QSRC_F32 ? 4 : 2;
 	float f[256];
-	for (size_t k = 0; k < qk; k += 32)
+	for (size_t k = 0; k < n * qk; k += 32)
 		widen_block(from, (const unsigned char *)x + k * es, f + k);
-	return ck_kquant_block_imx(type, f, qw, row_sigma2, out);
+	return ck_kquant_blocks_imx(type, f, qw, row_sigma2, n, out);
 }
 
 float ck_row_sigma2(int from, const void *x, uint64_t n)

@@ -27,11 +27,12 @@ void ck_ggml_dequant(uint32_t type, const unsigned char *blocks, size_t n, float
  * only, never the CPU's vector kernels (tests compare the two). Returns -1
  * for another type or another from. */
 int ck_ggml_quant(uint32_t type, int from, const void *x, size_t n, unsigned char *out, int vector);
-/* One block given an importance matrix (kern/ggml_imx.c): qw, the weights
- * of its columns; row_sigma2, its row's mean square (ck_row_sigma2; Q4_0,
- * Q5_0 and Q5_1 take it). -1 for a type without weights. */
+/* n consecutive blocks of one row (256 elements at most) given an
+ * importance matrix (kern/ggml_imx.c): qw, the weights of their columns;
+ * row_sigma2, the row's mean square (ck_row_sigma2; Q4_0, Q5_0 and Q5_1
+ * take it). -1 for a type without weights. */
 int ck_ggml_quant_imx(uint32_t type, int from, const void *x, const float *qw, float row_sigma2,
-		      unsigned char *out);
+		      int n, unsigned char *out);
 /* The mean square of a row of n elements (a multiple of 32), summed in
  * order in F32 as ggml's quantizers sum it. */
 float ck_row_sigma2(int from, const void *x, uint64_t n);

@@ -372,8 +372,9 @@ static void q32(uint32_t type, const float *x, const float *qw, float sigma2, un
 	ck_pack5(c, y + 2, y + 6);
 }
 
-int ck_kquant_block_imx(uint32_t type, const float *x, const float *qw, float row_sigma2,
-			unsigned char *y)
+/* One block of 32 or 256 elements. */
+static int block_imx(uint32_t type, const float *x, const float *qw, float row_sigma2,
+		     unsigned char *y)
 {
 	switch (type) {
 	case CK_GGML_Q2_K: q2_k(x, qw, y); return 0;
@@ -384,8 +385,23 @@ int ck_kquant_block_imx(uint32_t type, const float *x, const float *qw, float ro
 	case CK_GGML_Q4_0:
 	case CK_GGML_Q5_0:
 	case CK_GGML_Q5_1: q32(type, x, qw, row_sigma2, y); return 0;
-	case CK_GGML_IQ4_NL: ck_quant_iq4(0, x, qw, y); return 0;
-	case CK_GGML_IQ4_XS: ck_quant_iq4(1, x, qw, y); return 0;
+	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, qw, y); return 0;
 	default: return -1;
 	}
+}
+
+int ck_kquant_blocks_imx(uint32_t type, const float *x, const float *qw, float row_sigma2, int n,
+			 unsigned char *y)
+{
+	size_t qk, qb;
+	if (!ck_ggml_block(type, &qk, &qb) || n < 1 || (size_t)n * qk > 256)
+		return -1;
+	if (type == CK_GGML_IQ4_NL) { /* side by side in lanes */
+		ck_quant_iq4_nl(x, qw, n, y);
+		return 0;
+	}
+	for (int i = 0; i < n; i++)
+		if (block_imx(type, x + i * qk, qw + i * qk, row_sigma2, y + i * qb) < 0)
+			return -1;
+	return 0;
 }

@@ -5,121 +5,207 @@
  * 256-element super-block with 6-bit signed sub-scales of one F16 factor.
  * The same float operations in the same order as ggml's, so the same bytes
  * (tests/cli/gguf_kquant.py and gguf_imatrix.py compare whole files with
- * llama.cpp's own quantizer). Scalar: 0.72x llama-quantize's time for an
- * IQ4_XS file on this project's VM (tools/bench.py --only kquant); vector
- * lanes for the fit are the next step. */
+ * llama.cpp's own quantizer). The scale search, 16 trial scales of 32
+ * elements, runs eight blocks side by side in vector lanes (ggml_lanes.h):
+ * IQ4_XS's eight sub-blocks, or eight consecutive IQ4_NL blocks. */
 #include <string.h>
 
+#include "avx2.h"
 #include "ggml_int.h"
 #include "ggml_kquant.h"
+#include "ggml_lanes.h"
 
 /* kvalues_iq4nl: the decoder's table (ckpt/ggml_types.h has its own copy
  * for reading sources) */
 static const int8_t KV[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
 			      1,    13,	  25,  38,  53,	 69,  89,  113};
+/* The midpoints of neighbouring levels. ggml's best_index_int8 (a binary
+ * search, then x - KV[l] < KV[l + 1] - x ? l : l + 1) gives the number of
+ * midpoints x is not below: ties go up, NaN gets 15. Near a midpoint both
+ * differences are exact in float, so the search's comparison is x >= MID;
+ * checked for every one of the 2^32 floats when this was written. */
+static const float MID[15] = {-115.5f, -93.5f, -74.f, -57.f, -42.f, -28.5f, -16.f, -4.5f,
+			      7.f,     19.f,   31.5f, 45.5f, 61.f,  79.f,   101.f};
 
-/* The nearest table index to x (ties and NaN: the upper one), as ggml's
- * best_index_int8 searches it. */
-static int best_index(float x)
+/* best_index_int8 in each lane */
+LANE_FN v8i index_lanes(v8f x)
 {
-	if (x <= KV[0])
-		return 0;
-	if (x >= KV[15])
-		return 15;
-	int ml = 0, mu = 15;
-	while (mu - ml > 1) {
-		int mav = (ml + mu) / 2;
-		if (x < KV[mav])
-			mu = mav;
-		else
-			ml = mav;
-	}
-	return x - KV[mu - 1] < KV[mu] - x ? mu - 1 : mu;
+	v8i l = (v8i){0} + 15;
+	for (int k = 0; k < 15; k++)
+		l += x < MID[k]; /* -1 where below */
+	return l;
 }
 
-/* One block of 32 (sigma2 from its super-block): its indices into L and
- * the scale that fits best over the first guess and 15 trial scales;
- * weights qw * sqrt(sigma2 + x^2), or x^2 without an importance matrix. */
-static float fit32(const float *xb, const float *qw, float sigma2, uint8_t *L)
+/* KV[best_index_int8(x)] in each lane: KV[0] and the steps up to the level
+ * (small integers: the sum is exact) */
+LANE_FN v8f value_lanes(v8f x)
 {
-	float w[32], amax = 0, max = 0;
-	for (int j = 0; j < 32; j++) {
-		w[j] = qw ? qw[j] * sqrtf(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
-		if (fabsf(xb[j]) > amax) {
-			amax = fabsf(xb[j]);
-			max = xb[j];
-		}
+	const v8f zero = {0};
+	v8f q = zero + (float)KV[0];
+	for (int k = 0; k < 15; k++)
+		q += (v8f)((v8i)(zero + (float)(KV[k + 1] - KV[k])) & ~(x < MID[k]));
+	return q;
+}
+
+/* Eight blocks of 32 side by side, lane b block b (xt[i]: element i of
+ * each, wt[i] its weight): the scale that fits each best, over the first
+ * guess -max / KV[0] and 15 trial scales around it; 0 where the block's
+ * largest magnitude is under ggml's epsilon. */
+LANE_FN v8f fit_lanes(const v8f *xt, const v8f *wt)
+{
+	const v8f zero = {0};
+	v8f max;
+	const v8i small = ck_amax_lanes(32, xt, &max) < CK_GROUP_MAX_EPS;
+	v8f d = -max / (float)KV[0], id = 1 / d, sumqx = zero, sumq2 = zero;
+	for (int i = 0; i < 32; i++) {
+		const v8f q = value_lanes(id * xt[i]);
+		sumqx += wt[i] * q * xt[i];
+		sumq2 += wt[i] * q * q;
 	}
-	if (amax < CK_GROUP_MAX_EPS)
-		return 0; /* (ggml leaves L as it was: every caller recomputes it) */
-	float d = -max / (float)KV[0], id = 1 / d, sumqx = 0, sumq2 = 0;
-	for (int j = 0; j < 32; j++) {
-		const int l = best_index(id * xb[j]);
-		L[j] = (uint8_t)l;
-		const float q = KV[l];
-		sumqx += w[j] * q * xb[j];
-		sumq2 += w[j] * q * q;
-	}
-	d = sumqx / sumq2;
-	float best = d * sumqx;
+	/* 0, not NaN, where no weight counts (columns the importance matrix
+	 * never saw active: the scale stays 0 through the trials) */
+	d = sel(sumq2 > zero, sumqx / sumq2, zero);
+	v8f best = d * sumqx;
 	for (int itry = -7; itry <= 7; itry++) {
 		id = (float)(itry + KV[0]) / max;
-		sumqx = sumq2 = 0;
-		for (int j = 0; j < 32; j++) {
-			const float q = KV[best_index(id * xb[j])];
-			sumqx += w[j] * q * xb[j];
-			sumq2 += w[j] * q * q;
+		sumqx = sumq2 = zero;
+		for (int i = 0; i < 32; i++) {
+			const v8f q = value_lanes(id * xt[i]);
+			sumqx += wt[i] * q * xt[i];
+			sumq2 += wt[i] * q * q;
 		}
-		if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
-			d = sumqx / sumq2;
-			best = d * sumqx;
-		}
+		const v8i take = (sumq2 > zero) & (sumqx * sumqx > best * sumq2);
+		const v8f dn = sumqx / sumq2;
+		d = sel(take, dn, d);
+		best = sel(take, dn * sumqx, best);
 	}
-	return d;
+	return sel(small, zero, d);
 }
 
-/* xs 0: block_iq4_nl (d, qs[16]) of 32 elements; xs 1: block_iq4_xs (d,
- * scales_h, scales_l[4], qs[128]) of 256. qw: the importance weights of
- * the block's columns, or NULL. */
-void ck_quant_iq4(int xs, const float *x, const float *qw, unsigned char *y)
+/* The first nb (1..8) blocks of 32 at x (lanes past nb: zeros), their
+ * weights qw[j] * sqrt(sigma2[b] + x^2) with an importance matrix, x^2
+ * without (ggml's): the fitted scales, into s. */
+LANE_FN void fit_body(const float *x, const float *qw, const float *sigma2, int nb, float *s)
 {
-	const int n = xs ? 256 : 32, nb = n / 32;
-	float sigma2 = 0, scales[8], max_scale = 0, amax_scale = 0;
-	uint8_t L[256];
+	v8f xt[32], wt[32];
+	for (int i = 0; i < 32; i++)
+		for (int b = 0; b < 8; b++) {
+			const float v = b < nb ? x[32 * b + i] : 0.f;
+			xt[i][b] = v;
+			wt[i][b] = qw && b < nb ? qw[32 * b + i] * sqrtf(sigma2[b] + v * v) : v * v;
+		}
+	const v8f d = fit_lanes(xt, wt);
+	memcpy(s, &d, sizeof d);
+}
+
+/* The 32 indices of id * x[j], eight at a time. */
+LANE_FN void levels_body(const float *x, float id, uint8_t *L)
+{
+	for (int i = 0; i < 32; i += 8) {
+		v8f v;
+		memcpy(&v, x + i, sizeof v);
+		const v8i l = index_lanes(id * v);
+		for (int j = 0; j < 8; j++)
+			L[i + j] = (uint8_t)l[j];
+	}
+}
+
+#ifdef HAVE_AVX2_LANES
+AVX2_LANES static void fit_avx2(const float *x, const float *qw, const float *sigma2, int nb,
+				float *s)
+{
+	fit_body(x, qw, sigma2, nb, s);
+}
+
+AVX2_LANES static void levels_avx2(const float *x, float id, uint8_t *L)
+{
+	levels_body(x, id, L);
+}
+#endif
+
+static void fit(const float *x, const float *qw, const float *sigma2, int nb, float *s)
+{
+#ifdef HAVE_AVX2_LANES
+	if (ck_avx2_usable()) {
+		fit_avx2(x, qw, sigma2, nb, s);
+		return;
+	}
+#endif
+	fit_body(x, qw, sigma2, nb, s);
+}
+
+static void levels(const float *x, float id, uint8_t *L)
+{
+#ifdef HAVE_AVX2_LANES
+	if (ck_avx2_usable()) {
+		levels_avx2(x, id, L);
+		return;
+	}
+#endif
+	levels_body(x, id, L);
+}
+
+/* ggml's sigma2: the mean square of the n elements it weighs by, times 2,
+ * summed in order */
+static float sigma2_of(const float *x, int n)
+{
+	float s = 0;
 	for (int j = 0; j < n; j++)
-		sigma2 += x[j] * x[j];
-	sigma2 *= 2.f / (float)n;
-	for (int ib = 0; ib < nb; ib++) {
-		scales[ib] = fit32(x + 32 * ib, qw ? qw + 32 * ib : NULL, sigma2, L + 32 * ib);
-		if (fabsf(scales[ib]) > amax_scale) {
-			amax_scale = fabsf(scales[ib]);
-			max_scale = scales[ib];
-		}
+		s += x[j] * x[j];
+	return s * (2.f / (float)n);
+}
+
+/* 32 indices as 16 bytes: element j low nibble, j + 16 high */
+static void pack(const uint8_t *L, unsigned char *q)
+{
+	for (int j = 0; j < 16; j++)
+		q[j] = (unsigned char)(L[j] | (L[16 + j] << 4));
+}
+
+void ck_quant_iq4_nl(const float *x, const float *qw, int nb, unsigned char *y)
+{
+	float sigma2[8];
+	for (int b = 0; b < nb; b++)
+		sigma2[b] = sigma2_of(x + 32 * b, 32);
+	float s[8];
+	fit(x, qw, sigma2, nb, s);
+	for (int b = 0; b < nb; b++) {
+		uint8_t L[32];
+		const float d = s[b], id = d != 0.0f ? 1 / d : 0;
+		ck_put_half(y + 18 * b, d);
+		levels(x + 32 * b, id, L);
+		pack(L, y + 18 * b + 2);
 	}
-	unsigned char *q4 = y + (xs ? 8 : 2);
-	if (xs) { /* the sub-scales as 6-bit levels of d, each block's indices again */
-		const float d = -max_scale / 32, id = d != 0.0f ? 1 / d : 0.f;
-		uint16_t sh = 0;
-		ck_put_half(y, d);
-		memset(y + 4, 0, 4);
-		for (int ib = 0; ib < 8; ib++) {
-			int l = ck_clampi(ck_nearest_int(id * scales[ib]), -32, 31);
-			const float dl = d * (float)l, idl = dl != 0.0f ? 1 / dl : 0.f;
-			for (int j = 0; j < 32; j++)
-				L[32 * ib + j] = (uint8_t)best_index(idl * x[32 * ib + j]);
-			l += 32;
-			y[4 + ib / 2] |= (unsigned char)((l & 0xF) << (4 * (ib % 2)));
-			sh |= (uint16_t)((l >> 4) << (2 * ib));
+}
+
+void ck_quant_iq4_xs(const float *x, const float *qw, unsigned char *y)
+{
+	float sigma2[8];
+	sigma2[0] = sigma2_of(x, 256);
+	for (int b = 1; b < 8; b++)
+		sigma2[b] = sigma2[0];
+	float s[8], max_scale = 0, amax_scale = 0;
+	fit(x, qw, sigma2, 8, s);
+	for (int b = 0; b < 8; b++)
+		if (fabsf(s[b]) > amax_scale) {
+			amax_scale = fabsf(s[b]);
+			max_scale = s[b];
 		}
-		y[2] = (unsigned char)(sh & 0xFF);
-		y[3] = (unsigned char)(sh >> 8);
-	} else {
-		ck_put_half(y, scales[0]);
-		const float id = scales[0] != 0.0f ? 1 / scales[0] : 0;
-		for (int j = 0; j < 32; j++)
-			L[j] = (uint8_t)best_index(id * x[j]);
+	/* the sub-scales as 6-bit levels of d, each block's indices again */
+	const float d = -max_scale / 32, id = d != 0.0f ? 1 / d : 0.f;
+	uint16_t sh = 0;
+	ck_put_half(y, d);
+	memset(y + 4, 0, 4);
+	for (int b = 0; b < 8; b++) {
+		int l = ck_clampi(ck_nearest_int(id * s[b]), -32, 31);
+		const float dl = d * (float)l, idl = dl != 0.0f ? 1 / dl : 0.f;
+		uint8_t L[32];
+		levels(x + 32 * b, idl, L);
+		pack(L, y + 8 + 16 * b);
+		l += 32;
+		y[4 + b / 2] |= (unsigned char)((l & 0xF) << (4 * (b % 2)));
+		sh |= (uint16_t)((l >> 4) << (2 * b));
 	}
-	for (int i = 0; i < n / 32; i++)
-		for (int j = 0; j < 16; j++)
-			q4[16 * i + j] = (unsigned char)(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+	y[2] = (unsigned char)(sh & 0xFF);
+	y[3] = (unsigned char)(sh >> 8);
 }

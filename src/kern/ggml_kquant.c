@@ -283,7 +283,8 @@ static void quant_q5_1(const float *x, unsigned char *y)
 	ck_pack5(c, y + 4, y + 8);
 }
 
-int ck_kquant_block(uint32_t type, const float *x, unsigned char *y)
+/* One block of 32 or 256 elements. */
+static int block(uint32_t type, const float *x, unsigned char *y)
 {
 	switch (type) {
 	case CK_GGML_Q2_K: ck_quant_q2_k(x, y); return 0;
@@ -293,8 +294,22 @@ int ck_kquant_block(uint32_t type, const float *x, unsigned char *y)
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;
 	case CK_GGML_Q5_0: quant_q5_0(x, y); return 0;
 	case CK_GGML_Q5_1: quant_q5_1(x, y); return 0;
-	case CK_GGML_IQ4_NL: ck_quant_iq4(0, x, NULL, y); return 0;
-	case CK_GGML_IQ4_XS: ck_quant_iq4(1, x, NULL, y); return 0;
+	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, NULL, y); return 0;
 	default: return -1;
 	}
+}
+
+int ck_kquant_blocks(uint32_t type, const float *x, int n, unsigned char *y)
+{
+	size_t qk, qb;
+	if (!ck_ggml_block(type, &qk, &qb) || n < 1 || (size_t)n * qk > 256)
+		return -1;
+	if (type == CK_GGML_IQ4_NL) { /* side by side in lanes */
+		ck_quant_iq4_nl(x, NULL, n, y);
+		return 0;
+	}
+	for (int i = 0; i < n; i++)
+		if (block(type, x + i * qk, y + i * qb) < 0)
+			return -1;
+	return 0;
 }

@@ -8,25 +8,28 @@
 
 #include "../ckpt/ggml_types.h"
 
-/* x: the block's elements (ck_ggml_block's count); y: its bytes. Returns
- * -1 for another type (the K-quants, Q5_0, Q5_1, IQ4_NL and IQ4_XS). */
-int ck_kquant_block(uint32_t type, const float *x, unsigned char *y);
-/* IQ4_NL (xs 0: 32 elements) and IQ4_XS (xs 1: 256) (kern/ggml_iq4.c),
- * with the importance weights of the block's columns or without (NULL). */
-void ck_quant_iq4(int xs, const float *x, const float *qw, unsigned char *y);
+/* x: n blocks' elements (ck_ggml_block's count each, 256 in all at most);
+ * y: their bytes. Returns -1 for another type (the K-quants, Q5_0, Q5_1,
+ * IQ4_NL and IQ4_XS). */
+int ck_kquant_blocks(uint32_t type, const float *x, int n, unsigned char *y);
+/* IQ4_NL: nb (1..8) consecutive blocks of 32, quantized side by side;
+ * IQ4_XS: one block of 256 (kern/ggml_iq4.c). qw: the importance weights
+ * of the elements' columns, or NULL. */
+void ck_quant_iq4_nl(const float *x, const float *qw, int nb, unsigned char *y);
+void ck_quant_iq4_xs(const float *x, const float *qw, unsigned char *y);
 /* Q2_K and Q3_K (kern/ggml_kquant23.c): one 256-element block. */
 void ck_quant_q2_k(const float *x, unsigned char *y);
 void ck_quant_q3_k(const float *x, unsigned char *y);
 
-/* One block quantized as ggml's quantize_<type> does it given an importance
- * matrix (kern/ggml_imx.c, llama-quantize --imatrix): qw, the weights of
- * the block's columns (the matrix's imatrix values from the block's first
- * column on); row_sigma2, the mean square of the block's whole row (Q4_0,
- * Q5_0 and Q5_1 weigh by it; the K-quants by their super-block's). Q2_K,
- * Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q5_0, Q5_1; -1 for another type (Q8_0
- * takes no weights). */
-int ck_kquant_block_imx(uint32_t type, const float *x, const float *qw, float row_sigma2,
-			unsigned char *y);
+/* n blocks of one row (256 elements at most) quantized as ggml's
+ * quantize_<type> does it given an importance matrix (kern/ggml_imx.c,
+ * llama-quantize --imatrix): qw, the weights of the blocks' columns (the
+ * matrix's imatrix values from the first block's first column on);
+ * row_sigma2, the mean square of the row (Q4_0, Q5_0 and Q5_1 weigh by it;
+ * the K-quants by their super-block's). Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
+ * Q5_0, Q5_1, IQ4_NL, IQ4_XS; -1 for another type (Q8_0 takes no weights). */
+int ck_kquant_blocks_imx(uint32_t type, const float *x, const float *qw, float row_sigma2, int n,
+			 unsigned char *y);
 
 /* The steps after the fit that the quantizers with and without an
  * importance matrix share. L: the fit's levels, recomputed in place from

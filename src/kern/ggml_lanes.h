@@ -1,7 +1,7 @@
-/* Vector lanes for the K-quants' scale searches (ggml_kquant.c,
- * ggml_kquant23.c): eight sub-blocks fitted side by side, lane j sub-block
- * j, each lane ggml's scalar steps in the same order, so the same floats.
- * Static inline helpers for those two files only. */
+/* Vector lanes for the K-quants' and IQ4's scale searches (ggml_kquant.c,
+ * ggml_kquant23.c, ggml_imx.c, ggml_iq4.c): eight sub-blocks fitted side by
+ * side, lane j sub-block j, each lane ggml's scalar steps in the same
+ * order, so the same floats. Static inline helpers for those files only. */
 #ifndef CK_GGML_LANES_H
 #define CK_GGML_LANES_H
 
@@ -116,6 +116,23 @@ LANE_FN v8f ck_qkx2_lanes(int n, int mad, int nmax, const v8f *xt, const v8f *wt
 	return sel(flat, zero, scale);
 }
 
+/* The largest magnitude among each lane's n elements, and in *max the
+ * first element of that magnitude with its sign, as ggml's loops take it
+ * (ax > amax, from 0: NaN never). */
+LANE_FN v8f ck_amax_lanes(int n, const v8f *xt, v8f *max)
+{
+	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
+	v8f amax = {0}, mx = {0};
+	for (int i = 0; i < n; i++) {
+		const v8f ax = (v8f)((v8i)xt[i] & abs_mask);
+		const v8i m = ax > amax;
+		amax = sel(m, ax, amax);
+		mx = sel(m, xt[i], mx);
+	}
+	*max = mx;
+	return amax;
+}
+
 /* Signed levels -nmax..nmax-1 (stored + nmax) of 16 values with weights
  * wt (NULL: x^2) and the scale that fits them best over 19 trial scales
  * (ggml's make_qx_quants, rmse_type 1), for 8 sub-blocks at once, lane j
@@ -124,14 +141,8 @@ LANE_FN v8f ck_qkx2_lanes(int n, int mad, int nmax, const v8f *xt, const v8f *wt
 LANE_FN v8f ck_qx_lanes(int nmax, const v8f *xt, const v8f *wt, v8i *lt)
 {
 	const v8f zero = {0};
-	const v8i abs_mask = (v8i){0} + 0x7FFFFFFF;
-	v8f max = zero, amax = zero;
-	for (int i = 0; i < 16; i++) {
-		const v8f ax = (v8f)((v8i)xt[i] & abs_mask);
-		const v8i m = ax > amax;
-		amax = sel(m, ax, amax);
-		max = sel(m, xt[i], max);
-	}
+	v8f max;
+	const v8f amax = ck_amax_lanes(16, xt, &max);
 	const v8i small = amax < CK_GROUP_MAX_EPS; /* ggml: levels 0, scale 0 */
 	v8f iscale = (float)-nmax / max, sumlx = zero, suml2 = zero;
 	for (int i = 0; i < 16; i++) {

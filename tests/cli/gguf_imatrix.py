@@ -86,15 +86,20 @@ def matrices(f32_gguf):
 
 def some_imatrix(rng, mats, skip=()):
     """Per matrix, one value per column (per expert of a stacked one):
-    mostly small, some zero, some large; token_embd's of the wrong size."""
+    mostly small, some zero, some large, and dead columns (never
+    activated: zero) for a whole 32-block, and on every other matrix for
+    a whole 256-block; token_embd's of the wrong size."""
     out = {}
-    for n, dims in mats.items():
+    for i, (n, dims) in enumerate(mats.items()):
         if n in skip:
             continue
         size = dims[0] * (dims[2] if len(dims) > 2 else 1)
         v = (rng.random(size) ** 4 * 50).astype(np.float32)
         v[rng.random(size) < 0.05] = 0
         v[rng.random(size) < 0.02] *= 1e4
+        v[32:64] = 0
+        if i % 2 and size >= 512:
+            v[256:512] = 0
         out[n] = v
     if "token_embd.weight" in out:
         out["token_embd.weight"] = out["token_embd.weight"][:5]
@@ -289,6 +294,9 @@ def main():
             f = os.path.join(d, "rows.dat")
             write_legacy(f, some_imatrix(rng, matrices(kq.convert(rows, os.path.join(d, "r-F32"), "gguf:F32"))), 2)
             mounted(d, rows, f, "Q5_K_M")
+            # IQ4_NL quantizes a row's blocks eight side by side: runs of five
+            # here, cut where a read starts or ends inside a row
+            mounted(d, rows, f, "IQ4_NL")
             return
         imx = some_imatrix(rng, mats, skip=("blk.1.attn_k.weight",))
         legacy = os.path.join(d, "dense.dat")
@@ -326,9 +334,12 @@ def main():
         imx = some_imatrix(rng, mats)
         f = os.path.join(d, "rows.dat")
         vals = write_legacy(f, imx, 1, trailer=False)
-        seen = same_as_llama(lib, d, "rows160", rows, rows_plain, ["Q4_K_M", "Q5_K_M", "Q2_K", "Q6_K"], f, vals)
+        seen = same_as_llama(lib, d, "rows160", rows, rows_plain, ["Q4_K_M", "Q5_K_M", "Q2_K", "Q6_K", "IQ4_XS"], f,
+                             vals)
         n = q4_0_as_ggml(d, rows, rows_plain, f, vals)
-        print(f"160-wide rows (Q4_0, Q5_0, Q5_1 weighted by the row's mean square): {seen}; "
+        assert seen["IQ4_XS"] > 0, seen  # IQ4_NL's runs of five blocks a row, weighted
+        print(f"160-wide rows (Q4_0, Q5_0, Q5_1 weighted by the row's mean square; IQ4_NL in runs of 5 "
+              f"blocks): {seen}; "
               f"gguf=Q4_0: {n} weighted tensors as ggml's row quantizer makes them")
 
         n = hostile(d, dense, matrices(plain), rng)
