@@ -164,7 +164,7 @@ static void pack(const uint8_t *L, unsigned char *q)
 
 void ck_quant_iq4_nl(const float *x, const float *qw, int nb, unsigned char *y)
 {
-	float sigma2[8];
+	float sigma2[8] = {0};
 	for (int b = 0; b < nb; b++)
 		sigma2[b] = sigma2_of(x + 32 * b, 32);
 	float s[8];
