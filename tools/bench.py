@@ -627,9 +627,10 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
     subprocess.run(["rm", "-rf", fp8, oss])
 
 
-def kquant_mixes(work, src, R, mixes=("Q4_K_M", "Q6_K", "Q2_K", "IQ4_XS", "Q4_K_M+imatrix")):
-    """model.gguf Q4_K_M, Q6_K, Q2_K and IQ4_XS (llama-quantize's mixes, byte
-    for byte), and Q4_K_M given an importance matrix, against llama.cpp's own
+def kquant_mixes(work, src, R, mixes=("Q4_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "Q4_K_M+imatrix",
+                                       "IQ4_XS+imatrix")):
+    """model.gguf Q4_K_M, Q6_K, Q2_K, Q3_K_M and IQ4_XS (llama-quantize's
+    mixes, byte for byte), and Q4_K_M and IQ4_XS given an importance matrix, against llama.cpp's own
     quantizer: mount + read model.gguf against llama_model_quantize (the
     prebuilt libllama, every core) turning this shape's BF16 GGUF into the
     same mix, writing it, reading it back and deleting it. The BF16 GGUF
@@ -696,7 +697,7 @@ def main():
                     help="hidden sizes to run the per-shape rows on (of 1024, 2048, 4096)")
     ap.add_argument("--layers", type=int, default=0, help="layers of every shape (default: per shape)")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--mixes", default="Q4_K_M,Q6_K,Q2_K,IQ4_XS,Q4_K_M+imatrix",
+    ap.add_argument("--mixes", default="Q4_K_M,Q6_K,Q2_K,Q3_K_M,IQ4_XS,Q4_K_M+imatrix,IQ4_XS+imatrix",
                     help="--only kquant: the mixes to run (MIX or MIX+imatrix, comma-separated)")
     ap.add_argument("--only", choices=["kquant", "gguf_sources"],
                     help="run one group of rows alone, on the hidden-2048 shape (kquant: the K-quant mixes; "
