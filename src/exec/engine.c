@@ -1249,12 +1249,16 @@ static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
 			/* a run of the row's blocks, 256 elements at most (IQ4_NL
 			 * quantizes eight side by side): Q6_K's 210 bytes or eight
 			 * Q5_1 blocks' 192 at most */
-			m = 256 / qk;
+			unsigned char q[256];
+			m = 256 / qk * qb <= sizeof q ? 256 / qk : sizeof q / qb;
 			m = m < bpr - k % bpr ? m : bpr - k % bpr;
 			m = m < ke - k ? m : ke - k;
-			unsigned char q[256];
-			ck_ggml_quant_imx(t->qtype, from, xr + col * es,
-					  t->qw + row / per_mat * ncols + col, sigma2, (int)m, q);
+			if (ck_ggml_quant_imx(t->qtype, from, xr + col * es,
+					      t->qw + row / per_mat * ncols + col, sigma2, (int)m,
+					      q) < 0)
+				return ck_fail(err, CK_E_MAPPING,
+					       "\"%s\": %s takes no importance matrix", t->name,
+					       ck_ggml_type_name(t->qtype));
 			const uint64_t lo = k * qb > off ? k * qb : off;
 			const uint64_t hi = (k + m) * qb < end ? (k + m) * qb : end;
 			memcpy(dst + (lo - off), q + (lo - k * qb), (size_t)(hi - lo));

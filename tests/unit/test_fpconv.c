@@ -848,6 +848,18 @@ START_TEST(ggml_quantizers_match_reference)
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_MXFP4, CK_QSRC_F32, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q8_0, 3, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_K, 3, x, 1, got, 1), -1);
+	/* weighted runs: a type that takes no weights, no blocks, and more
+	 * than 256 elements (the engine's run buffer) are refused */
+	float qw[512];
+	for (int j = 0; j < 512; j++)
+		qw[j] = 1.0f;
+	got[0] = 0xAB;
+	ck_assert_int_eq(ck_ggml_quant_imx(CK_GGML_Q8_0, CK_QSRC_F32, x, qw, 0, 1, got), -1);
+	ck_assert_int_eq(ck_ggml_quant_imx(CK_GGML_IQ4_NL, CK_QSRC_F32, x, qw, 0, 0, got), -1);
+	ck_assert_int_eq(ck_ggml_quant_imx(CK_GGML_IQ4_NL, CK_QSRC_F32, x, qw, 0, 9, got), -1);
+	ck_assert_int_eq(ck_ggml_quant_imx(CK_GGML_Q4_K, CK_QSRC_F32, x, qw, 0, 2, got), -1);
+	ck_assert_uint_eq(got[0], 0xAB); /* nothing written */
+	ck_assert_int_eq(ck_ggml_quant_imx(CK_GGML_IQ4_NL, CK_QSRC_F32, x, qw, 0, 8, got), 0);
 	free(x);
 	free(h);
 	free(got);
