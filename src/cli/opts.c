@@ -22,8 +22,8 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
     {CK_CLI_GGUF_VOCAB, "--gguf-vocab", "none",
      "--format gguf: placeholder tokens (token ids only)"},
     {CK_CLI_GGUF_IMATRIX, "--gguf-imatrix", "FILE",
-     "--format gguf:Q4_0 or a K-quant or IQ4 mix: llama-quantize's --imatrix (imatrix.gguf or the "
-     "legacy .dat)"},
+     "--format gguf:MIX (Q4_0 ... IQ4_XS): llama-quantize's --imatrix (imatrix.gguf or the legacy "
+     ".dat)"},
     {0, NULL, NULL, NULL},
 };
 

@@ -1212,7 +1212,7 @@ static void quant_into(uint32_t type, int from, const unsigned char *x, uint64_t
 #define QSTEP_ELEMS (16384 * 32)
 
 /* Blocks of a quantized target with importance weights (-o gguf_imatrix),
- * evaluated in whole rows (Q4_0, Q5_0 and Q5_1 weigh by the row's mean
+ * evaluated in whole rows (Q4_0, Q4_1, Q5_0, Q5_1 weigh by the row's mean
  * square), each block of the read quantized with its columns' weights
  * (t->qw: per matrix of a stacked tensor, one weight per column). */
 static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
@@ -1230,8 +1230,8 @@ static int read_quantized_imx(struct ck_eval_ctx *c, const struct ck_target *t,
 	const uint64_t rstep = QSTEP_ELEMS / ncols ? QSTEP_ELEMS / ncols : 1;
 	/* the types whose weights take the row's mean square (IQ4_NL's, like
 	 * the K-quants', come from its own block) */
-	const int by_row =
-	    t->qtype == CK_GGML_Q4_0 || t->qtype == CK_GGML_Q5_0 || t->qtype == CK_GGML_Q5_1;
+	const int by_row = t->qtype == CK_GGML_Q4_0 || t->qtype == CK_GGML_Q4_1 ||
+			   t->qtype == CK_GGML_Q5_0 || t->qtype == CK_GGML_Q5_1;
 	if (grow(&c->fwin, &c->fwin_cap, rstep * ncols * es, "quantization", err) < 0)
 		return -1;
 	for (uint64_t r = b0 / bpr; r < r1; r += rstep) {

@@ -1,6 +1,6 @@
 /* ggml's quantizers given an importance matrix (llama-quantize --imatrix):
- * quantize_row_<type>_impl for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q5_0 and
- * Q5_1, the same float operations in the same order as ggml's, so the
+ * quantize_row_<type>_impl for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0, Q4_1,
+ * Q5_0 and Q5_1, the same float operations in the same order as ggml's, so the
  * same bytes (tests/cli/gguf_imatrix.py compares whole files with
  * llama.cpp's own quantizer given the same matrix). Each element's weight
  * is its column's imatrix value (the mean square of the activations it
@@ -344,20 +344,25 @@ static void q3_k(const float *x, const float *qw, unsigned char *y)
 	ck_q3_k_finish(x, L, y);
 }
 
-/* Q4_0, Q5_0 (signed levels, qx) and Q5_1 (a min, qkx3): one block of 32,
- * weights from the whole row's mean square. */
+/* Q4_0, Q5_0 (signed levels, qx) and Q4_1, Q5_1 (a min, qkx3): one block
+ * of 32, weights from the whole row's mean square. */
 static void q32(uint32_t type, const float *x, const float *qw, float sigma2, unsigned char *y)
 {
 	float w[32];
 	weigh(x, qw, sigma2, 32, w);
 	int8_t L[32];
 	uint8_t c[32];
-	if (type == CK_GGML_Q5_1) {
+	if (type == CK_GGML_Q4_1 || type == CK_GGML_Q5_1) {
 		float neg_min;
-		const float d = qkx3(32, 31, x, w, c, &neg_min);
+		const float d = qkx3(32, type == CK_GGML_Q4_1 ? 15 : 31, x, w, c, &neg_min);
 		ck_put_half(y, d);
 		ck_put_half(y + 2, -neg_min);
-		ck_pack5(c, y + 4, y + 8);
+		if (type == CK_GGML_Q5_1) {
+			ck_pack5(c, y + 4, y + 8);
+			return;
+		}
+		for (int j = 0; j < 16; j++)
+			y[4 + j] = (unsigned char)(c[j] | (c[j + 16] << 4));
 		return;
 	}
 	const float d = qx_w(32, type == CK_GGML_Q4_0 ? 8 : 16, x, L, w);
@@ -383,6 +388,7 @@ static int block_imx(uint32_t type, const float *x, const float *qw, float row_s
 	case CK_GGML_Q5_K: k45(x, qw, 31, y); return 0;
 	case CK_GGML_Q6_K: q6_k(x, qw, y); return 0;
 	case CK_GGML_Q4_0:
+	case CK_GGML_Q4_1:
 	case CK_GGML_Q5_0:
 	case CK_GGML_Q5_1: q32(type, x, qw, row_sigma2, y); return 0;
 	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, qw, y); return 0;

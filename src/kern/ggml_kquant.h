@@ -9,8 +9,8 @@
 #include "../ckpt/ggml_types.h"
 
 /* x: n blocks' elements (ck_ggml_block's count each, 256 in all at most);
- * y: their bytes. Returns -1 for another type (the K-quants, Q5_0, Q5_1,
- * IQ4_NL and IQ4_XS). */
+ * y: their bytes. Returns -1 for another type (the K-quants, Q4_1, Q5_0,
+ * Q5_1, IQ4_NL and IQ4_XS). */
 int ck_kquant_blocks(uint32_t type, const float *x, int n, unsigned char *y);
 /* IQ4_NL: nb (1..8) consecutive blocks of 32, quantized side by side;
  * IQ4_XS: one block of 256 (kern/ggml_iq4.c). qw: the importance weights
@@ -25,9 +25,9 @@ void ck_quant_q3_k(const float *x, unsigned char *y);
  * quantize_<type> does it given an importance matrix (kern/ggml_imx.c,
  * llama-quantize --imatrix): qw, the weights of the blocks' columns (the
  * matrix's imatrix values from the first block's first column on);
- * row_sigma2, the mean square of the row (Q4_0, Q5_0 and Q5_1 weigh by it;
- * the K-quants by their super-block's). Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
- * Q5_0, Q5_1, IQ4_NL, IQ4_XS; -1 for another type (Q8_0 takes no weights). */
+ * row_sigma2, the mean square of the row (Q4_0, Q4_1, Q5_0 and Q5_1 weigh
+ * by it; the K-quants by their super-block's). Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+ * Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS; -1 for another type (Q8_0 takes no weights). */
 int ck_kquant_blocks_imx(uint32_t type, const float *x, const float *qw, float row_sigma2, int n,
 			 unsigned char *y);
 

@@ -11,8 +11,8 @@
 static int weighted(uint32_t q)
 {
 	return q == CK_GGML_Q2_K || q == CK_GGML_Q3_K || q == CK_GGML_Q4_K || q == CK_GGML_Q5_K ||
-	       q == CK_GGML_Q6_K || q == CK_GGML_Q4_0 || q == CK_GGML_Q5_0 || q == CK_GGML_Q5_1 ||
-	       q == CK_GGML_IQ4_NL || q == CK_GGML_IQ4_XS;
+	       q == CK_GGML_Q6_K || q == CK_GGML_Q4_0 || q == CK_GGML_Q4_1 || q == CK_GGML_Q5_0 ||
+	       q == CK_GGML_Q5_1 || q == CK_GGML_IQ4_NL || q == CK_GGML_IQ4_XS;
 }
 
 int ck_gguf_imatrix_attach(struct ck_plan *p, const char *path, const char *type,
@@ -22,8 +22,8 @@ int ck_gguf_imatrix_attach(struct ck_plan *p, const char *path, const char *type
 	if (!strcasecmp(type, "F32") || !strcasecmp(type, "F16") || !strcasecmp(type, "BF16") ||
 	    !strcasecmp(type, "Q8_0"))
 		return ck_fail(err, CK_E_USAGE,
-			       "an importance matrix goes with Q4_0 or a mix (Q2_K ... Q6_K, "
-			       "IQ4_NL, IQ4_XS): %s takes no weights",
+			       "an importance matrix goes with a llama-quantize mix (Q4_0, Q4_1, "
+			       "Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS): %s takes no weights",
 			       type);
 	if (ck_imatrix_load(path, m, err) < 0)
 		return -1;

@@ -104,6 +104,10 @@ static uint32_t ffn_down_type(const struct ck_gguf_kmix *k, const struct ck_plan
 	case CK_FTYPE_Q4_K_S: return il < nl / 8 ? CK_GGML_Q5_K : t;
 	case CK_FTYPE_IQ4_NL:
 	case CK_FTYPE_IQ4_XS: return il < nl / 8 && !k->has_imatrix ? CK_GGML_Q5_K : t;
+	/* with a matrix, "against craziness" in the first layers; without
+	 * one the files stay what they were before matrices */
+	case CK_FTYPE_Q4_0: return il < nl / 8 && k->has_imatrix ? CK_GGML_Q4_1 : t;
+	case CK_FTYPE_Q5_0: return il < nl / 8 && k->has_imatrix ? CK_GGML_Q5_1 : t;
 	default: return t;
 	}
 }

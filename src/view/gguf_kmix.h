@@ -1,8 +1,10 @@
-/* The K-quant and IQ4 mixes of the GGUF view (-o gguf=Q2_K, Q3_K_S,
- * Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS):
- * which ggml type each matrix gets, as llama-quantize's
- * llama_tensor_get_type chooses it (an importance matrix changes only the
- * IQ4 mixes' ffn_down). The base type for most matrices; Q6_K for the output
+/* The llama-quantize mixes of the GGUF view (-o gguf=Q4_0, Q4_1, Q5_0,
+ * Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K,
+ * IQ4_NL, IQ4_XS): which ggml type each matrix gets, as llama-quantize's
+ * llama_tensor_get_type chooses it (an importance matrix changes only
+ * ffn_down's: the IQ4 mixes' and, in the first eighth of the layers, Q4_0's
+ * and Q5_0's, which take Q4_1 and Q5_1 there). The base type for most
+ * matrices; Q6_K for the output
  * (or the tied embedding); more bits for attn_v (Phi-3's fused attn_qkv
  * counts as one), ffn_down and attn_output by the mix's own rules (the _M
  * mixes: the first and last eighth of the layers and every third between;
@@ -20,6 +22,10 @@
 
 /* llama_ftype's numbers for the mixes (general.file_type) */
 enum {
+	CK_FTYPE_Q4_0 = 2,
+	CK_FTYPE_Q4_1 = 3,
+	CK_FTYPE_Q5_0 = 8,
+	CK_FTYPE_Q5_1 = 9,
 	CK_FTYPE_Q2_K = 10,
 	CK_FTYPE_Q3_K_S = 11,
 	CK_FTYPE_Q3_K_M = 12,
@@ -41,7 +47,7 @@ struct ck_gguf_kmix {
 	int n_expert;	/* experts per layer (0: dense) */
 	int is_70b;	/* llama.cpp's LLM_TYPE_70B (kmix_of says which models) */
 	int n_gqa;	/* query heads per KV head */
-	int has_imatrix; /* an importance matrix is given (IQ4's ffn_down rule) */
+	int has_imatrix; /* an importance matrix is given (ffn_down's rules) */
 };
 
 /* The ggml type of plan target i (a matrix: two or more dims, quantized),

@@ -51,8 +51,9 @@ static const struct arch {
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the
- * element type the matrices are evaluated in, and for a K-quant mix 1
- * (each matrix's type chosen as llama-quantize does: gguf_kmix.c). */
+ * element type the matrices are evaluated in, and for a llama-quantize mix
+ * 1 (each matrix's type chosen as llama-quantize does: gguf_kmix.c; Q8_0
+ * and the float types are the converter's, every matrix one type). */
 static const struct ftype {
 	const char *name;
 	uint32_t ggml;
@@ -64,7 +65,10 @@ static const struct ftype {
     {"F16", CK_GGUF_F16, 1, CK_DT_F16, 0},
     {"BF16", CK_GGUF_BF16, 32, CK_DT_BF16, 0},
     {"Q8_0", CK_GGML_Q8_0, 7, CK_DT_F32, 0},
-    {"Q4_0", CK_GGML_Q4_0, 2, CK_DT_F32, 0},
+    {"Q4_0", CK_GGML_Q4_0, CK_FTYPE_Q4_0, CK_DT_F32, 1},
+    {"Q4_1", CK_GGML_Q4_1, CK_FTYPE_Q4_1, CK_DT_F32, 1},
+    {"Q5_0", CK_GGML_Q5_0, CK_FTYPE_Q5_0, CK_DT_F32, 1},
+    {"Q5_1", CK_GGML_Q5_1, CK_FTYPE_Q5_1, CK_DT_F32, 1},
     {"Q2_K", CK_GGML_Q2_K, CK_FTYPE_Q2_K, CK_DT_F32, 1},
     {"Q3_K_S", CK_GGML_Q3_K, CK_FTYPE_Q3_K_S, CK_DT_F32, 1},
     {"Q3_K_M", CK_GGML_Q3_K, CK_FTYPE_Q3_K_M, CK_DT_F32, 1},
@@ -78,7 +82,8 @@ static const struct ftype {
     {"IQ4_XS", CK_GGML_IQ4_XS, CK_FTYPE_IQ4_XS, CK_DT_F32, 1},
 };
 #define TYPE_LIST                                                                                  \
-	"F32, F16, BF16, Q8_0, Q4_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, "       \
+	"F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, "     \
+	"Q4_K_S, Q5_K_M, "                                                                         \
 	"Q5_K_S, Q6_K, IQ4_NL, IQ4_XS"
 
 static const struct ftype *find_ftype(const char *name)
@@ -495,8 +500,7 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct 
 				       t->name, ck_dtype_name(t->v.dtype));
 		int64_t last = t->v.ndim ? t->v.shape[t->v.ndim - 1] : 1;
 		enum ck_dtype dt = ft->dt;
-		uint32_t q =
-		    ft->mix || ft->ggml == CK_GGML_Q8_0 || ft->ggml == CK_GGML_Q4_0 ? ft->ggml : 0;
+		uint32_t q = ft->mix || ft->ggml == CK_GGML_Q8_0 ? ft->ggml : 0;
 		const char *router = strstr(t->name, ".ffn_gate_inp.");
 		if (t->v.ndim < 2 || router) { /* norms, biases, the MoE router */
 			dt = CK_DT_F32;

@@ -118,16 +118,16 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_DEQUANT, "gguf_dequant", "F32|BF16", "quantized GGUF tensors decoded to (default F32)"},
     {S_GGUF, "gguf", "[TYPE]",
      "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, "
-     "...; TYPE F32, F16, BF16, Q8_0, Q4_0 or llama-quantize's mixes Q2_K, Q3_K_S, Q3_K_M, "
-     "Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS (default: the source's float "
-     "type; quantized on read)"},
+     "...; TYPE F32, F16, BF16, Q8_0 or llama-quantize's mixes Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, "
+     "Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS (default: the "
+     "source's float type; quantized on read)"},
     {S_GGUF_PRE, "gguf_pre", "NAME",
      "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
      "pattern)"},
     {S_GGUF_VOCAB, "gguf_vocab", "none",
      "placeholder tokens when there is no tokenizer file (token ids only)"},
     {S_GGUF_IMATRIX, "gguf_imatrix", "FILE",
-     "gguf=Q4_0 or a K-quant or IQ4 mix quantized with this importance matrix (llama-quantize's "
+     "gguf=MIX (Q4_0 ... IQ4_XS) quantized with this importance matrix (llama-quantize's "
      "--imatrix: imatrix.gguf or the legacy .dat)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
@@ -214,10 +214,11 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		return 1;
 	case S_GGUF:
 		if (val && ck_gguf_check_type(val, err) < 0)
-			return bad(err, how, opt,
-				   "F32, F16, BF16, Q8_0, Q4_0 or a K-quant mix (Q2_K, Q3_K_S, "
-				   "Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, "
-				   "IQ4_XS)");
+			return bad(
+			    err, how, opt,
+			    "F32, F16, BF16, Q8_0 or a llama-quantize mix (Q4_0, Q4_1, Q5_0, "
+			    "Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, "
+			    "Q5_K_M, Q6_K, IQ4_NL, IQ4_XS)");
 		o->gguf.on = 1;
 		o->gguf.type = val;
 		return 1;

@@ -11,9 +11,9 @@ a never-counted matrix 1). Every tensor of every mix of a Llama with weights
 that corner the quantizers, of a 4-expert Mixtral
 (stacked experts, one matrix per expert) and of a Llama whose rows fall
 back to Q4_0/Q5_0/Q5_1 (weighted by the whole row's mean square) must
-have llama.cpp's type and bytes (the view's plain Q4_0, which is not
-llama-quantize's Q4_0 mix, is compared tensor by tensor with ggml's row
-quantizer); a tensor the matrix does not name is
+have llama.cpp's type and bytes, and so must the legacy mixes' (Q4_0,
+Q4_1, Q5_0, Q5_1, weighted by the row too; with a matrix Q4_0 and Q5_0
+put the first eighth's ffn_down in Q4_1 and Q5_1); a tensor the matrix does not name is
 quantized without, and token_embd's entry of the wrong size is ignored,
 as llama-quantize does. Hostile matrices are refused with one line
 naming the file and what is wrong. With --mount: the mounted file is
@@ -106,7 +106,7 @@ def some_imatrix(rng, mats, skip=()):
     return out
 
 
-WEIGHTED = {2, 6, 7, 10, 11, 12, 13, 14, 20, 23}  # Q4_0, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS
+WEIGHTED = {2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23}  # Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS
 
 
 def same_as_llama(lib, d, tag, src, plain, mixes, imx_file, imx_values):
@@ -136,34 +136,6 @@ def same_as_llama(lib, d, tag, src, plain, mixes, imx_file, imx_values):
         assert {t["name"] for t in json.loads(p.stdout)["tensors"] if t["imatrix"]} == weighted, (tag, mix)
         seen[mix] = len(weighted)
     return seen
-
-
-def q4_0_as_ggml(d, src, plain, imx_file, imx_values):
-    """Plain Q4_0 (the view's type for every matrix; llama-quantize's Q4_0
-    mix makes the output Q6_K or Q8_0) tensor by tensor against ggml's own
-    row quantizer (ggml_quantize_chunk) given the same weights."""
-    import glob
-    lib = ctypes.CDLL(glob.glob(os.path.join(gs.TESTS, "..", "build-node", "node_modules", "@node-llama-cpp",
-                                             "linux-x64", "bins", "linux-x64", "libggml-base.so"))[0])
-    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
-    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    ours = convert(src, os.path.join(d, "q4_0-imx"), "gguf:Q4_0", imx_file)
-    _, ot = kq.tensors(ours)
-    _, pt = kq.tensors(plain)
-    n = 0
-    for name, (t, dims, b) in ot.items():
-        if t != 2:
-            continue
-        x = np.frombuffer(pt[name][2], np.float32)
-        w = imx_values.get(name)
-        w = w if w is not None and w.size == dims[0] and name != "token_embd.weight" else None
-        q = np.zeros(len(b), np.uint8)
-        lib.ggml_quantize_chunk(2, x.ctypes.data, q.ctypes.data, 0, x.size // dims[0], dims[0],
-                                None if w is None else w.ctypes.data)
-        assert q.tobytes() == b, f"Q4_0 {name}: not ggml's bytes" + (" (weighted)" if w is not None else "")
-        n += w is not None
-    return n
 
 
 def weighs(a, b, tag):
@@ -288,6 +260,8 @@ def main():
             f = os.path.join(d, "dense.dat")
             write_legacy(f, imx, 5)
             mounted(d, dense, f, "Q4_K_M")
+            # Q4_0 given a matrix: blk.0.ffn_down Q4_1, weighed by its rows' mean squares
+            mounted(d, dense, f, "Q4_0")
             # rows of 160: Q5_1 blocks weighed by their whole row's mean square
             rows = kq.gen(d, "rows160", *base[2:], "--layers", "2", "--hidden", "160", "--intermediate", "96",
                           "--heads", "5", "--kv-heads", "1")
@@ -301,11 +275,21 @@ def main():
         imx = some_imatrix(rng, mats, skip=("blk.1.attn_k.weight",))
         legacy = os.path.join(d, "dense.dat")
         vals = write_legacy(legacy, imx, 5)
-        # (not Q4_0: llama.cpp refuses its own Q4_0 of these blocks, whose F16
-        # scales overflow; the 160-wide Llama below takes Q4_0)
-        seen = same_as_llama(lib, d, "dense", dense, plain, list(kq.FTYPE), legacy, vals)
-        print("8-layer Llama, hostile blocks, a legacy imatrix: every mix as llama.cpp's quantizer "
-              "makes them given it; weighted tensors: " + "; ".join(f"{m} {c}" for m, c in seen.items()))
+        # (not the legacy mixes: llama.cpp refuses its own Q4_0 ... Q5_1 of
+        # these blocks, whose F16 scales and minima overflow; the next source's
+        # values stay under 2^14)
+        k_mixes = [m for m in kq.FTYPE if m not in kq.LEGACY]
+        seen = same_as_llama(lib, d, "dense", dense, plain, k_mixes, legacy, vals)
+        print("8-layer Llama, hostile blocks, a legacy imatrix: every K-quant and IQ4 mix as llama.cpp's "
+              "quantizer makes them given it; weighted tensors: " + "; ".join(f"{m} {c}" for m, c in seen.items()))
+        old = kq.gen(d, "legacy", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
+        kq.hostile_weights(old, np.random.default_rng(31), False, legacy=True)  # (rng's draws left as they were)
+        old_plain = kq.convert(old, os.path.join(d, "legacy-F32"), "gguf:F32")
+        seen = same_as_llama(lib, d, "legacy", old, old_plain, list(kq.LEGACY), legacy, vals)
+        _, q4 = kq.tensors(os.path.join(d, "legacy-Q4_0-imx", "model.gguf"))
+        _, q5 = kq.tensors(os.path.join(d, "legacy-Q5_0-imx", "model.gguf"))
+        assert q4["blk.0.ffn_down.weight"][0] == 3 and q5["blk.0.ffn_down.weight"][0] == 7, "no Q4_1/Q5_1 ffn_down"
+        print(f"the legacy mixes given it (blk.0.ffn_down Q4_1 in Q4_0, Q5_1 in Q5_0): weighted tensors {seen}")
         weighs(os.path.join(d, "dense-Q4_K_M-imx", "model.gguf"), kq.convert(dense, os.path.join(d, "d-q4km"),
                                                                             "gguf:Q4_K_M"), "dense")
         g = os.path.join(d, "dense.imatrix.gguf")
@@ -334,13 +318,11 @@ def main():
         imx = some_imatrix(rng, mats)
         f = os.path.join(d, "rows.dat")
         vals = write_legacy(f, imx, 1, trailer=False)
-        seen = same_as_llama(lib, d, "rows160", rows, rows_plain, ["Q4_K_M", "Q5_K_M", "Q2_K", "Q6_K", "IQ4_XS"], f,
-                             vals)
-        n = q4_0_as_ggml(d, rows, rows_plain, f, vals)
+        seen = same_as_llama(lib, d, "rows160", rows, rows_plain,
+                             ["Q4_K_M", "Q5_K_M", "Q2_K", "Q6_K", "IQ4_XS", "Q4_0", "Q4_1"], f, vals)
         assert seen["IQ4_XS"] > 0, seen  # IQ4_NL's runs of five blocks a row, weighted
-        print(f"160-wide rows (Q4_0, Q5_0, Q5_1 weighted by the row's mean square; IQ4_NL in runs of 5 "
-              f"blocks): {seen}; "
-              f"gguf=Q4_0: {n} weighted tensors as ggml's row quantizer makes them")
+        print(f"160-wide rows (Q4_0, Q4_1, Q5_0, Q5_1 weighted by the row's mean square; IQ4_NL in runs of 5 "
+              f"blocks): {seen}")
 
         n = hostile(d, dense, matrices(plain), rng)
         print(f"{n} hostile importance matrices refused, one line each, nothing written")

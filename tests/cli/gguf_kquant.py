@@ -1,5 +1,6 @@
-"""The GGUF view's K-quant and IQ4 mixes (-o gguf=Q2_K, Q3_K_S, Q3_K_M,
-Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS) against
+"""The GGUF view's llama-quantize mixes (-o gguf=Q4_0, Q4_1, Q5_0, Q5_1,
+Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL,
+IQ4_XS) against
 llama.cpp's own quantizer: llama_model_quantize, from the
 prebuilt libllama node-llama-cpp ships (what the llama-quantize tool runs),
 quantizes the view's unquantized file; ckptfs's mix must give every tensor
@@ -15,7 +16,11 @@ super-blocks (the Q4_0, Q5_0, Q5_1, IQ4_NL and Q8_0 fallbacks) or not whole
 32-blocks (F16); a BF16 source (quantized from its 2-byte elements) and
 weights that corner the quantizers (zeros, subnormals, the largest floats,
 sums that overflow, random bit patterns; not infinities or NaN, which
-llama.cpp's quantizer refuses to quantize). With --mount: the mounted
+llama.cpp's quantizer refuses to quantize; for the legacy mixes, whose F16
+scale or minimum is a block's largest magnitude over 8 or its minimum
+itself (a weighted fit's least-squares minimum lies below the block's),
+nothing past 2^14, where those can overflow and llama.cpp refuses the
+file). With --mount: the mounted
 file is convert's, byte for byte, also read in pieces cut inside blocks,
 and the real llama.cpp runs it: its logits equal those of the file
 llama.cpp's quantizer made."""
@@ -35,7 +40,8 @@ import ckref  # noqa: E402
 import gguf_source as gs  # noqa: E402  (parse_gguf, QUANT, llama_cpp)
 
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
-FTYPE = {"Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
+LEGACY = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9}
+FTYPE = {**LEGACY, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
          "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}  # llama_ftype
 SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), **{t: (qk, qb) for t, qk, qb in gs.QUANT.values()}}
 NAMES = {t: n for n, (t, _, _) in gs.QUANT.items()} | {0: "F32", 1: "F16", 30: "BF16"}
@@ -143,7 +149,7 @@ def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
     return seen
 
 
-def hostile_weights(src, rng, extreme):
+def hostile_weights(src, rng, extreme, legacy=False):
     """Rewrite src's F32 matrices with values that corner the quantizers: a
     trained model's scale mostly, then per 32-element block one of zeros,
     subnormals, scales from 2^-140 up, a lone outlier, values whose squares
@@ -151,7 +157,11 @@ def hostile_weights(src, rng, extreme):
     (ties). extreme: also the largest floats, infinities and sums that
     overflow, whose F16 scales overflow (llama.cpp's quantizer refuses to
     write those; ggml's row quantizer, the reference then, does not);
-    else every value stays under 2^19 (Q2_K's F16 min, |min| / 15, stays finite)."""
+    else every value stays under 2^19 (Q2_K's F16 min, |min| / 15, stays
+    finite), or with legacy under 2^14 (Q4_0's d = max / -8 and Q4_1's
+    min, stored as they are, stay finite; a weighted fit's min, under the
+    block's, too)."""
+    cap = 2 ** 14 if legacy else 2 ** 19
     w = {k: v[2].astype(np.float32) for k, v in ckref.read_checkpoint_dir(src).items()}
     top = 121 if extreme else 16
     for k, a in w.items():
@@ -169,12 +179,12 @@ def hostile_weights(src, rng, extreme):
                 elif kind == 3:
                     b *= np.float32(2.0) ** rng.integers(-140, top)
                 elif kind == 4:
-                    b[rng.integers(0, 32)] = (np.float32(3.4028235e38) if extreme else 1e5) * rng.choice([-1, 1])
+                    b[rng.integers(0, 32)] = (np.float32(3.4028235e38) if extreme else cap / 5) * rng.choice([-1, 1])
                 elif kind == 5:
                     b[:] = rng.choice([-1, 1], 32) * (np.float32(1e38) if extreme else np.float32(1e-23))
                 elif kind == 6:
                     bits = rng.integers(0, 2 ** 32, 32, dtype=np.uint64).astype(np.uint32).view(np.float32)
-                    keep = ~np.isnan(bits) if extreme else np.abs(bits) < 2 ** 19
+                    keep = ~np.isnan(bits) if extreme else np.abs(bits) < cap
                     b[:] = np.where(keep, bits, np.float32(0.5))
                 elif kind == 7:
                     b[rng.integers(0, 32)] = np.inf if extreme else 40.0
@@ -269,10 +279,16 @@ def main():
             return
         dense = gen(d, "dense", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
         hostile_weights(dense, rng, False)
-        seen = same_as_llama(lib, d, "dense", dense, list(FTYPE))
-        print("8-layer Llama, hostile blocks, every mix as llama.cpp's quantizer makes it: " +
+        seen = same_as_llama(lib, d, "dense", dense, [m for m in FTYPE if m not in LEGACY])
+        print("8-layer Llama, hostile blocks, every K-quant and IQ4 mix as llama.cpp's quantizer makes it: " +
               "; ".join(f"{m} {c}" for m, c in seen.items()))
         assert seen["Q4_K_M"] == {"Q4_K": 49, "Q6_K": 9, "F32": 17}, seen["Q4_K_M"]  # 4 attn_v, 4 ffn_down, output
+        old = gen(d, "legacy", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
+        hostile_weights(old, rng, False, legacy=True)
+        seen = same_as_llama(lib, d, "legacy", old, list(LEGACY))
+        print("8-layer Llama, hostile blocks under 2^14, the legacy mixes as llama.cpp's quantizer makes "
+              "them: " + "; ".join(f"{m} {c}" for m, c in seen.items()))
+        assert seen["Q4_1"] == {"Q4_1": 57, "Q6_K": 1, "F32": 17}, seen["Q4_1"]  # the output Q6_K
         wild = gen(d, "wild", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512")
         hostile_weights(wild, rng, True)
         n = same_as_ggml(d, "wild", wild, list(FTYPE))
@@ -290,13 +306,15 @@ def main():
                  ("gqa4", ["--layers", "16", "--hidden", "256", "--intermediate", "256", "--heads", "8",
                            "--kv-heads", "2"], ["Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL"], "Q4_K"),
                  ("experts", ["--model", "mixtral", "--experts", "8", "--layers", "4", "--hidden", "256",
-                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M", "Q2_K", "Q3_K_M", "IQ4_XS"], "Q8_0"),
+                              "--intermediate", "256"], ["Q4_K_M", "Q5_K_M", "Q2_K", "Q3_K_M", "IQ4_XS", "Q4_0"],
+                  "Q8_0"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
-                           "--intermediate", "512"], ["Q4_K_M"], "Q6_K"),
+                           "--intermediate", "512"], ["Q4_K_M", "Q5_1"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
-                              "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL"],
+                              "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL",
+                                                  "Q4_1", "Q5_0"],
                   "Q4_0"),
                  ("rows80", ["--layers", "4", "--hidden", "80", "--intermediate", "272", "--heads", "5",
                              "--kv-heads", "5"], ["Q4_K_M"], "F16")]

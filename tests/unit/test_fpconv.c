@@ -841,9 +841,10 @@ START_TEST(ggml_quantizers_match_reference)
 					      (double)x[32 * k + 1]);
 		}
 	}
-	/* types no view writes (Q4_1, TQ2_0, MXFP4) and element types no quantizer
-	 * reads are refused (the K-quants' blocks: tests/cli/gguf_kquant.py) */
-	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_1, CK_QSRC_F32, x, 1, got, 1), -1);
+	/* types no view writes (TQ1_0, TQ2_0, MXFP4) and element types no quantizer
+	 * reads are refused (the K-quants' and Q4_1's blocks:
+	 * tests/cli/gguf_kquant.py) */
+	ck_assert_int_eq(ck_ggml_quant(CK_GGML_TQ1_0, CK_QSRC_F32, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_TQ2_0, CK_QSRC_F32, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_MXFP4, CK_QSRC_F32, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q8_0, 3, x, 1, got, 1), -1);
