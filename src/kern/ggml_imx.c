@@ -63,69 +63,6 @@ static float qx_w(int n, int nmax, const float *x, int8_t *L, const float *w)
 	return scale;
 }
 
-/* make_qkx3_quants with weights w (squared error): levels 0..nmax, the
- * scale and min (min <= 0, *neg_min its negation) over the range's guess
- * and 37 trial scales from (nmax - 0.9) / range in steps of 0.05, each
- * refined by least squares; min and the range move with each better fit. */
-static float qkx3(int n, int nmax, const float *x, const float *w, uint8_t *L, float *neg_min)
-{
-	float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
-	for (int i = 1; i < n; i++) {
-		if (x[i] < min)
-			min = x[i];
-		if (x[i] > max)
-			max = x[i];
-		sum_w += w[i];
-		sum_x += w[i] * x[i];
-	}
-	if (min > 0)
-		min = 0;
-	if (max <= min) {
-		memset(L, 0, (size_t)n);
-		*neg_min = -min;
-		return 0.f;
-	}
-	float iscale = (float)nmax / (max - min), scale = 1 / iscale, best = 0;
-	for (int i = 0; i < n; i++) {
-		L[i] = (uint8_t)ck_clampi(ck_nearest_int(iscale * (x[i] - min)), 0, nmax);
-		const float diff = scale * (float)L[i] + min - x[i];
-		best += w[i] * (diff * diff);
-	}
-	uint8_t aux[32];
-	for (int is = 0; is <= 36; is++) {
-		iscale = (-0.9f + 0.05f * (float)is + (float)nmax) / (max - min);
-		float sl = 0, sl2 = 0, sxl = 0;
-		for (int i = 0; i < n; i++) {
-			const int l = ck_clampi(ck_nearest_int(iscale * (x[i] - min)), 0, nmax);
-			aux[i] = (uint8_t)l;
-			sl += w[i] * (float)l;
-			sl2 += w[i] * (float)l * (float)l;
-			sxl += w[i] * (float)l * x[i];
-		}
-		const float D = sum_w * sl2 - sl * sl;
-		if (!(D > 0))
-			continue;
-		float ts = (sum_w * sxl - sum_x * sl) / D, tm = (sl2 * sum_x - sl * sxl) / D;
-		if (tm > 0) {
-			tm = 0;
-			ts = sxl / sl2;
-		}
-		float err = 0;
-		for (int i = 0; i < n; i++) {
-			const float diff = ts * (float)aux[i] + tm - x[i];
-			err += w[i] * (diff * diff);
-		}
-		if (err < best) {
-			memcpy(L, aux, (size_t)n);
-			best = err;
-			scale = ts;
-			min = tm;
-		}
-	}
-	*neg_min = -min;
-	return scale;
-}
-
 /* make_qp_quants: the K-quants' n sub-block scales (or mins) x >= 0 as
  * levels 0..nmax of one factor, weighted by w: the best of 9 trial factors,
  * then up to five passes moving one level at a time while the fit
@@ -240,7 +177,7 @@ LANE_FN void fit8_body(const float *x, const float *qw, float sigma2, int n, int
 		}
 	}
 	const v8f s = min ? ck_qkx2_lanes(n, 0, nmax, xt, wt, lt, &mv, -0.9f, 0.05f, 36)
-			  : ck_qx_lanes(nmax, xt, wt, lt);
+			  : ck_qx_lanes(n, nmax, xt, wt, lt);
 	for (int j = 0; j < 8; j++) {
 		scales[j] = s[j];
 		if (min)
@@ -344,42 +281,44 @@ static void q3_k(const float *x, const float *qw, unsigned char *y)
 	ck_q3_k_finish(x, L, y);
 }
 
-/* Q4_0, Q5_0 (signed levels, qx) and Q4_1, Q5_1 (a min, qkx3): one block
- * of 32, weights from the whole row's mean square. */
-static void q32(uint32_t type, const float *x, const float *qw, float sigma2, unsigned char *y)
+/* Q4_0, Q5_0 (signed levels, qx) and Q4_1, Q5_1 (a min, qkx3): a run of
+ * n (1..8) blocks of 32 of one row fitted side by side in lanes, weights
+ * from the whole row's mean square (the lanes past n fit zeros of weight
+ * 0, and are dropped). */
+static void q32_run(uint32_t type, const float *x, const float *qw, float sigma2, int n, size_t qb,
+		    unsigned char *y)
 {
-	float w[32];
-	weigh(x, qw, sigma2, 32, w);
-	int8_t L[32];
-	uint8_t c[32];
-	if (type == CK_GGML_Q4_1 || type == CK_GGML_Q5_1) {
-		float neg_min;
-		const float d = qkx3(32, type == CK_GGML_Q4_1 ? 15 : 31, x, w, c, &neg_min);
-		ck_put_half(y, d);
-		ck_put_half(y + 2, -neg_min);
-		if (type == CK_GGML_Q5_1) {
-			ck_pack5(c, y + 4, y + 8);
-			return;
-		}
-		for (int j = 0; j < 16; j++)
-			y[4 + j] = (unsigned char)(c[j] | (c[j + 16] << 4));
-		return;
+	float xs[QK_K], ws[QK_K], sw[8], scales[8], mins[8];
+	uint8_t L[QK_K];
+	if (n < 8) {
+		memset(xs, 0, sizeof xs);
+		memset(ws, 0, sizeof ws);
+		memcpy(xs, x, (size_t)n * 32 * sizeof *xs);
+		memcpy(ws, qw, (size_t)n * 32 * sizeof *ws);
+		x = xs, qw = ws;
 	}
-	const float d = qx_w(32, type == CK_GGML_Q4_0 ? 8 : 16, x, L, w);
-	ck_put_half(y, d);
-	if (type == CK_GGML_Q4_0) {
-		for (int j = 0; j < 16; j++)
-			y[2 + j] = (unsigned char)(L[j] | (L[j + 16] << 4));
-		return;
+	const int min = type == CK_GGML_Q4_1 || type == CK_GGML_Q5_1;
+	const int nmax = type == CK_GGML_Q4_0	? 8
+			 : type == CK_GGML_Q5_0 ? 16
+			 : type == CK_GGML_Q4_1 ? 15
+						: 31;
+	fit8(x, qw, sigma2, 32, nmax, min, 0, sw, scales, mins, L);
+	for (int b = 0; b < n; b++) {
+		unsigned char *yb = y + (size_t)b * qb, *q = yb + (min ? 4 : 2);
+		const uint8_t *c = L + 32 * b;
+		ck_put_half(yb, scales[b]);
+		if (min)
+			ck_put_half(yb + 2, -mins[b]);
+		if (type == CK_GGML_Q4_0 || type == CK_GGML_Q4_1)
+			for (int j = 0; j < 16; j++)
+				q[j] = (unsigned char)(c[j] | (c[j + 16] << 4));
+		else
+			ck_pack5(c, q, q + 4);
 	}
-	for (int j = 0; j < 32; j++)
-		c[j] = (uint8_t)L[j];
-	ck_pack5(c, y + 2, y + 6);
 }
 
 /* One block of 32 or 256 elements. */
-static int block_imx(uint32_t type, const float *x, const float *qw, float row_sigma2,
-		     unsigned char *y)
+static int block_imx(uint32_t type, const float *x, const float *qw, unsigned char *y)
 {
 	switch (type) {
 	case CK_GGML_Q2_K: q2_k(x, qw, y); return 0;
@@ -387,10 +326,6 @@ static int block_imx(uint32_t type, const float *x, const float *qw, float row_s
 	case CK_GGML_Q4_K: k45(x, qw, 15, y); return 0;
 	case CK_GGML_Q5_K: k45(x, qw, 31, y); return 0;
 	case CK_GGML_Q6_K: q6_k(x, qw, y); return 0;
-	case CK_GGML_Q4_0:
-	case CK_GGML_Q4_1:
-	case CK_GGML_Q5_0:
-	case CK_GGML_Q5_1: q32(type, x, qw, row_sigma2, y); return 0;
 	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, qw, y); return 0;
 	default: return -1;
 	}
@@ -406,8 +341,13 @@ int ck_kquant_blocks_imx(uint32_t type, const float *x, const float *qw, float r
 		ck_quant_iq4_nl(x, qw, n, y);
 		return 0;
 	}
+	if (type == CK_GGML_Q4_0 || type == CK_GGML_Q4_1 || type == CK_GGML_Q5_0 ||
+	    type == CK_GGML_Q5_1) { /* so are these */
+		q32_run(type, x, qw, row_sigma2, n, qb, y);
+		return 0;
+	}
 	for (int i = 0; i < n; i++)
-		if (block_imx(type, x + i * qk, qw + i * qk, row_sigma2, y + i * qb) < 0)
+		if (block_imx(type, x + i * qk, qw + i * qk, y + i * qb) < 0)
 			return -1;
 	return 0;
 }

@@ -1,7 +1,6 @@
 /* ggml's reference quantizers for the K-quant mixes the GGUF view serves
- * (Q4_K_S/M, Q5_K_S/M, Q6_K; Q2_K and Q3_K are in ggml_kquant23.c), their
- * fallbacks for rows that are not whole super-blocks (Q5_0, Q5_1) and the
- * legacy mixes' Q4_1, Q5_0 and Q5_1, as
+ * (Q4_K_S/M, Q5_K_S/M, Q6_K; Q2_K and Q3_K are in ggml_kquant23.c, the
+ * legacy Q4_1, Q5_0 and Q5_1 in ggml_legacy.c), as
  * quantize_row_*_ref compute them without an importance matrix, which is
  * what llama-quantize runs without one. Byte-identity with ggml asks for the
  * same float operations in the same order: every sum accumulates element by
@@ -13,8 +12,6 @@
  * (which NaN payload an operation keeps depends on operand order, which C
  * leaves to the compiler: ggml's own builds differ there). */
 #include "ggml_kquant.h"
-
-#include <float.h>
 
 #include "avx2.h"
 #include "ggml_int.h"
@@ -57,7 +54,7 @@ LANE_FN void q6_k_fit_body(const float *x, int8_t *L, float *scales)
 		for (int i = 0; i < 16; i++)
 			for (int j = 0; j < 8; j++)
 				xt[i][j] = x[16 * (8 * g + j) + i];
-		const v8f s = ck_qx_lanes(32, xt, NULL, lt);
+		const v8f s = ck_qx_lanes(16, 32, xt, NULL, lt);
 		for (int j = 0; j < 8; j++) {
 			scales[8 * g + j] = s[j];
 			for (int i = 0; i < 16; i++)
@@ -237,79 +234,6 @@ static void quant_q6_k(const float *x, unsigned char *y)
 	ck_q6_k_finish(x, scales, L, y);
 }
 
-/* The 32 five-bit codes c of a Q5_0 / Q5_1 block: low nibbles paired as
- * Q4_0's (j and 16 + j), the fifth bits in a little-endian u32 at qh. */
-void ck_pack5(const uint8_t *c, unsigned char *qh, unsigned char *qs)
-{
-	uint32_t h = 0;
-	for (int j = 0; j < 16; j++) {
-		qs[j] = (unsigned char)((c[j] & 0x0F) | ((c[16 + j] & 0x0F) << 4));
-		h |= (uint32_t)((c[j] & 0x10u) >> 4) << j;
-		h |= (uint32_t)((c[16 + j] & 0x10u) >> 4) << (j + 16);
-	}
-	for (int k = 0; k < 4; k++)
-		qh[k] = (unsigned char)(h >> (8 * k));
-}
-
-/* block_q5_0: d, qh, qs; d = the largest-magnitude value / -16. */
-static void quant_q5_0(const float *x, unsigned char *y)
-{
-	const float d = ck_first_absmax(x, 32) / -16, id = d != 0.0f ? 1.0f / d : 0.0f;
-	ck_put_half(y, d);
-	uint8_t c[32];
-	for (int j = 0; j < 32; j++) {
-		int8_t t = ck_trunc_i8(x[j] * id + 16.5f);
-		c[j] = (uint8_t)(t < 31 ? t : 31);
-	}
-	ck_pack5(c, y + 2, y + 6);
-}
-
-/* Q4_1's and Q5_1's d = (max - min) / levels and m = min, from the
- * block's range as ggml seeks it (a NaN never moves either end), into the
- * block's first four bytes; returns 1 / d (0 for d 0) and the min. */
-static float put_d_min(const float *x, float levels, unsigned char *y, float *min)
-{
-	float lo = FLT_MAX, hi = -FLT_MAX;
-	for (int j = 0; j < 32; j++) {
-		if (x[j] < lo)
-			lo = x[j];
-		if (x[j] > hi)
-			hi = x[j];
-	}
-	const float d = (hi - lo) / levels;
-	ck_put_half(y, d);
-	ck_put_half(y + 2, lo);
-	*min = lo;
-	return d != 0.0f ? 1.0f / d : 0.0f;
-}
-
-/* block_q5_1: d, m (the minimum), qh, qs; d = range / 31. */
-static void quant_q5_1(const float *x, unsigned char *y)
-{
-	float min;
-	const float id = put_d_min(x, 31, y, &min);
-	uint8_t c[32];
-	for (int j = 0; j < 32; j++)
-		c[j] = (uint8_t)ck_trunc_i8((x[j] - min) * id + 0.5f);
-	ck_pack5(c, y + 4, y + 8);
-}
-
-/* block_q4_1: d, m (the minimum), qs; d = range / 15, each code clamped
- * to 15 as a signed byte first, as ggml's MIN(15, (int8_t)...) does (a
- * code that wraps negative keeps its high bits, which the pairing's OR
- * then carries into the other nibble, as ggml's does). */
-static void quant_q4_1(const float *x, unsigned char *y)
-{
-	float min;
-	const float id = put_d_min(x, 15, y, &min);
-	for (int j = 0; j < 16; j++) {
-		const int8_t a = ck_trunc_i8((x[j] - min) * id + 0.5f);
-		const int8_t b = ck_trunc_i8((x[16 + j] - min) * id + 0.5f);
-		const uint8_t xi0 = (uint8_t)(a < 15 ? a : 15), xi1 = (uint8_t)(b < 15 ? b : 15);
-		y[4 + j] = (unsigned char)(xi0 | (xi1 << 4));
-	}
-}
-
 /* One block of 32 or 256 elements. */
 static int block(uint32_t type, const float *x, unsigned char *y)
 {
@@ -319,9 +243,9 @@ static int block(uint32_t type, const float *x, unsigned char *y)
 	case CK_GGML_Q4_K: quant_k45(x, 15, y); return 0;
 	case CK_GGML_Q5_K: quant_k45(x, 31, y); return 0;
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;
-	case CK_GGML_Q4_1: quant_q4_1(x, y); return 0;
-	case CK_GGML_Q5_0: quant_q5_0(x, y); return 0;
-	case CK_GGML_Q5_1: quant_q5_1(x, y); return 0;
+	case CK_GGML_Q4_1:
+	case CK_GGML_Q5_0:
+	case CK_GGML_Q5_1: ck_quant_legacy(type, x, y); return 0;
 	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, NULL, y); return 0;
 	default: return -1;
 	}

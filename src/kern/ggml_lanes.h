@@ -133,19 +133,19 @@ LANE_FN v8f ck_amax_lanes(int n, const v8f *xt, v8f *max)
 	return amax;
 }
 
-/* Signed levels -nmax..nmax-1 (stored + nmax) of 16 values with weights
- * wt (NULL: x^2) and the scale that fits them best over 19 trial scales
- * (ggml's make_qx_quants, rmse_type 1), for 8 sub-blocks at once, lane j
- * sub-block j (xt[i], wt[i]: element i of each, its weight). Sums run over
- * i in order, as ggml's. */
-LANE_FN v8f ck_qx_lanes(int nmax, const v8f *xt, const v8f *wt, v8i *lt)
+/* Signed levels -nmax..nmax-1 (stored + nmax) of n (16 or 32) values with
+ * weights wt (NULL: x^2) and the scale that fits them best over 19 trial
+ * scales (ggml's make_qx_quants, rmse_type 1), for 8 sub-blocks at once,
+ * lane j sub-block j (xt[i], wt[i]: element i of each, its weight). Sums
+ * run over i in order, as ggml's. */
+LANE_FN v8f ck_qx_lanes(int n, int nmax, const v8f *xt, const v8f *wt, v8i *lt)
 {
 	const v8f zero = {0};
 	v8f max;
-	const v8f amax = ck_amax_lanes(16, xt, &max);
+	const v8f amax = ck_amax_lanes(n, xt, &max);
 	const v8i small = amax < CK_GROUP_MAX_EPS; /* ggml: levels 0, scale 0 */
 	v8f iscale = (float)-nmax / max, sumlx = zero, suml2 = zero;
-	for (int i = 0; i < 16; i++) {
+	for (int i = 0; i < n; i++) {
 		const v8i l = levels8(iscale * xt[i], -nmax, nmax - 1);
 		lt[i] = l + nmax;
 		const v8f w = wt ? wt[i] : xt[i] * xt[i], lf = tof(l);
@@ -157,22 +157,22 @@ LANE_FN v8f ck_qx_lanes(int nmax, const v8f *xt, const v8f *wt, v8i *lt)
 		if (is == 0)
 			continue;
 		iscale = -((float)nmax + 0.1f * (float)is) / max;
-		v8i aux[16];
+		v8i aux[32];
 		sumlx = suml2 = zero;
-		for (int i = 0; i < 16; i++) {
+		for (int i = 0; i < n; i++) {
 			aux[i] = levels8(iscale * xt[i], -nmax, nmax - 1);
 			const v8f w = wt ? wt[i] : xt[i] * xt[i], lf = tof(aux[i]);
 			sumlx += w * xt[i] * lf;
 			suml2 += w * lf * lf;
 		}
 		const v8i take = (suml2 > zero) & (sumlx * sumlx > best * suml2);
-		for (int i = 0; i < 16; i++)
+		for (int i = 0; i < n; i++)
 			lt[i] = seli(take, aux[i] + nmax, lt[i]);
 		scale = sel(take, sumlx / suml2, scale);
 		best = sel(take, scale * sumlx, best);
 	}
 	const v8i z = {0};
-	for (int i = 0; i < 16; i++)
+	for (int i = 0; i < n; i++)
 		lt[i] = seli(small, z, lt[i]);
 	return sel(small, zero, scale);
 }

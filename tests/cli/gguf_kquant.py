@@ -153,8 +153,9 @@ def hostile_weights(src, rng, extreme, legacy=False):
     """Rewrite src's F32 matrices with values that corner the quantizers: a
     trained model's scale mostly, then per 32-element block one of zeros,
     subnormals, scales from 2^-140 up, a lone outlier, values whose squares
-    underflow, random bit patterns, all of one sign, values on a grid
-    (ties). extreme: also the largest floats, infinities and sums that
+    underflow, random bit patterns, all of one sign but a zero of each
+    sign (the block's minimum or maximum: Q4_1 and Q5_1 keep the first),
+    values on a grid (ties). extreme: also the largest floats, infinities and sums that
     overflow, whose F16 scales overflow (llama.cpp's quantizer refuses to
     write those; ggml's row quantizer, the reference then, does not);
     else every value stays under 2^19 (Q2_K's F16 min, |min| / 15, stays
@@ -188,8 +189,9 @@ def hostile_weights(src, rng, extreme, legacy=False):
                     b[:] = np.where(keep, bits, np.float32(0.5))
                 elif kind == 7:
                     b[rng.integers(0, 32)] = np.inf if extreme else 40.0
-                elif kind == 8:
-                    b[:] = np.abs(b) + 0.01
+                elif kind == 8:  # all of one sign but two zeros, one of each sign: an end
+                    b[:] = (np.abs(b) + 0.01) * (1 if i % 4 < 2 else -1)  # the first ggml meets
+                    b[3], b[17] = (0.0, -0.0) if i % 2 else (-0.0, 0.0)
                 elif kind == 9:
                     b[:] = np.round(b * 64) / 64
         w[k] = f.reshape(a.shape)
