@@ -615,7 +615,7 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
              ("oss", "gpt-oss Megatron view (MXFP4 experts -> BF16)",
               lambda: Ckptfs(oss, [os.path.join(MAPS, "gpt-oss-hf-to-megatron.json")]), tree),
              ("q8", "model.gguf Q8_0 (from BF16)", lambda: Ckptfs(src, opts="gguf=Q8_0,gguf_vocab=none"), gguf),
-             ("q4", "model.gguf Q4_0 (from BF16)", lambda: Ckptfs(src, opts="gguf=Q4_0,gguf_vocab=none"), gguf)]
+             ("q4", "model.gguf Q4_0 (llama-quantize's mix, from BF16)", lambda: Ckptfs(src, opts="gguf=Q4_0,gguf_vocab=none"), gguf)]
     got = {(k, od): [] for k, _, _, _ in views for od in (False, True)}
     for r in range(R):
         for k, _, factory, files in (views if r % 2 == 0 else views[::-1]):
@@ -630,7 +630,8 @@ def quantized_views(work, src, hidden, cfg, R, ceiling, ceiling_od):
 def kquant_mixes(work, src, R, mixes=("Q4_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "Q4_K_M+imatrix",
                                        "IQ4_XS+imatrix")):
     """model.gguf Q4_K_M, Q6_K, Q2_K, Q3_K_M and IQ4_XS (llama-quantize's
-    mixes, byte for byte), and Q4_K_M and IQ4_XS given an importance matrix, against llama.cpp's own
+    mixes, byte for byte; --mixes picks others, the legacy Q4_0 ... Q5_1
+    too), and Q4_K_M and IQ4_XS given an importance matrix, against llama.cpp's own
     quantizer: mount + read model.gguf against llama_model_quantize (the
     prebuilt libllama, every core) turning this shape's BF16 GGUF into the
     same mix, writing it, reading it back and deleting it. The BF16 GGUF

@@ -24,6 +24,14 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
     {CK_CLI_GGUF_IMATRIX, "--gguf-imatrix", "FILE",
      "--format gguf:MIX (Q4_0 ... IQ4_XS): llama-quantize's --imatrix (imatrix.gguf or the legacy "
      ".dat)"},
+    {CK_CLI_GGUF_PURE, "--gguf-pure", NULL,
+     "--format gguf:MIX: every matrix in the mix's base type (llama-quantize's --pure)"},
+    {CK_CLI_GGUF_OUTPUT_TYPE, "--gguf-output-type", "TYPE",
+     "--format gguf:Q8_0 or a mix: output.weight's type, F32 ... IQ4_XS (llama-quantize's "
+     "--output-tensor-type)"},
+    {CK_CLI_GGUF_EMBD_TYPE, "--gguf-embd-type", "TYPE",
+     "--format gguf:Q8_0 or a mix: token_embd.weight's type (llama-quantize's "
+     "--token-embedding-type)"},
     {0, NULL, NULL, NULL},
 };
 
@@ -35,6 +43,14 @@ int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_e
 	}
 	if (id == CK_CLI_GGUF_IMATRIX) {
 		g->imatrix = val;
+		return 1;
+	}
+	if (id == CK_CLI_GGUF_PURE) {
+		g->pure = 1;
+		return 1;
+	}
+	if (id == CK_CLI_GGUF_OUTPUT_TYPE || id == CK_CLI_GGUF_EMBD_TYPE) {
+		*(id == CK_CLI_GGUF_OUTPUT_TYPE ? &g->output_type : &g->embd_type) = val;
 		return 1;
 	}
 	if (id != CK_CLI_GGUF_VOCAB)

@@ -49,9 +49,18 @@ void ck_cli_print_help(FILE *f, const struct ck_cli_verb *v, int options);
 /* The view options every view-taking verb shares. */
 extern const struct ck_cli_opt ck_cli_view_opts[];
 
-/* --gguf-pre, --gguf-vocab and --gguf-imatrix, shared by the verbs that
- * show or write the GGUF view (ids CK_CLI_GGUF_*). */
-enum { CK_CLI_GGUF_PRE = 100, CK_CLI_GGUF_VOCAB, CK_CLI_GGUF_IMATRIX };
+/* --gguf-pre, --gguf-vocab, --gguf-imatrix, --gguf-pure,
+ * --gguf-output-type and --gguf-embd-type, shared by the verbs that show
+ * or write the GGUF view (ids CK_CLI_GGUF_*). */
+enum {
+	CK_CLI_GGUF_PRE = 100,
+	CK_CLI_GGUF_VOCAB,
+	CK_CLI_GGUF_IMATRIX,
+	CK_CLI_GGUF_PURE,
+	CK_CLI_GGUF_OUTPUT_TYPE,
+	CK_CLI_GGUF_EMBD_TYPE,
+	CK_CLI_GGUF_END
+};
 extern const struct ck_cli_opt ck_cli_gguf_opts[];
 struct ck_gguf_opts;
 /* Apply one of them to g: 1, 0 (id is not one of them) or -1 (err). */

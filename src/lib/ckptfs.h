@@ -82,7 +82,8 @@ const char *ckptfs_version(void);
  *   no_direct no_prefetch no_stream read_once max_shard_size=SIZE part_size=SIZE
  *   zip_crc npy_f32 gguf_dequant=F32|BF16 device=cpu|cuda|cuda:N|auto
  *   gpu_mem=SIZE gpu_min=SIZE
- *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none gguf_imatrix=FILE dcp torch_dist
+ *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none gguf_imatrix=FILE gguf_pure
+ *   gguf_output_type=TYPE gguf_embd_type=TYPE dcp torch_dist
  *   eval_delay_ms=N
  *                       as `ckptfs mount -o` (its "serving options", see
  *                       ckptfs(1))

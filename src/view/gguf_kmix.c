@@ -148,6 +148,9 @@ uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p
 	const char *name = p->t[i].name;
 	const int64_t nx = p->t[i].v.shape[p->t[i].v.ndim - 1];
 	uint32_t t = k->base;
+	if (k->pure) /* rows that are not whole blocks still fall back, as newer
+		      * llama.cpp's do (the tested one's --pure aborts there) */
+		return fit_rows(t, nx);
 	if (!strcmp(name, "output.weight") ||
 	    (!k->has_output && !strcmp(name, "token_embd.weight")))
 		t = nx % 256 ? CK_GGML_Q8_0 : CK_GGML_Q6_K;

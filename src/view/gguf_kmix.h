@@ -48,6 +48,7 @@ struct ck_gguf_kmix {
 	int is_70b;	/* llama.cpp's LLM_TYPE_70B (kmix_of says which models) */
 	int n_gqa;	/* query heads per KV head */
 	int has_imatrix; /* an importance matrix is given (ffn_down's rules) */
+	int pure;	 /* llama-quantize --pure: the base type for every matrix */
 };
 
 /* The ggml type of plan target i (a matrix: two or more dims, quantized),

@@ -486,13 +486,95 @@ static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a,
 	return k;
 }
 
+/* The tensor types llama-quantize's --output-tensor-type and
+ * --token-embedding-type may name that ckptfs writes. */
+static const struct {
+	const char *name;
+	uint32_t ggml;
+} TENSOR_TYPES[] = {
+    {"F32", CK_GGUF_F32},   {"F16", CK_GGUF_F16},	{"BF16", CK_GGUF_BF16},
+    {"Q8_0", CK_GGML_Q8_0}, {"Q4_0", CK_GGML_Q4_0},	{"Q4_1", CK_GGML_Q4_1},
+    {"Q5_0", CK_GGML_Q5_0}, {"Q5_1", CK_GGML_Q5_1},	{"Q2_K", CK_GGML_Q2_K},
+    {"Q3_K", CK_GGML_Q3_K}, {"Q4_K", CK_GGML_Q4_K},	{"Q5_K", CK_GGML_Q5_K},
+    {"Q6_K", CK_GGML_Q6_K}, {"IQ4_NL", CK_GGML_IQ4_NL}, {"IQ4_XS", CK_GGML_IQ4_XS},
+};
+
+/* llama-quantize's --pure, --output-tensor-type, --token-embedding-type. */
+struct overrides {
+	int pure;
+	int64_t output, embd; /* a ggml type, or -1 */
+};
+
+static int parse_overrides(const struct ck_gguf_opts *o, const struct ftype *ft,
+			   struct overrides *v, struct ck_err *err)
+{
+	*v = (struct overrides){o->pure, -1, -1};
+	if (!o->pure && !o->output_type && !o->embd_type)
+		return 0;
+	if (!ft->mix && ft->ggml != CK_GGML_Q8_0)
+		return ck_fail(
+		    err, CK_E_USAGE,
+		    "llama-quantize's --pure, --output-tensor-type and "
+		    "--token-embedding-type (gguf_pure, gguf_output_type, gguf_embd_type) "
+		    "go with a quantized type, Q8_0 or a mix, not %s",
+		    ft->name);
+	const char *names[2] = {o->output_type, o->embd_type};
+	int64_t *to[2] = {&v->output, &v->embd};
+	for (int k = 0; k < 2; k++) {
+		for (size_t j = 0; names[k] && j < sizeof TENSOR_TYPES / sizeof *TENSOR_TYPES; j++)
+			if (!strcasecmp(names[k], TENSOR_TYPES[j].name))
+				*to[k] = TENSOR_TYPES[j].ggml;
+		if (names[k] && *to[k] < 0)
+			return ck_fail(
+			    err, CK_E_USAGE,
+			    "the %s type \"%s\": one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
+			    "Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS",
+			    k ? "token embedding" : "output tensor", names[k]);
+	}
+	return 0;
+}
+
+/* The type an override gives target name, or -1: a tied embedding (no
+ * output.weight) takes the output's unless pure, as the mix's output rule
+ * reaches it there in llama-quantize. */
+static int64_t override_of(const struct overrides *ov, int has_output, const char *name)
+{
+	if (!strcmp(name, "output.weight"))
+		return ov->output;
+	if (strcmp(name, "token_embd.weight"))
+		return -1;
+	return ov->embd >= 0 ? ov->embd : !ov->pure && !has_output ? ov->output : -1;
+}
+
+/* An override's type for t: a float type, or blocks that must tile its
+ * rows (llama.cpp has no fallback for a type asked for by name). */
+static int apply_override(const struct ck_target *t, uint32_t type, uint32_t *q, enum ck_dtype *dt,
+			  struct ck_err *err)
+{
+	*q = 0;
+	*dt = type == CK_GGUF_F16 ? CK_DT_F16 : type == CK_GGUF_BF16 ? CK_DT_BF16 : CK_DT_F32;
+	size_t qk, qb;
+	if (!ck_ggml_block(type, &qk, &qb))
+		return 0;
+	const int64_t last = t->v.shape[t->v.ndim - 1];
+	if (last % (int64_t)qk)
+		return ck_fail(err, CK_E_USAGE,
+			       "\"%s\": its rows of %lld are not whole %s blocks of %zu: it cannot "
+			       "be written in that type",
+			       t->name, (long long)last, ck_ggml_type_name(type), qk);
+	*q = type;
+	return 0;
+}
+
 /* Each target's type, as llama.cpp's converter chooses it, or for a
- * K-quant mix as llama-quantize does. */
+ * llama-quantize mix as llama-quantize does (with its overrides). */
 static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct arch *a,
-			const cJSON *cfg, int has_imatrix, struct ck_err *err)
+			const cJSON *cfg, int has_imatrix, const struct overrides *ov,
+			struct ck_err *err)
 {
 	struct ck_gguf_kmix k = kmix_of(ft, a, cfg, p);
 	k.has_imatrix = has_imatrix;
+	k.pure = ov->pure;
 	for (size_t i = 0; i < p->n; i++) {
 		struct ck_target *t = &p->t[i];
 		if (!ck_dtype_is_castable_float(t->v.dtype))
@@ -512,6 +594,10 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct 
 			dt = CK_DT_F16;
 			q = 0;
 		}
+		const int64_t o =
+		    t->v.ndim < 2 || router ? -1 : override_of(ov, k.has_output, t->name);
+		if (o >= 0 && apply_override(t, (uint32_t)o, &q, &dt, err) < 0)
+			return -1;
 		if (ck_value_cast(&t->v, dt, 0, err) < 0)
 			return -1;
 		t->qtype = q;
@@ -883,7 +969,9 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	g->type = ft->name;
 	char name[256];
 	model_name(cat, cfg, name, sizeof name);
-	if (assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, err) < 0 ||
+	struct overrides ov;
+	if (parse_overrides(o, ft, &ov, err) < 0 ||
+	    assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, &ov, err) < 0 ||
 	    (o->imatrix && ck_gguf_imatrix_attach(g->plan, o->imatrix, ft->name, &g->imx,
 						  &g->imx_used, err) < 0) ||
 	    load_vocab(cat, cfg, a, o, g, &tok, err) < 0 || arch_meta(cfg, a, ft, name, g, err) < 0)

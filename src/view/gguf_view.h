@@ -22,6 +22,11 @@ struct ck_gguf_opts {
 	const char *pre;  /* gguf_pre=NAME: the BPE pre-tokenizer's name */
 	int vocab_none;	  /* gguf_vocab=none: placeholder tokens */
 	const char *imatrix; /* gguf_imatrix=FILE: llama-quantize's --imatrix */
+	/* llama-quantize's --pure (every matrix the type's own, no mix),
+	 * --output-tensor-type and --token-embedding-type */
+	int pure;		 /* gguf_pure */
+	const char *output_type; /* gguf_output_type=TYPE */
+	const char *embd_type;	 /* gguf_embd_type=TYPE */
 };
 
 struct ck_gguf_view {

@@ -63,6 +63,9 @@ enum {
 	S_GGUF_PRE,
 	S_GGUF_VOCAB,
 	S_GGUF_IMATRIX,
+	S_GGUF_PURE,
+	S_GGUF_OUTPUT_TYPE,
+	S_GGUF_EMBD_TYPE,
 	S_DEVICE,
 	S_ODIRECT,
 	S_NO_STREAM,
@@ -129,6 +132,14 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_IMATRIX, "gguf_imatrix", "FILE",
      "gguf=MIX (Q4_0 ... IQ4_XS) quantized with this importance matrix (llama-quantize's "
      "--imatrix: imatrix.gguf or the legacy .dat)"},
+    {S_GGUF_PURE, "gguf_pure", NULL,
+     "gguf=MIX with every matrix in the mix's base type (llama-quantize's --pure)"},
+    {S_GGUF_OUTPUT_TYPE, "gguf_output_type", "TYPE",
+     "gguf=Q8_0 or a mix with output.weight in TYPE, F32 ... IQ4_XS (llama-quantize's "
+     "--output-tensor-type)"},
+    {S_GGUF_EMBD_TYPE, "gguf_embd_type", "TYPE",
+     "gguf=Q8_0 or a mix with token_embd.weight in TYPE (llama-quantize's "
+     "--token-embedding-type)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
      "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
@@ -231,6 +242,13 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		if (!val || !*val)
 			return bad(err, how, opt, "the importance matrix file");
 		o->gguf.imatrix = val;
+		return 1;
+	case S_GGUF_PURE: o->gguf.pure = 1; return 1;
+	case S_GGUF_OUTPUT_TYPE:
+	case S_GGUF_EMBD_TYPE:
+		if (!val || !*val)
+			return bad(err, how, opt, "a ggml type, F32 ... IQ4_XS");
+		*(id == S_GGUF_OUTPUT_TYPE ? &o->gguf.output_type : &o->gguf.embd_type) = val;
 		return 1;
 	case S_GGUF_VOCAB:
 		if (!val || strcmp(val, "none"))
@@ -692,9 +710,11 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 {
 	memset(s, 0, sizeof *s);
 	s->plan = v->plan;
-	if (!o->gguf.on && (o->gguf.pre || o->gguf.vocab_none || o->gguf.imatrix))
+	if (!o->gguf.on && (o->gguf.pre || o->gguf.vocab_none || o->gguf.imatrix || o->gguf.pure ||
+			    o->gguf.output_type || o->gguf.embd_type))
 		return ck_fail(err, CK_E_USAGE,
-			       "-o gguf_pre, gguf_vocab and gguf_imatrix go with -o gguf=TYPE");
+			       "-o gguf_pre, gguf_vocab, gguf_imatrix, gguf_pure, gguf_output_type "
+			       "and gguf_embd_type go with -o gguf=TYPE");
 	if (whole_views_only(o, v, per_rank, err) < 0 || (o->gguf.on && open_gguf(s, v, o, err) < 0))
 		return -1;
 	size_t n = v->n_ranks ? v->n_ranks : 1;

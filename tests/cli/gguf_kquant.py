@@ -1,6 +1,7 @@
 """The GGUF view's llama-quantize mixes (-o gguf=Q4_0, Q4_1, Q5_0, Q5_1,
 Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL,
-IQ4_XS) against
+IQ4_XS; with llama-quantize's --pure, --output-tensor-type and
+--token-embedding-type: --gguf-pure, --gguf-output-type, --gguf-embd-type) against
 llama.cpp's own quantizer: llama_model_quantize, from the
 prebuilt libllama node-llama-cpp ships (what the llama-quantize tool runs),
 quantizes the view's unquantized file; ckptfs's mix must give every tensor
@@ -70,14 +71,25 @@ class ImatrixEntry(ctypes.Structure):  # struct llama_model_imatrix_data
     _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.POINTER(ctypes.c_float)), ("size", ctypes.c_size_t)]
 
 
-def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None):
+TYPE_OF = {n: t for t, n in NAMES.items()}
+
+
+def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None, pure=False, output=None, embd=None):
     """llama-quantize src into dst as mix (threads 0: one per core); with
     imatrix (name -> float32 values) as llama-quantize --imatrix hands it
     over: the params' imatrix pointer (after four int32 and six bools, at
-    offset 24) at a NULL-terminated array of {name, values, count}."""
+    offset 24) at a NULL-terminated array of {name, values, count}; pure,
+    output and embd as --pure (the fourth bool, at 19),
+    --output-tensor-type and --token-embedding-type (the third and fourth
+    int32, ggml types) set them."""
     lib.llama_model_quantize_default_params.restype = Params
     raw = bytearray(bytes(lib.llama_model_quantize_default_params().raw))
     struct.pack_into("<ii", raw, 0, threads, FTYPE[mix])
+    if output:
+        struct.pack_into("<i", raw, 8, TYPE_OF[output])
+    if embd:
+        struct.pack_into("<i", raw, 12, TYPE_OF[embd])
+    raw[19] = 1 if pure else raw[19]
     arrs = {k.encode(): np.ascontiguousarray(v, np.float32) for k, v in (imatrix or {}).items()}
     entries = (ImatrixEntry * (len(arrs) + 1))()
     for i, (k, v) in enumerate(arrs.items()):
@@ -108,8 +120,8 @@ def tensors(path):
     return meta, out
 
 
-def convert(src, out, fmt):
-    p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", fmt, "--gguf-vocab", "none"],
+def convert(src, out, fmt, *extra):
+    p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", fmt, "--gguf-vocab", "none", *extra],
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return os.path.join(out, "model.gguf")
@@ -118,34 +130,41 @@ def convert(src, out, fmt):
 def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
     """Each mix of src as ckptfs serves it and as llama.cpp quantizes the
     unquantized view: the types chosen, per type how many; every tensor's
-    bytes equal."""
+    bytes equal. A mix "Q4_K_M pure output=Q8_0 embd=F16" is Q4_K_M with
+    llama-quantize's --pure, --output-tensor-type Q8_0 and
+    --token-embedding-type F16 (ckptfs's --gguf-pure, --gguf-output-type,
+    --gguf-embd-type)."""
     plain = convert(src, os.path.join(d, f"{tag}-{unquantized}"), "gguf:" + unquantized)
     seen = {}
-    for mix in mixes:
-        ours = convert(src, os.path.join(d, f"{tag}-{mix}"), "gguf:" + mix)
+    for spec in mixes:
+        mix, *opts = spec.split()
+        kw = {"pure": "pure" in opts, **{k: v for k, v in (o.split("=") for o in opts if "=" in o)}}
+        extra = (["--gguf-pure"] if kw["pure"] else []) + \
+            [a for k in ("output", "embd") if kw.get(k) for a in (f"--gguf-{k}-type", kw[k])]
+        ours = convert(src, os.path.join(d, f"{tag}-{spec.replace(' ', '-')}"), "gguf:" + mix, *extra)
         ref = os.path.join(d, f"{tag}-{mix}-llama.gguf")
-        llama_quantize(lib, plain, ref, mix)
+        llama_quantize(lib, plain, ref, mix, **kw)
         rmeta, rt = tensors(ref)
         ometa, ot = tensors(ours)
-        assert set(rt) == set(ot), (tag, mix, set(rt) ^ set(ot))
+        assert set(rt) == set(ot), (tag, spec, set(rt) ^ set(ot))
         wrong_type = {n: (NAMES[rt[n][0]], NAMES[ot[n][0]]) for n in rt if rt[n][0] != ot[n][0]}
-        assert not wrong_type, (tag, mix, "llama.cpp's type, ckptfs's", wrong_type)
+        assert not wrong_type, (tag, spec, "llama.cpp's type, ckptfs's", wrong_type)
         wrong = [n for n in rt if rt[n][1:] != ot[n][1:]]
-        assert not wrong, (tag, mix, f"{len(wrong)} tensors differ from llama.cpp's, first", wrong[:3])
+        assert not wrong, (tag, spec, f"{len(wrong)} tensors differ from llama.cpp's, first", wrong[:3])
         for k in ("general.file_type", "general.quantization_version"):
-            assert ometa[k] == rmeta[k], (tag, mix, k, ometa[k], rmeta[k])
+            assert ometa[k] == rmeta[k], (tag, spec, k, ometa[k], rmeta[k])
         # inspect says the same without reading tensor data
-        p = subprocess.run([CKPTFS, "inspect", src, "--format", "gguf:" + mix, "--gguf-vocab", "none", "--json"],
-                           capture_output=True, text=True)
+        p = subprocess.run([CKPTFS, "inspect", src, "--format", "gguf:" + mix, "--gguf-vocab", "none", "--json",
+                            *extra], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
         js = json.loads(p.stdout)
         assert js["type"] == mix and js["bytes"] == os.path.getsize(ours), (js["type"], js["bytes"])
         assert {t["name"]: (t["type"], t["bytes"]) for t in js["tensors"]} == \
-            {n: (NAMES[t], len(b)) for n, (t, _, b) in rt.items()}, (tag, mix)
+            {n: (NAMES[t], len(b)) for n, (t, _, b) in rt.items()}, (tag, spec)
         count = {}
         for t, _, _ in rt.values():
             count[NAMES[t]] = count.get(NAMES[t], 0) + 1
-        seen[mix] = count
+        seen[spec] = count
     return seen
 
 
@@ -220,6 +239,39 @@ def same_as_ggml(d, tag, src, mixes):
     return n
 
 
+def overrides_refused(d, src):
+    """The overrides refused with one line naming what is wrong, nothing
+    written: a float file type, a type llama.cpp has but ckptfs does not
+    write, no type at all, rows that the type's blocks do not tile, and the
+    options without --format gguf."""
+    out = os.path.join(d, "refused-out")
+    cases = [(["gguf:F16", "--gguf-pure"], "go with a quantized type, Q8_0 or a mix, not F16"),
+             (["gguf:Q4_K_M", "--gguf-output-type", "TQ1_0"], 'the output tensor type "TQ1_0": one of'),
+             (["gguf:Q4_K_M", "--gguf-embd-type", "Q9_9"], 'the token embedding type "Q9_9": one of'),
+             (["gguf:Q4_K_M", "--gguf-output-type", ""], "the output tensor type"),
+             (["gguf:Q4_K_M", "--gguf-embd-type", "IQ4_XS", "--gguf-output-type", "Q6_K"], None)]
+    for args, says in cases:
+        p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", *args, "--gguf-vocab", "none"],
+                           capture_output=True, text=True)
+        if says is None:  # hidden 256: every row takes 256-blocks
+            assert p.returncode == 0, p.stderr
+            subprocess.run(["rm", "-rf", out])
+            continue
+        assert p.returncode != 0 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+        assert not os.path.exists(out), args
+    narrow = gen(d, "narrow", "--heads", "5", "--kv-heads", "1", "--vocab", "256", "--layers", "1", "--hidden", "160",
+                 "--intermediate", "96")
+    p = subprocess.run([CKPTFS, "convert", narrow, out, "--quiet", "--format", "gguf:Q4_K_M", "--gguf-vocab", "none",
+                        "--gguf-output-type", "Q6_K"], capture_output=True, text=True)
+    assert p.returncode != 0 and '"output.weight": its rows of 160 are not whole Q6_K blocks of 256' in p.stderr, \
+        p.stderr
+    p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--gguf-pure"], capture_output=True, text=True)
+    assert p.returncode != 0 and "go with --format gguf" in p.stderr, p.stderr
+    assert not os.path.exists(out)
+    print("refused, one line each, nothing written: overrides of a float file, unknown or unwritable types, "
+          "rows of 160 as Q6_K, the options without --format gguf")
+
+
 def gen(d, tag, *args):
     src = os.path.join(d, "src-" + tag)
     ckref.run(MKCKPT, *args, src)
@@ -278,6 +330,13 @@ def main():
                                     {k: ("F32", v.shape, v.tobytes()) for k, v in w.items()})
             for mix in ("Q4_K_M", "IQ4_XS"):
                 mounted(lib, d, run, rng, mix)
+            # llama-quantize's overrides as mount options: convert's bytes
+            from mountlib import Mount
+            want = open(convert(run, os.path.join(d, "run-ov"), "gguf:Q5_K_M", "--gguf-pure", "--gguf-output-type",
+                                "Q8_0", "--gguf-embd-type", "Q4_1"), "rb").read()
+            with Mount(run, opts="gguf=Q5_K_M,gguf_vocab=none,gguf_pure,gguf_output_type=Q8_0,gguf_embd_type=Q4_1") as m:
+                assert open(m.path("model.gguf"), "rb").read() == want
+            print("mount -o gguf=Q5_K_M,gguf_pure,gguf_output_type=Q8_0,gguf_embd_type=Q4_1: convert's bytes")
             return
         dense = gen(d, "dense", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
         hostile_weights(dense, rng, False)
@@ -291,11 +350,20 @@ def main():
         print("8-layer Llama, hostile blocks under 2^14, the legacy mixes as llama.cpp's quantizer makes "
               "them: " + "; ".join(f"{m} {c}" for m, c in seen.items()))
         assert seen["Q4_1"] == {"Q4_1": 57, "Q6_K": 1, "F32": 17}, seen["Q4_1"]  # the output Q6_K
+        # (an F16 override here: llama.cpp refuses F16 infinities, the other source's past 2^16)
+        seen = same_as_llama(lib, d, "legacy-ov", old, ["Q5_0 pure output=Q4_K embd=F16", "Q4_0 pure"])
+        assert seen["Q4_0 pure"] == {"Q4_0": 58, "F32": 17}, seen  # the output Q4_0 too, as before session 48
+        print(f"the same overrides of legacy mixes: {seen}")
         wild = gen(d, "wild", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512")
         hostile_weights(wild, rng, True)
         n = same_as_ggml(d, "wild", wild, list(FTYPE))
         print(f"infinities, the largest floats, overflowing sums: {n} quantized tensors as ggml's own "
               "quantizer makes them")
+        seen = same_as_llama(lib, d, "dense-ov", dense, ["Q4_K_M output=Q8_0 embd=Q8_0", "Q4_K_M pure",
+                                                         "Q3_K_M output=BF16 embd=Q6_K"])
+        assert seen["Q4_K_M pure"] == {"Q4_K": 58, "F32": 17}, seen
+        print(f"llama-quantize's --output-tensor-type, --token-embedding-type and --pure: {seen}")
+        overrides_refused(d, dense)
         half = gen(d, "bf16", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512", "--dtype", "BF16")
         seen = same_as_llama(lib, d, "bf16", half, ["Q4_K_M", "Q6_K"], unquantized="BF16")
         print(f"a BF16 source, quantized from its elements: {seen}")
@@ -313,7 +381,8 @@ def main():
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
-                           "--intermediate", "512"], ["Q4_K_M", "Q5_1"], "Q6_K"),
+                           "--intermediate", "512"], ["Q4_K_M", "Q5_1", "Q4_K_M output=Q8_0",
+                                                      "Q4_K_M pure output=Q8_0"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
                               "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL",
                                                   "Q4_1", "Q5_0"],

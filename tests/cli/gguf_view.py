@@ -1443,6 +1443,9 @@ def hostile(d, src):
     ckref.run(MKCKPT, "--model", "gpt2", gpt2)
     mount_refused(gpt2, "gguf", "architecture GPT2LMHeadModel has no GGUF view", 3)
     mount_refused(src, "gguf=Q5_K", "gguf=Q5_K", 2)
+    mount_refused(src, "gguf_pure", "go with -o gguf=TYPE", 2)
+    mount_refused(src, "gguf=Q4_K_M,gguf_output_type=Q7", 'the output tensor type "Q7"')
+    mount_refused(src, "gguf=BF16,gguf_embd_type=Q8_0", "go with a quantized type, Q8_0 or a mix, not BF16")
     mount_refused(src, "gguf", "not per rank", 2, ["--mapping", "llama-hf-to-megatron", "--mesh", "tp=2",
                                                     "--rank", "0"])
     v = variant("notok", lambda v: os.unlink(os.path.join(v, "tokenizer.json")))
