@@ -243,9 +243,6 @@ static int block(uint32_t type, const float *x, unsigned char *y)
 	case CK_GGML_Q4_K: quant_k45(x, 15, y); return 0;
 	case CK_GGML_Q5_K: quant_k45(x, 31, y); return 0;
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;
-	case CK_GGML_Q4_1:
-	case CK_GGML_Q5_0:
-	case CK_GGML_Q5_1: ck_quant_legacy(type, x, y); return 0;
 	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, NULL, y); return 0;
 	default: return -1;
 	}
@@ -258,6 +255,10 @@ int ck_kquant_blocks(uint32_t type, const float *x, int n, unsigned char *y)
 		return -1;
 	if (type == CK_GGML_IQ4_NL) { /* side by side in lanes */
 		ck_quant_iq4_nl(x, NULL, n, y);
+		return 0;
+	}
+	if (type == CK_GGML_Q4_1 || type == CK_GGML_Q5_0 || type == CK_GGML_Q5_1) {
+		ck_quant_legacy(type, x, n, y);
 		return 0;
 	}
 	for (int i = 0; i < n; i++)

@@ -17,8 +17,8 @@ int ck_kquant_blocks(uint32_t type, const float *x, int n, unsigned char *y);
  * of the elements' columns, or NULL. */
 void ck_quant_iq4_nl(const float *x, const float *qw, int nb, unsigned char *y);
 void ck_quant_iq4_xs(const float *x, const float *qw, unsigned char *y);
-/* Q4_1, Q5_0 or Q5_1 (kern/ggml_legacy.c): one block of 32. */
-void ck_quant_legacy(uint32_t type, const float *x, unsigned char *y);
+/* Q4_1, Q5_0 or Q5_1 (kern/ggml_legacy.c): n blocks of 32. */
+void ck_quant_legacy(uint32_t type, const float *x, int n, unsigned char *y);
 /* Q2_K and Q3_K (kern/ggml_kquant23.c): one 256-element block. */
 void ck_quant_q2_k(const float *x, unsigned char *y);
 void ck_quant_q3_k(const float *x, unsigned char *y);

@@ -2,15 +2,18 @@
  * importance matrix (quantize_row_q4_1_ref, _q5_0_ref, _q5_1_ref): the
  * base types of llama-quantize's legacy mixes and the K-quants' fallbacks
  * (Q4_0 and Q8_0 are in ggml.c; the weighted fits in ggml_imx.c). Each
- * block takes lanes GCC vectorises when every element is finite and every
- * code stays below 2^22; the rest (NaN, infinities, a range that
- * overflows, a block whose end is a zero) ggml's scalar steps. Both give
- * ggml's bytes (tests/cli/gguf_kquant.py). */
+ * block takes lanes GCC vectorises (compiled twice: for AVX2, chosen per
+ * call where the CPU has it, and for the baseline) when every element is
+ * finite and every code stays below 2^22; the rest (NaN, infinities, a
+ * range that overflows, a block whose end is a zero) ggml's scalar steps.
+ * Both give ggml's bytes (tests/cli/gguf_kquant.py). */
 #include <float.h>
 #include <string.h>
 
+#include "avx2.h"
 #include "ggml_int.h"
 #include "ggml_kquant.h"
+#include "ggml_lanes.h"
 
 #define LANE_LIMIT 4194304.0f /* 2^22: codes below it truncate exactly */
 
@@ -95,7 +98,7 @@ static void q4_1_steps(const float *x, unsigned char *y)
  * the block's ends do not depend on the order they are sought in, but for
  * the two zeros (ggml keeps whichever comes first: Q4_1 and Q5_1 leave a
  * block whose end is a zero to the steps). */
-static float from_ordered(int32_t k)
+LANE_FN float from_ordered(int32_t k)
 {
 	const int32_t b = k ^ (k < 0 ? 0x7FFFFFFF : 0);
 	float f;
@@ -105,7 +108,7 @@ static float from_ordered(int32_t k)
 
 /* The block's ends, each element's magnitude bits and the largest; 1 when
  * every element is finite. */
-static int scan(const float *x, float *lo, float *hi, int32_t *abs, int32_t *big)
+LANE_FN int scan(const float *x, float *lo, float *hi, int32_t *abs, int32_t *big)
 {
 	int32_t b[32], mn = INT32_MAX, mx = INT32_MIN, m = 0;
 	memcpy(b, x, sizeof b);
@@ -123,7 +126,7 @@ static int scan(const float *x, float *lo, float *hi, int32_t *abs, int32_t *big
 /* Q4_1 / Q5_1 (levels 15 / 31) in lanes: the codes as the int8_t ggml's
  * conversion keeps (before Q4_1's clamp); 0 to leave the block to the
  * steps. */
-static int min_codes(const float *x, float levels, unsigned char *y, int32_t *c)
+LANE_FN int min_codes(const float *x, float levels, unsigned char *y, int32_t *c)
 {
 	float lo, hi;
 	int32_t abs[32], big;
@@ -144,7 +147,7 @@ static int min_codes(const float *x, float levels, unsigned char *y, int32_t *c)
 /* Q5_0 in lanes: the codes, clamped to 31; 0 to leave the block to the
  * steps. ggml's scale is the first element of the largest magnitude, with
  * its sign (+0 when all are zeros: its running max never moved). */
-static int q5_0_codes(const float *x, unsigned char *y, uint8_t *c)
+LANE_FN int q5_0_codes(const float *x, unsigned char *y, uint8_t *c)
 {
 	float lo, hi;
 	int32_t abs[32], big;
@@ -169,7 +172,8 @@ static int q5_0_codes(const float *x, unsigned char *y, uint8_t *c)
 	return 1;
 }
 
-void ck_quant_legacy(uint32_t type, const float *x, unsigned char *y)
+/* One block: the lanes, or the steps where they leave it. */
+LANE_FN void legacy_block(uint32_t type, const float *x, unsigned char *y)
 {
 	int32_t t[32];
 	uint8_t c[32];
@@ -195,4 +199,30 @@ void ck_quant_legacy(uint32_t type, const float *x, unsigned char *y)
 	} else {
 		q5_0_steps(x, y);
 	}
+}
+
+LANE_FN void legacy_run(uint32_t type, const float *x, int n, size_t qb, unsigned char *y)
+{
+	for (int i = 0; i < n; i++)
+		legacy_block(type, x + 32 * i, y + qb * (size_t)i);
+}
+
+#ifdef HAVE_AVX2_LANES
+AVX2_LANES static void legacy_run_avx2(uint32_t type, const float *x, int n, size_t qb,
+				       unsigned char *y)
+{
+	legacy_run(type, x, n, qb, y);
+}
+#endif
+
+void ck_quant_legacy(uint32_t type, const float *x, int n, unsigned char *y)
+{
+	const size_t qb = type == CK_GGML_Q4_1 ? 20 : type == CK_GGML_Q5_0 ? 22 : 24;
+#ifdef HAVE_AVX2_LANES
+	if (ck_avx2_usable()) {
+		legacy_run_avx2(type, x, n, qb, y);
+		return;
+	}
+#endif
+	legacy_run(type, x, n, qb, y);
 }
