@@ -267,6 +267,9 @@ def overrides_refused(d, src):
         p.stderr
     p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--gguf-pure"], capture_output=True, text=True)
     assert p.returncode != 0 and "go with --format gguf" in p.stderr, p.stderr
+    for opt in (["--gguf-pure"], ["--gguf-output-type", "Q8_0"], ["--gguf-imatrix", "x.dat"]):  # (inspect
+        p = subprocess.run([CKPTFS, "inspect", src, *opt], capture_output=True, text=True)  # ignored them)
+        assert p.returncode != 0 and "go with --format gguf" in p.stderr and not p.stdout, (opt, p.stderr)
     assert not os.path.exists(out)
     print("refused, one line each, nothing written: overrides of a float file, unknown or unwritable types, "
           "rows of 160 as Q6_K, the options without --format gguf")
