@@ -83,8 +83,7 @@ static const struct ftype {
 };
 #define TYPE_LIST                                                                                  \
 	"F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, "     \
-	"Q4_K_S, Q5_K_M, "                                                                         \
-	"Q5_K_S, Q6_K, IQ4_NL, IQ4_XS"
+	"Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS"
 
 static const struct ftype *find_ftype(const char *name)
 {
