@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include "ckpt/catalog.h"
+#include "fuzz_scratch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static char dir[64];
+static const char *const FILES[] = {".metadata", "__0_0.distcp", NULL};
+static const char *dir;
 
 static int write_file(const char *name, const uint8_t *data, size_t size)
 {
@@ -26,9 +28,8 @@ static int write_file(const char *name, const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	if (!dir[0]) {
-		snprintf(dir, sizeof dir, "/tmp/fuzz-dcp-XXXXXX");
-		if (!mkdtemp(dir))
+	if (!dir) {
+		if (!(dir = scratch("fuzz-dcp", FILES)))
 			return 0;
 		static const uint8_t blob[256] = {'P', 'K', 3, 4};
 		write_file("__0_0.distcp", blob, sizeof blob);

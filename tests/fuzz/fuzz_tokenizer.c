@@ -10,18 +10,16 @@
 #include <unistd.h>
 
 #include "ckpt/tokenizer.h"
+#include "fuzz_scratch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static const char *const FILES[] = {"tokenizer.model", "tokenizer.json", NULL};
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	static char dir[64];
-	if (!dir[0]) {
-		snprintf(dir, sizeof dir, "/tmp/ckptfs-fuzz-tok-XXXXXX");
-		if (!mkdtemp(dir))
-			return 0;
-	}
-	if (size < 1)
+	const char *dir = scratch("ckptfs-fuzz-tok", FILES);
+	if (!dir || size < 1)
 		return 0;
 	char spm[128], bpe[128];
 	snprintf(spm, sizeof spm, "%s/tokenizer.model", dir);
