@@ -217,7 +217,8 @@ AVX2_LANES static void legacy_run_avx2(uint32_t type, const float *x, int n, siz
 
 void ck_quant_legacy(uint32_t type, const float *x, int n, unsigned char *y)
 {
-	const size_t qb = type == CK_GGML_Q4_1 ? 20 : type == CK_GGML_Q5_0 ? 22 : 24;
+	size_t qk, qb;
+	ck_ggml_block(type, &qk, &qb);
 #ifdef HAVE_AVX2_LANES
 	if (ck_avx2_usable()) {
 		legacy_run_avx2(type, x, n, qb, y);
