@@ -8,7 +8,9 @@
 # (torch.save zips: directory, pickle, tensor references), pickle (the
 # restricted pickle reader), dcp (a DCP .metadata through the catalog),
 # gguf (GGUF headers), tokenizer (tokenizer.model and tokenizer.json for
-# the GGUF view) and imatrix (importance matrices, legacy and GGUF).
+# the GGUF view), imatrix (importance matrices, legacy and GGUF) and
+# ecma_re (llama-quantize's --tensor-type regexes: a pattern must answer as
+# itself in a group).
 # Each starts from tests/corpus/<target> and writes new inputs to
 # build-fuzz/corpus-<target>. A crash, a slow input (more than 10 s) and an
 # out-of-memory (2 GiB) are all findings: they land in build-fuzz/ as
@@ -19,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-targets=("${@:-safetensors index mapping expr pattern torchbin pickle dcp gguf tokenizer imatrix}")
+targets=("${@:-safetensors index mapping expr pattern torchbin pickle dcp gguf tokenizer imatrix ecma_re}")
 read -r -a targets <<<"${targets[*]}"
 command -v clang >/dev/null || { apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
 out=build-fuzz

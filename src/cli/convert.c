@@ -165,16 +165,12 @@ static int size_arg(const char *name, const char *val, uint64_t *to, struct ck_e
 /* One option of convert_opts. */
 static int convert_opt(struct convert_args *c, int id, const char *val, struct ck_err *err)
 {
+	if (id >= CK_CLI_GGUF_PRE && id < CK_CLI_GGUF_END)
+		return ck_cli_gguf_opt(id, val, &c->gopt, err) < 0 ? -1 : 0;
 	switch (id) {
 	case O_MAX_SHARD: return size_arg("--max-shard-size", val, &c->o.max_shard_size, err);
 	case O_DTYPE: c->dtype = val; return 0;
 	case O_FORMAT: c->format = val; return 0;
-	case CK_CLI_GGUF_PRE:
-	case CK_CLI_GGUF_VOCAB:
-	case CK_CLI_GGUF_IMATRIX:
-	case CK_CLI_GGUF_PURE:
-	case CK_CLI_GGUF_OUTPUT_TYPE:
-	case CK_CLI_GGUF_EMBD_TYPE: return ck_cli_gguf_opt(id, val, &c->gopt, err) < 0 ? -1 : 0;
 	case O_THREADS:
 		c->o.threads = atoi(val);
 		return c->o.threads < 1 || c->o.threads > 64
@@ -249,11 +245,8 @@ static int check_args(struct convert_args *c, enum ck_dtype *dt, int *dcp, struc
 		return ck_fail(err, CK_E_USAGE,
 			       "--format gguf: one model.gguf (no --mesh, --shard-groups, --dtype or "
 			       "--max-shard-size; the type goes after the colon: gguf:Q8_0)");
-	if (!c->gopt.on && (c->gopt.pre || c->gopt.vocab_none || c->gopt.imatrix || c->gopt.pure ||
-			    c->gopt.output_type || c->gopt.embd_type))
-		return ck_fail(err, CK_E_USAGE,
-			       "--gguf-pre, --gguf-vocab, --gguf-imatrix, --gguf-pure, "
-			       "--gguf-output-type and --gguf-embd-type go with --format gguf");
+	if (!c->gopt.on && ck_gguf_opts_used(&c->gopt))
+		return ck_fail(err, CK_E_USAGE, "the --gguf-* options go with --format gguf");
 	if (va->shard_groups && c->o.max_shard_size)
 		return ck_fail(err, CK_E_USAGE,
 			       "--max-shard-size does not go with --shard-groups (one file per rank)");

@@ -711,14 +711,9 @@ int ck_cmd_inspect(int argc, char **argv)
 	if (va.ranks)
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE, "--ranks is for mount (use --rank)"),
 				      &err));
-	if (!gopt.on && (gopt.pre || gopt.vocab_none || gopt.imatrix || gopt.pure ||
-			 gopt.output_type || gopt.embd_type))
-		return ck_cli_report(
-		    (ck_fail(&err, CK_E_USAGE,
-			     "--gguf-pre, --gguf-vocab, --gguf-imatrix, --gguf-pure, "
-			     "--gguf-output-type and --gguf-embd-type go with "
-			     "--format gguf"),
-		     &err));
+	if (!gopt.on && ck_gguf_opts_used(&gopt))
+		return ck_cli_report((
+		    ck_fail(&err, CK_E_USAGE, "the --gguf-* options go with --format gguf"), &err));
 	if (gopt.on && (va.mesh || va.shard_groups || expect || explain || groups || ioplan))
 		return ck_cli_report((ck_fail(&err, CK_E_USAGE,
 					      "--format gguf lists the GGUF view (with --mapping and "

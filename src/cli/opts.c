@@ -32,6 +32,15 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
     {CK_CLI_GGUF_EMBD_TYPE, "--gguf-embd-type", "TYPE",
      "--format gguf:Q8_0 or a mix: token_embd.weight's type (llama-quantize's "
      "--token-embedding-type)"},
+    {CK_CLI_GGUF_LEAVE_OUTPUT, "--gguf-leave-output", NULL,
+     "--format gguf:Q8_0 or a mix: output.weight in the source's float type (llama-quantize's "
+     "--leave-output-tensor)"},
+    {CK_CLI_GGUF_TENSOR_TYPE, "--gguf-tensor-type", "PATTERN=TYPE",
+     "--format gguf:Q8_0 or a mix: matrices whose names the ECMAScript regex matches in TYPE; "
+     "the first that matches decides (llama-quantize's --tensor-type; repeatable)"},
+    {CK_CLI_GGUF_TENSOR_TYPE_FILE, "--gguf-tensor-type-file", "FILE",
+     "the same, PATTERN=TYPE entries split by white space (llama-quantize's "
+     "--tensor-type-file)"},
     {0, NULL, NULL, NULL},
 };
 
@@ -45,10 +54,13 @@ int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_e
 		g->imatrix = val;
 		return 1;
 	}
-	if (id == CK_CLI_GGUF_PURE) {
-		g->pure = 1;
+	if (id == CK_CLI_GGUF_PURE || id == CK_CLI_GGUF_LEAVE_OUTPUT) {
+		*(id == CK_CLI_GGUF_PURE ? &g->pure : &g->leave_output) = 1;
 		return 1;
 	}
+	if (id == CK_CLI_GGUF_TENSOR_TYPE || id == CK_CLI_GGUF_TENSOR_TYPE_FILE)
+		return ck_gguf_opts_add_tt(g, val, id == CK_CLI_GGUF_TENSOR_TYPE_FILE, err) < 0 ? -1
+												: 1;
 	if (id == CK_CLI_GGUF_OUTPUT_TYPE || id == CK_CLI_GGUF_EMBD_TYPE) {
 		*(id == CK_CLI_GGUF_OUTPUT_TYPE ? &g->output_type : &g->embd_type) = val;
 		return 1;

@@ -59,6 +59,9 @@ enum {
 	CK_CLI_GGUF_PURE,
 	CK_CLI_GGUF_OUTPUT_TYPE,
 	CK_CLI_GGUF_EMBD_TYPE,
+	CK_CLI_GGUF_LEAVE_OUTPUT,
+	CK_CLI_GGUF_TENSOR_TYPE,
+	CK_CLI_GGUF_TENSOR_TYPE_FILE,
 	CK_CLI_GGUF_END
 };
 extern const struct ck_cli_opt ck_cli_gguf_opts[];

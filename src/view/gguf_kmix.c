@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "../ckpt/ggml_types.h"
+#include "../plan/gguf_out.h"
 
 /* N of a "blk.N." name, else -1 (what llama.cpp's sscanf gives). */
 static int layer_of(const char *name)
@@ -27,15 +28,19 @@ static int before(const char *a, const char *b)
 }
 
 /* How many of p's tensors whose names hold one of parts come before
- * tensor i in that order (llama.cpp's running count when it reaches i). */
-static int rank_among(const struct ck_plan *p, size_t i, const char *const *parts, int n_parts)
+ * tensor i in that order (llama.cpp's running count when it reaches i;
+ * a tensor a --tensor-type pattern names skips the rules that count). */
+static int rank_among(const struct ck_gguf_kmix *k_, const struct ck_plan *p, size_t i,
+		      const char *const *parts, int n_parts)
 {
+	const unsigned char *k_manual = k_->manual;
 	int r = 0;
 	for (size_t j = 0; j < p->n; j++) {
 		int hit = 0;
 		for (int k = 0; k < n_parts && !hit; k++)
 			hit = strstr(p->t[j].name, parts[k]) != NULL;
-		r += j != i && hit && before(p->t[j].name, p->t[i].name);
+		r += j != i && hit && !(k_manual && k_manual[j]) &&
+		     before(p->t[j].name, p->t[i].name);
 	}
 	return r;
 }
@@ -70,7 +75,7 @@ static int is_wv(const char *name)
 static uint32_t attn_v_type(const struct ck_gguf_kmix *k, const struct ck_plan *p, size_t i,
 			    uint32_t t)
 {
-	int iv = rank_among(p, i, WV, 3), nv = count_of(p, WV, 3);
+	int iv = rank_among(k, p, i, WV, 3), nv = count_of(p, WV, 3);
 	switch (k->ftype) {
 	case CK_FTYPE_Q2_K: t = k->n_gqa >= 4 ? CK_GGML_Q4_K : CK_GGML_Q3_K; break;
 	case CK_FTYPE_Q3_K_M: t = iv < 2 ? CK_GGML_Q5_K : CK_GGML_Q4_K; break;
@@ -93,7 +98,7 @@ static uint32_t ffn_down_type(const struct ck_gguf_kmix *k, const struct ck_plan
 			      uint32_t t)
 {
 	static const char *const fd[] = {"ffn_down"};
-	int il = k->n_expert > 1 ? layer_of(p->t[i].name) : rank_among(p, i, fd, 1);
+	int il = k->n_expert > 1 ? layer_of(p->t[i].name) : rank_among(k, p, i, fd, 1);
 	int nl = k->n_layer;
 	switch (k->ftype) {
 	case CK_FTYPE_Q2_K: return CK_GGML_Q3_K;
@@ -127,20 +132,23 @@ static uint32_t attn_output_type(const struct ck_gguf_kmix *k, uint32_t t)
 					     : t;
 }
 
-/* A type whose blocks do not tile the rows: llama-quantize's fallback (as
- * the tested llama.cpp chooses it: Q4_0 for Q2_K and Q3_K, IQ4_NL for
- * IQ4_XS), then F16 (0) when even 32-element blocks do not. */
-static uint32_t fit_rows(uint32_t t, int64_t nx)
+static int is_float(uint32_t t)
 {
-	size_t qk, qb;
-	if (ck_ggml_block(t, &qk, &qb) && nx % (int64_t)qk == 0)
+	return t == CK_GGUF_F32 || t == CK_GGUF_F16 || t == CK_GGUF_BF16;
+}
+
+uint32_t ck_gguf_fit_rows(uint32_t t, int64_t nx)
+{
+	size_t qk = 0, qb;
+	if (is_float(t) || (ck_ggml_block(t, &qk, &qb) && nx % (int64_t)qk == 0))
 		return t;
 	t = t == CK_GGML_IQ4_XS			     ? CK_GGML_IQ4_NL
 	    : t == CK_GGML_Q2_K || t == CK_GGML_Q3_K ? CK_GGML_Q4_0
 	    : t == CK_GGML_Q4_K			     ? CK_GGML_Q5_0
 	    : t == CK_GGML_Q5_K			     ? CK_GGML_Q5_1
+	    : qk <= 32				     ? t
 						     : CK_GGML_Q8_0;
-	return nx % 32 ? 0 : t;
+	return nx % 32 ? CK_GGUF_F16 : t;
 }
 
 uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p, size_t i)
@@ -150,7 +158,7 @@ uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p
 	uint32_t t = k->base;
 	if (k->pure) /* rows that are not whole blocks still fall back, as newer
 		      * llama.cpp's do (the tested one's --pure aborts there) */
-		return fit_rows(t, nx);
+		return ck_gguf_fit_rows(t, nx);
 	if (!strcmp(name, "output.weight") ||
 	    (!k->has_output && !strcmp(name, "token_embd.weight")))
 		t = nx % 256 ? CK_GGML_Q8_0 : CK_GGML_Q6_K;
@@ -164,5 +172,5 @@ uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p
 		t = ffn_down_type(k, p, i, t);
 	else if (strstr(name, "attn_output.weight"))
 		t = attn_output_type(k, t);
-	return fit_rows(t, nx);
+	return ck_gguf_fit_rows(t, nx);
 }

@@ -49,12 +49,20 @@ struct ck_gguf_kmix {
 	int n_gqa;	/* query heads per KV head */
 	int has_imatrix; /* an importance matrix is given (ffn_down's rules) */
 	int pure;	 /* llama-quantize --pure: the base type for every matrix */
+	/* per plan target, or NULL: a --tensor-type pattern chose its type,
+	 * so llama.cpp's running counts of attn_v and ffn_down pass it by */
+	const unsigned char *manual;
 };
 
 /* The ggml type of plan target i (a matrix: two or more dims, quantized),
- * or 0 for F16 (rows not whole 32-blocks). The running counts llama.cpp
- * keeps are the target's rank among the plan's attn_v or ffn_down
- * tensors in llama.cpp's order (by layer, then by name). */
+ * CK_GGUF_F16 where rows are not whole 32-blocks. The running counts
+ * llama.cpp keeps are the target's rank among the plan's attn_v or
+ * ffn_down tensors in llama.cpp's order (by layer, then by name). */
 uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p, size_t i);
+/* A float type (F32, F16, BF16) or blocks that tile rows of nx: the type
+ * itself; else llama.cpp's fallback (Q4_0 for Q2_K and Q3_K, IQ4_NL for
+ * IQ4_XS, Q5_0 for Q4_K, Q5_1 for Q5_K, Q8_0 for Q6_K), CK_GGUF_F16 where
+ * even 32-element blocks do not tile them. */
+uint32_t ck_gguf_fit_rows(uint32_t type, int64_t nx);
 
 #endif

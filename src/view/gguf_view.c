@@ -14,6 +14,7 @@
 #include "../util/json_strict.h"
 #include "gguf_imatrix.h"
 #include "gguf_kmix.h"
+#include "gguf_overrides.h"
 #include "gguf_source_tok.h"
 #include "open.h"
 
@@ -485,123 +486,112 @@ static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a,
 	return k;
 }
 
-/* The tensor types llama-quantize's --output-tensor-type and
- * --token-embedding-type may name that ckptfs writes. */
-static const struct {
-	const char *name;
-	uint32_t ggml;
-} TENSOR_TYPES[] = {
-    {"F32", CK_GGUF_F32},   {"F16", CK_GGUF_F16},	{"BF16", CK_GGUF_BF16},
-    {"Q8_0", CK_GGML_Q8_0}, {"Q4_0", CK_GGML_Q4_0},	{"Q4_1", CK_GGML_Q4_1},
-    {"Q5_0", CK_GGML_Q5_0}, {"Q5_1", CK_GGML_Q5_1},	{"Q2_K", CK_GGML_Q2_K},
-    {"Q3_K", CK_GGML_Q3_K}, {"Q4_K", CK_GGML_Q4_K},	{"Q5_K", CK_GGML_Q5_K},
-    {"Q6_K", CK_GGML_Q6_K}, {"IQ4_NL", CK_GGML_IQ4_NL}, {"IQ4_XS", CK_GGML_IQ4_XS},
-};
-
-/* llama-quantize's --pure, --output-tensor-type, --token-embedding-type. */
-struct overrides {
-	int pure;
-	int64_t output, embd; /* a ggml type, or -1 */
-};
-
-static int parse_overrides(const struct ck_gguf_opts *o, const struct ftype *ft,
-			   struct overrides *v, struct ck_err *err)
+/* What decides a matrix's type before the --tensor-type patterns, in
+ * llama.cpp's order: --leave-output-tensor (the source's float type), then
+ * the embedding's and the output's named types; -1 if none does. */
+static int64_t named_first(const struct ck_gguf_overrides *ov, const struct ck_target *t,
+			   uint32_t source, struct ck_err *err)
 {
-	*v = (struct overrides){o->pure, -1, -1};
-	if (!o->pure && !o->output_type && !o->embd_type)
+	int64_t v = -1;
+	if (!strcmp(t->name, "output.weight"))
+		v = ov->leave_output ? (int64_t)source : ov->output;
+	else if (!strcmp(t->name, "token_embd.weight"))
+		v = ov->embd;
+	if (v >= 0 && ck_gguf_named_type(t, (uint32_t)v, err) < 0)
+		return -2;
+	return v;
+}
+
+/* A quantized file's matrix (after named_first): a pattern's type (manual
+ * >= 0), --pure's base type, the mix's rule, or the converter's Q8_0; a
+ * tied embedding (no output.weight) takes --output-tensor-type unless
+ * pure, as the mix's output rule reaches it in llama-quantize; then
+ * llama.cpp's fallback for rows the blocks do not tile. */
+static uint32_t quantized_type(const struct ftype *ft, const struct ck_gguf_kmix *k,
+			       const struct ck_gguf_overrides *ov, const struct ck_plan *p,
+			       size_t i, int64_t manual)
+{
+	const struct ck_target *t = &p->t[i];
+	uint32_t q = ft->ggml;
+	if (manual >= 0)
+		q = (uint32_t)manual;
+	else if (!ov->pure && ov->output >= 0 && !k->has_output &&
+		 !strcmp(t->name, "token_embd.weight"))
+		q = (uint32_t)ov->output;
+	else if (ft->mix && !ov->pure)
+		q = ck_gguf_kmix_type(k, p, i);
+	return ck_gguf_fit_rows(q, t->v.shape[t->v.ndim - 1]);
+}
+
+/* The targets a --tensor-type pattern decides (llama.cpp's counts pass
+ * them by): their types in types[], -1 for the others. */
+static int manual_types(const struct ck_plan *p, const struct ck_gguf_overrides *ov,
+			int64_t **types, unsigned char **manual, struct ck_err *err)
+{
+	*types = NULL;
+	*manual = NULL;
+	if (!ov->n_tt)
 		return 0;
-	if (!ft->mix && ft->ggml != CK_GGML_Q8_0)
-		return ck_fail(
-		    err, CK_E_USAGE,
-		    "llama-quantize's --pure, --output-tensor-type and "
-		    "--token-embedding-type (gguf_pure, gguf_output_type, gguf_embd_type) "
-		    "go with a quantized type, Q8_0 or a mix, not %s",
-		    ft->name);
-	const char *names[2] = {o->output_type, o->embd_type};
-	int64_t *to[2] = {&v->output, &v->embd};
-	for (int k = 0; k < 2; k++) {
-		for (size_t j = 0; names[k] && j < sizeof TENSOR_TYPES / sizeof *TENSOR_TYPES; j++)
-			if (!strcasecmp(names[k], TENSOR_TYPES[j].name))
-				*to[k] = TENSOR_TYPES[j].ggml;
-		if (names[k] && *to[k] < 0)
-			return ck_fail(
-			    err, CK_E_USAGE,
-			    "the %s type \"%s\": one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, "
-			    "Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS",
-			    k ? "token embedding" : "output tensor", names[k]);
+	*types = malloc(p->n * sizeof **types);
+	*manual = calloc(p->n, 1);
+	if (!*types || !*manual)
+		return ck_fail_sys(err, ENOMEM, "tensor types");
+	for (size_t i = 0; i < p->n; i++) {
+		const struct ck_target *t = &p->t[i];
+		(*types)[i] = -1;
+		if (t->v.ndim < 2 || strstr(t->name, ".ffn_gate_inp."))
+			continue;
+		int64_t first = named_first(ov, t, CK_GGUF_F32, err);
+		(*types)[i] = first == -1 ? ck_gguf_tt_type(ov, t->name, err) : -1;
+		if (first < -1 || (*types)[i] < -1)
+			return -1;
+		(*manual)[i] = (*types)[i] >= 0;
 	}
 	return 0;
 }
 
-/* The type an override gives target name, or -1: a tied embedding (no
- * output.weight) takes the output's unless pure, as the mix's output rule
- * reaches it there in llama-quantize. */
-static int64_t override_of(const struct overrides *ov, int has_output, const char *name)
-{
-	if (!strcmp(name, "output.weight"))
-		return ov->output;
-	if (strcmp(name, "token_embd.weight"))
-		return -1;
-	return ov->embd >= 0 ? ov->embd : !ov->pure && !has_output ? ov->output : -1;
-}
-
-/* An override's type for t: a float type, or blocks that must tile its
- * rows (llama.cpp has no fallback for a type asked for by name). */
-static int apply_override(const struct ck_target *t, uint32_t type, uint32_t *q, enum ck_dtype *dt,
-			  struct ck_err *err)
-{
-	*q = 0;
-	*dt = type == CK_GGUF_F16 ? CK_DT_F16 : type == CK_GGUF_BF16 ? CK_DT_BF16 : CK_DT_F32;
-	size_t qk, qb;
-	if (!ck_ggml_block(type, &qk, &qb))
-		return 0;
-	const int64_t last = t->v.shape[t->v.ndim - 1];
-	if (last % (int64_t)qk)
-		return ck_fail(err, CK_E_USAGE,
-			       "\"%s\": its rows of %lld are not whole %s blocks of %zu: it cannot "
-			       "be written in that type",
-			       t->name, (long long)last, ck_ggml_type_name(type), qk);
-	*q = type;
-	return 0;
-}
-
 /* Each target's type, as llama.cpp's converter chooses it, or for a
- * llama-quantize mix as llama-quantize does (with its overrides). */
+ * quantized type as llama-quantize does (with its overrides). */
 static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct arch *a,
-			const cJSON *cfg, int has_imatrix, const struct overrides *ov,
+			const cJSON *cfg, int has_imatrix, const struct ck_gguf_overrides *ov,
 			struct ck_err *err)
 {
 	struct ck_gguf_kmix k = kmix_of(ft, a, cfg, p);
 	k.has_imatrix = has_imatrix;
 	k.pure = ov->pure;
-	for (size_t i = 0; i < p->n; i++) {
+	const uint32_t source = source_ftype(p)->ggml;
+	int64_t *manual = NULL;
+	unsigned char *is_manual = NULL;
+	int rc = manual_types(p, ov, &manual, &is_manual, err);
+	k.manual = is_manual;
+	for (size_t i = 0; i < p->n && rc == 0; i++) {
 		struct ck_target *t = &p->t[i];
-		if (!ck_dtype_is_castable_float(t->v.dtype))
-			return ck_fail(err, CK_E_MAPPING, "\"%s\" is %s: the GGUF view holds floats only",
-				       t->name, ck_dtype_name(t->v.dtype));
-		int64_t last = t->v.ndim ? t->v.shape[t->v.ndim - 1] : 1;
-		enum ck_dtype dt = ft->dt;
-		uint32_t q = ft->mix || ft->ggml == CK_GGML_Q8_0 ? ft->ggml : 0;
-		const char *router = strstr(t->name, ".ffn_gate_inp.");
-		if (t->v.ndim < 2 || router) { /* norms, biases, the MoE router */
-			dt = CK_DT_F32;
-			q = 0;
-		} else if (ft->mix) {
-			q = ck_gguf_kmix_type(&k, p, i);
-			dt = q ? CK_DT_F32 : CK_DT_F16;
-		} else if (q && last % 32) { /* no whole blocks: F16, as the converter does */
-			dt = CK_DT_F16;
-			q = 0;
+		rc = -1;
+		if (!ck_dtype_is_castable_float(t->v.dtype)) {
+			ck_fail(err, CK_E_MAPPING, "\"%s\" is %s: the GGUF view holds floats only",
+				t->name, ck_dtype_name(t->v.dtype));
+			break;
 		}
-		const int64_t o =
-		    t->v.ndim < 2 || router ? -1 : override_of(ov, k.has_output, t->name);
-		if (o >= 0 && apply_override(t, (uint32_t)o, &q, &dt, err) < 0)
-			return -1;
-		if (ck_value_cast(&t->v, dt, 0, err) < 0)
-			return -1;
-		t->qtype = q;
+		uint32_t q = ft->ggml;
+		if (t->v.ndim < 2 || strstr(t->name, ".ffn_gate_inp.")) /* norms, biases, the
+									 * MoE router */
+			q = CK_GGUF_F32;
+		else if (ft->mix || ft->ggml == CK_GGML_Q8_0) {
+			int64_t first = named_first(ov, t, source, err);
+			if (first < -1)
+				break;
+			q = first >= 0 ? (uint32_t)first
+				       : quantized_type(ft, &k, ov, p, i, manual ? manual[i] : -1);
+		}
+		enum ck_dtype dt = q == CK_GGUF_F16    ? CK_DT_F16
+				   : q == CK_GGUF_BF16 ? CK_DT_BF16
+						       : CK_DT_F32;
+		rc = ck_value_cast(&t->v, dt, 0, err); /* quantized: from F32 values */
+		t->qtype = q == CK_GGUF_F32 || q == CK_GGUF_F16 || q == CK_GGUF_BF16 ? 0 : q;
 	}
-	return ck_plan_refresh(p, err);
+	free(manual);
+	free(is_manual);
+	return rc < 0 ? -1 : ck_plan_refresh(p, err);
 }
 
 /* Llama 3's rope scaling as llama.cpp takes it: a tensor rope_freqs.weight
@@ -801,7 +791,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	ck_gguf_meta_str(m, "general.architecture", a->gguf);
 	ck_gguf_meta_str(m, "general.name", name);
 	ck_gguf_meta_u32(m, "general.file_type", ft->file_type);
-	if (ft->mix) /* as llama-quantize writes it: ggml's block layouts' version */
+	if (ft->mix || g->by_quantize) /* as llama-quantize writes it: ggml's block
+					* layouts' version (the converter does not) */
 		ck_gguf_meta_u32(m, "general.quantization_version", 2);
 	ck_gguf_meta_u32(m, KEY("context_length"), (uint32_t)ctx);
 	ck_gguf_meta_u32(m, KEY("embedding_length"), (uint32_t)H);
@@ -941,6 +932,24 @@ static int load_maps(const struct ck_catalog *cat, const struct arch *a,
 	return 0;
 }
 
+int ck_gguf_opts_used(const struct ck_gguf_opts *o)
+{
+	return o->pre || o->vocab_none || o->imatrix || o->pure || o->output_type || o->embd_type ||
+	       o->leave_output || o->n_tt;
+}
+
+int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struct ck_err *err)
+{
+	if (o->n_tt == CK_GGUF_MAX_TT)
+		return ck_fail(err, CK_E_USAGE,
+			       "more than %d tensor type options: put the patterns in a file "
+			       "(--gguf-tensor-type-file, -o gguf_tensor_type_file)",
+			       CK_GGUF_MAX_TT);
+	o->tt[o->n_tt].arg = arg;
+	o->tt[o->n_tt++].file = file;
+	return 0;
+}
+
 int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		      const struct ck_gguf_opts *o, struct ck_gguf_view *g, struct ck_err *err)
 {
@@ -968,9 +977,14 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	g->type = ft->name;
 	char name[256];
 	model_name(cat, cfg, name, sizeof name);
-	struct overrides ov;
-	if (parse_overrides(o, ft, &ov, err) < 0 ||
-	    assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, &ov, err) < 0 ||
+	struct ck_gguf_overrides ov;
+	if (ck_gguf_overrides_parse(o, ft->name, ft->mix || ft->ggml == CK_GGML_Q8_0, &ov, err) < 0)
+		goto fail;
+	/* Q8_0 with llama-quantize's options is llama-quantize's file */
+	g->by_quantize = ov.pure || ov.leave_output || ov.output >= 0 || ov.embd >= 0 || ov.n_tt;
+	int typed = assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, &ov, err);
+	ck_gguf_overrides_free(&ov);
+	if (typed < 0 ||
 	    (o->imatrix && ck_gguf_imatrix_attach(g->plan, o->imatrix, ft->name, &g->imx,
 						  &g->imx_used, err) < 0) ||
 	    load_vocab(cat, cfg, a, o, g, &tok, err) < 0 || arch_meta(cfg, a, ft, name, g, err) < 0)

@@ -16,6 +16,8 @@
 #include "../plan/gguf_out.h"
 #include "../plan/plan.h"
 
+#define CK_GGUF_MAX_TT 64
+
 struct ck_gguf_opts {
 	int on;		  /* -o gguf */
 	const char *type; /* F32 ... Q6_K (TYPE_LIST); NULL: the source's float type */
@@ -27,7 +29,21 @@ struct ck_gguf_opts {
 	int pure;		 /* gguf_pure */
 	const char *output_type; /* gguf_output_type=TYPE */
 	const char *embd_type;	 /* gguf_embd_type=TYPE */
+	int leave_output;	 /* gguf_leave_output: --leave-output-tensor */
+	/* --tensor-type PATTERN=TYPE (gguf_tensor_type=) and --tensor-type-file
+	 * FILE (gguf_tensor_type_file=: file 1), in the order given */
+	struct {
+		const char *arg;
+		int file;
+	} tt[CK_GGUF_MAX_TT];
+	int n_tt;
 };
+
+/* Any gguf sub-option given (they need the view: -o gguf, --format gguf). */
+int ck_gguf_opts_used(const struct ck_gguf_opts *o);
+/* Add a --gguf-tensor-type (file 0) or --gguf-tensor-type-file; refused
+ * past CK_GGUF_MAX_TT (a file holds any number). */
+int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struct ck_err *err);
 
 struct ck_gguf_view {
 	struct ck_plan *plan; /* targets with GGUF names and types */
@@ -36,6 +52,7 @@ struct ck_gguf_view {
 	struct ck_vocab vocab;
 	const char *arch;  /* general.architecture */
 	const char *type;  /* the file's type (general.file_type's name) */
+	int by_quantize;   /* Q8_0 with llama-quantize's options: its file, not the converter's */
 	struct ck_mapping *arch_map;
 	struct ck_mapping *unwrap_map; /* a vision-language class's, or NULL */
 	struct ck_mapping *source_map; /* a GGUF source's to HF names, or NULL */

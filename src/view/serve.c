@@ -66,6 +66,9 @@ enum {
 	S_GGUF_PURE,
 	S_GGUF_OUTPUT_TYPE,
 	S_GGUF_EMBD_TYPE,
+	S_GGUF_LEAVE_OUTPUT,
+	S_GGUF_TENSOR_TYPE,
+	S_GGUF_TENSOR_TYPE_FILE,
 	S_DEVICE,
 	S_ODIRECT,
 	S_NO_STREAM,
@@ -140,6 +143,16 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_EMBD_TYPE, "gguf_embd_type", "TYPE",
      "gguf=Q8_0 or a mix with token_embd.weight in TYPE (llama-quantize's "
      "--token-embedding-type)"},
+    {S_GGUF_LEAVE_OUTPUT, "gguf_leave_output", NULL,
+     "gguf=Q8_0 or a mix with output.weight in the source's float type (llama-quantize's "
+     "--leave-output-tensor)"},
+    {S_GGUF_TENSOR_TYPE, "gguf_tensor_type", "PATTERN=TYPE",
+     "gguf=Q8_0 or a mix with the matrices whose names the ECMAScript regex matches in TYPE, "
+     "the first that matches deciding (llama-quantize's --tensor-type; repeatable; a pattern "
+     "with a comma goes in a file)"},
+    {S_GGUF_TENSOR_TYPE_FILE, "gguf_tensor_type_file", "FILE",
+     "the same, PATTERN=TYPE entries split by white space (llama-quantize's "
+     "--tensor-type-file)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
      "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
@@ -244,6 +257,16 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		o->gguf.imatrix = val;
 		return 1;
 	case S_GGUF_PURE: o->gguf.pure = 1; return 1;
+	case S_GGUF_LEAVE_OUTPUT: o->gguf.leave_output = 1; return 1;
+	case S_GGUF_TENSOR_TYPE:
+	case S_GGUF_TENSOR_TYPE_FILE:
+		if (!val || !*val)
+			return bad(err, how, opt,
+				   id == S_GGUF_TENSOR_TYPE ? "PATTERN=TYPE"
+							    : "the patterns' file");
+		return ck_gguf_opts_add_tt(&o->gguf, val, id == S_GGUF_TENSOR_TYPE_FILE, err) < 0
+			   ? -1
+			   : 1;
 	case S_GGUF_OUTPUT_TYPE:
 	case S_GGUF_EMBD_TYPE:
 		if (!val || !*val)
@@ -710,11 +733,8 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 {
 	memset(s, 0, sizeof *s);
 	s->plan = v->plan;
-	if (!o->gguf.on && (o->gguf.pre || o->gguf.vocab_none || o->gguf.imatrix || o->gguf.pure ||
-			    o->gguf.output_type || o->gguf.embd_type))
-		return ck_fail(err, CK_E_USAGE,
-			       "-o gguf_pre, gguf_vocab, gguf_imatrix, gguf_pure, gguf_output_type "
-			       "and gguf_embd_type go with -o gguf=TYPE");
+	if (!o->gguf.on && ck_gguf_opts_used(&o->gguf))
+		return ck_fail(err, CK_E_USAGE, "the -o gguf_* options go with -o gguf=TYPE");
 	if (whole_views_only(o, v, per_rank, err) < 0 || (o->gguf.on && open_gguf(s, v, o, err) < 0))
 		return -1;
 	size_t n = v->n_ranks ? v->n_ranks : 1;

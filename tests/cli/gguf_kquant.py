@@ -74,22 +74,35 @@ class ImatrixEntry(ctypes.Structure):  # struct llama_model_imatrix_data
 TYPE_OF = {n: t for t, n in NAMES.items()}
 
 
-def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None, pure=False, output=None, embd=None):
+class TensorOverride(ctypes.Structure):  # struct llama_model_tensor_override
+    _fields_ = [("pattern", ctypes.c_char_p), ("type", ctypes.c_int)]
+
+
+def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None, pure=False, output=None, embd=None, leave=False,
+                   tt=()):
     """llama-quantize src into dst as mix (threads 0: one per core); with
     imatrix (name -> float32 values) as llama-quantize --imatrix hands it
     over: the params' imatrix pointer (after four int32 and six bools, at
     offset 24) at a NULL-terminated array of {name, values, count}; pure,
     output and embd as --pure (the fourth bool, at 19),
     --output-tensor-type and --token-embedding-type (the third and fourth
-    int32, ggml types) set them."""
+    int32, ggml types) set them; leave as --leave-output-tensor (the second
+    bool, quantize_output_tensor, at 17, cleared); tt, (pattern, type)
+    pairs, as --tensor-type hands them over: the params' tt_overrides (at
+    40) at a NULL-terminated array of {pattern, ggml type}, each pattern
+    lowercased as llama-quantize's argument parser lowercases it."""
     lib.llama_model_quantize_default_params.restype = Params
     raw = bytearray(bytes(lib.llama_model_quantize_default_params().raw))
-    struct.pack_into("<ii", raw, 0, threads, FTYPE[mix])
+    struct.pack_into("<ii", raw, 0, threads, {**FTYPE, "Q8_0": 7}[mix])
     if output:
         struct.pack_into("<i", raw, 8, TYPE_OF[output])
     if embd:
         struct.pack_into("<i", raw, 12, TYPE_OF[embd])
     raw[19] = 1 if pure else raw[19]
+    raw[17] = 0 if leave else raw[17]
+    rules = (TensorOverride * (len(tt) + 1))(*[TensorOverride(p.lower().encode(), TYPE_OF[t.upper()]) for p, t in tt])
+    if tt:
+        struct.pack_into("<Q", raw, 40, ctypes.addressof(rules))
     arrs = {k.encode(): np.ascontiguousarray(v, np.float32) for k, v in (imatrix or {}).items()}
     entries = (ImatrixEntry * (len(arrs) + 1))()
     for i, (k, v) in enumerate(arrs.items()):
@@ -133,15 +146,19 @@ def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
     bytes equal. A mix "Q4_K_M pure output=Q8_0 embd=F16" is Q4_K_M with
     llama-quantize's --pure, --output-tensor-type Q8_0 and
     --token-embedding-type F16 (ckptfs's --gguf-pure, --gguf-output-type,
-    --gguf-embd-type)."""
+    --gguf-embd-type); "leave" is --leave-output-tensor, "tt=PATTERN=TYPE"
+    --tensor-type PATTERN=TYPE (--gguf-leave-output, --gguf-tensor-type)."""
     plain = convert(src, os.path.join(d, f"{tag}-{unquantized}"), "gguf:" + unquantized)
     seen = {}
-    for spec in mixes:
+    for n_spec, spec in enumerate(mixes):
         mix, *opts = spec.split()
-        kw = {"pure": "pure" in opts, **{k: v for k, v in (o.split("=") for o in opts if "=" in o)}}
-        extra = (["--gguf-pure"] if kw["pure"] else []) + \
-            [a for k in ("output", "embd") if kw.get(k) for a in (f"--gguf-{k}-type", kw[k])]
-        ours = convert(src, os.path.join(d, f"{tag}-{spec.replace(' ', '-')}"), "gguf:" + mix, *extra)
+        kw = {"pure": "pure" in opts, "leave": "leave" in opts,
+              "tt": [tuple(o[3:].rsplit("=", 1)) for o in opts if o.startswith("tt=")],
+              **{k: v for k, v in (o.split("=") for o in opts if "=" in o and not o.startswith("tt="))}}
+        extra = (["--gguf-pure"] if kw["pure"] else []) + (["--gguf-leave-output"] if kw["leave"] else []) + \
+            [a for k in ("output", "embd") if kw.get(k) for a in (f"--gguf-{k}-type", kw[k])] + \
+            [a for p, t in kw["tt"] for a in ("--gguf-tensor-type", f"{p}={t}")]
+        ours = convert(src, os.path.join(d, f"{tag}-{n_spec}-{mix}"), "gguf:" + mix, *extra)
         ref = os.path.join(d, f"{tag}-{mix}-llama.gguf")
         llama_quantize(lib, plain, ref, mix, **kw)
         rmeta, rt = tensors(ref)
@@ -275,6 +292,65 @@ def overrides_refused(d, src):
           "rows of 160 as Q6_K, the options without --format gguf")
 
 
+def tensor_types_refused(d, src):
+    """--gguf-tensor-type and its file refused with one line naming the
+    option or the file, the entry and what is wrong; nothing written."""
+    out = os.path.join(d, "tt-refused-out")
+    bad = os.path.join(d, "tt-bad.txt")
+    with open(bad, "w") as f:
+        f.write("ffn_down=q6_k\n  attn_v=Q8_0\tattn_(q=q4_k\n")
+    cases = [(["x"], '--gguf-tensor-type "x": not PATTERN=TYPE'),
+             (["=q4_k"], '--gguf-tensor-type "=q4_k": not PATTERN=TYPE'),
+             (["ffn="], '--gguf-tensor-type "ffn=": not PATTERN=TYPE'),
+             (["ffn=Q9_K"], 'the type "Q9_K": one of F32'),
+             (["ffn=IQ2_XXS"], 'the type "IQ2_XXS": one of F32'),
+             (["attn_(q=q4_k"], '"attn_(q=q4_k": the pattern: at 7: a ( without its )'),
+             (["blk\\.\\D=q4_k"], "lowercases a pattern, so \\D would mean \\d"),
+             (["(a)\\1=q4_k"], "back-references"),
+             (["a{1001}=q4_k"], "a count over 1000")]
+    runs = [(["--format", "gguf:Q4_K_M", "--gguf-tensor-type", a[0]], says) for a, says in cases]
+    runs += [(["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", bad], f'{bad} "attn_(q=q4_k": the pattern'),
+             (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", "/dev/null"], "/dev/null: not a regular file"),
+             (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", d], "not a regular file"),
+             (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", os.path.join(d, "absent")], "cannot open"),
+             (["--format", "gguf:F16", "--gguf-tensor-type", "ffn=q4_k"], "go with a quantized type"),
+             (["--format", "gguf:BF16", "--gguf-leave-output"], "go with a quantized type"),
+             (["--format", "gguf:Q4_K_M", *[a for k in range(65) for a in ("--gguf-tensor-type", f"x{k}=q4_k")]],
+              "more than 64 tensor type options"),
+             (["--gguf-tensor-type", "ffn=q4_k"], "go with --format gguf"),
+             (["--gguf-leave-output"], "go with --format gguf")]
+    for args, says in runs:
+        p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--gguf-vocab", "none", *args],
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, \
+            (args[:4], p.stderr)
+        assert not os.path.exists(out), args[:4]
+    print(f"--gguf-tensor-type and its file: {len(runs)} wrong uses refused, one line each, nothing written")
+
+
+def tensor_type_file(d, src):
+    """Patterns from a file, split by spaces, tabs and new lines, equal the
+    same patterns as options, in the order given across both: the first
+    that matches decides."""
+    f = os.path.join(d, "tt.txt")
+    with open(f, "w") as fh:
+        fh.write("  blk\\.[0-2]\\.ffn_down=q8_0\t\tattn_v=Q5_0\n\nffn_(up|gate)=IQ4_XS \n")
+    opts = ["--gguf-tensor-type", "blk\\.1\\.=q6_k"]  # before the file: blk.1's come from it
+    a = open(convert(src, os.path.join(d, "tt-file"), "gguf:Q4_K_S", *opts, "--gguf-tensor-type-file", f),
+             "rb").read()
+    b = open(convert(src, os.path.join(d, "tt-opts"), "gguf:Q4_K_S", *opts, "--gguf-tensor-type",
+                     "blk\\.[0-2]\\.ffn_down=q8_0", "--gguf-tensor-type", "attn_v=Q5_0", "--gguf-tensor-type",
+                     "ffn_(up|gate)=IQ4_XS"), "rb").read()
+    assert a == b
+    _, t = tensors(os.path.join(d, "tt-file", "model.gguf"))
+    got = {n: NAMES[t[n][0]] for n in ("blk.0.ffn_down.weight", "blk.1.ffn_down.weight", "blk.1.attn_v.weight",
+                                       "blk.3.attn_v.weight", "blk.2.ffn_up.weight")}
+    assert got == {"blk.0.ffn_down.weight": "Q8_0", "blk.1.ffn_down.weight": "Q6_K",
+                   "blk.1.attn_v.weight": "Q6_K", "blk.3.attn_v.weight": "Q5_0", "blk.2.ffn_up.weight": "IQ4_XS"}, got
+    print("--gguf-tensor-type-file: the options' bytes, the first match across options and file deciding")
+    return f
+
+
 def gen(d, tag, *args):
     src = os.path.join(d, "src-" + tag)
     ckref.run(MKCKPT, *args, src)
@@ -340,6 +416,20 @@ def main():
             with Mount(run, opts="gguf=Q5_K_M,gguf_vocab=none,gguf_pure,gguf_output_type=Q8_0,gguf_embd_type=Q4_1") as m:
                 assert open(m.path("model.gguf"), "rb").read() == want
             print("mount -o gguf=Q5_K_M,gguf_pure,gguf_output_type=Q8_0,gguf_embd_type=Q4_1: convert's bytes")
+            # --gguf-leave-output, --gguf-tensor-type and its file as mount options
+            f = os.path.join(d, "run-tt.txt")
+            with open(f, "w") as fh:
+                fh.write("blk\\.[0-1]\\.ffn_(up|down)=q8_0\nattn_v=q5_k\n")
+            want = open(convert(run, os.path.join(d, "run-tt"), "gguf:Q4_K_M", "--gguf-leave-output",
+                                "--gguf-tensor-type", "attn_q=iq4_nl", "--gguf-tensor-type-file", f), "rb").read()
+            _, t = tensors(os.path.join(d, "run-tt", "model.gguf"))
+            assert [NAMES[t[n][0]] for n in ("output.weight", "blk.0.attn_q.weight", "blk.1.ffn_up.weight",
+                                             "blk.2.attn_v.weight")] == ["F32", "IQ4_NL", "Q8_0", "Q5_K"]
+            with Mount(run, opts="gguf=Q4_K_M,gguf_vocab=none,gguf_leave_output,gguf_tensor_type=attn_q=iq4_nl,"
+                                 f"gguf_tensor_type_file={f}") as m:
+                assert open(m.path("model.gguf"), "rb").read() == want
+            print("mount -o gguf=Q4_K_M,gguf_leave_output,gguf_tensor_type=...,gguf_tensor_type_file=...: "
+                  "convert's bytes")
             return
         dense = gen(d, "dense", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
         hostile_weights(dense, rng, False)
@@ -354,7 +444,9 @@ def main():
               "them: " + "; ".join(f"{m} {c}" for m, c in seen.items()))
         assert seen["Q4_1"] == {"Q4_1": 57, "Q6_K": 1, "F32": 17}, seen["Q4_1"]  # the output Q6_K
         # (an F16 override here: llama.cpp refuses F16 infinities, the other source's past 2^16)
-        seen = same_as_llama(lib, d, "legacy-ov", old, ["Q5_0 pure output=Q4_K embd=F16", "Q4_0 pure"])
+        seen = same_as_llama(lib, d, "legacy-ov", old, ["Q5_0 pure output=Q4_K embd=F16", "Q4_0 pure",
+                                                        r"Q4_0 leave tt=^blk\.\d+\.attn_(q|k)\.weight$=q5_1 "
+                                                        r"tt=ffn_down=F16"])
         assert seen["Q4_0 pure"] == {"Q4_0": 58, "F32": 17}, seen  # the output Q4_0 too, as before session 48
         print(f"the same overrides of legacy mixes: {seen}")
         wild = gen(d, "wild", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512")
@@ -367,6 +459,24 @@ def main():
         assert seen["Q4_K_M pure"] == {"Q4_K": 58, "F32": 17}, seen
         print(f"llama-quantize's --output-tensor-type, --token-embedding-type and --pure: {seen}")
         overrides_refused(d, dense)
+        # llama-quantize's --tensor-type and --leave-output-tensor: the
+        # first pattern that matches decides, after the output's and the
+        # embedding's own options, before the mix's rules (whose running
+        # counts of attn_v and ffn_down pass the patterns' tensors by),
+        # under --pure too; a type whose blocks do not tile the rows falls
+        # back (rows160 below)
+        seen = same_as_llama(lib, d, "dense-tt", dense, [
+            r"Q4_K_M tt=BLK\.[0-3]\.FFN_DOWN=q8_0 tt=attn_v=BF16",
+            r"Q3_K_M tt=ffn_(up|gate)=q5_k tt=\.(1|6)\.attn_v=IQ4_XS tt=attn=q2_k",
+            r"Q4_K_M pure tt=ffn_down=q6_k tt=^blk\.\d+\.attn_k\.weight$=f32",
+            r"Q5_K_M leave output=Q8_0 tt=output=q4_0 tt=token_embd=q5_k",  # (legacy types: 2^14)
+            r"Q8_0 tt=ffn_down=q4_k tt=\battn_q\b=iq4_nl",
+            r"Q4_K_M output=Q5_K tt=output\.weight=q2_k tt=blk\.[02468]\.=q3_k"])
+        first = seen[r"Q4_K_M tt=BLK\.[0-3]\.FFN_DOWN=q8_0 tt=attn_v=BF16"]
+        assert first["Q8_0"] == 4 and first["BF16"] == 8, first
+        print(f"llama-quantize's --tensor-type and --leave-output-tensor: {seen}")
+        tensor_types_refused(d, dense)
+        tensor_type_file(d, dense)
         half = gen(d, "bf16", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512", "--dtype", "BF16")
         seen = same_as_llama(lib, d, "bf16", half, ["Q4_K_M", "Q6_K"], unquantized="BF16")
         print(f"a BF16 source, quantized from its elements: {seen}")
@@ -385,10 +495,12 @@ def main():
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
                            "--intermediate", "512"], ["Q4_K_M", "Q5_1", "Q4_K_M output=Q8_0",
-                                                      "Q4_K_M pure output=Q8_0"], "Q6_K"),
+                                                      "Q4_K_M pure output=Q8_0", "Q4_K_M tt=token_embd=q5_0",
+                                                      "Q5_K_S output=Q8_0 tt=attn_v=q8_0"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
                               "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL",
-                                                  "Q4_1", "Q5_0"],
+                                                  "Q4_1", "Q5_0", "Q4_K_M tt=ffn_down=q6_k tt=attn_output=iq4_xs "
+                                                  "tt=attn=q4_k tt=ffn_up=bf16 tt=ffn_gate=f32"],
                   "Q4_0"),
                  ("rows80", ["--layers", "4", "--hidden", "80", "--intermediate", "272", "--heads", "5",
                              "--kv-heads", "5"], ["Q4_K_M"], "F16")]

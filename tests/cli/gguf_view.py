@@ -1446,6 +1446,10 @@ def hostile(d, src):
     mount_refused(src, "gguf_pure", "go with -o gguf=TYPE", 2)
     mount_refused(src, "gguf=Q4_K_M,gguf_output_type=Q7", 'the output tensor type "Q7"')
     mount_refused(src, "gguf=BF16,gguf_embd_type=Q8_0", "go with a quantized type, Q8_0 or a mix, not BF16")
+    mount_refused(src, "gguf_tensor_type_file=/dev/null", "go with -o gguf=TYPE", 2)
+    mount_refused(src, "gguf=Q4_K_M,gguf_tensor_type=attn_(q=q4_k", '"attn_(q=q4_k": the pattern: at 7: a ( without', 2)
+    mount_refused(src, "gguf=Q4_K_M,gguf_tensor_type_file=/dev/null", "/dev/null: not a regular file", 2)
+    mount_refused(src, "gguf=Q4_K_M,gguf_tensor_type=", "PATTERN=TYPE", 2)
     mount_refused(src, "gguf", "not per rank", 2, ["--mapping", "llama-hf-to-megatron", "--mesh", "tp=2",
                                                     "--rank", "0"])
     v = variant("notok", lambda v: os.unlink(os.path.join(v, "tokenizer.json")))
