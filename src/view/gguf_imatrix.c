@@ -19,11 +19,13 @@ int ck_gguf_imatrix_attach(struct ck_plan *p, const char *path, const char *type
 			   struct ck_imatrix *m, size_t *used, struct ck_err *err)
 {
 	*used = 0;
-	if (!strcasecmp(type, "F32") || !strcasecmp(type, "F16") || !strcasecmp(type, "BF16") ||
-	    !strcasecmp(type, "Q8_0"))
+	/* (Q8_0 takes none itself, but its file's --gguf-tensor-type tensors
+	 * may; llama-quantize takes a matrix for it) */
+	if (!strcasecmp(type, "F32") || !strcasecmp(type, "F16") || !strcasecmp(type, "BF16"))
 		return ck_fail(err, CK_E_USAGE,
-			       "an importance matrix goes with a llama-quantize mix (Q4_0, Q4_1, "
-			       "Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, IQ4_XS): %s takes no weights",
+			       "an importance matrix goes with a quantized type (Q8_0 or a "
+			       "llama-quantize mix: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, "
+			       "IQ4_XS): %s takes no weights",
 			       type);
 	if (ck_imatrix_load(path, m, err) < 0)
 		return -1;

@@ -15,8 +15,9 @@
  * llama-quantize refuses them: an entry whose size is not the tensor's
  * columns (times its experts), token_embd.weight's aside (llama-quantize
  * ignores that one); and, beyond it, a file that names none of the
- * view's matrices (another model's) or a view of a type that takes no
- * weights (type: the view's, F32 ... Q6_K). */
+ * view's matrices (another model's) or a view of a float type (type: the
+ * view's, F32 ... Q6_K; Q8_0 is taken, for its --gguf-tensor-type
+ * tensors). */
 int ck_gguf_imatrix_attach(struct ck_plan *p, const char *path, const char *type,
 			   struct ck_imatrix *m, size_t *used, struct ck_err *err);
 /* quantize.imatrix.file, .dataset, .entries_count and .chunks_count, as

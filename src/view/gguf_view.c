@@ -981,7 +981,8 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	if (ck_gguf_overrides_parse(o, ft->name, ft->mix || ft->ggml == CK_GGML_Q8_0, &ov, err) < 0)
 		goto fail;
 	/* Q8_0 with llama-quantize's options is llama-quantize's file */
-	g->by_quantize = ov.pure || ov.leave_output || ov.output >= 0 || ov.embd >= 0 || ov.n_tt;
+	g->by_quantize =
+	    ov.pure || ov.leave_output || ov.output >= 0 || ov.embd >= 0 || ov.n_tt || o->imatrix;
 	int typed = assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, &ov, err);
 	ck_gguf_overrides_free(&ov);
 	if (typed < 0 ||

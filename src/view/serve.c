@@ -133,7 +133,7 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_VOCAB, "gguf_vocab", "none",
      "placeholder tokens when there is no tokenizer file (token ids only)"},
     {S_GGUF_IMATRIX, "gguf_imatrix", "FILE",
-     "gguf=MIX (Q4_0 ... IQ4_XS) quantized with this importance matrix (llama-quantize's "
+     "gguf=Q8_0 or a mix (Q4_0 ... IQ4_XS) quantized with this importance matrix (llama-quantize's "
      "--imatrix: imatrix.gguf or the legacy .dat)"},
     {S_GGUF_PURE, "gguf_pure", NULL,
      "gguf=MIX with every matrix in the mix's base type (llama-quantize's --pure)"},

@@ -36,9 +36,9 @@ import gguf_source as gs  # noqa: E402
 CKPTFS = os.environ["CKPTFS"]
 
 
-def convert(src, out, fmt, imatrix):
+def convert(src, out, fmt, imatrix, *extra):
     p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", fmt, "--gguf-vocab", "none",
-                        "--gguf-imatrix", imatrix], capture_output=True, text=True)
+                        "--gguf-imatrix", imatrix, *extra], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return os.path.join(out, "model.gguf")
 
@@ -112,12 +112,17 @@ WEIGHTED = {2, 3, 6, 7, 10, 11, 12, 13, 14, 20, 23}  # Q4_0, Q4_1, Q5_0, Q5_1, Q
 def same_as_llama(lib, d, tag, src, plain, mixes, imx_file, imx_values):
     """Each mix of src with the imatrix, as ckptfs serves it and as
     llama.cpp quantizes plain (the F32 view) given the same values; per
-    mix, how many tensors the weights reached."""
+    mix, how many tensors the weights reached. A mix "Q8_0 tt=P=T" adds
+    --tensor-type P=T (--gguf-tensor-type)."""
     seen = {}
-    for mix in mixes:
-        ours = convert(src, os.path.join(d, f"{tag}-{mix}-imx"), "gguf:" + mix, imx_file)
+    for spec in mixes:
+        mix, *opts = spec.split()
+        tt = [tuple(o[3:].rsplit("=", 1)) for o in opts]
+        extra = [a for p, t in tt for a in ("--gguf-tensor-type", f"{p}={t}")]
+        ours = convert(src, os.path.join(d, f"{tag}-{mix}{'-tt' if tt else ''}-imx"), "gguf:" + mix, imx_file,
+                       *extra)
         ref = os.path.join(d, f"{tag}-{mix}-llama-imx.gguf")
-        kq.llama_quantize(lib, plain, ref, mix, imatrix=imx_values)
+        kq.llama_quantize(lib, plain, ref, mix, imatrix=imx_values, tt=tt)
         rmeta, rt = kq.tensors(ref)
         ometa, ot = kq.tensors(ours)
         assert set(rt) == set(ot), (tag, mix, set(rt) ^ set(ot))
@@ -131,10 +136,10 @@ def same_as_llama(lib, d, tag, src, plain, mixes, imx_file, imx_values):
         weighted = {n for n in rt if rt[n][0] in WEIGHTED and n in imx_values and n != "token_embd.weight"}
         # inspect says which, without reading tensor data
         p = subprocess.run([CKPTFS, "inspect", src, "--format", "gguf:" + mix, "--gguf-vocab", "none", "--json",
-                            "--gguf-imatrix", imx_file], capture_output=True, text=True)
+                            "--gguf-imatrix", imx_file, *extra], capture_output=True, text=True)
         assert p.returncode == 0, p.stderr
         assert {t["name"] for t in json.loads(p.stdout)["tensors"] if t["imatrix"]} == weighted, (tag, mix)
-        seen[mix] = len(weighted)
+        seen[spec] = len(weighted)
     return seen
 
 
@@ -218,8 +223,8 @@ def hostile(d, src, mats, rng):
     os.mkfifo(fifo)
     refused(base + [fifo], "not a regular file")
     refused(base + [os.path.join(d, "missing.dat")], "cannot open the importance matrix")
-    refused(["convert", src, os.path.join(d, "hostile-out"), "--format", "gguf:Q8_0", "--gguf-vocab", "none",
-             "--gguf-imatrix", p], "Q8_0 takes no weights")
+    refused(["convert", src, os.path.join(d, "hostile-out"), "--format", "gguf:BF16", "--gguf-vocab", "none",
+             "--gguf-imatrix", p], "BF16 takes no weights")
     refused(["convert", src, os.path.join(d, "hostile-out"), "--gguf-imatrix", p], "go with --format gguf")
     assert not os.path.exists(os.path.join(d, "hostile-out")), "a refused convert left output"
     return len(REFUSED)
@@ -297,6 +302,12 @@ def main():
         vals = write_gguf_imatrix(g, imx, counts)
         seen = same_as_llama(lib, d, "dense-gguf", dense, plain, ["Q4_K_M", "Q2_K"], g, vals)
         print(f"the same, the GGUF imatrix format: {seen}")
+        # --gguf-tensor-type's tensors are weighted too, in a Q8_0 file
+        # (whose own blocks take no weights) as in a mix
+        seen = same_as_llama(lib, d, "dense-tt", dense, plain, [r"Q8_0 tt=ffn_down=q4_k tt=blk\.[0-3]\.attn_v=iq4_xs",
+                                                              "Q4_K_M tt=ffn_(up|gate)=q3_k"], g, vals)
+        assert seen[r"Q8_0 tt=ffn_down=q4_k tt=blk\.[0-3]\.attn_v=iq4_xs"] == 12, seen
+        print(f"given --gguf-tensor-type, Q8_0 and Q4_K_M: {seen}")
 
         moe = kq.gen(d, "moe", *base, "--model", "mixtral", "--experts", "4", "--layers", "4", "--hidden", "256",
                      "--intermediate", "256")
