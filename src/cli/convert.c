@@ -274,8 +274,16 @@ static int write_view(const struct ck_view *v, struct convert_args *c, int dcp,
 	if (rc == 0 && note[0] && o->progress >= 0)
 		fprintf(stderr, "ckptfs: %s\n", note);
 	o->gpu_min = c->dev.gpu_min;
-	if (rc == 0 && gopt->on) {
-		rc = ck_convert_vfile(g.plan, &g.file, stage, "model.gguf", o, stats, err);
+	if (rc == 0 && gopt->on) { /* model.gguf, or its gguf-split pieces */
+		size_t n = ck_gguf_view_n_files(&g);
+		struct ck_out_file *f = calloc(n, sizeof *f);
+		rc = f ? 0 : ck_fail_sys(err, ENOMEM, "convert");
+		for (size_t k = 0; k < n && f; k++)
+			f[k] = (struct ck_out_file){ck_gguf_view_names(&g)[k],
+						    &ck_gguf_view_files(&g)[k]};
+		if (rc == 0)
+			rc = ck_convert_files(g.plan, f, n, stage, o, stats, err);
+		free(f);
 	} else if (rc == 0 && dcp) { /* the data file, then .metadata */
 		rc = ck_cli_dcp_write(v->plan, &d, dcp == 2, v->world > 0, stage, o, stats, err);
 	} else if (rc == 0) {

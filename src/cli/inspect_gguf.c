@@ -101,6 +101,34 @@ static void print_meta(const struct ck_gguf_meta *m, int json)
 	}
 }
 
+/* gguf-split's pieces, when asked for: name, bytes, tensors (the count
+ * the header holds, at 8: the first literal of each file). */
+static void print_split(const struct ck_gguf_view *g, int json)
+{
+	if (!g->n_split)
+		return;
+	if (json)
+		printf("  \"split\": [");
+	else
+		printf("split as gguf-split does, into %zu files (the offsets below are "
+		       "model.gguf's):\n",
+		       g->n_split);
+	for (size_t k = 0; k < g->n_split; k++) {
+		uint64_t n = 0;
+		for (int b = 7; b >= 0 && g->split[k].blob_len >= 16; b--)
+			n = n << 8 | g->split[k].blob[8 + b];
+		if (json)
+			printf("%s{\"file\": \"%s\", \"bytes\": %" PRIu64 ", \"tensors\": %" PRIu64
+			       "}",
+			       k ? ", " : "", g->names[k], g->split[k].size, n);
+		else
+			printf("  %s: %" PRIu64 " bytes, %" PRIu64 " tensors\n", g->names[k],
+			       g->split[k].size, n);
+	}
+	if (json)
+		printf("],\n");
+}
+
 int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int json,
 		    struct ck_err *err)
 {
@@ -112,13 +140,16 @@ int ck_inspect_gguf(const struct ck_view *v, const struct ck_gguf_opts *o, int j
 		       "\"type\": \"%s\", \"vocabulary_from\": \"%s\",\n  \"metadata\": {",
 		       g.file.size, g.arch, g.type, g.vocab.from);
 		print_meta(&g.meta, 1);
-		printf("},\n  \"tensors\": [");
+		printf("},\n");
+		print_split(&g, 1);
+		printf("  \"tensors\": [");
 	} else {
 		printf("model.gguf: %" PRIu64
 		       " bytes, GGUF v3, architecture %s, type %s, %zu tensors, "
 		       "vocabulary %s (%zu tokens from %s)\n",
 		       g.file.size, g.arch, g.type, g.plan->n + g.n_extra, g.vocab.model, g.vocab.n,
 		       g.vocab.from);
+		print_split(&g, 0);
 		if (o->imatrix)
 			printf("importance matrix %s: %zu entries, weighing %zu tensors (*)\n",
 			       o->imatrix, g.imx.n, g.imx_used);

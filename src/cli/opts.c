@@ -42,6 +42,11 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
     {CK_CLI_GGUF_TENSOR_TYPE_FILE, "--gguf-tensor-type-file", "FILE",
      "the same, PATTERN=TYPE entries split by white space (llama-quantize's "
      "--tensor-type-file)"},
+    {CK_CLI_GGUF_SPLIT_MAX_SIZE, "--gguf-split-max-size", "SIZE",
+     "--format gguf: model-00001-of-0000N.gguf ... of at most SIZE of tensors each (4G: 4e9 "
+     "bytes), as gguf-split --split-max-size cuts them"},
+    {CK_CLI_GGUF_SPLIT_MAX_TENSORS, "--gguf-split-max-tensors", "N",
+     "--format gguf: the same, N tensors each (gguf-split --split-max-tensors)"},
     {0, NULL, NULL, NULL},
 };
 
@@ -66,6 +71,14 @@ int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_e
 		*(id == CK_CLI_GGUF_OUTPUT_TYPE ? &g->output_type : &g->embd_type) = val;
 		return 1;
 	}
+	if (id == CK_CLI_GGUF_SPLIT_MAX_SIZE || id == CK_CLI_GGUF_SPLIT_MAX_TENSORS)
+		return ck_gguf_opts_split(g, id == CK_CLI_GGUF_SPLIT_MAX_TENSORS, val,
+					  id == CK_CLI_GGUF_SPLIT_MAX_SIZE
+					      ? "--gguf-split-max-size"
+					      : "--gguf-split-max-tensors",
+					  err) < 0
+			   ? -1
+			   : 1;
 	if (id != CK_CLI_GGUF_VOCAB)
 		return 0;
 	if (strcmp(val, "none"))

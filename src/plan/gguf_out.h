@@ -26,6 +26,8 @@ struct ck_gguf_meta {
 
 void ck_gguf_meta_str(struct ck_gguf_meta *m, const char *key, const char *val);
 void ck_gguf_meta_u32(struct ck_gguf_meta *m, const char *key, uint32_t val);
+void ck_gguf_meta_u16(struct ck_gguf_meta *m, const char *key, uint16_t val);
+void ck_gguf_meta_i32(struct ck_gguf_meta *m, const char *key, int32_t val);
 void ck_gguf_meta_f32(struct ck_gguf_meta *m, const char *key, float val);
 void ck_gguf_meta_bool(struct ck_gguf_meta *m, const char *key, int val);
 void ck_gguf_meta_strs(struct ck_gguf_meta *m, const char *key, char *const *v, size_t n);
@@ -47,7 +49,7 @@ struct ck_gguf_extra {
 	const char *name;
 	float *data;
 	int64_t n;
-	uint64_t offset; /* in the file: set by ck_gguf_build */
+	uint64_t offset; /* in the whole file: set by ck_gguf_build */
 };
 
 /* Lay out the file: out gets literal bytes and spans of p's targets (p's
@@ -55,5 +57,19 @@ struct ck_gguf_extra {
  * over 63 bytes, more than 4 dims or a dtype GGUF cannot hold. */
 int ck_gguf_build(const struct ck_plan *p, const struct ck_gguf_meta *m, struct ck_gguf_extra *x,
 		  size_t n_x, struct ck_vfile *out, struct ck_err *err);
+
+/* The same file as gguf-split cuts it (llama.cpp loads the first and finds
+ * the rest: model-00001-of-00003.gguf ...): a new file when the next
+ * tensor would take a file's tensor bytes past max_bytes (a tensor larger
+ * than that alone in its file, where gguf-split gives up), or every
+ * max_tensors tensors (one of the two; 0: not that rule). The first file
+ * holds m, every file split.no (u16), split.count (u16) and
+ * split.tensors.count (i32) after it; out gets *n_out files (free with
+ * ck_gguf_free_split). */
+int ck_gguf_build_split(const struct ck_plan *p, const struct ck_gguf_meta *m,
+			struct ck_gguf_extra *x, size_t n_x, uint64_t max_bytes,
+			uint64_t max_tensors, struct ck_vfile **out, size_t *n_out,
+			struct ck_err *err);
+void ck_gguf_free_split(struct ck_vfile *v, size_t n);
 
 #endif

@@ -12,6 +12,7 @@
 #include "../ckpt/ggml_types.h"
 #include "../ckpt/gguf_shapes.h"
 #include "../util/json_strict.h"
+#include "../util/size.h"
 #include "gguf_imatrix.h"
 #include "gguf_kmix.h"
 #include "gguf_overrides.h"
@@ -935,7 +936,23 @@ static int load_maps(const struct ck_catalog *cat, const struct arch *a,
 int ck_gguf_opts_used(const struct ck_gguf_opts *o)
 {
 	return o->pre || o->vocab_none || o->imatrix || o->pure || o->output_type || o->embd_type ||
-	       o->leave_output || o->n_tt;
+	       o->leave_output || o->n_tt || o->split_max_size || o->split_max_tensors;
+}
+
+int ck_gguf_opts_split(struct ck_gguf_opts *o, int tensors, const char *val, const char *opt,
+		       struct ck_err *err)
+{
+	uint64_t v = 0;
+	if (!val || ck_parse_size(val, &v) < 0 || !v || (tensors && v > INT32_MAX) ||
+	    (tensors && strspn(val, "0123456789") != strlen(val)))
+		return ck_fail(err, CK_E_USAGE, "%s \"%s\": %s", opt, val ? val : "",
+			       tensors ? "a count of tensors from 1 on"
+				       : "a size above 0 (4G, 500MB, 2GiB)");
+	if (tensors ? o->split_max_size != 0 : o->split_max_tensors != 0)
+		return ck_fail(err, CK_E_USAGE,
+			       "a GGUF split goes by size or by tensors, not both (as gguf-split)");
+	*(tensors ? &o->split_max_tensors : &o->split_max_size) = v;
+	return 0;
 }
 
 int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struct ck_err *err)
@@ -948,6 +965,49 @@ int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struc
 	o->tt[o->n_tt].arg = arg;
 	o->tt[o->n_tt++].file = file;
 	return 0;
+}
+
+/* The gguf-split pieces, when asked for, and the served files' names. */
+static int split_files(const struct ck_gguf_opts *o, struct ck_gguf_view *g, struct ck_err *err)
+{
+	if ((o->split_max_size || o->split_max_tensors) &&
+	    ck_gguf_build_split(g->plan, &g->meta, g->extra, g->n_extra, o->split_max_size,
+				o->split_max_tensors, &g->split, &g->n_split, err) < 0)
+		return -1;
+	size_t n = ck_gguf_view_n_files(g);
+	g->names = calloc(n, sizeof *g->names);
+	g->split_names = calloc(n, sizeof *g->split_names);
+	if (!g->names || !g->split_names)
+		return ck_fail_sys(err, ENOMEM, "GGUF split");
+	g->names[0] = "model.gguf";
+	for (size_t k = 0; k < g->n_split; k++) { /* llama.cpp's llama_split_path */
+		snprintf(g->split_names[k], sizeof g->split_names[k], "model-%05zu-of-%05zu.gguf",
+			 k + 1, g->n_split);
+		g->names[k] = g->split_names[k];
+	}
+	return 0;
+}
+
+size_t ck_gguf_view_n_files(const struct ck_gguf_view *g)
+{
+	return g->n_split ? g->n_split : 1;
+}
+
+const char *const *ck_gguf_view_names(const struct ck_gguf_view *g)
+{
+	return g->names;
+}
+
+const struct ck_vfile *ck_gguf_view_files(const struct ck_gguf_view *g)
+{
+	return g->n_split ? g->split : &g->file;
+}
+
+void ck_gguf_view_renumber(struct ck_gguf_view *g, const uint32_t *idx)
+{
+	ck_vfile_renumber(&g->file, idx);
+	for (size_t k = 0; k < g->n_split; k++)
+		ck_vfile_renumber(&g->split[k], idx);
 }
 
 int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
@@ -996,7 +1056,8 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 		ck_gguf_meta_append(&g->meta, &tok);
 	else
 		vocab_meta(&g->vocab, &g->meta);
-	if (ck_gguf_build(g->plan, &g->meta, g->extra, g->n_extra, &g->file, err) < 0)
+	if (ck_gguf_build(g->plan, &g->meta, g->extra, g->n_extra, &g->file, err) < 0 ||
+	    split_files(o, g, err) < 0)
 		goto fail;
 	ck_gguf_meta_free(&tok);
 	g->header_bytes = g->file.n ? g->file.parts[0].len : 0;
@@ -1011,6 +1072,9 @@ void ck_gguf_view_free(struct ck_gguf_view *g)
 {
 	ck_plan_free(g->plan);
 	ck_vfile_free(&g->file);
+	ck_gguf_free_split(g->split, g->n_split);
+	free(g->split_names);
+	free(g->names);
 	ck_gguf_meta_free(&g->meta);
 	ck_vocab_free(&g->vocab);
 	ck_mapping_free(g->arch_map);

@@ -30,6 +30,9 @@ struct ck_gguf_opts {
 	const char *output_type; /* gguf_output_type=TYPE */
 	const char *embd_type;	 /* gguf_embd_type=TYPE */
 	int leave_output;	 /* gguf_leave_output: --leave-output-tensor */
+	/* gguf-split's --split-max-size and --split-max-tensors (one of them;
+	 * 0: not given): model-00001-of-0000N.gguf ... instead of model.gguf */
+	uint64_t split_max_size, split_max_tensors;
 	/* --tensor-type PATTERN=TYPE (gguf_tensor_type=) and --tensor-type-file
 	 * FILE (gguf_tensor_type_file=: file 1), in the order given */
 	struct {
@@ -41,6 +44,10 @@ struct ck_gguf_opts {
 
 /* Any gguf sub-option given (they need the view: -o gguf, --format gguf). */
 int ck_gguf_opts_used(const struct ck_gguf_opts *o);
+/* gguf-split's limit val (a size, or a count when tensors) for option
+ * opt; refused: not a positive number, or both limits. */
+int ck_gguf_opts_split(struct ck_gguf_opts *o, int tensors, const char *val, const char *opt,
+		       struct ck_err *err);
 /* Add a --gguf-tensor-type (file 0) or --gguf-tensor-type-file; refused
  * past CK_GGUF_MAX_TT (a file holds any number). */
 int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struct ck_err *err);
@@ -48,6 +55,10 @@ int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struc
 struct ck_gguf_view {
 	struct ck_plan *plan; /* targets with GGUF names and types */
 	struct ck_vfile file; /* model.gguf over plan's targets */
+	struct ck_vfile *split; /* or its gguf-split pieces, when asked for */
+	size_t n_split;
+	char (*split_names)[32]; /* model-00001-of-00003.gguf ... */
+	const char **names;	 /* the served files' names: model.gguf, or those */
 	struct ck_gguf_meta meta;
 	struct ck_vocab vocab;
 	const char *arch;  /* general.architecture */
@@ -73,5 +84,11 @@ int ck_gguf_parse_format(const char *format, struct ck_gguf_opts *o, struct ck_e
 int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *maps, int n_maps,
 		      const struct ck_gguf_opts *o, struct ck_gguf_view *g, struct ck_err *err);
 void ck_gguf_view_free(struct ck_gguf_view *g);
+/* The files the view serves or writes: model.gguf, or the split's pieces. */
+size_t ck_gguf_view_n_files(const struct ck_gguf_view *g);
+const char *const *ck_gguf_view_names(const struct ck_gguf_view *g);
+const struct ck_vfile *ck_gguf_view_files(const struct ck_gguf_view *g);
+/* Put the files' target parts in another plan's numbering (ck_vfile_renumber). */
+void ck_gguf_view_renumber(struct ck_gguf_view *g, const uint32_t *idx);
 
 #endif

@@ -69,6 +69,8 @@ enum {
 	S_GGUF_LEAVE_OUTPUT,
 	S_GGUF_TENSOR_TYPE,
 	S_GGUF_TENSOR_TYPE_FILE,
+	S_GGUF_SPLIT_MAX_SIZE,
+	S_GGUF_SPLIT_MAX_TENSORS,
 	S_DEVICE,
 	S_ODIRECT,
 	S_NO_STREAM,
@@ -153,6 +155,11 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF_TENSOR_TYPE_FILE, "gguf_tensor_type_file", "FILE",
      "the same, PATTERN=TYPE entries split by white space (llama-quantize's "
      "--tensor-type-file)"},
+    {S_GGUF_SPLIT_MAX_SIZE, "gguf_split_max_size", "SIZE",
+     "model-00001-of-0000N.gguf ... instead of model.gguf, at most SIZE of tensors each, as "
+     "gguf-split --split-max-size cuts them (llama.cpp loads the first)"},
+    {S_GGUF_SPLIT_MAX_TENSORS, "gguf_split_max_tensors", "N",
+     "the same, N tensors each (gguf-split --split-max-tensors)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
      "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
@@ -258,6 +265,15 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 		return 1;
 	case S_GGUF_PURE: o->gguf.pure = 1; return 1;
 	case S_GGUF_LEAVE_OUTPUT: o->gguf.leave_output = 1; return 1;
+	case S_GGUF_SPLIT_MAX_SIZE:
+	case S_GGUF_SPLIT_MAX_TENSORS:
+		return ck_gguf_opts_split(&o->gguf, id == S_GGUF_SPLIT_MAX_TENSORS, val,
+					  id == S_GGUF_SPLIT_MAX_TENSORS
+					      ? "-o gguf_split_max_tensors"
+					      : "-o gguf_split_max_size",
+					  err) < 0
+			   ? -1
+			   : 1;
 	case S_GGUF_TENSOR_TYPE:
 	case S_GGUF_TENSOR_TYPE_FILE:
 		if (!val || !*val)
@@ -583,7 +599,7 @@ static int open_gguf(struct ck_served *s, const struct ck_view *v, const struct 
 	const struct ck_plan *both[2] = {v->plan, s->gguf->plan};
 	if (ck_plan_merge(both, 2, &s->with_gguf, &s->gguf_idx, err) < 0)
 		return -1;
-	ck_vfile_renumber(&s->gguf->file, s->gguf_idx[1]);
+	ck_gguf_view_renumber(s->gguf, s->gguf_idx[1]);
 	s->plan = s->with_gguf;
 	return 0;
 }
@@ -641,7 +657,7 @@ static int widen_npy(struct ck_served *s, struct ck_err *err)
 		t->npy_wide = s->npy_wide[k];
 	}
 	if (s->gguf)
-		ck_vfile_renumber(&s->gguf->file, idx[0]);
+		ck_gguf_view_renumber(s->gguf, idx[0]);
 	s->plan = s->with_npy;
 	rc = 0;
 out:
@@ -746,8 +762,9 @@ int ck_served_prepare(struct ck_served *s, const struct ck_view *v, int per_rank
 				  .zip_crc = o->zip_crc,
 				  .no_direct = o->cache.no_direct,
 				  .no_stream = no_stream(o),
-				  .extra_name = s->gguf ? "model.gguf" : NULL,
-				  .extra = s->gguf ? &s->gguf->file : NULL,
+				  .extra_names = s->gguf ? ck_gguf_view_names(s->gguf) : NULL,
+				  .extras = s->gguf ? ck_gguf_view_files(s->gguf) : NULL,
+				  .n_extras = s->gguf ? ck_gguf_view_n_files(s->gguf) : 0,
 				  .dcp = v->n_ranks ? 0 : o->dcp};
 	if (!o->dcp && o->dcp_lazy && !v->n_ranks && !v->world)
 		to.dcp = to.dcp_lazy = 1;

@@ -33,8 +33,9 @@ static int build_roots(struct ck_tree *fs, const struct ck_tree_opts *o, struct 
 	if (add_root(fs, "model.safetensors", &fs->flat.v) < 0 ||
 	    add_root(fs, "pytorch_model.bin", &fs->zip.v) < 0)
 		return ck_fail_sys(err, ENOMEM, "mount");
-	if (o->extra && add_root(fs, o->extra_name, o->extra) < 0)
-		return ck_fail_sys(err, ENOMEM, "mount");
+	for (size_t k = 0; k < o->n_extras; k++)
+		if (add_root(fs, o->extra_names[k], &o->extras[k]) < 0)
+			return ck_fail_sys(err, ENOMEM, "mount");
 	if (fs->plan->cat->config_raw) { /* the source's bytes, verbatim (not --set's) */
 		const struct ck_catalog *cat = fs->plan->cat;
 		if (ck_vfile_lit(&fs->config, cat->config_raw, cat->config_len) < 0 ||

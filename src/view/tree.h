@@ -29,10 +29,11 @@ struct ck_tree_opts {
 	int zip_crc;
 	int no_direct; /* every target through the cache (plan.json says which are direct) */
 	int no_stream; /* no read evaluated into its reply (plan.json says which are) */
-	/* one more root file, laid out by its owner in the cache's numbering
-	 * (model.gguf), or NULL */
-	const char *extra_name;
-	const struct ck_vfile *extra;
+	/* more root files, laid out by their owner in the cache's numbering:
+	 * model.gguf, or its gguf-split pieces */
+	const char *const *extra_names;
+	const struct ck_vfile *extras;
+	size_t n_extras;
 	int dcp; /* also dcp/ (1) or torch_dist/ (2): a DCP directory of the targets */
 	/* dcp/ laid out on its first use (ck_tree_sub_ready), not at build: a
 	 * mount shows it by default, and 100k keys' archives cost a second */

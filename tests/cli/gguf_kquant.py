@@ -351,6 +351,86 @@ def tensor_type_file(d, src):
     return f
 
 
+def kv_types(path):
+    """The metadata's keys and GGUF value types, in file order."""
+    types = {}
+    gs.parse_gguf(path, types)
+    return list(types.items())
+
+
+def expected_split(single, max_bytes=None, max_tensors=None):
+    """gguf-split's files of the single file's tensors, by its rule: a new
+    file when the next tensor (padded to 32 bytes) would take the file's
+    tensor bytes past max_bytes (here a tensor over it alone, where
+    gguf-split stops), or every max_tensors tensors."""
+    _, _, infos, _, _ = gs.parse_gguf(single)
+    files, cur = [[]], 0
+    for i, (name, dims, t, _) in enumerate(infos):
+        qk, qb = SIZES[t]
+        n = -(-(int(np.prod(dims)) // qk * qb) // 32) * 32
+        if (max_tensors and i and i % max_tensors == 0) or (max_bytes and files[-1] and cur + n > max_bytes):
+            files.append([])
+            cur = 0
+        files[-1].append(name)
+        cur += n
+    return files
+
+
+def split_files(lib, d, src):
+    """--gguf-split-max-size and --gguf-split-max-tensors: gguf-split's
+    pieces (model-0000k-of-0000N.gguf), each tensor as in model.gguf, all
+    the metadata in the first and split.no (u16), split.count (u16),
+    split.tensors.count (i32) in each; llama.cpp loads the first and finds
+    the rest, its logits those of model.gguf; the options refused where
+    wrong."""
+    single = convert(src, os.path.join(d, "split-one"), "gguf:Q4_K_M")
+    smeta, st = tensors(single)
+    modules = os.path.join(gs.TESTS, "..", "build-node", "node_modules")
+    toks = [1, 5, 9, 200, 31, 77, 128, 3]
+    want = gs.llama_cpp(modules, single, toks)
+    total = sum(len(b) for _, _, b in st.values())
+    padded = [-(-len(b) // 32) * 32 for _, _, b in st.values()]
+    edge = sum(padded[:5])  # a file that the first five tensors fill exactly: they stay together
+    for opt, val in (("--gguf-split-max-size", f"{total // 3 // 1000}K"), ("--gguf-split-max-tensors", "12"),
+                     ("--gguf-split-max-size", "1K"), ("--gguf-split-max-size", str(edge))):
+        out = os.path.join(d, f"split-{opt[-4:]}-{val}")
+        p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", "gguf:Q4_K_M", "--gguf-vocab", "none",
+                            opt, val], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        lim = {"max_tensors": int(val)} if opt.endswith("tensors") else \
+            {"max_bytes": int(val[:-1]) * 1000 if val.endswith("K") else int(val)}
+        plan = expected_split(single, **lim)
+        assert val != str(edge) or len(plan[0]) == 5, plan[0]
+        n = len(plan)
+        assert sorted(os.listdir(out)) == [f"model-{k:05d}-of-{n:05d}.gguf" for k in range(1, n + 1)], os.listdir(out)
+        assert n >= 3, n
+        for k, names in enumerate(plan):
+            path = os.path.join(out, f"model-{k + 1:05d}-of-{n:05d}.gguf")
+            meta, t = tensors(path)
+            assert list(t) == names and all(t[x] == st[x] for x in names), (path, list(t)[:3], names[:3])
+            split_keys = {"split.no": k, "split.count": n, "split.tensors.count": len(st)}
+            assert meta == ({**smeta, **split_keys} if k == 0 else split_keys), (path, set(meta) ^ set(smeta))
+            assert kv_types(path)[-3:] == [("split.no", 2), ("split.count", 2), ("split.tensors.count", 5)]
+        got = gs.llama_cpp(modules, os.path.join(out, f"model-00001-of-{n:05d}.gguf"), toks)
+        assert got.equal(want), "llama.cpp's logits on the split files differ from model.gguf's"
+        print(f"{opt} {val}: {n} files as gguf-split cuts them, model.gguf's tensors and metadata; llama.cpp "
+              "loads them, model.gguf's logits")
+    out = os.path.join(d, "split-refused")
+    for args, says in ((["--gguf-split-max-size", "1M", "--gguf-split-max-tensors", "4"], "not both"),
+                       (["--gguf-split-max-size", "0"], "a size above 0"),
+                       (["--gguf-split-max-tensors", "0"], "a count of tensors from 1 on"),
+                       (["--gguf-split-max-tensors", "1e3"], "a count of tensors"),
+                       (["--gguf-split-max-tensors", "3000000000"], "a count of tensors")):
+        p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--format", "gguf:Q4_K_M", "--gguf-vocab", "none",
+                            *args], capture_output=True, text=True)
+        assert p.returncode != 0 and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+        assert not os.path.exists(out)
+    p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--gguf-split-max-size", "1M"], capture_output=True,
+                       text=True)
+    assert p.returncode != 0 and "go with --format gguf" in p.stderr, p.stderr
+    print("the split options refused, one line each, nothing written: both, zero, not a count, without --format gguf")
+
+
 def gen(d, tag, *args):
     src = os.path.join(d, "src-" + tag)
     ckref.run(MKCKPT, *args, src)
@@ -430,6 +510,24 @@ def main():
                 assert open(m.path("model.gguf"), "rb").read() == want
             print("mount -o gguf=Q4_K_M,gguf_leave_output,gguf_tensor_type=...,gguf_tensor_type_file=...: "
                   "convert's bytes")
+            # gguf-split's pieces through a mount: convert's files, no model.gguf beside them,
+            # llama.cpp loads them from the mount
+            out = os.path.join(d, "run-split")
+            p = subprocess.run([CKPTFS, "convert", run, out, "--quiet", "--format", "gguf:Q4_K_M", "--gguf-vocab",
+                                "none", "--gguf-split-max-tensors", "10"], capture_output=True, text=True)
+            assert p.returncode == 0, p.stderr
+            files = sorted(os.listdir(out))
+            modules = os.path.join(gs.TESTS, "..", "build-node", "node_modules")
+            toks = [1, 5, 9, 200, 31, 77, 128, 3]
+            want = gs.llama_cpp(modules, os.path.join(out, files[0]), toks)
+            with Mount(run, opts="gguf=Q4_K_M,gguf_vocab=none,gguf_split_max_tensors=10") as m:
+                assert sorted(f for f in os.listdir(m.path("")) if f.endswith(".gguf")) == files, os.listdir(m.path(""))
+                for f in files:
+                    assert open(m.path(f), "rb").read() == open(os.path.join(out, f), "rb").read(), f
+                got = gs.llama_cpp(modules, m.path(files[0]), toks)
+            assert got.equal(want)
+            print(f"mount -o gguf=Q4_K_M,gguf_split_max_tensors=10: convert's {len(files)} files, no model.gguf; "
+                  "llama.cpp's logits from the mount equal those from convert's files")
             return
         dense = gen(d, "dense", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512")
         hostile_weights(dense, rng, False)
@@ -477,6 +575,7 @@ def main():
         print(f"llama-quantize's --tensor-type and --leave-output-tensor: {seen}")
         tensor_types_refused(d, dense)
         tensor_type_file(d, dense)
+        split_files(lib, d, gen(d, "split", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512"))
         half = gen(d, "bf16", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512", "--dtype", "BF16")
         seen = same_as_llama(lib, d, "bf16", half, ["Q4_K_M", "Q6_K"], unquantized="BF16")
         print(f"a BF16 source, quantized from its elements: {seen}")

@@ -51,11 +51,12 @@ def run(*args, timeout=120):
     return subprocess.run([CKPTFS, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def parse_gguf(path):
+def parse_gguf(path, types=None):
     """The file layout: magic, version, counts, key/values, tensor infos
     (dims fastest first), padding to the alignment, data. Returns the version,
     the metadata, the infos (name, dims, type, offset), where the data starts
-    and the file's bytes."""
+    and the file's bytes; types (a dict), if given, gets each key's value
+    type, in file order."""
     b = open(path, "rb").read()
     pos = 0
 
@@ -87,7 +88,10 @@ def parse_gguf(path):
     for _ in range(nkv):
         k = string()
         assert k not in meta, f"metadata key {k} twice"
-        meta[k] = value(take("<I"))
+        t = take("<I")
+        meta[k] = value(t)
+        if types is not None:
+            types[k] = t
     infos = []
     for _ in range(nt):
         name, nd = string(), take("<I")

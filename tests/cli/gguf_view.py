@@ -1450,6 +1450,9 @@ def hostile(d, src):
     mount_refused(src, "gguf=Q4_K_M,gguf_tensor_type=attn_(q=q4_k", '"attn_(q=q4_k": the pattern: at 7: a ( without', 2)
     mount_refused(src, "gguf=Q4_K_M,gguf_tensor_type_file=/dev/null", "/dev/null: not a regular file", 2)
     mount_refused(src, "gguf=Q4_K_M,gguf_tensor_type=", "PATTERN=TYPE", 2)
+    mount_refused(src, "gguf_split_max_size=1M", "go with -o gguf=TYPE", 2)
+    mount_refused(src, "gguf=Q8_0,gguf_split_max_size=1M,gguf_split_max_tensors=4", "not both", 2)
+    mount_refused(src, "gguf=Q8_0,gguf_split_max_tensors=-1", "-o gguf_split_max_tensors \"-1\": a count", 2)
     mount_refused(src, "gguf", "not per rank", 2, ["--mapping", "llama-hf-to-megatron", "--mesh", "tp=2",
                                                     "--rank", "0"])
     v = variant("notok", lambda v: os.unlink(os.path.join(v, "tokenizer.json")))
