@@ -187,26 +187,10 @@ LANE_FN void fit8_body(const float *x, const float *qw, float sigma2, int n, int
 	}
 }
 
-#ifdef HAVE_AVX2_LANES
-AVX2_LANES static void fit8_avx2(const float *x, const float *qw, float sigma2, int n, int nmax,
-				 int min, int raw, float *sw, float *scales, float *mins,
-				 uint8_t *L)
-{
-	fit8_body(x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L);
-}
-#endif
-
-static void fit8(const float *x, const float *qw, float sigma2, int n, int nmax, int min, int raw,
-		 float *sw, float *scales, float *mins, uint8_t *L)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		fit8_avx2(x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L);
-		return;
-	}
-#endif
-	fit8_body(x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L);
-}
+LANES_DISPATCH(fit8,
+	       (const float *x, const float *qw, float sigma2, int n, int nmax, int min, int raw,
+		float *sw, float *scales, float *mins, uint8_t *L),
+	       (x, qw, sigma2, n, nmax, min, raw, sw, scales, mins, L))
 
 /* Q4_K / Q5_K: eight sub-blocks of 32 (weights from the super-block's
  * 2 * mean square), scales and mins as qp levels; Q5_K caps them at 63. */

@@ -110,40 +110,10 @@ LANE_FN void levels_body(const float *x, float id, uint8_t *L)
 	}
 }
 
-#ifdef HAVE_AVX2_LANES
-AVX2_LANES static void fit_avx2(const float *x, const float *qw, const float *sigma2, int nb,
-				float *s)
-{
-	fit_body(x, qw, sigma2, nb, s);
-}
+LANES_DISPATCH(fit, (const float *x, const float *qw, const float *sigma2, int nb, float *s),
+	       (x, qw, sigma2, nb, s))
 
-AVX2_LANES static void levels_avx2(const float *x, float id, uint8_t *L)
-{
-	levels_body(x, id, L);
-}
-#endif
-
-static void fit(const float *x, const float *qw, const float *sigma2, int nb, float *s)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		fit_avx2(x, qw, sigma2, nb, s);
-		return;
-	}
-#endif
-	fit_body(x, qw, sigma2, nb, s);
-}
-
-static void levels(const float *x, float id, uint8_t *L)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		levels_avx2(x, id, L);
-		return;
-	}
-#endif
-	levels_body(x, id, L);
-}
+LANES_DISPATCH(levels, (const float *x, float id, uint8_t *L), (x, id, L))
 
 /* ggml's sigma2: the mean square of the n elements it weighs by, times 2,
  * summed in order */

@@ -63,39 +63,10 @@ LANE_FN void q6_k_fit_body(const float *x, int8_t *L, float *scales)
 	}
 }
 
-#ifdef HAVE_AVX2_LANES
-AVX2_LANES static void k45_fit_avx2(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L)
-{
-	k45_fit_body(x, nmax, sv, mv, L);
-}
+LANES_DISPATCH(k45_fit, (const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L),
+	       (x, nmax, sv, mv, L))
 
-AVX2_LANES static void q6_k_fit_avx2(const float *x, int8_t *L, float *scales)
-{
-	q6_k_fit_body(x, L, scales);
-}
-#endif
-
-static void k45_fit(const float *x, int nmax, v8f *sv, v8f *mv, uint8_t *L)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		k45_fit_avx2(x, nmax, sv, mv, L);
-		return;
-	}
-#endif
-	k45_fit_body(x, nmax, sv, mv, L);
-}
-
-static void q6_k_fit(const float *x, int8_t *L, float *scales)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		q6_k_fit_avx2(x, L, scales);
-		return;
-	}
-#endif
-	q6_k_fit_body(x, L, scales);
-}
+LANES_DISPATCH(q6_k_fit, (const float *x, int8_t *L, float *scales), (x, L, scales))
 
 /* The rest of a Q4_K / Q5_K block (levels 0..nmax = 15 or 31) once its
  * eight 6-bit scales ls and mins lm and the two F16 factors d, dmin are

@@ -38,23 +38,8 @@ LANE_FN void q2_k_fit_body(const float *x, uint8_t *L, float *scales, float *min
 	}
 }
 
-#ifdef HAVE_AVX2_LANES
-AVX2_LANES static void q2_k_fit_avx2(const float *x, uint8_t *L, float *scales, float *mins)
-{
-	q2_k_fit_body(x, L, scales, mins);
-}
-#endif
-
-static void q2_k_fit(const float *x, uint8_t *L, float *scales, float *mins)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		q2_k_fit_avx2(x, L, scales, mins);
-		return;
-	}
-#endif
-	q2_k_fit_body(x, L, scales, mins);
-}
+LANES_DISPATCH(q2_k_fit, (const float *x, uint8_t *L, float *scales, float *mins),
+	       (x, L, scales, mins))
 
 /* Four 2-bit levels of elements j, j + 32, j + 64, j + 96 of each 128 in
  * one byte (Q2_K's and Q3_K's qs). */
@@ -216,39 +201,9 @@ LANE_FN void q3_levels_body(const float *x, float d, int8_t *L)
 	}
 }
 
-#ifdef HAVE_AVX2_LANES
-AVX2_LANES static void q3_k_fit_avx2(const float *x, int8_t *L, float *scales)
-{
-	q3_k_fit_body(x, L, scales);
-}
+LANES_DISPATCH(q3_k_fit, (const float *x, int8_t *L, float *scales), (x, L, scales))
 
-AVX2_LANES static void q3_levels_avx2(const float *x, float d, int8_t *L)
-{
-	q3_levels_body(x, d, L);
-}
-#endif
-
-static void q3_k_fit(const float *x, int8_t *L, float *scales)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		q3_k_fit_avx2(x, L, scales);
-		return;
-	}
-#endif
-	q3_k_fit_body(x, L, scales);
-}
-
-static void q3_levels(const float *x, float d, int8_t *L)
-{
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		q3_levels_avx2(x, d, L);
-		return;
-	}
-#endif
-	q3_levels_body(x, d, L);
-}
+LANES_DISPATCH(q3_levels, (const float *x, float d, int8_t *L), (x, d, L))
 
 /* block_q3_K: hmask[32] (the third bits), qs[64], scales[12] (16 6-bit
  * signed scales), d. */

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "avx2.h"
+
 #if defined(__GNUC__) && !defined(__clang__)
 /* 32-byte vectors passed by value between the including file's static
  * functions only: GCC's note that an AVX build would pass them differently
@@ -26,6 +28,31 @@ typedef float v8f __attribute__((vector_size(32)));
 #define AVX2_LANES __attribute__((target("avx2")))
 #endif
 typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* static void NAME PARAMS, which runs NAME_body ARGS (a LANE_FN) compiled
+ * for AVX2 where the CPU has it, else compiled for the baseline. PARAMS
+ * and ARGS in parentheses: LANES_DISPATCH(fit, (const float *x, int n),
+ * (x, n)). */
+#ifdef HAVE_AVX2_LANES
+#define LANES_DISPATCH(name, params, args)                                                         \
+	AVX2_LANES static void name##_avx2 params                                                  \
+	{                                                                                          \
+		name##_body args;                                                                  \
+	}                                                                                          \
+	static void name params                                                                    \
+	{                                                                                          \
+		if (ck_avx2_usable())                                                              \
+			name##_avx2 args;                                                          \
+		else                                                                               \
+			name##_body args;                                                          \
+	}
+#else
+#define LANES_DISPATCH(name, params, args)                                                         \
+	static void name params                                                                    \
+	{                                                                                          \
+		name##_body args;                                                                  \
+	}
+#endif
 
 LANE_FN v8f sel(v8i m, v8f a, v8f b)
 {

@@ -201,29 +201,18 @@ LANE_FN void legacy_block(uint32_t type, const float *x, unsigned char *y)
 	}
 }
 
-LANE_FN void legacy_run(uint32_t type, const float *x, int n, size_t qb, unsigned char *y)
+LANE_FN void legacy_run_body(uint32_t type, const float *x, int n, size_t qb, unsigned char *y)
 {
 	for (int i = 0; i < n; i++)
 		legacy_block(type, x + 32 * i, y + qb * (size_t)i);
 }
 
-#ifdef HAVE_AVX2_LANES
-AVX2_LANES static void legacy_run_avx2(uint32_t type, const float *x, int n, size_t qb,
-				       unsigned char *y)
-{
-	legacy_run(type, x, n, qb, y);
-}
-#endif
+LANES_DISPATCH(legacy_run, (uint32_t type, const float *x, int n, size_t qb, unsigned char *y),
+	       (type, x, n, qb, y))
 
 void ck_quant_legacy(uint32_t type, const float *x, int n, unsigned char *y)
 {
 	size_t qk, qb;
 	ck_ggml_block(type, &qk, &qb);
-#ifdef HAVE_AVX2_LANES
-	if (ck_avx2_usable()) {
-		legacy_run_avx2(type, x, n, qb, y);
-		return;
-	}
-#endif
 	legacy_run(type, x, n, qb, y);
 }
