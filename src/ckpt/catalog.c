@@ -384,7 +384,8 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 			goto out;
 		if (n_names == 0) {
 			ck_fail(err, CK_E_SOURCE,
-				"%s: no *.safetensors (or torch.save *.bin) files in the directory",
+				"%s: no *.safetensors (or torch.save *.bin) files in the directory "
+				"(a GGUF source is named by its file, a split one by its first)",
 				dir);
 			goto out;
 		}
@@ -415,15 +416,31 @@ out:
 	return rc;
 }
 
-static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *err)
+/* A file, or a split GGUF's files (named by the first). */
+static int read_file_or_split(struct ck_catalog *cat, const char *path, struct ck_err *err)
 {
-	cat->files = calloc(1, sizeof *cat->files);
-	if (!cat->files)
-		return ck_fail_sys(err, ENOMEM, "%s", path);
-	char *const one[] = {(char *)path};
-	int r = ck_catalog_read_files(cat, AT_FDCWD, NULL, one, 1, 1, err);
+	char **split, *const one[] = {(char *)path};
+	size_t n;
+	if (ck_gguf_split_names(path, &split, &n, err) < 0)
+		return -1;
+	cat->gguf_split.count = (int)n;
+	cat->files = calloc(n ? n : 1, sizeof *cat->files);
+	int r = cat->files
+		    ? ck_catalog_read_files(cat, AT_FDCWD, NULL, n ? split : one, n ? n : 1, 1, err)
+		    : ck_fail_sys(err, ENOMEM, "%s", path);
+	ck_gguf_split_names_free(split, n);
 	if (r == 0)
 		r = ck_catalog_index(cat, err);
+	if (r == 0 && n && cat->n_entries != (size_t)cat->gguf_split.tensors)
+		r = ck_fail(err, CK_E_SOURCE,
+			    "%s: split.tensors.count is %lld, the %zu files hold %zu tensors", path,
+			    (long long)cat->gguf_split.tensors, n, cat->n_entries);
+	return r;
+}
+
+static int open_file(struct ck_catalog *cat, const char *path, struct ck_err *err)
+{
+	int r = read_file_or_split(cat, path, err);
 	if (r == 0) {
 		/* config.json beside a single weights file, as in an HF repo */
 		char *dir = strdup(path);

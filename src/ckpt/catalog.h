@@ -14,6 +14,7 @@
 #include "../util/error.h"
 #include "../util/strmap.h"
 #include "gguf.h"
+#include "gguf_split.h"
 #include "leftout.h"
 #include "tensors.h"
 
@@ -63,6 +64,7 @@ struct ck_catalog {
 	size_t config_len;
 	cJSON *meta; /* a GGUF source's metadata (inspect shows it), or NULL */
 	struct ck_gguf_kvs gguf_tok; /* its tokenizer.* records as encoded */
+	struct ck_gguf_split gguf_split; /* a split GGUF source's files, as read */
 	uint64_t total_bytes;
 	/* DCP sources: the tensors are these, made of chunk entries; entries
 	 * are then the chunks ("name#k") */

@@ -36,7 +36,8 @@ static int read_legacy(struct ck_catalog *cat, const struct ck_source_file *f,
 
 /* GGUF's metadata goes to cat->meta (inspect shows it, the GGUF config is
  * made from it) and its tokenizer.* records to cat->gguf_tok (the GGUF
- * view serves them): one GGUF file per source. */
+ * view serves them): one GGUF file per source, or a split GGUF's files,
+ * whose first holds those (gguf_split.h). */
 static int read_gguf(struct ck_catalog *cat, const struct ck_source_file *f,
 		     struct ck_file_tensors *out, struct ck_err *err)
 {
@@ -44,6 +45,12 @@ static int read_gguf(struct ck_catalog *cat, const struct ck_source_file *f,
 	struct ck_gguf_kvs tok;
 	if (ck_gguf_read_fd(f->fd, f->size, f->path, out, &meta, &tok, err) < 0)
 		return -1;
+	int later = ck_gguf_split_piece(&cat->gguf_split, meta, f->path, err);
+	if (later) {
+		cJSON_Delete(meta);
+		ck_gguf_kvs_free(&tok);
+		return later < 0 ? -1 : 0;
+	}
 	if (cat->meta) {
 		cJSON_Delete(meta);
 		ck_gguf_kvs_free(&tok);

@@ -755,7 +755,26 @@ def quantized(d):
         print("the mount serves the decoded tensors, as F32 and with -o gguf_dequant=BF16")
 
 
-def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra_meta=None, quant=None):
+def write_split(prefix, meta, tensors, per_file, split_meta=None):
+    """tensors as gguf-split writes them (llama.cpp's gguf-split.cpp):
+    PREFIX-0000k-of-0000N.gguf of per_file tensors each, in order; the
+    first holds meta, every file split.no (u16), split.count (u16) and
+    split.tensors.count (i32) after it. split_meta(k, keys) may change a
+    file's split keys (hostile cases). Returns the paths."""
+    names = list(tensors)
+    groups = [names[i:i + per_file] for i in range(0, len(names), per_file)]
+    paths = []
+    for k, g in enumerate(groups):
+        keys = {"split.no": (2, k), "split.count": (2, len(groups)), "split.tensors.count": (5, len(names))}
+        if split_meta:
+            keys = split_meta(k, keys)
+        paths.append(f"{prefix}-{k + 1:05d}-of-{len(groups):05d}.gguf")
+        write_gguf(paths[-1], {**(meta if k == 0 else {}), **keys}, {n: tensors[n] for n in g})
+    return paths
+
+
+def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra_meta=None, quant=None,
+               split=0, split_meta=None):
     """A Hugging Face Llama (or Qwen2 / Qwen3 / Mixtral: arch "qwen2", "qwen3",
     "llama" with experts) as llama.cpp's converter writes it (reference/gguf.md):
     names, Q/K rows permuted for its rope on the llama architecture (unless
@@ -832,6 +851,8 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
     for g, a in (extra or {}).items():  # F32 tensors of the file's own (rope_freqs.weight)
         out[g] = (0, list(a.shape), np.ascontiguousarray(a, dtype=np.float32).tobytes())
     meta.update(extra_meta or {})  # metadata of another type or value than the config's
+    if split:  # gguf-split's files of split tensors each, path the prefix
+        return write_split(path, meta, out, split, split_meta)
     write_gguf(path, meta, out)
 
 
@@ -1081,6 +1102,72 @@ def round_trip(d):
     print("round trip: HF -> GGUF (written here) -> ckptfs mapping equals HF; without the permutation it differs")
 
 
+def split_source(d):
+    """A split GGUF (gguf-split's files, written here), named by its first
+    file as llama.cpp loads it, is the single file's source: its HF
+    checkpoint and its GGUF view the same bytes, no split.* keys in its
+    metadata; a missing piece, a piece out of place or of another split, a
+    tensor count that disagrees, a later piece named, an unnamed piece and
+    keys that are not counts are refused in one line."""
+    src = os.path.join(d, "split-llama")
+    ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", "--layers", "3", src)
+    one = os.path.join(d, "split-one.gguf")
+    llama_gguf(src, one, True)
+    pieces = llama_gguf(src, os.path.join(d, "split-llama"), True, split=7)
+    assert len(pieces) >= 3, pieces
+    for fmt in ("safetensors", "gguf:Q8_0"):
+        outs = []
+        for tag, s in (("one", one), ("split", pieces[0])):
+            out = os.path.join(d, f"split-out-{tag}-{fmt[:4]}")
+            p = run("convert", s, out, "--mapping" if fmt == "safetensors" else "--format",
+                    MAP if fmt == "safetensors" else fmt, "--quiet", *(["--gguf-vocab", "none"] if fmt != "safetensors"
+                                                                    else []))
+            assert p.returncode == 0, p.stderr
+            outs.append({f: open(os.path.join(out, f), "rb").read() for f in sorted(os.listdir(out))})
+        assert outs[0] == outs[1], (fmt, sorted(outs[0]), sorted(outs[1]))
+    p = run("diff", src, pieces[0], "--mapping", MAP)
+    assert p.returncode == 0, p.stdout + p.stderr
+    if "--mount" in sys.argv:  # through a mount: the single file's Q8_0 view
+        from mountlib import Mount
+        with Mount(pieces[0], opts="gguf=Q8_0,gguf_vocab=none") as m:
+            assert open(m.path("model.gguf"), "rb").read() == outs[0]["model.gguf"]
+        print("mounted, the split GGUF's Q8_0 view is the single file's")
+    p = run("inspect", pieces[0], "--json")
+    assert p.returncode == 0 and "split." not in p.stdout, p.stdout[:300]
+    print(f"a split GGUF of {len(pieces)} files (gguf-split's layout, written here), named by its first: the single "
+          "file's HF checkpoint and Q8_0 GGUF, byte for byte; no split.* keys in its metadata")
+
+    def refused(tag, per, says, split_meta=None, after=None, name=0):
+        ps = llama_gguf(src, os.path.join(d, f"bad-{tag}"), True, split=per, split_meta=split_meta)
+        if after:
+            after(ps)
+        r = run("inspect", ps[name] if isinstance(name, int) else name(ps), timeout=20)
+        assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and says in r.stderr, (tag, r.stderr)
+    refused("missing", 7, "00002-of-00005.gguf: file does not exist", after=lambda ps: os.remove(ps[1]))
+    refused("order", 7, "split.no 2 of split.count", split_meta=lambda k, m: {**m, "split.no": (2, {1: 2, 2: 1}.get(k, k))})
+    refused("count", 7, "where its name says", split_meta=lambda k, m: {**m, "split.count": (2, 9)} if k == 1 else m)
+    refused("tensors", 7, "split.tensors.count is 5", split_meta=lambda k, m: {**m, "split.tensors.count": (5, 5)})
+    refused("later", 7, "piece 2 of a split GGUF", name=1)
+    refused("unnamed", 7, "not named as llama.cpp names them",
+            after=lambda ps: os.rename(ps[0], os.path.join(d, "unnamed.gguf")),
+            name=lambda ps: os.path.join(d, "unnamed.gguf"))
+    refused("string", 7, "is not a count", split_meta=lambda k, m: {**m, "split.count": (8, "three")})
+    refused("negative", 7, "is not a count", split_meta=lambda k, m: {**m, "split.tensors.count": (5, -1)})
+
+    def dup(ps):  # the second file's first tensor again in the third
+        _, _, infos2, data2, b2 = parse_gguf(ps[1])
+        types = {}
+        _, meta3, infos3, data3, b3 = parse_gguf(ps[2], types)
+        t = {n: (ty, list(reversed(dims)), b3[data3 + off:data3 + off + int(np.prod(dims)) * 4])
+             for n, dims, ty, off in infos3}
+        n0, dims0, ty0, off0 = infos2[0]
+        t[n0] = (ty0, list(reversed(dims0)), b2[data2 + off0:data2 + off0 + int(np.prod(dims0)) * 4])
+        write_gguf(ps[2], {k: (types[k], v) for k, v in meta3.items()}, t)
+    refused("dup", 7, "is in both", after=dup)
+    print("split GGUF sources refused in one line: a missing piece, pieces out of place, a count that disagrees, "
+          "a later piece named, an unnamed piece, keys that are not counts, a tensor in two pieces")
+
+
 def hostile(d):
     ok = os.path.join(d, "ok.gguf")
     write_gguf(ok, {"general.architecture": (8, "llama")}, {"w": (0, [2, 3], bytes(24))})
@@ -1209,6 +1296,7 @@ def main():
         quantized(d)
         quantized_model(d)
         round_trip(d)
+        split_source(d)
         other_archs(d)
         gemma_archs(d)
         granite_arch(d)
