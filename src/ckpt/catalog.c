@@ -384,8 +384,7 @@ static int open_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 			goto out;
 		if (n_names == 0) {
 			ck_fail(err, CK_E_SOURCE,
-				"%s: no *.safetensors (or torch.save *.bin) files in the directory "
-				"(a GGUF source is named by its file, a split one by its first)",
+				"%s: no *.safetensors (or torch.save *.bin) files in the directory",
 				dir);
 			goto out;
 		}
@@ -556,15 +555,48 @@ static int any_dir(const char *dir)
 	return 1;
 }
 
+/* A directory of GGUF files only (no *.safetensors, *.bin or index). */
+static int gguf_dir(const char *dir)
+{
+	int gguf = 0, other = 0;
+	DIR *d = opendir(dir);
+	for (struct dirent *de; d && (de = readdir(d));) {
+		gguf |= de->d_name[0] != '.' && has_suffix(de->d_name, ".gguf");
+		other |= has_suffix(de->d_name, ".safetensors") || has_suffix(de->d_name, ".bin") ||
+			 has_suffix(de->d_name, ".index.json");
+	}
+	if (d)
+		closedir(d);
+	return gguf && !other;
+}
+
+/* Its one GGUF, or its one split GGUF (read from the first file). */
+static int open_gguf_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
+{
+	char **names = NULL, *path = NULL;
+	size_t n = 0;
+	int r = list_weight_files(dir, ".gguf", &names, &n, err);
+	if (r == 0 && ck_gguf_dir_pick(dir, names, n, &path, err) == 0)
+		r = open_file(cat, path, err);
+	else
+		r = -1;
+	free(path);
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return r;
+}
+
 /* The directory formats, tried in order: a DCP / torch_dist checkpoint (its
- * .metadata), else a Hugging Face directory of files the file readers
- * (readers.c) read, with or without an index. */
+ * .metadata), a directory of one GGUF (or one split GGUF), else a Hugging
+ * Face directory of files the file readers (readers.c) read, with or
+ * without an index. */
 static int open_any_dir(struct ck_catalog *cat, const char *dir, struct ck_err *err)
 {
 	static const struct {
 		int (*detect)(const char *dir);
 		int (*open)(struct ck_catalog *cat, const char *dir, struct ck_err *err);
-	} dirs[] = {{ck_dcp_detect, open_dcp}, {any_dir, open_dir}};
+	} dirs[] = {{ck_dcp_detect, open_dcp}, {gguf_dir, open_gguf_dir}, {any_dir, open_dir}};
 	size_t k = 0;
 	while (!dirs[k].detect(dir))
 		k++;

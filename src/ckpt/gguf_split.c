@@ -109,3 +109,27 @@ int ck_gguf_split_piece(struct ck_gguf_split *s, cJSON *meta, const char *path, 
 	cJSON_DeleteItemFromObjectCaseSensitive(meta, "split.tensors.count");
 	return 0;
 }
+
+int ck_gguf_dir_pick(const char *dir, char *const *names, size_t n, char **path, struct ck_err *err)
+{
+	/* pieces of one split, the first among them (a missing one is then
+	 * reported by name when the first is read) */
+	int k = 0, count = 0, ki, ci;
+	int set = n > 0 && split_name(names[0], &k, &count) && k == 1;
+	for (size_t i = 1; i < n && set; i++) {
+		size_t prefix = strlen(names[0]) - SUFFIX_LEN;
+		set = strlen(names[i]) == prefix + SUFFIX_LEN &&
+		      !strncmp(names[i], names[0], prefix) && split_name(names[i], &ki, &ci) &&
+		      ci == count;
+	}
+	if (n != 1 && !set)
+		return ck_fail(err, CK_E_SOURCE,
+			       "%s: %zu GGUF files (%s, %s%s), not one split GGUF: name the one to "
+			       "read",
+			       dir, n, names[0], names[1], n > 2 ? ", ..." : "");
+	size_t cap = strlen(dir) + strlen(names[0]) + 2;
+	if (!(*path = malloc(cap)))
+		return ck_fail_sys(err, ENOMEM, "%s", dir);
+	snprintf(*path, cap, "%s/%s", dir, names[0]);
+	return 0;
+}

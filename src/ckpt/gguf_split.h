@@ -26,6 +26,12 @@ struct ck_gguf_split {
 int ck_gguf_split_names(const char *path, char ***paths, size_t *n, struct ck_err *err);
 void ck_gguf_split_names_free(char **paths, size_t n);
 
+/* A directory's GGUF source, from its *.gguf names (sorted): the one file,
+ * or the first of the one split GGUF they all make up (*path malloc'd);
+ * other sets refused, naming them. */
+int ck_gguf_dir_pick(const char *dir, char *const *names, size_t n, char **path,
+		     struct ck_err *err);
+
 /* A GGUF file's metadata checked as the next file of s: 0 for the first
  * (or only) file, its split.* keys removed; 1 for a later piece (whose
  * metadata the caller drops); -1 with err. */

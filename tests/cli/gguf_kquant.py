@@ -308,7 +308,17 @@ def tensor_types_refused(d, src):
              (["blk\\.\\D=q4_k"], "lowercases a pattern, so \\D would mean \\d"),
              (["(a)\\1=q4_k"], "back-references"),
              (["a{1001}=q4_k"], "a count over 1000")]
+    big, nul, many = (os.path.join(d, f"tt-{k}.txt") for k in ("big", "nul", "many"))
+    with open(big, "w") as f:
+        f.write(("ffn_down=q6_k " * 80000)[:(1 << 20) + 1])
+    with open(nul, "wb") as f:
+        f.write(b"attn_v=q8_0 ffn\0down=q6_k\n")
+    with open(many, "w") as f:
+        f.write("\n".join(f"blk\\.{k}\\.=q4_k" for k in range(4097)))
     runs = [(["--format", "gguf:Q4_K_M", "--gguf-tensor-type", a[0]], says) for a, says in cases]
+    runs += [(["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", big], "more than the limit of 1048576"),
+             (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", nul], "a NUL byte in an entry"),
+             (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", many], "more than 4096 tensor type patterns")]
     runs += [(["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", bad], f'{bad} "attn_(q=q4_k": the pattern'),
              (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", "/dev/null"], "/dev/null: not a regular file"),
              (["--format", "gguf:Q4_K_M", "--gguf-tensor-type-file", d], "not a regular file"),

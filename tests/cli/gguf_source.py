@@ -1112,19 +1112,22 @@ def split_source(d):
     src = os.path.join(d, "split-llama")
     ckref.run(MKCKPT, "--model", "llama", "--heads", "8", "--kv-heads", "2", "--layers", "3", src)
     one = os.path.join(d, "split-one.gguf")
-    llama_gguf(src, one, True)
-    pieces = llama_gguf(src, os.path.join(d, "split-llama"), True, split=7)
+    named = {"general.name": (8, "split-test")}  # (else the name is the directory's)
+    llama_gguf(src, one, True, extra_meta=named)
+    sdir = os.path.join(d, "split-dir")
+    os.mkdir(sdir)
+    pieces = llama_gguf(src, os.path.join(sdir, "split-llama"), True, split=7, extra_meta=named)
     assert len(pieces) >= 3, pieces
     for fmt in ("safetensors", "gguf:Q8_0"):
         outs = []
-        for tag, s in (("one", one), ("split", pieces[0])):
+        for tag, s in (("one", one), ("split", pieces[0]), ("dir", sdir)):
             out = os.path.join(d, f"split-out-{tag}-{fmt[:4]}")
             p = run("convert", s, out, "--mapping" if fmt == "safetensors" else "--format",
                     MAP if fmt == "safetensors" else fmt, "--quiet", *(["--gguf-vocab", "none"] if fmt != "safetensors"
                                                                     else []))
             assert p.returncode == 0, p.stderr
             outs.append({f: open(os.path.join(out, f), "rb").read() for f in sorted(os.listdir(out))})
-        assert outs[0] == outs[1], (fmt, sorted(outs[0]), sorted(outs[1]))
+        assert outs[0] == outs[1] == outs[2], (fmt, sorted(outs[0]), sorted(outs[1]))
     p = run("diff", src, pieces[0], "--mapping", MAP)
     assert p.returncode == 0, p.stdout + p.stderr
     if "--mount" in sys.argv:  # through a mount: the single file's Q8_0 view
@@ -1134,8 +1137,18 @@ def split_source(d):
         print("mounted, the split GGUF's Q8_0 view is the single file's")
     p = run("inspect", pieces[0], "--json")
     assert p.returncode == 0 and "split." not in p.stdout, p.stdout[:300]
-    print(f"a split GGUF of {len(pieces)} files (gguf-split's layout, written here), named by its first: the single "
-          "file's HF checkpoint and Q8_0 GGUF, byte for byte; no split.* keys in its metadata")
+    shutil.copy(one, os.path.join(sdir, "another.gguf"))  # a directory of two GGUFs: which one?
+    p = run("inspect", sdir)
+    assert p.returncode == 3 and f"{len(pieces) + 1} GGUF files" in p.stderr and \
+        "not one split GGUF: name the one to read" in p.stderr, p.stderr
+    os.remove(os.path.join(sdir, "another.gguf"))
+    os.rename(pieces[2], pieces[2] + ".away")  # a piece missing from the directory: named
+    p = run("inspect", sdir)
+    assert p.returncode == 3 and os.path.basename(pieces[2]) + ": file does not exist" in p.stderr, p.stderr
+    os.rename(pieces[2] + ".away", pieces[2])
+    print(f"a split GGUF of {len(pieces)} files (gguf-split's layout, written here), named by its first or by its "
+          "directory: the single file's HF checkpoint and Q8_0 GGUF, byte for byte; no split.* keys in its "
+          "metadata; a directory of other GGUFs beside it refused, a missing piece named")
 
     def refused(tag, per, says, split_meta=None, after=None, name=0):
         ps = llama_gguf(src, os.path.join(d, f"bad-{tag}"), True, split=per, split_meta=split_meta)
