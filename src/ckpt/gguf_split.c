@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/json_strict.h"
+
 #define SUFFIX_LEN 20 /* "-00001-of-00003.gguf" */
 
 /* k and n of a name ending -KKKKK-of-NNNNN.gguf (llama.cpp's
@@ -63,16 +65,10 @@ int ck_gguf_split_names(const char *path, char ***paths, size_t *n, struct ck_er
 }
 
 /* An integer key of meta in [lo, hi]: 1 (*v), 0 absent, -1 not such. */
-static int int_key(const cJSON *meta, const char *key, double lo, double hi, int64_t *v)
+static int int_key(const cJSON *meta, const char *key, int64_t lo, int64_t hi, int64_t *v)
 {
 	const cJSON *j = cJSON_GetObjectItemCaseSensitive(meta, key);
-	if (!j)
-		return 0;
-	double d = cJSON_GetNumberValue(j);
-	if (!cJSON_IsNumber(j) || d != (double)(int64_t)d || d < lo || d > hi)
-		return -1;
-	*v = (int64_t)d;
-	return 1;
+	return !j ? 0 : ck_json_int(j, lo, hi, v) < 0 ? -1 : 1;
 }
 
 int ck_gguf_split_piece(struct ck_gguf_split *s, cJSON *meta, const char *path, struct ck_err *err)

@@ -23,8 +23,7 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
      "--format gguf: placeholder tokens (token ids only)"},
     {CK_CLI_GGUF_IMATRIX, "--gguf-imatrix", "FILE",
      "--format gguf:Q8_0 or a mix (Q4_0 ... IQ4_XS): llama-quantize's --imatrix (imatrix.gguf or "
-     "the legacy "
-     ".dat)"},
+     "the legacy .dat)"},
     {CK_CLI_GGUF_PURE, "--gguf-pure", NULL,
      "--format gguf:MIX: every matrix in the mix's base type (llama-quantize's --pure)"},
     {CK_CLI_GGUF_OUTPUT_TYPE, "--gguf-output-type", "TYPE",

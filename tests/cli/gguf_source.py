@@ -1166,6 +1166,7 @@ def split_source(d):
             name=lambda ps: os.path.join(d, "unnamed.gguf"))
     refused("string", 7, "is not a count", split_meta=lambda k, m: {**m, "split.count": (8, "three")})
     refused("negative", 7, "is not a count", split_meta=lambda k, m: {**m, "split.tensors.count": (5, -1)})
+    refused("huge", 7, "is not a count", split_meta=lambda k, m: {**m, "split.count": (12, 1e300)})
 
     def dup(ps):  # the second file's first tensor again in the third
         _, _, infos2, data2, b2 = parse_gguf(ps[1])
