@@ -500,10 +500,15 @@ static double num(const cJSON *meta, const char *arch, const char *key, int *ok)
 static const struct {
 	const char *gguf, *hf, *type;
 } HF_ARCHS[] = {
-    {"llama", "LlamaForCausalLM", "llama"},	  {"qwen2", "Qwen2ForCausalLM", "qwen2"},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3"},	  {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
-    {"phi3", "Phi3ForCausalLM", "phi3"},	  {"gemma", "GemmaForCausalLM", "gemma"},
-    {"gemma2", "Gemma2ForCausalLM", "gemma2"},	  {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
+    {"llama", "LlamaForCausalLM", "llama"},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
+    {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
+    {"phi3", "Phi3ForCausalLM", "phi3"},
+    {"gemma", "GemmaForCausalLM", "gemma"},
+    {"gemma2", "Gemma2ForCausalLM", "gemma2"},
+    {"gemma3", "Gemma3ForCausalLM", "gemma3_text"},
     {"granite", "GraniteForCausalLM", "granite"},
 };
 
@@ -656,6 +661,25 @@ static int rotary(const cJSON *meta, const char *g, double head, const struct ck
 	return 0;
 }
 
+/* Qwen3-MoE's and Qwen2-MoE's expert fields: every layer sparse; qwen3moe
+ * renormalizes the top-k weights, qwen2moe does not (llama.cpp's), and
+ * takes the dense width for its shared expert's when the file has none. */
+static void qwen_moe_fields(const cJSON *meta, const char *g, double ne, double nu, double eff,
+			    double ffn, cJSON *c)
+{
+	cJSON_AddNumberToObject(c, "num_experts", ne);
+	cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
+	cJSON_AddNumberToObject(c, "moe_intermediate_size", eff);
+	int oks = 1;
+	double sh = num(meta, g, "expert_shared_feed_forward_length", &oks);
+	if (!strcmp(g, "qwen2moe"))
+		cJSON_AddNumberToObject(c, "shared_expert_intermediate_size",
+					oks && sh > 0 ? sh : ffn);
+	cJSON_AddBoolToObject(c, "norm_topk_prob", !strcmp(g, "qwen3moe"));
+	cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+	cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
+}
+
 int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct ck_gguf_rope *rope,
 		      const char *what, cJSON **out, struct ck_err *err)
 {
@@ -690,11 +714,12 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 	int moe = oke && ne > 0 && !strcmp(g, "llama");
 	int okf = 1;
 	double eff = num(meta, g, "expert_feed_forward_length", &okf);
-	if (!strcmp(g, "qwen3moe") && (!oke || !okf || ne < 1)) {
+	int qmoe = !strcmp(g, "qwen3moe") || !strcmp(g, "qwen2moe");
+	if (qmoe && (!oke || !okf || ne < 1)) {
 		return ck_fail(err, CK_E_SOURCE,
-			       "%s: qwen3moe metadata is incomplete (expert_count, "
+			       "%s: %s metadata is incomplete (expert_count, "
 			       "expert_used_count, expert_feed_forward_length)",
-			       what);
+			       what, g);
 	}
 	const char *cls = moe ? "MixtralForCausalLM" : HF_ARCHS[ai].hf;
 	cJSON *c = cJSON_CreateObject(), *arch = cJSON_CreateStringArray(&cls, 1);
@@ -724,14 +749,8 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 		cJSON_AddNumberToObject(c, "num_local_experts", ne);
 		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
 	}
-	if (!strcmp(g, "qwen3moe")) { /* every layer sparse, top-k renormalized: llama.cpp's */
-		cJSON_AddNumberToObject(c, "num_experts", ne);
-		cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
-		cJSON_AddNumberToObject(c, "moe_intermediate_size", eff);
-		cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
-		cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
-		cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
-	}
+	if (qmoe)
+		qwen_moe_fields(meta, g, ne, nu, eff, ffn, c);
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
 	int okr = 1, oka = 1;

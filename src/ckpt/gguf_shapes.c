@@ -7,27 +7,39 @@
 #include <stdlib.h>
 #include <string.h>
 
-const struct ck_gguf_dim_words ck_gguf_words_hf = {{"hidden_size", "num_hidden_layers",
-						    "num_attention_heads", "num_key_value_heads",
-						    "head_dim", "intermediate_size"},
-						   "the config does not describe this checkpoint"};
+const struct ck_gguf_dim_words ck_gguf_words_hf = {
+    {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+     "intermediate_size", "num_experts", "moe_intermediate_size",
+     "shared_expert_intermediate_size"},
+    "the config does not describe this checkpoint"};
 const struct ck_gguf_dim_words ck_gguf_words_gguf = {
     {"embedding_length", "block_count", "attention.head_count", "attention.head_count_kv",
-     "head dim", "feed_forward_length"},
+     "head dim", "feed_forward_length", "expert_count", "expert_feed_forward_length",
+     "expert_shared_feed_forward_length"},
     "its metadata does not describe its tensors"};
 
-enum { HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF };
+enum { HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FF, EXPERTS, FF_EXP, FF_SHEXP, N_FIELDS };
+#define BIT(f) (1u << (f))
+/* what a dense tensor's message names */
+#define DENSE (BIT(HIDDEN) | BIT(HEADS) | BIT(KV_HEADS) | BIT(HEAD_DIM) | BIT(FF))
 
-/* One rule: a tensor's name after "blk.N." (or the whole name), the rows
- * (0: any) and columns (0: a vector) it must have in torch order. */
+/* One rule: a tensor's name after "blk.N." (or the whole name), the
+ * experts it stacks (0: not a stack), the rows (0: any) and columns (0: a
+ * vector) it must have in torch order, the fields that decide them, and
+ * for a vector whether [1, rows] will do (llama.cpp loads either; older
+ * converters squeezed a [1, n] weight, newer ones do not). */
 struct want {
 	const char *name;
-	int64_t rows, cols;
+	int64_t lead, rows, cols;
+	unsigned fields;
+	int row_ok;
 };
 
-static void shape_text(char *out, size_t cap, int ndim, int64_t rows, int64_t cols)
+static void shape_text(char *out, size_t cap, int ndim, int64_t lead, int64_t rows, int64_t cols)
 {
-	if (ndim == 2)
+	if (ndim == 3)
+		snprintf(out, cap, "[%" PRId64 ", %" PRId64 ", %" PRId64 "]", lead, rows, cols);
+	else if (ndim == 2)
 		snprintf(out, cap, "[%" PRId64 ", %" PRId64 "]", rows, cols);
 	else if (ndim == 1)
 		snprintf(out, cap, "[%" PRId64 "]", rows);
@@ -35,28 +47,43 @@ static void shape_text(char *out, size_t cap, int ndim, int64_t rows, int64_t co
 		snprintf(out, cap, "%d-D", ndim);
 }
 
+static int mismatch(const char *name, int ndim, const int64_t *shape, const struct want *w,
+		    const struct ck_gguf_dims *d, const struct ck_gguf_dim_words *words,
+		    const char *where, struct ck_err *err)
+{
+	const int64_t v[N_FIELDS] = {d->hidden, d->layers,  d->heads,  d->kv_heads, d->head_dim,
+				     d->ff,	d->experts, d->ff_exp, d->ff_shexp};
+	char fields[512] = "", got[96], need[96];
+	size_t len = 0;
+	for (int f = 0; f < N_FIELDS; f++)
+		if ((w->fields & BIT(f)) && len < sizeof fields)
+			len += (size_t)snprintf(fields + len, sizeof fields - len, "%s%s %" PRId64,
+						len ? ", " : "", words->field[f], v[f]);
+	int at = ndim == 3; /* a stack's rows and columns follow its experts */
+	shape_text(got, sizeof got, ndim, ndim == 3 ? shape[0] : 0, ndim > at ? shape[at] : 1,
+		   ndim > at + 1 ? shape[at + 1] : 0);
+	int want_ndim = w->lead ? 3 : w->cols ? 2 : 1;
+	shape_text(need, sizeof need, want_ndim, w->lead,
+		   w->rows ? w->rows : (ndim > at ? shape[at] : 1), w->cols);
+	return ck_fail(err, CK_E_SOURCE, "%s: %s make %s %s, but it is %s: %s", where, fields, name,
+		       need, got, words->verdict);
+}
+
 static int check_one(const char *name, const char *short_name, int ndim, const int64_t *shape,
 		     const struct want *w, size_t n, const struct ck_gguf_dims *d,
 		     const struct ck_gguf_dim_words *words, const char *where, struct ck_err *err)
 {
 	for (size_t k = 0; k < n; k++) {
-		if (strcmp(short_name, w[k].name))
+		if (!w[k].name || strcmp(short_name, w[k].name))
 			continue;
-		int64_t rows = ndim >= 1 ? shape[0] : 1, cols = ndim >= 2 ? shape[1] : 0;
-		int64_t want_rows = w[k].rows ? w[k].rows : rows;
-		if (ndim == (w[k].cols ? 2 : 1) && rows == want_rows &&
-		    (!w[k].cols || cols == w[k].cols))
+		int want_ndim = w[k].lead ? 3 : w[k].cols ? 2 : 1, at = want_ndim == 3;
+		if (w[k].row_ok && ndim == 2 && shape[0] == 1 && shape[1] == w[k].rows)
 			return 0;
-		char got[64], need[64];
-		shape_text(got, sizeof got, ndim, rows, cols);
-		shape_text(need, sizeof need, w[k].cols ? 2 : 1, want_rows, w[k].cols);
-		const char *const *f = words->field;
-		return ck_fail(err, CK_E_SOURCE,
-			       "%s: %s %" PRId64 ", %s %" PRId64 ", %s %" PRId64 ", %s %" PRId64
-			       ", %s %" PRId64 " make %s %s, but it is %s: %s",
-			       where, f[HIDDEN], d->hidden, f[HEADS], d->heads, f[KV_HEADS],
-			       d->kv_heads, f[HEAD_DIM], d->head_dim, f[FF], d->ff, name, need, got,
-			       words->verdict);
+		if (ndim == want_ndim && (!w[k].lead || shape[0] == w[k].lead) &&
+		    (!w[k].rows || shape[at] == w[k].rows) &&
+		    (!w[k].cols || shape[at + 1] == w[k].cols))
+			return 0;
+		return mismatch(name, ndim, shape, &w[k], d, words, where, err);
 	}
 	return 0;
 }
@@ -82,8 +109,9 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	if (n == 0) /* a vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) */
 		return 0;
 	/* each at most u32 and the head at most 2^20: the products below fit */
-	const int64_t dims[6] = {d->hidden, d->layers, d->heads, d->kv_heads, d->head_dim, d->ff};
-	for (int k = 0; k < 6; k++)
+	const int64_t dims[N_FIELDS] = {d->hidden, d->layers,  d->heads,  d->kv_heads, d->head_dim,
+					d->ff,	   d->experts, d->ff_exp, d->ff_shexp};
+	for (int k = 0; k < N_FIELDS; k++)
 		if (dims[k] < 0 || dims[k] > (k == HEAD_DIM ? 1 << 20 : (int64_t)UINT32_MAX))
 			return ck_fail(err, CK_E_SOURCE, "%s: %s %" PRId64 " is out of range: %s",
 				       where, w->field[k], dims[k], w->verdict);
@@ -92,22 +120,32 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 			       w->field[LAYERS], d->layers);
 	const int64_t H = d->hidden, q = d->heads * d->head_dim, kv = d->kv_heads * d->head_dim;
 	const struct want top[] = {
-	    {"token_embd.weight", 0, H}, /* its rows: the vocabulary's */
-	    {"output.weight", 0, H},
-	    {"output_norm.weight", H, 0},
+	    {"token_embd.weight", 0, 0, H, DENSE, 0}, /* its rows: the vocabulary's */
+	    {"output.weight", 0, 0, H, DENSE, 0},
+	    {"output_norm.weight", 0, H, 0, DENSE, 0},
 	};
+	const int64_t E = d->experts, fe = d->ff_exp, fs = d->ff_shexp;
+	const unsigned MOE = BIT(HIDDEN) | BIT(EXPERTS) | BIT(FF_EXP),
+		       SH = BIT(HIDDEN) | BIT(FF_SHEXP);
 	const struct want blk[] = {
-	    {"attn_norm.weight", H, 0},
-	    {"ffn_norm.weight", H, 0},
-	    {"attn_q.weight", q, H},
-	    {"attn_k.weight", kv, H},
-	    {"attn_v.weight", kv, H},
-	    {"attn_output.weight", H, q},
-	    {"attn_qkv.weight", q + 2 * kv, H},
-	    {"ffn_gate.weight", d->ff, H},
-	    {"ffn_down.weight", H, d->ff},
-	    {"attn_q_norm.weight", d->head_dim, 0},
-	    {"attn_k_norm.weight", d->head_dim, 0},
+	    {"attn_norm.weight", 0, H, 0, DENSE, 0},
+	    {"ffn_norm.weight", 0, H, 0, DENSE, 0},
+	    {"attn_q.weight", 0, q, H, DENSE, 0},
+	    {"attn_k.weight", 0, kv, H, DENSE, 0},
+	    {"attn_v.weight", 0, kv, H, DENSE, 0},
+	    {"attn_output.weight", 0, H, q, DENSE, 0},
+	    {"attn_qkv.weight", 0, q + 2 * kv, H, DENSE, 0},
+	    {"ffn_gate.weight", 0, d->ff, H, DENSE, 0},
+	    {"ffn_down.weight", 0, H, d->ff, DENSE, 0},
+	    {"attn_q_norm.weight", 0, d->head_dim, 0, DENSE, 0},
+	    {"attn_k_norm.weight", 0, d->head_dim, 0, DENSE, 0},
+	    {E && fe ? "ffn_gate_exps.weight" : NULL, E, fe, H, MOE, 0},
+	    {E && fe ? "ffn_up_exps.weight" : NULL, E, fe, H, MOE, 0},
+	    {E && fe ? "ffn_down_exps.weight" : NULL, E, H, fe, MOE, 0},
+	    {fs ? "ffn_gate_shexp.weight" : NULL, 0, fs, H, SH, 0},
+	    {fs ? "ffn_up_shexp.weight" : NULL, 0, fs, H, SH, 0},
+	    {fs ? "ffn_down_shexp.weight" : NULL, 0, H, fs, SH, 0},
+	    {fs ? "ffn_gate_inp_shexp.weight" : NULL, 0, H, 0, SH, 1},
 	};
 	unsigned char *seen = calloc((size_t)d->layers, 1);
 	if (!seen)
@@ -150,19 +188,35 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 int ck_gguf_check_hf_config(const cJSON *c, const void *ctx, size_t n, ck_gguf_tensor_at at,
 			    const char *where, struct ck_err *err)
 {
-	static const char *const keys[6] = {
-	    "hidden_size",	   "num_hidden_layers", "num_attention_heads",
-	    "num_key_value_heads", "head_dim",		"intermediate_size"};
-	double v[6];
-	for (int k = 0; k < 6; k++) {
+	/* in ck_gguf_dims' order; Mixtral's experts are intermediate_size wide */
+	static const char *const keys[N_FIELDS] = {"hidden_size",
+						   "num_hidden_layers",
+						   "num_attention_heads",
+						   "num_key_value_heads",
+						   "head_dim",
+						   "intermediate_size",
+						   "num_experts",
+						   "moe_intermediate_size",
+						   "shared_expert_intermediate_size"};
+	double v[N_FIELDS];
+	for (int k = 0; k < N_FIELDS; k++) {
 		const cJSON *j = cJSON_GetObjectItemCaseSensitive(c, keys[k]);
 		v[k] = cJSON_IsNumber(j) ? j->valuedouble : -1;
 	}
 	if (v[HEAD_DIM] < 0 && v[HEADS] > 0) /* no attention.key_length: the hidden size's share */
 		v[HEAD_DIM] = floor(v[HIDDEN] / v[HEADS]);
+	if (v[EXPERTS] < 0) {
+		const cJSON *j = cJSON_GetObjectItemCaseSensitive(c, "num_local_experts");
+		v[EXPERTS] = cJSON_IsNumber(j) ? j->valuedouble : -1;
+		v[FF_EXP] = v[EXPERTS] > 0 ? v[FF] : -1;
+	}
 	struct ck_gguf_dims d;
-	int64_t *out[6] = {&d.hidden, &d.layers, &d.heads, &d.kv_heads, &d.head_dim, &d.ff};
-	for (int k = 0; k < 6; k++) /* up to 2^53 as they are (refused above u32), else -1 */
+	int64_t *out[N_FIELDS] = {&d.hidden, &d.layers,	 &d.heads,  &d.kv_heads, &d.head_dim,
+				  &d.ff,     &d.experts, &d.ff_exp, &d.ff_shexp};
+	for (int k = 0; k < N_FIELDS; k++) /* up to 2^53 as they are (refused above u32), else -1 */
 		*out[k] = v[k] >= 0 && v[k] <= 9007199254740992.0 ? (int64_t)v[k] : -1;
+	for (int k = EXPERTS; k < N_FIELDS; k++) /* the experts' fields: absent, none */
+		if (v[k] < 0)
+			*out[k] = 0;
 	return ck_gguf_check_shapes(ctx, n, at, &d, &ck_gguf_words_gguf, where, err);
 }

@@ -17,14 +17,16 @@
 
 #include "../util/error.h"
 
+/* experts, ff_exp (each routed expert's width) and ff_shexp (the shared
+ * expert's): 0 where the model has none, and their tensors unchecked. */
 struct ck_gguf_dims {
-	int64_t hidden, layers, heads, kv_heads, head_dim, ff;
+	int64_t hidden, layers, heads, kv_heads, head_dim, ff, experts, ff_exp, ff_shexp;
 };
 
 /* What the message calls the fields (in ck_gguf_dims' order) and what
  * does not describe what. */
 struct ck_gguf_dim_words {
-	const char *field[6];
+	const char *field[9];
 	const char *verdict;
 };
 extern const struct ck_gguf_dim_words ck_gguf_words_hf, ck_gguf_words_gguf;
@@ -37,7 +39,10 @@ typedef void (*ck_gguf_tensor_at)(const void *ctx, size_t i, const char **name, 
  * blk.N for every N below layers and none beyond; attn_q / attn_k / attn_v
  * / attn_output / attn_qkv from the heads and head_dim, the per-head
  * attn_q_norm / attn_k_norm head_dim wide; dense ffn_gate / ffn_down from
- * ff. Other tensors are not looked at, and no tensors at
+ * ff; with experts, the stacked ffn_{gate,up,down}_exps [experts, ff_exp,
+ * hidden] / [experts, hidden, ff_exp]; with a shared expert,
+ * ffn_{gate,up,down}_shexp from ff_shexp and its gate ffn_gate_inp_shexp
+ * hidden wide. Other tensors are not looked at, and no tensors at
  * all (a vocabulary-only file) is nothing to contradict. where: what the
  * message starts with (config.json, the GGUF file). 0, or -1 with err
  * (CK_E_SOURCE). */
@@ -47,8 +52,8 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 
 /* The same for a config.json made from a GGUF's metadata
  * (ck_gguf_hf_config), in the metadata's words: its hidden size, layers,
- * heads, key-value heads, head_dim (else hidden / heads) and intermediate
- * size against the file's tensors. */
+ * heads, key-value heads, head_dim (else hidden / heads), intermediate
+ * size and the experts' counts and widths against the file's tensors. */
 int ck_gguf_check_hf_config(const cJSON *c, const void *ctx, size_t n, ck_gguf_tensor_at at,
 			    const char *where, struct ck_err *err);
 

@@ -44,39 +44,41 @@ struct preset {
 };
 
 static const struct preset presets[] = {
-	{"llama", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
-	{"llama", "small", 512, 1408, 4, 8, 2, 4096, 0, 0, 0},
-	{"llama", "1b", 2048, 8192, 16, 32, 8, 128256, 0, 0, 1},
-	{"llama", "8b", 4096, 14336, 32, 32, 8, 128256, 0, 0, 0},
-	{"llama", "70b", 8192, 28672, 80, 64, 8, 128256, 0, 0, 0},
-	{"gpt2", "tiny", 64, 256, 2, 4, 4, 256, 0, 128, 1},
-	{"gpt2", "124m", 768, 3072, 12, 12, 12, 50257, 0, 1024, 1},
-	{"mixtral", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
-	{"qwen2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
-	{"qwen2", "7b", 3584, 18944, 28, 28, 4, 152064, 0, 0, 0},
-	{"qwen3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
-	{"qwen3", "8b", 4096, 12288, 36, 32, 8, 151936, 0, 0, 0},
-	{"mixtral", "8x7b", 4096, 14336, 32, 32, 8, 32000, 8, 0, 0},
-	{"phi3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
-	{"phi3", "mini", 3072, 8192, 32, 32, 32, 32064, 0, 0, 0},
-	{"phi3", "medium", 5120, 17920, 40, 40, 10, 32064, 0, 0, 0},
-	{"gemma", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
-	{"gemma", "2b", 2048, 16384, 18, 8, 1, 256000, 0, 0, 1},
-	{"gemma", "7b", 3072, 24576, 28, 16, 16, 256000, 0, 0, 1},
-	{"gemma2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
-	{"gemma2", "2b", 2304, 9216, 26, 8, 4, 256000, 0, 0, 1},
-	{"gemma2", "9b", 3584, 14336, 42, 16, 8, 256000, 0, 0, 1},
-	{"gemma3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
-	{"gemma3", "1b", 1152, 6912, 26, 4, 1, 262144, 0, 0, 1},
-	{"gemma3", "27b", 5376, 21504, 62, 32, 16, 262208, 0, 0, 1},
-	{"qwen3-moe", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
-	{"qwen3-moe", "30b-a3b", 2048, 6144, 48, 32, 4, 151936, 128, 0, 0},
-	{"qwen3-moe", "235b-a22b", 4096, 12288, 94, 64, 4, 151936, 128, 0, 0},
-	{"deepseek-v3", "tiny", 64, 96, 3, 4, 4, 256, 4, 0, 0},
-	{"deepseek-v3", "671b", 7168, 18432, 61, 128, 128, 129280, 256, 0, 0},
-	{"gpt-oss", "tiny", 64, 64, 2, 4, 2, 256, 4, 0, 0},
-	{"gpt-oss", "20b", 2880, 2880, 24, 64, 8, 201088, 32, 0, 0},
-	{"gpt-oss", "120b", 2880, 2880, 36, 64, 8, 201088, 128, 0, 0},
+    {"llama", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+    {"llama", "small", 512, 1408, 4, 8, 2, 4096, 0, 0, 0},
+    {"llama", "1b", 2048, 8192, 16, 32, 8, 128256, 0, 0, 1},
+    {"llama", "8b", 4096, 14336, 32, 32, 8, 128256, 0, 0, 0},
+    {"llama", "70b", 8192, 28672, 80, 64, 8, 128256, 0, 0, 0},
+    {"gpt2", "tiny", 64, 256, 2, 4, 4, 256, 0, 128, 1},
+    {"gpt2", "124m", 768, 3072, 12, 12, 12, 50257, 0, 1024, 1},
+    {"mixtral", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+    {"qwen2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+    {"qwen2", "7b", 3584, 18944, 28, 28, 4, 152064, 0, 0, 0},
+    {"qwen3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+    {"qwen3", "8b", 4096, 12288, 36, 32, 8, 151936, 0, 0, 0},
+    {"mixtral", "8x7b", 4096, 14336, 32, 32, 8, 32000, 8, 0, 0},
+    {"phi3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+    {"phi3", "mini", 3072, 8192, 32, 32, 32, 32064, 0, 0, 0},
+    {"phi3", "medium", 5120, 17920, 40, 40, 10, 32064, 0, 0, 0},
+    {"gemma", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+    {"gemma", "2b", 2048, 16384, 18, 8, 1, 256000, 0, 0, 1},
+    {"gemma", "7b", 3072, 24576, 28, 16, 16, 256000, 0, 0, 1},
+    {"gemma2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+    {"gemma2", "2b", 2304, 9216, 26, 8, 4, 256000, 0, 0, 1},
+    {"gemma2", "9b", 3584, 14336, 42, 16, 8, 256000, 0, 0, 1},
+    {"gemma3", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 1},
+    {"gemma3", "1b", 1152, 6912, 26, 4, 1, 262144, 0, 0, 1},
+    {"gemma3", "27b", 5376, 21504, 62, 32, 16, 262208, 0, 0, 1},
+    {"qwen3-moe", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+    {"qwen3-moe", "30b-a3b", 2048, 6144, 48, 32, 4, 151936, 128, 0, 0},
+    {"qwen3-moe", "235b-a22b", 4096, 12288, 94, 64, 4, 151936, 128, 0, 0},
+    {"qwen2-moe", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+    {"qwen2-moe", "a2.7b", 2048, 5632, 24, 16, 16, 151936, 60, 0, 0},
+    {"deepseek-v3", "tiny", 64, 96, 3, 4, 4, 256, 4, 0, 0},
+    {"deepseek-v3", "671b", 7168, 18432, 61, 128, 128, 129280, 256, 0, 0},
+    {"gpt-oss", "tiny", 64, 64, 2, 4, 2, 256, 4, 0, 0},
+    {"gpt-oss", "20b", 2880, 2880, 24, 64, 8, 201088, 32, 0, 0},
+    {"gpt-oss", "120b", 2880, 2880, 36, 64, 8, 201088, 128, 0, 0},
 };
 
 /* The sizes a preset's table row does not carry: explicit head_dims, MoE
@@ -95,6 +97,8 @@ static void preset_extras(struct ckgen_spec *s, int tiny)
 		s->head_dim = tiny ? 32 : s->hidden == 5376 ? 128 : 256;
 	if (!strcmp(s->arch, "qwen3-moe"))
 		s->moe_intermediate = tiny ? 32 : s->hidden == 2048 ? 768 : 1536;
+	if (!strcmp(s->arch, "qwen2-moe")) /* Qwen1.5-MoE-A2.7B */
+		s->moe_intermediate = tiny ? 32 : 1408;
 	if (!strcmp(s->arch, "gpt-oss")) { /* head_dim 64 on both: 64 x 64 != 2880 */
 		s->head_dim = tiny ? 32 : 64;
 		s->dtype = CK_DT_BF16;
@@ -228,6 +232,19 @@ static int64_t head_dim(const struct ckgen_spec *s)
 	return s->head_dim ? s->head_dim : s->hidden / s->heads;
 }
 
+/* Qwen2-MoE's shared expert: an MLP of intermediate_size beside the routed
+ * ones, scaled by sigmoid(shared_expert_gate . x), a [1, hidden] linear. */
+static int build_shared_expert(const struct ckgen_spec *s, struct glist *l, int64_t L)
+{
+	const char *p = s->prefix, *m = "model.layers.%" PRId64 ".mlp.shared_expert.%s.weight";
+	int64_t H = s->hidden, I = s->intermediate, B = s->fp8_block;
+	int r = ckgen_add(l, p, 2, I, H, m, L, "gate_proj") || ckgen_make_fp8(l, B);
+	r |= ckgen_add(l, p, 2, I, H, m, L, "up_proj") || ckgen_make_fp8(l, B);
+	r |= ckgen_add(l, p, 2, H, I, m, L, "down_proj") || ckgen_make_fp8(l, B);
+	r |= ckgen_add(l, p, 2, 1, H, "model.layers.%" PRId64 ".mlp.shared_expert_gate.weight", L);
+	return r;
+}
+
 static int build_llama(const struct ckgen_spec *s, struct glist *l)
 {
 	const char *p = s->prefix;
@@ -246,7 +263,7 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 			r |= ckgen_add(l, p, 2, s->kv_heads * hd, H, a, L, "k_proj") || ckgen_make_fp8(l, B);
 			r |= ckgen_add(l, p, 2, s->kv_heads * hd, H, a, L, "v_proj") || ckgen_make_fp8(l, B);
 		}
-		if (!strcmp(s->arch, "qwen2")) { /* Q, K and V biases */
+		if (!strncmp(s->arch, "qwen2", 5)) { /* Q, K and V biases */
 			const char *bias = "model.layers.%" PRId64 ".self_attn.%s.bias";
 			r |= ckgen_add(l, p, 1, s->heads * hd, 0, bias, L, "q_proj");
 			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "k_proj");
@@ -275,7 +292,7 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 				r |= ckgen_add(l, p, 2, H, I, e, L, x, "w2") || ckgen_make_fp8(l, B);
 				r |= ckgen_add(l, p, 2, I, H, e, L, x, "w3") || ckgen_make_fp8(l, B);
 			}
-		} else if (!strcmp(s->arch, "qwen3-moe")) { /* router and per-expert MLPs */
+		} else if (strstr(s->arch, "-moe")) { /* router and per-expert MLPs */
 			const char *e = "model.layers.%" PRId64 ".mlp.experts.%" PRId64 ".%s.weight";
 			int64_t mI = s->moe_intermediate;
 			r |= ckgen_add(l, p, 2, s->experts, H, "model.layers.%" PRId64 ".mlp.gate.weight",
@@ -285,6 +302,8 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 				r |= ckgen_add(l, p, 2, mI, H, e, L, x, "up_proj") || ckgen_make_fp8(l, B);
 				r |= ckgen_add(l, p, 2, H, mI, e, L, x, "down_proj") || ckgen_make_fp8(l, B);
 			}
+			if (!strcmp(s->arch, "qwen2-moe")) /* the shared expert and its gate */
+				r |= build_shared_expert(s, l, L);
 		} else if (phi3) {
 			const char *m = "model.layers.%" PRId64 ".mlp.%s.weight";
 			r |= ckgen_add(l, p, 2, 2 * I, H, m, L, "gate_up_proj") || ckgen_make_fp8(l, B);
@@ -412,10 +431,11 @@ static int write_tokenizer(const struct ckgen_spec *s, const char *outdir, struc
 static const char *hf_class(const char *arch)
 {
 	static const char *const names[][2] = {
-		{"mixtral", "MixtralForCausalLM"},   {"qwen2", "Qwen2ForCausalLM"},
-		{"qwen3", "Qwen3ForCausalLM"},	     {"qwen3-moe", "Qwen3MoeForCausalLM"},
-		{"phi3", "Phi3ForCausalLM"},	     {"gemma", "GemmaForCausalLM"},
-		{"gemma2", "Gemma2ForCausalLM"},     {"gemma3", "Gemma3ForCausalLM"},
+	    {"mixtral", "MixtralForCausalLM"},	  {"qwen2", "Qwen2ForCausalLM"},
+	    {"qwen3", "Qwen3ForCausalLM"},	  {"qwen3-moe", "Qwen3MoeForCausalLM"},
+	    {"qwen2-moe", "Qwen2MoeForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
+	    {"gemma", "GemmaForCausalLM"},	  {"gemma2", "Gemma2ForCausalLM"},
+	    {"gemma3", "Gemma3ForCausalLM"},
 	};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		if (!strcmp(arch, names[i][0]))
@@ -425,7 +445,10 @@ static const char *hf_class(const char *arch)
 
 static const char *hf_model_type(const char *arch)
 {
-	return !strcmp(arch, "qwen3-moe") ? "qwen3_moe" : !strcmp(arch, "gemma3") ? "gemma3_text" : arch;
+	return !strcmp(arch, "qwen3-moe")   ? "qwen3_moe"
+	       : !strcmp(arch, "qwen2-moe") ? "qwen2_moe"
+	       : !strcmp(arch, "gemma3")    ? "gemma3_text"
+					    : arch;
 }
 
 /* GeGLU everywhere; Gemma 2's soft caps and sliding window; Gemma 3's
@@ -499,6 +522,15 @@ static int write_config(const struct ckgen_spec *s, const char *outdir, struct c
 				",\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
 				"  \"norm_topk_prob\": true",
 				s->experts, s->experts >= 8 ? 8 : 2, s->moe_intermediate);
+		if (!strcmp(s->arch, "qwen2-moe")) /* Qwen1.5-MoE: top-4 of 60, raw weights */
+			fprintf(f,
+				",\n  \"num_experts\": %" PRId64 ",\n  \"num_experts_per_tok\": %d"
+				",\n  \"moe_intermediate_size\": %" PRId64
+				",\n  \"shared_expert_intermediate_size\": %" PRId64
+				",\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
+				"  \"norm_topk_prob\": false",
+				s->experts, s->experts >= 8 ? 4 : 2, s->moe_intermediate,
+				s->intermediate);
 		if (moe)
 			fprintf(f, ",\n  \"num_local_experts\": %" PRId64
 				   ",\n  \"num_experts_per_tok\": 2",
@@ -616,7 +648,7 @@ int ckgen_write(const struct ckgen_spec *s, const char *outdir, struct ck_err *e
 	    s->moe_intermediate < 0 || s->shared_experts < 0 || s->first_dense < 0 ||
 	    s->mtp_layers < 0 || s->q_lora < 0)
 		return ck_fail(err, CK_E_USAGE, "inconsistent model sizes");
-	if ((!strcmp(s->arch, "qwen3-moe") || !strcmp(s->arch, "deepseek-v3")) &&
+	if ((strstr(s->arch, "-moe") || !strcmp(s->arch, "deepseek-v3")) &&
 	    (s->experts <= 0 || s->moe_intermediate <= 0))
 		return ck_fail(err, CK_E_USAGE, "a MoE model needs --experts and --moe-intermediate");
 	if (!strcmp(s->arch, "gpt-oss") &&

@@ -44,6 +44,7 @@ static const struct arch {
      NULL},
     {"Qwen3ForCausalLM", "qwen3", "hf-qwen3-to-gguf", 0, NULL, "gguf-qwen3-to-hf"},
     {"Qwen3MoeForCausalLM", "qwen3moe", "hf-qwen3moe-to-gguf", 0, NULL, "gguf-qwen3moe-to-hf"},
+    {"Qwen2MoeForCausalLM", "qwen2moe", "hf-qwen2moe-to-gguf", 0, NULL, "gguf-qwen2moe-to-hf"},
     {"GemmaForCausalLM", "gemma", "hf-gemma-to-gguf", 1, NULL, "gguf-gemma-to-hf"},
     {"Gemma2ForCausalLM", "gemma2", "hf-gemma2-to-gguf", 1, NULL, "gguf-gemma2-to-hf"},
     {"Gemma3ForCausalLM", "gemma3", "hf-gemma3-to-gguf", 1, NULL, "gguf-gemma3-to-hf"},
@@ -124,9 +125,18 @@ static const struct arch *find_arch(const cJSON *config, struct ck_err *err)
 		return ck_fail(err, CK_E_SOURCE, "config.json: no \"architectures\" entry: the GGUF "
 						 "view needs the model's class"),
 		       NULL;
-	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++)
-		if (!strcmp(name, ARCHS[k].hf))
-			return &ARCHS[k];
+	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++) {
+		if (strcmp(name, ARCHS[k].hf))
+			continue;
+		/* said before the mapping, which would only miss lm_head.weight */
+		if (!strcmp(ARCHS[k].gguf, "qwen2moe") &&
+		    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "tie_word_embeddings")))
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: tie_word_embeddings is true: llama.cpp's "
+				       "qwen2moe has no tied output (it needs lm_head.weight)"),
+			       NULL;
+		return &ARCHS[k];
+	}
 	char list[512] = "";
 	for (size_t k = 0; k < sizeof ARCHS / sizeof *ARCHS; k++)
 		snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "",
@@ -258,16 +268,27 @@ static int gemma2_meta(const cJSON *c, double H, double L, double nh, double hd,
 	return 0;
 }
 
-/* Qwen3-MoE: the experts' counts and width. llama.cpp's qwen3moe runs every
- * layer's MLP as experts and renormalizes the top-k weights; a config with
- * dense layers or raw top-k weights is refused, not served as another
- * model. */
-static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *err)
+/* The experts of a MoE family: count, used per token, each one's width and
+ * the shared expert's (0: none). Mixtral's (llama with experts) are
+ * intermediate_size wide. Qwen3-MoE and Qwen2-MoE: llama.cpp runs every
+ * layer's MLP as experts, qwen3moe renormalizes the top-k weights and
+ * qwen2moe does not; a config that says otherwise (dense layers, the
+ * other norm_topk_prob) is refused, not served as another model.
+ * Qwen2MoeConfig's defaults are Qwen1.5-MoE-A2.7B's; Qwen3-MoE's fields
+ * must be there. */
+struct moe {
+	double ne, nu, ff, shared;
+};
+
+static int qwen_moe(const cJSON *c, const char *arch, struct moe *x, struct ck_err *err)
 {
-	double ne, nu, ff, step;
-	if (cfg_num(c, "num_experts", 0, 0, 1, 65535, &ne, err) < 0 ||
-	    cfg_num(c, "num_experts_per_tok", 0, 0, 1, ne, &nu, err) < 0 ||
-	    cfg_num(c, "moe_intermediate_size", 0, 0, 1, UINT32_MAX, &ff, err) < 0 ||
+	int q2 = !strcmp(arch, "qwen2moe");
+	double step;
+	if (cfg_num(c, "num_experts", 60, q2, 1, 65535, &x->ne, err) < 0 ||
+	    cfg_num(c, "num_experts_per_tok", 4, q2, 1, x->ne, &x->nu, err) < 0 ||
+	    cfg_num(c, "moe_intermediate_size", 1408, q2, 1, UINT32_MAX, &x->ff, err) < 0 ||
+	    (q2 && cfg_num(c, "shared_expert_intermediate_size", 5632, 1, 1, UINT32_MAX, &x->shared,
+			   err) < 0) ||
 	    cfg_num(c, "decoder_sparse_step", 1, 1, 1, 65535, &step, err) < 0)
 		return -1;
 	const cJSON *dense = cJSON_GetObjectItemCaseSensitive(c, "mlp_only_layers");
@@ -276,16 +297,48 @@ static int qwen3moe_meta(const cJSON *c, struct ck_gguf_meta *m, struct ck_err *
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: dense layers among the experts "
 			       "(decoder_sparse_step %g, %d mlp_only_layers): llama.cpp's "
-			       "qwen3moe makes every layer sparse",
-			       step, cJSON_GetArraySize(dense));
-	if (norm && !cJSON_IsTrue(norm))
+			       "%s makes every layer sparse",
+			       step, cJSON_GetArraySize(dense), arch);
+	if (norm && !cJSON_IsBool(norm))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: norm_topk_prob must be true or false");
+	if (!q2 && norm && !cJSON_IsTrue(norm))
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: norm_topk_prob is not true: llama.cpp's "
 			       "qwen3moe always renormalizes the top-k weights");
-	ck_gguf_meta_u32(m, "qwen3moe.expert_count", (uint32_t)ne);
-	ck_gguf_meta_u32(m, "qwen3moe.expert_used_count", (uint32_t)nu);
-	ck_gguf_meta_u32(m, "qwen3moe.expert_feed_forward_length", (uint32_t)ff);
+	if (q2 && cJSON_IsTrue(norm))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: norm_topk_prob is true: llama.cpp's qwen2moe "
+			       "never renormalizes the top-k weights");
 	return 0;
+}
+
+static int moe_of(const cJSON *c, const struct arch *a, double ff, struct moe *x,
+		  struct ck_err *err)
+{
+	memset(x, 0, sizeof *x);
+	if (!strcmp(a->gguf, "qwen3moe") || !strcmp(a->gguf, "qwen2moe"))
+		return qwen_moe(c, a->gguf, x, err);
+	if (!strstr(a->hf, "Mixtral"))
+		return 0;
+	x->ff = ff;
+	if (cfg_num(c, "num_local_experts", 0, 0, 1, 65535, &x->ne, err) < 0 ||
+	    cfg_num(c, "num_experts_per_tok", 0, 0, 1, x->ne, &x->nu, err) < 0)
+		return -1;
+	return 0;
+}
+
+static void moe_meta(const struct arch *a, const struct moe *x, struct ck_gguf_meta *m)
+{
+	char k[128];
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, a->gguf), k)
+	ck_gguf_meta_u32(m, KEY("expert_count"), (uint32_t)x->ne);
+	ck_gguf_meta_u32(m, KEY("expert_used_count"), (uint32_t)x->nu);
+	if (strcmp(a->gguf, "llama"))
+		ck_gguf_meta_u32(m, KEY("expert_feed_forward_length"), (uint32_t)x->ff);
+	if (x->shared)
+		ck_gguf_meta_u32(m, KEY("expert_shared_feed_forward_length"), (uint32_t)x->shared);
+#undef KEY
 }
 
 /* IBM Granite (dense): Llama with four scalars, which llama.cpp reads from
@@ -472,6 +525,8 @@ static struct ck_gguf_kmix kmix_of(const struct ftype *ft, const struct arch *a,
 	    .n_layer = L >= 1 && L <= 65535 ? (int)L : 0,
 	    .n_expert = cJSON_IsNumber(ne) && ne->valuedouble >= 1 && ne->valuedouble <= 65535
 			    ? (int)ne->valuedouble
+			: !strcmp(a->gguf, "qwen2moe")
+			    ? 60 /* Qwen2MoeConfig's default, as qwen_moe */
 			    : 0,
 	};
 	/* llama.cpp's LLM_TYPE_70B: 80 layers, and a Llama with grouped KV
@@ -759,7 +814,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		     struct ck_gguf_view *g, struct ck_err *err)
 {
 	struct ck_gguf_meta *m = &g->meta;
-	double ctx, H, ff, L, nh, nkv, theta, eps, hd, rd, ne = 0, nu = 0;
+	double ctx, H, ff, L, nh, nkv, theta, eps, hd, rd;
+	struct moe x;
 	/* GemmaConfig, Gemma2Config and Gemma3TextConfig default head_dim to 256
 	 * (Gemma 7B: 16 heads of 256 on a 3072-wide model), the others to
 	 * hidden / heads */
@@ -778,12 +834,11 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		    &hd, err) < 0 ||
 	    rotary_dims(c, &r, a, hd, &rd, err) < 0)
 		return -1;
-	if (strstr(a->hf, "Mixtral") &&
-	    (cfg_num(c, "num_local_experts", 0, 0, 1, 65535, &ne, err) < 0 ||
-	     cfg_num(c, "num_experts_per_tok", 0, 0, 1, ne, &nu, err) < 0))
+	if (moe_of(c, a, ff, &x, err) < 0)
 		return -1;
-	const struct ck_gguf_dims dims = {(int64_t)H,	(int64_t)L,  (int64_t)nh,
-					  (int64_t)nkv, (int64_t)hd, (int64_t)ff};
+	const struct ck_gguf_dims dims = {(int64_t)H,	 (int64_t)L,	(int64_t)nh,
+					  (int64_t)nkv,	 (int64_t)hd,	(int64_t)ff,
+					  (int64_t)x.ne, (int64_t)x.ff, (int64_t)x.shared};
 	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &dims, &ck_gguf_words_hf,
 				 "config.json", err) < 0)
 		return -1;
@@ -808,10 +863,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		ck_gguf_meta_u32(m, KEY("attention.key_length"), (uint32_t)hd);
 		ck_gguf_meta_u32(m, KEY("attention.value_length"), (uint32_t)hd);
 	}
-	if (ne) {
-		ck_gguf_meta_u32(m, KEY("expert_count"), (uint32_t)ne);
-		ck_gguf_meta_u32(m, KEY("expert_used_count"), (uint32_t)nu);
-	}
+	if (x.ne)
+		moe_meta(a, &x, m);
 	if (!strcmp(a->gguf, "granite") && granite_meta(c, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "gemma2") && gemma2_meta(c, H, L, nh, hd, m, err) < 0)
@@ -821,8 +874,6 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, &r, ctx, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "qwen2vl") && qwen2vl_meta(r.scaling, rd, m, err) < 0)
-		return -1;
-	if (!strcmp(a->gguf, "qwen3moe") && qwen3moe_meta(c, m, err) < 0)
 		return -1;
 #undef KEY
 	return rope_scaling(c, &r, a, ctx, theta, rd, g, err);

@@ -386,10 +386,12 @@ def llama_parts(cfg, hd, T):
 
 
 def llama_forward(w, cfg, toks):
-    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral in plain torch: RMSNorm,
-    rotary embedding on halves (of part of the head with Phi-3's
-    partial_rotary_factor), grouped-query attention (with Q/K/V biases,
-    per-head Q/K norms), SwiGLU or top-k experts (softmax, renormalized)."""
+    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral / Qwen2-MoE in plain
+    torch: RMSNorm, rotary embedding on halves (of part of the head with
+    Phi-3's partial_rotary_factor), grouped-query attention (with Q/K/V
+    biases, per-head Q/K norms), SwiGLU or top-k experts (softmax,
+    renormalized unless norm_topk_prob is false; Qwen2-MoE's shared expert
+    added, scaled by the sigmoid of its gate)."""
     import torch
     H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     nkv = cfg["num_key_value_heads"]
@@ -407,13 +409,18 @@ def llama_forward(w, cfg, toks):
         e = p + "block_sparse_moe."
         probs = torch.softmax(lin(h, e + "gate"), -1)
         top, idx = probs.topk(cfg["num_experts_per_tok"], -1)
-        top = top / top.sum(-1, keepdim=True)
+        if cfg.get("norm_topk_prob", True):  # Qwen2-MoE's default is False, Mixtral always does
+            top = top / top.sum(-1, keepdim=True)
         out = torch.zeros_like(h)
         for t in range(h.shape[0]):
             for j in range(top.shape[1]):
                 x = p + f"block_sparse_moe.experts.{int(idx[t, j])}."
                 y = torch.nn.functional.silu(lin(h[t], x + "w1")) * lin(h[t], x + "w3")
                 out[t] += top[t, j] * lin(y, x + "w2")
+        s = p + "mlp.shared_expert."
+        if s + "gate_proj.weight" in w:  # Qwen2-MoE: plus the shared expert, sigmoid-gated
+            y = lin(torch.nn.functional.silu(lin(h, s + "gate_proj")) * lin(h, s + "up_proj"), s + "down_proj")
+            out = out + torch.sigmoid(lin(h, p + "mlp.shared_expert_gate")) * y
         return out
     rms, rot, cos, sin, mask = llama_parts(cfg, hd, T)
 
@@ -774,7 +781,7 @@ def write_split(prefix, meta, tensors, per_file, split_meta=None):
 
 
 def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra_meta=None, quant=None,
-               split=0, split_meta=None):
+               split=0, split_meta=None, gate_2d=False):
     """A Hugging Face Llama (or Qwen2 / Qwen3 / Mixtral: arch "qwen2", "qwen3",
     "llama" with experts) as llama.cpp's converter writes it (reference/gguf.md):
     names, Q/K rows permuted for its rope on the llama architecture (unless
@@ -784,7 +791,9 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
     vocabulary. scale multiplies the matrices (the generator's values reach
     2, far above a trained model's, and would saturate the attention).
     quant: name -> a ggml type id or None (F32) for each matrix, quantized
-    with ggml's own quantizer."""
+    with ggml's own quantizer. Qwen2-MoE's [1, hidden] shared-expert gate is
+    written squeezed, as older converters did, or with gate_2d as it is, as
+    newer ones do (llama.cpp loads either)."""
     cfg = json.load(open(os.path.join(src, "config.json")))
     st = ckref.read_checkpoint_dir(src)
     names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
@@ -794,7 +803,9 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
            "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
            "mlp.down_proj": "ffn_down", "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
            "block_sparse_moe.gate": "ffn_gate_inp", "mlp.gate": "ffn_gate_inp",
-           "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up"}
+           "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
+           "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+           "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
     vocab, hd = cfg["vocab_size"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     meta = {"general.architecture": (8, arch), f"{arch}.context_length": (4, 2048),
             f"{arch}.embedding_length": (4, cfg["hidden_size"]), f"{arch}.block_count": (4, cfg["num_hidden_layers"]),
@@ -815,6 +826,8 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
         meta[f"{arch}.expert_used_count"] = (4, cfg["num_experts_per_tok"])
     if "moe_intermediate_size" in cfg:
         meta[f"{arch}.expert_feed_forward_length"] = (4, cfg["moe_intermediate_size"])
+    if "shared_expert_intermediate_size" in cfg:
+        meta[f"{arch}.expert_shared_feed_forward_length"] = (4, cfg["shared_expert_intermediate_size"])
     if arch == "phi3":  # as the converter writes them (0: no window)
         meta["phi3.attention.sliding_window"] = (4, cfg.get("sliding_window") or 0)
         meta["phi3.rope.scaling.original_context_length"] = \
@@ -836,6 +849,8 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
             continue
         if not g:
             g = f"blk.{parts[2]}.{per['.'.join(parts[3:-1])]}.{parts[-1]}"
+        if g.endswith("ffn_gate_inp_shexp.weight") and not gate_2d:  # squeezed
+            a, shape = a.reshape(-1), (shape[-1],)
         if len(shape) == 2 and scale != 1.0:
             a = (a.astype(np.float32) * np.float32(scale))
         if do_permute and arch == "llama" and g.endswith("attn_q.weight"):
@@ -880,7 +895,8 @@ def phi3_runs(d, src, tag, mp):
 def other_archs(d):
     """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
     head_dim), Mixtral (stacked experts, permuted Q/K), Qwen3-MoE (stacked
-    experts, Q/K norms) and Phi-3 (fused qkv and gate/up; a 128k one with
+    experts, Q/K norms), Qwen2-MoE (stacked experts, biases, the shared
+    expert and its gate, a vector in the file) and Phi-3 (fused qkv and gate/up; a 128k one with
     LongRoPE's divisors, which config.json carries; a Phi-4-mini-style one
     whose rope turns 3/4 of each head, partial_rotary_factor in config.json)
     GGUFs, written here,
@@ -890,7 +906,8 @@ def other_archs(d):
     (no mapping given) is the file's tensors again."""
     runs = []
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
-                               ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []), ("phi3", "phi3", []),
+                               ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []),
+                               ("qwen2-moe", "qwen2moe", []), ("phi3", "phi3", []),
                                ("phi3-longrope", "phi3", []), ("phi3-longrope-partial", "phi3", ["--tie"])):
         src = os.path.join(d, "src-" + model)
         ckref.run(MKCKPT, "--model", model.split("-long")[0], *extra, src)
@@ -928,6 +945,9 @@ def other_archs(d):
         keys += {"qwen3": ["head_dim"], "mixtral": ["num_local_experts", "num_experts_per_tok"],
                  "qwen3-moe": ["head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                                "norm_topk_prob", "decoder_sparse_step", "mlp_only_layers"],
+                 "qwen2-moe": ["num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                               "shared_expert_intermediate_size", "norm_topk_prob", "decoder_sparse_step",
+                               "mlp_only_layers"],
                  "phi3": ["sliding_window", "partial_rotary_factor"] +
                  (["original_max_position_embeddings"] if "rope_scaling" in cfg else [])}.get(model, [])
         assert all(got.get(k) == cfg.get(k) for k in keys), (model, {k: (got.get(k), cfg.get(k)) for k in keys})
@@ -942,6 +962,13 @@ def other_archs(d):
                 cfg["original_max_position_embeddings"])), rtol=1e-6) and rs["factor"] == ratio, rs
         if model == "phi3":
             runs.append(phi3_runs(d, src, tag, mp))
+        if model == "qwen2-moe":  # the shared expert's gate unsqueezed, as newer converters write it
+            p = os.path.join(d, "qwen2moe-gate2d.gguf")
+            llama_gguf(src, p, True, arch=arch, gate_2d=True)
+            assert [dims for n, dims, _, _ in parse_gguf(p)[2] if n == "blk.0.ffn_gate_inp_shexp.weight"] == \
+                [[cfg["hidden_size"], 1]]
+            p = run("diff", src, p, "--mapping", mp)
+            assert p.returncode == 0 and " 0 differ in values" in p.stdout, p.stdout + p.stderr
         view = os.path.join(d, "view-" + tag)
         assert run("convert", src, view, "--quiet", "--format", "gguf:F32", "--gguf-vocab", "none").returncode == 0
         p = run("diff", src, os.path.join(view, "model.gguf"), "--mapping", mp)
@@ -951,7 +978,8 @@ def other_archs(d):
             llama_gguf(src, bad, False, arch=arch)
             p = run("diff", src, bad, "--mapping", mp)
             assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
-    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral and Qwen3-MoE (stacked experts) and Phi-3 "
+    print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral, Qwen3-MoE and Qwen2-MoE (stacked experts; "
+          "Qwen2-MoE's shared expert) and Phi-3 "
           "(fused, with and without LongRoPE's divisors; Phi-4-mini's partial rope, tied; llama.cpp's logits on "
           "each equal torch's over the converted model: " + ", ".join(runs) + ") GGUFs, written here "
           "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "
@@ -1291,10 +1319,36 @@ def hostile(d):
         r = run("inspect", p, timeout=20)
         assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr and \
             "its metadata does not describe its tensors" in r.stderr, (name, r.stderr)
+    # the experts' widths and counts: a qwen2moe file (stacked experts, a
+    # shared expert) whose metadata says another width, shared width or
+    # count than its tensors have
+    moe = os.path.join(d, "hostile-qwen2moe")
+    ckref.run(MKCKPT, "--model", "qwen2-moe", moe)
+    c = json.load(open(os.path.join(moe, "config.json")))
+    H, E, fe, fs = (c[k] for k in ("hidden_size", "num_experts", "moe_intermediate_size",
+                                   "shared_expert_intermediate_size"))
+    for name, change, want in (
+            ("meta-moe-ff", {"moe_intermediate_size": fe + 8},
+             f"embedding_length {H}, expert_count {E}, expert_feed_forward_length {fe + 8} make "
+             f"blk.0.ffn_down_exps.weight [{E}, {H}, {fe + 8}], but it is [{E}, {H}, {fe}]"),
+            ("meta-moe-shared", {"shared_expert_intermediate_size": fs * 2},
+             f"expert_shared_feed_forward_length {fs * 2} make blk.0.ffn_down_shexp.weight [{H}, {fs * 2}], "
+             f"but it is [{H}, {fs}]"),
+            ("meta-moe-count", {"num_experts": E + 1},
+             f"expert_count {E + 1}, expert_feed_forward_length {fe} make blk.0.ffn_down_exps.weight "
+             f"[{E + 1}, {H}, {fe}], but it is [{E}, {H}, {fe}]")):
+        tmp = os.path.join(d, name + "-src")
+        shutil.copytree(moe, tmp)
+        json.dump(dict(c, **change), open(os.path.join(tmp, "config.json"), "w"))
+        p = os.path.join(d, name + ".gguf")
+        llama_gguf(tmp, p, False, arch="qwen2moe")
+        r = run("inspect", p, timeout=20)
+        assert r.returncode == 3 and len(r.stderr.splitlines()) == 1 and want in r.stderr and \
+            "its metadata does not describe its tensors" in r.stderr, (name, r.stderr)
     print("hostile GGUF headers: 16 classes refused with one line; rope_freqs.weight NaN, negative or 2-D too; "
           "a partial rope outside Phi-3, an odd one, divisor lists of another length, long without short, "
           "incomplete metadata; metadata that does not describe the tensors (key-value heads, key length, "
-          "hidden size, feed-forward length, more or fewer blocks)")
+          "hidden size, feed-forward length, more or fewer blocks, the experts' count, width and shared width)")
 
 
 def main():

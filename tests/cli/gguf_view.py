@@ -5,7 +5,8 @@ not ckptfs:
   equal a plain torch forward pass over the source weights (F32 within 1e-3
   relative, same greedy tokens) for Llama (grouped-query; 3.1's llama3
   rope scaling as rope_freqs.weight), Qwen2 (Q/K/V biases), Qwen3 (Q/K
-  norms, explicit head_dim), Qwen3-MoE, Mixtral (experts),
+  norms, explicit head_dim), Qwen3-MoE, Qwen2-MoE (a sigmoid-gated shared
+  expert, top-k weights not renormalized), Mixtral (experts),
   Gemma (norms written as 1 + w; a view leaving them as offsets fails) and
   Phi-3 (fused attn_qkv and ffn_up; gate and up swapped fails);
   F16, BF16, Q8_0 and Q4_0 (llama-quantize's mix: the output Q6_K or Q8_0)
@@ -82,7 +83,7 @@ def make_model(d, arch, rng, extra=()):
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
     model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3", "phi3") else \
-        "qwen3-moe" if arch == "qwen3moe" else "llama"
+        {"qwen3moe": "qwen3-moe", "qwen2moe": "qwen2-moe"}.get(arch, "llama")
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -122,7 +123,9 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
               "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
               "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
               "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-              "mlp.down_proj": "ffn_down", "block_sparse_moe.gate": "ffn_gate_inp"}
+              "mlp.down_proj": "ffn_down", "block_sparse_moe.gate": "ffn_gate_inp",
+              "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
+              "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
 GEMMA2_NAMES = dict(GGUF_NAMES, post_attention_layernorm="post_attention_norm",
                     pre_feedforward_layernorm="ffn_norm", post_feedforward_layernorm="post_ffw_norm")
 
@@ -152,6 +155,8 @@ def gguf_reference(w, cfg, arch):
             a = gs.permute(a, cfg["num_attention_heads"])
         if perm and g.endswith("attn_k.weight"):
             a = gs.permute(a, cfg["num_key_value_heads"])
+        if g.endswith("ffn_gate_inp_shexp.weight"):  # [1, hidden]: llama.cpp loads a vector
+            a = a.reshape(-1)
         out[g] = a + np.float32(1) if gemma and g.endswith("norm.weight") else a
     if gemma:
         out["output_norm.weight"] = out["output_norm.weight"] + np.float32(1)
@@ -262,6 +267,7 @@ def check_file(path, w, cfg, arch, ftype, lib):
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
     ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3moe",
+          "qwen2moe": "qwen2moe",
           "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
@@ -278,10 +284,12 @@ def check_file(path, w, cfg, arch, ftype, lib):
     if arch == "mixtral":
         assert meta["llama.expert_count"] == cfg["num_local_experts"]
         assert meta["llama.expert_used_count"] == cfg["num_experts_per_tok"]
-    if arch == "qwen3moe":
-        assert (meta["qwen3moe.expert_count"], meta["qwen3moe.expert_used_count"],
-                meta["qwen3moe.expert_feed_forward_length"]) == \
+    if arch in ("qwen3moe", "qwen2moe"):
+        assert (meta[f"{ga}.expert_count"], meta[f"{ga}.expert_used_count"],
+                meta[f"{ga}.expert_feed_forward_length"]) == \
             (cfg["num_experts"], cfg["num_experts_per_tok"], cfg["moe_intermediate_size"]), meta
+    if arch == "qwen2moe":
+        assert meta["qwen2moe.expert_shared_feed_forward_length"] == cfg["shared_expert_intermediate_size"]
     if arch in ("qwen3", "qwen3moe", "gemma", "gemma2", "gemma3"):
         assert meta[f"{ga}.attention.key_length"] == hd == meta[f"{ga}.attention.value_length"]
     if arch == "gemma2":
@@ -489,6 +497,7 @@ def run_all(d, rng, lib):
     gemma(d, rng, lib)
     phi3(d, rng, lib)
     qwen3moe(d, rng, lib)
+    qwen2moe(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
     mistral3_defaults(d, rng)
@@ -621,6 +630,60 @@ def qwen3moe(d, rng, lib):
         refused(["inspect", bad, "--format", "gguf"], says, 3)
     print(f"qwen3moe: every tensor exact (experts stacked, router F32), expert counts in the metadata; "
           f"llama.cpp's logits {r:.1e} relative to torch, same greedy; raw top-k and dense layers refused")
+
+
+def qwen2moe(d, rng, lib):
+    """Qwen2-MoE (Qwen1.5-MoE, Qwen2-57B-A14B; arch qwen2moe): Q/K/V
+    biases, no permutation, the router and stacked experts as Qwen3-MoE's,
+    the shared expert as ffn_{gate,up,down}_shexp and its [1, hidden] gate
+    as the vector ffn_gate_inp_shexp; every tensor against numpy (F32 and
+    Q8_0, the gate's vector F32 in both), the expert widths in the
+    metadata, and llama.cpp's logits against the torch forward: top-k
+    weights as the softmax gives them (norm_topk_prob false), plus the
+    shared expert scaled by the sigmoid of its gate. Negative control: the
+    same file with the shared expert's gate zeroed is off. Refused: what
+    llama.cpp's qwen2moe cannot run (renormalized top-k, dense layers, a
+    tied output) and expert widths the tensors do not have, in one line."""
+    import re
+    src, cfg, w = make_model(d, "qwen2moe", rng)
+    assert cfg["norm_topk_prob"] is False and cfg["shared_expert_intermediate_size"] != cfg["moe_intermediate_size"]
+    kind = {"gate": "w1", "up": "w3", "down": "w2"}
+    mix = {re.sub(r"\.mlp\.experts\.(\d+)\.(gate|up|down)_proj\.",
+                  lambda m: f".block_sparse_moe.experts.{m[1]}.{kind[m[2]]}.",
+                  k.replace(".mlp.gate.", ".block_sparse_moe.gate.")): a for k, a in w.items()}
+    assert sum(".shared_expert." in k for k in mix) == 3 * cfg["num_hidden_layers"]
+    with Mount(src, opts="gguf") as m:
+        path = m.path("model.gguf")
+        check_file(path, mix, cfg, "qwen2moe", "F32", lib)
+        r, same = logits(path, mix, cfg)
+        with Mount(src, opts="gguf=Q8_0") as q:
+            check_file(q.path("model.gguf"), mix, cfg, "qwen2moe", "Q8_0", lib)
+    assert r < 1e-3 and same, f"qwen2moe: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    # negative controls: the torch forward without the shared expert, and
+    # with the top-k weights renormalized, must not match llama.cpp's logits
+    plain = {k: a for k, a in mix.items() if ".shared_expert" not in k}
+    out = os.path.join(d, "qwen2moe-out")
+    ckref.run(CKPTFS, "convert", src, out, "--format", "gguf", "--quiet")
+    got = gs.llama_cpp(MODULES, os.path.join(out, "model.gguf"), TOKS)
+    off_shared = gs.rel(got, gs.llama_forward(plain, cfg, TOKS))
+    off_norm = gs.rel(got, gs.llama_forward(mix, dict(cfg, norm_topk_prob=True), TOKS))
+    assert off_shared > 1e-2 and off_norm > 1e-2, (off_shared, off_norm)
+    assert gs.rel(got, gs.llama_forward(mix, cfg, TOKS)) < 1e-3
+    bad = os.path.join(d, "qwen2moe-bad")
+    shutil.copytree(src, bad)
+    for edit, says in (({"norm_topk_prob": True}, "norm_topk_prob is true: llama.cpp's qwen2moe never"),
+                       ({"mlp_only_layers": [0]}, "dense layers among the experts"),
+                       ({"tie_word_embeddings": True}, "qwen2moe has no tied output"),
+                       ({"moe_intermediate_size": cfg["moe_intermediate_size"] * 2},
+                        f"moe_intermediate_size {cfg['moe_intermediate_size'] * 2} make blk.0.ffn_down_exps.weight"),
+                       ({"shared_expert_intermediate_size": None},  # Qwen2MoeConfig's default, 5632
+                        "shared_expert_intermediate_size 5632 make blk.0.ffn_down_shexp.weight")):
+        json.dump({k: v for k, v in dict(cfg, **edit).items() if v is not None},
+                  open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    print(f"qwen2moe: every tensor exact in F32 and Q8_0 (experts stacked, shared expert, its gate a vector); "
+          f"llama.cpp's logits {r:.1e} relative to torch, same greedy (without the shared expert {off_shared:.1e}, "
+          f"renormalized {off_norm:.1e}); renormalized top-k, dense layers, tied output and wrong widths refused")
 
 
 def llama3_rope(d, src, cfg, w):
