@@ -51,6 +51,7 @@ static const struct arch {
     {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-to-gguf", 1, "vlm-language-model",
      NULL},
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL, "gguf-phi3-to-hf"},
+    {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, NULL},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the
@@ -129,11 +130,12 @@ static const struct arch *find_arch(const cJSON *config, struct ck_err *err)
 		if (strcmp(name, ARCHS[k].hf))
 			continue;
 		/* said before the mapping, which would only miss lm_head.weight */
-		if (!strcmp(ARCHS[k].gguf, "qwen2moe") &&
+		if ((!strcmp(ARCHS[k].gguf, "qwen2moe") || !strcmp(ARCHS[k].gguf, "gpt-oss")) &&
 		    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "tie_word_embeddings")))
 			return ck_fail(err, CK_E_SOURCE,
 				       "config.json: tie_word_embeddings is true: llama.cpp's "
-				       "qwen2moe has no tied output (it needs lm_head.weight)"),
+				       "%s has no tied output (it needs lm_head.weight)",
+				       ARCHS[k].gguf),
 			       NULL;
 		return &ARCHS[k];
 	}
@@ -319,11 +321,15 @@ static int moe_of(const cJSON *c, const struct arch *a, double ff, struct moe *x
 	memset(x, 0, sizeof *x);
 	if (!strcmp(a->gguf, "qwen3moe") || !strcmp(a->gguf, "qwen2moe"))
 		return qwen_moe(c, a->gguf, x, err);
-	if (!strstr(a->hf, "Mixtral"))
+	int oss = !strcmp(a->gguf, "gpt-oss");
+	if (!strstr(a->hf, "Mixtral") && !oss)
 		return 0;
-	x->ff = ff;
-	if (cfg_num(c, "num_local_experts", 0, 0, 1, 65535, &x->ne, err) < 0 ||
-	    cfg_num(c, "num_experts_per_tok", 0, 0, 1, x->ne, &x->nu, err) < 0)
+	x->ff = ff; /* GptOssConfig: 32 experts, 4 per token (experts_per_token) */
+	double per = 4;
+	if (oss && cfg_num(c, "experts_per_token", 4, 1, 1, 65535, &per, err) < 0)
+		return -1;
+	if (cfg_num(c, "num_local_experts", 32, oss, 1, 65535, &x->ne, err) < 0 ||
+	    cfg_num(c, "num_experts_per_tok", per, oss, 1, x->ne, &x->nu, err) < 0)
 		return -1;
 	return 0;
 }
@@ -339,6 +345,41 @@ static void moe_meta(const struct arch *a, const struct moe *x, struct ck_gguf_m
 	if (x->shared)
 		ck_gguf_meta_u32(m, KEY("expert_shared_feed_forward_length"), (uint32_t)x->shared);
 #undef KEY
+}
+
+/* GPT-OSS: what llama.cpp's gpt-oss fixes instead of reading it, checked:
+ * sliding-window attention on the even layers and full on the odd
+ * (layer_types), the clamped SwiGLU's limit 7 (swiglu_limit); the window
+ * (GptOssConfig's default 128) in the metadata. */
+static int gpt_oss_meta(const cJSON *c, double L, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double swa, limit;
+	if (cfg_num(c, "sliding_window", 128, 1, 1, UINT32_MAX, &swa, err) < 0 ||
+	    cfg_num(c, "swiglu_limit", 7, 1, -1e9, 1e9, &limit, err) < 0)
+		return -1;
+	if (limit != 7)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: swiglu_limit %g: llama.cpp's gpt-oss "
+			       "clamps at 7 only",
+			       limit);
+	const cJSON *types = cJSON_GetObjectItemCaseSensitive(c, "layer_types"), *e;
+	int i = 0;
+	if (types && (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != (int)L))
+		return ck_fail(err, CK_E_SOURCE, "config.json: layer_types must list the %g layers",
+			       L);
+	cJSON_ArrayForEach(e, types)
+	{
+		const char *want = i % 2 ? "full_attention" : "sliding_attention";
+		if (!cJSON_IsString(e) || strcmp(e->valuestring, want))
+			return ck_fail(
+			    err, CK_E_SOURCE,
+			    "config.json: layer_types[%d] is not \"%s\": llama.cpp's "
+			    "gpt-oss alternates sliding and full attention, sliding first",
+			    i, want);
+		i++;
+	}
+	ck_gguf_meta_u32(m, "gpt-oss.attention.sliding_window", (uint32_t)swa);
+	return 0;
 }
 
 /* IBM Granite (dense): Llama with four scalars, which llama.cpp reads from
@@ -579,6 +620,16 @@ static uint32_t quantized_type(const struct ftype *ft, const struct ck_gguf_kmix
 	return ck_gguf_fit_rows(q, t->v.shape[t->v.ndim - 1]);
 }
 
+/* F32 in every file type, as llama.cpp's converter and llama-quantize keep
+ * them: vectors (norms, biases), the MoE router, and any tensor whose name
+ * does not end in ".weight" (GPT-OSS's 2-D expert biases). */
+static int stays_f32(const struct ck_target *t)
+{
+	size_t n = strlen(t->name);
+	return t->v.ndim < 2 || strstr(t->name, ".ffn_gate_inp.") || n < 7 ||
+	       strcmp(t->name + n - 7, ".weight");
+}
+
 /* The targets a --tensor-type pattern decides (llama.cpp's counts pass
  * them by): their types in types[], -1 for the others. */
 static int manual_types(const struct ck_plan *p, const struct ck_gguf_overrides *ov,
@@ -595,7 +646,7 @@ static int manual_types(const struct ck_plan *p, const struct ck_gguf_overrides 
 	for (size_t i = 0; i < p->n; i++) {
 		const struct ck_target *t = &p->t[i];
 		(*types)[i] = -1;
-		if (t->v.ndim < 2 || strstr(t->name, ".ffn_gate_inp."))
+		if (stays_f32(t))
 			continue;
 		int64_t first = named_first(ov, t, CK_GGUF_F32, err);
 		(*types)[i] = first == -1 ? ck_gguf_tt_type(ov, t->name, err) : -1;
@@ -629,8 +680,7 @@ static int assign_types(struct ck_plan *p, const struct ftype *ft, const struct 
 			break;
 		}
 		uint32_t q = ft->ggml;
-		if (t->v.ndim < 2 || strstr(t->name, ".ffn_gate_inp.")) /* norms, biases, the
-									 * MoE router */
+		if (stays_f32(t))
 			q = CK_GGUF_F32;
 		else if (ft->mix || ft->ggml == CK_GGML_Q8_0) {
 			int64_t first = named_first(ov, t, source, err);
@@ -763,6 +813,39 @@ static int phi3_longrope(const cJSON *c, const cJSON *rs, double ctx, double rd,
 /* rope_scaling: linear and yarn as metadata, llama3 (the llama family) as
  * the rope_freqs tensor, Phi-3's longrope as two factor tensors; another
  * type is refused. */
+/* What llama.cpp's YaRN does not read from a GGUF: the correction range's
+ * rotations (it takes 32 and 1, Hugging Face's defaults) and an attention
+ * factor other than Hugging Face's default 0.1 ln(factor) + 1. A config
+ * that sets them otherwise would be served as another model: refused.
+ * (Hugging Face's "truncate": false, GPT-OSS's, has no GGUF key either:
+ * llama.cpp rounds the range outwards, as its own converter's files do;
+ * the README says what that changes.) */
+static int yarn_defaults(const cJSON *rs, struct ck_err *err)
+{
+	static const char *const beta[2] = {"beta_fast", "beta_slow"};
+	static const double def[2] = {32, 1};
+	for (int k = 0; k < 2; k++) {
+		double v;
+		if (cfg_num(rs, beta[k], def[k], 1, -1e9, 1e9, &v, err) < 0)
+			return -1;
+		if (v != def[k])
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: rope_scaling.%s %g: llama.cpp's yarn takes "
+				       "%g only",
+				       beta[k], v, def[k]);
+	}
+	static const char *const fixed[3] = {"attention_factor", "mscale", "mscale_all_dim"};
+	for (int k = 0; k < 3; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(rs, fixed[k]);
+		if (v && !cJSON_IsNull(v))
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: rope_scaling.%s: the GGUF view serves yarn "
+				       "with Hugging Face's default attention factor only",
+				       fixed[k]);
+	}
+	return 0;
+}
+
 static int rope_scaling(const cJSON *c, const struct rope_src *r, const struct arch *a, double ctx,
 			double theta, double rd, struct ck_gguf_view *g, struct ck_err *err)
 {
@@ -797,7 +880,7 @@ static int rope_scaling(const cJSON *c, const struct rope_src *r, const struct a
 	if (!strcmp(type, "yarn") &&
 	    cfg_num(rs, "original_max_position_embeddings", ctx, 1, 1, UINT32_MAX, &orig, err) == 0)
 		ck_gguf_meta_u32(&g->meta, k, (uint32_t)orig);
-	return 0;
+	return strcmp(type, "yarn") ? 0 : yarn_defaults(rs, err);
 }
 
 static void target_at(const void *ctx, size_t i, const char **name, int *ndim,
@@ -830,8 +913,11 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
 	    cfg_num(r.theta, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
 	    cfg_num(c, "rms_norm_eps", 0, 0, 0, 1, &eps, err) < 0 ||
-	    cfg_num(c, "head_dim", gemma ? 256 : (double)((int64_t)H / (int64_t)nh), 1, 1, 65535,
-		    &hd, err) < 0 ||
+	    cfg_num(c, "head_dim",
+		    gemma			  ? 256
+		    : !strcmp(a->gguf, "gpt-oss") ? 64
+						  : (double)((int64_t)H / (int64_t)nh),
+		    1, 1, 65535, &hd, err) < 0 ||
 	    rotary_dims(c, &r, a, hd, &rd, err) < 0)
 		return -1;
 	if (moe_of(c, a, ff, &x, err) < 0)
@@ -874,6 +960,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "phi3") && phi3_meta(c, &r, ctx, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "qwen2vl") && qwen2vl_meta(r.scaling, rd, m, err) < 0)
+		return -1;
+	if (!strcmp(a->gguf, "gpt-oss") && gpt_oss_meta(c, L, m, err) < 0)
 		return -1;
 #undef KEY
 	return rope_scaling(c, &r, a, ctx, theta, rd, g, err);

@@ -603,6 +603,8 @@ def main():
                  ("qwen2moe", ["--model", "qwen2-moe", "--experts", "4", "--layers", "4", "--hidden", "256",
                                "--intermediate", "512", "--moe-intermediate", "256"],
                   ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"], "Q6_K"),
+                 ("gpt-oss", ["--model", "gpt-oss", "--experts", "4", "--layers", "4", "--hidden", "256",
+                              "--intermediate", "256"], ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q4_0"], "Q5_0"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",

@@ -6,7 +6,8 @@ not ckptfs:
   relative, same greedy tokens) for Llama (grouped-query; 3.1's llama3
   rope scaling as rope_freqs.weight), Qwen2 (Q/K/V biases), Qwen3 (Q/K
   norms, explicit head_dim), Qwen3-MoE, Qwen2-MoE (a sigmoid-gated shared
-  expert, top-k weights not renormalized), Mixtral (experts),
+  expert, top-k weights not renormalized), GPT-OSS (MXFP4 experts, sinks,
+  sliding window, YaRN), Mixtral (experts),
   Gemma (norms written as 1 + w; a view leaving them as offsets fails) and
   Phi-3 (fused attn_qkv and ffn_up; gate and up swapped fails);
   F16, BF16, Q8_0 and Q4_0 (llama-quantize's mix: the output Q6_K or Q8_0)
@@ -498,6 +499,7 @@ def run_all(d, rng, lib):
     phi3(d, rng, lib)
     qwen3moe(d, rng, lib)
     qwen2moe(d, rng, lib)
+    gpt_oss(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
     mistral3_defaults(d, rng)
@@ -684,6 +686,236 @@ def qwen2moe(d, rng, lib):
     print(f"qwen2moe: every tensor exact in F32 and Q8_0 (experts stacked, shared expert, its gate a vector); "
           f"llama.cpp's logits {r:.1e} relative to torch, same greedy (without the shared expert {off_shared:.1e}, "
           f"renormalized {off_norm:.1e}); renormalized top-k, dense layers, tied output and wrong widths refused")
+
+
+def yarn_inv_freq(cfg, hd):
+    """Hugging Face's _compute_yarn_parameters (written here from its
+    description): each pair's frequency blended between the extrapolated
+    base**(-2i/d) and the interpolated one (divided by factor) by a linear
+    ramp over the correction range of beta_fast / beta_slow rotations in the
+    original context, rounded outwards when truncate (its default) is
+    true; cos and sin scaled by 0.1 ln(factor) + 1."""
+    import math
+    import torch
+    rs, base = cfg["rope_scaling"], cfg["rope_theta"]
+    factor, orig = rs["factor"], rs["original_max_position_embeddings"]
+
+    def dim_of(rot):
+        return hd * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(base))
+    lo, hi = dim_of(rs.get("beta_fast", 32)), dim_of(rs.get("beta_slow", 1))
+    if rs.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, hd - 1)
+    ramp = ((torch.arange(hd // 2, dtype=torch.float32) - lo) / (hi - lo if hi > lo else 0.001)).clamp(0, 1)
+    pos = base ** (torch.arange(0, hd, 2).float() / hd)
+    extra = 1 - ramp
+    return (1 / (factor * pos)) * (1 - extra) + (1 / pos) * extra, 0.1 * math.log(factor) + 1
+
+
+def gpt_oss_forward(w, cfg, toks):
+    """Hugging Face's GptOssForCausalLM in plain torch, from its
+    description: RMSNorm; attention with Q/K/V/O biases, the NeoX (halves)
+    YaRN rope, a learned sink logit per head joining each row's softmax and
+    dropped after it, a sliding window on the even layers; the router's
+    top-k logits softmaxed among themselves; each expert's gate and up
+    (interleaved columns of gate_up_proj [E, H, 2I]) with their biases, gate
+    clamped above at 7, up to [-7, 7], (up + 1) * gate * sigmoid(1.702 *
+    gate), down_proj [E, I, H] and its bias."""
+    import torch
+    H, nh, nkv, hd = (cfg[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
+    T, eps, lim = len(toks), cfg["rms_norm_eps"], cfg["swiglu_limit"]
+    w = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in w.items()}
+
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+    inv, att = yarn_inv_freq(cfg, hd)
+    ang = torch.arange(T).float()[:, None] * inv[None]
+    cos, sin = ang.cos() * att, ang.sin() * att
+
+    def turn(x):  # [heads, T, hd]: the first half with the second, as HF's _apply_rotary_emb
+        a, b = x[..., :hd // 2], x[..., hd // 2:]
+        return torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+    i = torch.arange(T)
+    causal = i[None, :] <= i[:, None]
+    x = w["model.embed_tokens.weight"][toks]
+    for L in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{L}."
+        h = rms(x, w[p + "input_layernorm.weight"])
+        q = turn(lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1))
+        k = turn(lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1))
+        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        allowed = causal & ((i[:, None] - i[None, :] < cfg["sliding_window"]) if L % 2 == 0 else causal)
+        s = (q @ k.transpose(1, 2)) * hd ** -0.5 + torch.where(allowed, 0.0, float("-inf"))
+        s = torch.cat([s, w[p + "self_attn.sinks"].view(nh, 1, 1).expand(nh, T, 1)], -1)
+        a = torch.softmax(s - s.max(-1, keepdim=True).values, -1)[..., :-1] @ v
+        x = x + lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj")
+        h = rms(x, w[p + "post_attention_layernorm.weight"])
+        top, idx = lin(h, p + "mlp.router").topk(cfg["num_experts_per_tok"], -1)
+        top = torch.softmax(top, -1)
+        e = p + "mlp.experts."
+        out = torch.zeros_like(h)
+        for t in range(T):
+            for j in range(top.shape[1]):
+                n = int(idx[t, j])
+                gu = h[t] @ w[e + "gate_up_proj"][n] + w[e + "gate_up_proj_bias"][n]
+                gate, up = gu[0::2].clamp(max=lim), gu[1::2].clamp(-lim, lim)
+                y = (up + 1) * gate * torch.sigmoid(gate * 1.702)
+                out[t] += top[t, j] * (y @ w[e + "down_proj"][n] + w[e + "down_proj_bias"][n])
+        x = x + out
+    return rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
+
+
+def same_but_name(a, b):
+    """Two GGUFs with the same tensors and metadata but general.name (a
+    checkpoint's directory)."""
+    (ma, ia, ta), (mb, ib, tb) = read_gguf(a), read_gguf(b)
+    return (ia, ta) == (ib, tb) and {k: v for k, v in ma.items() if k != "general.name"} == \
+        {k: v for k, v in mb.items() if k != "general.name"}
+
+
+def gpt_oss(d, rng, lib):
+    """GPT-OSS (arch gpt-oss) from its released form, BF16 with MXFP4
+    experts, weights drawn here: every tensor of the F32 file against
+    numpy (the experts dequantised by the OCP MX reference of
+    gpt_oss_megatron.py, gate the even rows of gate_up_proj, up the odd;
+    the 2-D expert biases F32, as they are not weights), the default file
+    BF16 (MXFP4 is exact in it), Q8_0 blocks as ggml's; llama.cpp's logits
+    against the torch forward above (sinks, a 4-token sliding window on
+    the even layers, YaRN, 2 of 4 experts, the clamped SwiGLU); negative
+    controls: without the sinks, and with gate and up swapped, they are
+    off. transformers' dequantised form (gate_up_proj [E, H, 2I]) serves the
+    same bytes. With GPT-OSS's own "truncate": false, which no GGUF key
+    carries, llama.cpp rounds the YaRN range as with true: its logits equal
+    that reference, and the difference from Hugging Face's is printed.
+    Refused: a limit, window pattern, tied output, YaRN betas or attention
+    factor llama.cpp's gpt-oss does not run."""
+    import gpt_oss_megatron as gom
+    src = os.path.join(d, "gpt-oss")
+    ckref.run(MKCKPT, "--model", "gpt-oss", "--vocab", "320", "--intermediate", "96", "--layers", "3", src)
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    cfg.update(sliding_window=4, num_experts_per_tok=2, experts_per_token=2,
+               rope_scaling=dict(cfg["rope_scaling"], truncate=True))
+    json.dump(cfg, open(os.path.join(src, "config.json"), "w"), indent=1)
+    st = ckref.read_checkpoint_dir(src)
+    raw, hf = {}, {}  # what the file holds; the floats it means (experts in transformers' layout)
+    for k, (dt, shape, _) in sorted(st.items()):
+        if dt == "U8":
+            a = rng.integers(0, 256, shape, dtype=np.uint8) if k.endswith("_blocks") else \
+                rng.integers(118, 123, shape, dtype=np.uint8)  # 2^-9 .. 2^-5: a trained scale
+            raw[k] = ("U8", shape, a.tobytes())
+            hf[k] = a
+            continue
+        a = (rng.standard_normal(shape) * (0.5 if k.endswith("sinks") else 0.05 if "bias" in k else 0.08))
+        if len(shape) == 1 and "norm" in k:
+            a = 1 + rng.standard_normal(shape) * 0.1
+        h = bf16_rne(a.astype(np.float32))
+        raw[k] = ("BF16", shape, h.tobytes())
+        hf[k] = (h.astype(np.uint32) << 16).view(np.float32)
+    ckref.write_safetensors(os.path.join(src, "model.safetensors"), raw)
+    w = {k: a for k, a in hf.items() if not k.endswith(("_blocks", "_scales"))}
+    ref = {"token_embd.weight": w["model.embed_tokens.weight"], "output_norm.weight": w["model.norm.weight"],
+           "output.weight": w["lm_head.weight"]}
+    names = {"input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+             "self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
+             "mlp.router.bias": "ffn_gate_inp.bias"}
+    for x in "qkvo":
+        for b in ("weight", "bias"):
+            names[f"self_attn.{x}_proj.{b}"] = f"attn_{'output' if x == 'o' else x}.{b}"
+    for L in range(cfg["num_hidden_layers"]):
+        p, g = f"model.layers.{L}.", f"blk.{L}."
+        for hn, gn in names.items():
+            ref[g + gn] = w[p + hn]
+        e = p + "mlp.experts."
+        gu = gom.mxfp4_ref(hf[e + "gate_up_proj_blocks"], hf[e + "gate_up_proj_scales"]).astype(np.float32)
+        dn = gom.mxfp4_ref(hf[e + "down_proj_blocks"], hf[e + "down_proj_scales"]).astype(np.float32)
+        ref[g + "ffn_gate_exps.weight"], ref[g + "ffn_up_exps.weight"] = gu[:, 0::2], gu[:, 1::2]
+        ref[g + "ffn_down_exps.weight"] = dn
+        gb = w[e + "gate_up_proj_bias"]
+        ref[g + "ffn_gate_exps.bias"], ref[g + "ffn_up_exps.bias"] = gb[:, 0::2], gb[:, 1::2]
+        ref[g + "ffn_down_exps.bias"] = w[e + "down_proj_bias"]
+        w[e + "gate_up_proj"] = np.ascontiguousarray(gu.transpose(0, 2, 1))  # transformers' [E, H, 2I]
+        w[e + "down_proj"] = np.ascontiguousarray(dn.transpose(0, 2, 1))  # [E, I, H]
+    f32s = {n for n, a in ref.items() if a.ndim < 2 or "ffn_gate_inp" in n or not n.endswith(".weight")}
+    files = {}
+    for ft, opts in (("F32", "gguf=F32"), ("BF16", "gguf"), ("Q8_0", "gguf=Q8_0")):
+        with Mount(src, opts=opts + ",gguf_vocab=none") as m:
+            files[ft] = open(m.path("model.gguf"), "rb").read()
+            meta, infos, tensors = read_gguf(m.path("model.gguf"))
+        assert set(tensors) == set(ref), sorted(set(tensors) ^ set(ref))
+        for name, shape, t, _ in infos:
+            a = ref[name]
+            want_t = 0 if name in f32s else TYPES[ft]
+            assert (t, shape) == (want_t, list(a.shape)), (ft, name, t, shape)
+            want = a.astype(np.float32).tobytes() if want_t == 0 else bf16_rne(a).tobytes() if want_t == 30 else \
+                ggml_quantize(lib, want_t, a)
+            assert tensors[name] == want, f"gpt-oss {ft}: {name}: bytes differ from the reference"
+    want_meta = {"general.architecture": "gpt-oss", "gpt-oss.expert_count": 4, "gpt-oss.expert_used_count": 2,
+                 "gpt-oss.expert_feed_forward_length": 96, "gpt-oss.attention.sliding_window": 4,
+                 "gpt-oss.attention.key_length": cfg["head_dim"], "gpt-oss.rope.scaling.type": "yarn",
+                 "gpt-oss.rope.scaling.factor": 32.0, "gpt-oss.rope.scaling.original_context_length": 4096,
+                 "general.file_type": 0}
+    out = os.path.join(d, "gpt-oss-out")
+    ckref.run(CKPTFS, "convert", src, out, "--format", "gguf:F32", "--gguf-vocab", "none", "--quiet")
+    path = os.path.join(out, "model.gguf")
+    assert open(path, "rb").read() == files["F32"]
+    meta = read_gguf(path)[0]
+    assert all(meta.get(k) == v for k, v in want_meta.items()), {k: (meta.get(k), v) for k, v in want_meta.items()}
+    got = gs.llama_cpp(MODULES, path, TOKS)
+    want = gpt_oss_forward(w, cfg, TOKS)
+    import torch
+    r, same = gs.rel(got, want), bool(torch.equal(got.argmax(-1), want.argmax(-1)))
+    assert r < 1e-3 and same, f"gpt-oss: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    no_sinks = gs.rel(got, gpt_oss_forward({k: (a * 0 - 1e9 if k.endswith("sinks") else a) for k, a in w.items()},
+                                           cfg, TOKS))
+    swapped = {k: a for k, a in w.items()}
+    for L in range(cfg["num_hidden_layers"]):
+        k = f"model.layers.{L}.mlp.experts.gate_up_proj"
+        swapped[k] = np.ascontiguousarray(w[k].reshape(*w[k].shape[:2], -1, 2)[..., ::-1].reshape(w[k].shape))
+    off_swap = gs.rel(got, gpt_oss_forward(swapped, cfg, TOKS))
+    no_window = gs.rel(got, gpt_oss_forward(w, dict(cfg, sliding_window=10 ** 6), TOKS))
+    assert min(no_sinks, off_swap, no_window) > 1e-2, (no_sinks, off_swap, no_window)
+    # transformers' dequantised experts: the same bytes
+    deq = os.path.join(d, "gpt-oss-deq")
+    os.makedirs(deq)
+    json.dump(cfg, open(os.path.join(deq, "config.json"), "w"))
+    t2 = {k: v for k, v in raw.items() if not k.endswith(("_blocks", "_scales"))}
+    for L in range(cfg["num_hidden_layers"]):
+        e = f"model.layers.{L}.mlp.experts."
+        for n in ("gate_up_proj", "down_proj"):
+            t2[e + n] = ("BF16", w[e + n].shape, bf16_rne(w[e + n]).tobytes())
+    ckref.write_safetensors(os.path.join(deq, "model.safetensors"), t2)
+    ckref.run(CKPTFS, "convert", deq, out + "-deq", "--format", "gguf:F32", "--gguf-vocab", "none", "--quiet")
+    assert same_but_name(os.path.join(out + "-deq", "model.gguf"), path)
+    # GPT-OSS's own truncate: false: the same file, llama.cpp's rounded range
+    real = os.path.join(d, "gpt-oss-real")
+    shutil.copytree(src, real)
+    rcfg = dict(cfg, rope_scaling=dict(cfg["rope_scaling"], truncate=False))
+    json.dump(rcfg, open(os.path.join(real, "config.json"), "w"))
+    ckref.run(CKPTFS, "convert", real, out + "-real", "--format", "gguf:F32", "--gguf-vocab", "none", "--quiet")
+    assert same_but_name(os.path.join(out + "-real", "model.gguf"), path)
+    hf_untruncated = gs.rel(got, gpt_oss_forward(w, rcfg, TOKS))
+    bad = os.path.join(d, "gpt-oss-bad")
+    shutil.copytree(src, bad)
+    for edit, says in (({"swiglu_limit": 8.0}, "swiglu_limit 8: llama.cpp's gpt-oss clamps at 7 only"),
+                       ({"layer_types": ["full_attention"] * cfg["num_hidden_layers"]},
+                        "layer_types[0] is not \"sliding_attention\""),
+                       ({"tie_word_embeddings": True}, "gpt-oss has no tied output"),
+                       ({"rope_scaling": dict(cfg["rope_scaling"], beta_fast=16.0)},
+                        "rope_scaling.beta_fast 16: llama.cpp's yarn takes 32 only"),
+                       ({"rope_scaling": dict(cfg["rope_scaling"], attention_factor=1.5)},
+                        "rope_scaling.attention_factor: the GGUF view serves yarn")):
+        json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    print(f"gpt-oss (MXFP4 experts): every tensor exact in F32, BF16 (the default) and Q8_0, expert biases F32; "
+          f"transformers' dequantised experts serve the same file; llama.cpp's logits {r:.1e} relative to torch, "
+          f"same greedy (without the sinks {no_sinks:.1e}, gate and up swapped {off_swap:.1e}, no window "
+          f"{no_window:.1e}); with truncate false llama.cpp differs from Hugging Face's unrounded YaRN range by "
+          f"{hf_untruncated:.1e}; a limit, window pattern, tied output, YaRN beta or attention factor llama.cpp "
+          f"does not run refused")
 
 
 def llama3_rope(d, src, cfg, w):
