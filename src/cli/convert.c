@@ -122,7 +122,8 @@ enum {
 static const struct ck_cli_opt convert_opts[] = {
     {O_FORMAT, "--format", "safetensors|gguf[:TYPE]|dcp|torch_dist",
      "what to write (default safetensors; gguf: F32 F16 BF16 Q8_0, llama-quantize's mixes Q4_0 "
-     "Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_M Q4_K_S Q5_K_M Q5_K_S Q6_K IQ4_NL IQ4_XS)"},
+     "Q4_1 Q5_0 Q5_1 Q2_K Q3_K_S Q3_K_M Q3_K_L Q4_K_M Q4_K_S Q5_K_M Q5_K_S Q6_K IQ4_NL IQ4_XS "
+     "MXFP4_MOE)"},
     {O_MAX_SHARD, "--max-shard-size", "SIZE",
      "shards of at most SIZE and their index (5GB, 500MiB)"},
     {O_DTYPE, "--dtype", "DTYPE", "cast floating-point targets (F32 F16 BF16 F8_E4M3 F8_E5M2)"},

@@ -420,7 +420,7 @@ static int quant_k(uint32_t type, int from, const unsigned char *in, size_t n, u
 	    (type != CK_GGML_Q2_K && type != CK_GGML_Q3_K && type != CK_GGML_Q4_K &&
 	     type != CK_GGML_Q5_K && type != CK_GGML_Q6_K && type != CK_GGML_Q4_1 &&
 	     type != CK_GGML_Q5_0 && type != CK_GGML_Q5_1 && type != CK_GGML_IQ4_NL &&
-	     type != CK_GGML_IQ4_XS))
+	     type != CK_GGML_IQ4_XS && type != CK_GGML_MXFP4))
 		return -1;
 	const size_t es = from == CK_QSRC_F32 ? 4 : 2, per = 256 / qk;
 	for (size_t i = 0; i < n; i += per) {

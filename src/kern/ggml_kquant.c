@@ -215,6 +215,7 @@ static int block(uint32_t type, const float *x, unsigned char *y)
 	case CK_GGML_Q5_K: quant_k45(x, 31, y); return 0;
 	case CK_GGML_Q6_K: quant_q6_k(x, y); return 0;
 	case CK_GGML_IQ4_XS: ck_quant_iq4_xs(x, NULL, y); return 0;
+	case CK_GGML_MXFP4: ck_quant_mxfp4(x, y); return 0;
 	default: return -1;
 	}
 }

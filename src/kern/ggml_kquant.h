@@ -10,7 +10,7 @@
 
 /* x: n blocks' elements (ck_ggml_block's count each, 256 in all at most);
  * y: their bytes. Returns -1 for another type (the K-quants, Q4_1, Q5_0,
- * Q5_1, IQ4_NL and IQ4_XS). */
+ * Q5_1, IQ4_NL, IQ4_XS and MXFP4). */
 int ck_kquant_blocks(uint32_t type, const float *x, int n, unsigned char *y);
 /* IQ4_NL: nb (1..8) consecutive blocks of 32, quantized side by side;
  * IQ4_XS: one block of 256 (kern/ggml_iq4.c). qw: the importance weights
@@ -19,6 +19,8 @@ void ck_quant_iq4_nl(const float *x, const float *qw, int nb, unsigned char *y);
 void ck_quant_iq4_xs(const float *x, const float *qw, unsigned char *y);
 /* Q4_1, Q5_0 or Q5_1 (kern/ggml_legacy.c): n blocks of 32. */
 void ck_quant_legacy(uint32_t type, const float *x, int n, unsigned char *y);
+/* MXFP4 (kern/ggml_mxfp4.c): one block of 32. */
+void ck_quant_mxfp4(const float *x, unsigned char *y);
 /* Q2_K and Q3_K (kern/ggml_kquant23.c): one 256-element block. */
 void ck_quant_q2_k(const float *x, unsigned char *y);
 void ck_quant_q3_k(const float *x, unsigned char *y);

@@ -25,7 +25,7 @@ int ck_gguf_imatrix_attach(struct ck_plan *p, const char *path, const char *type
 		return ck_fail(err, CK_E_USAGE,
 			       "an importance matrix goes with a quantized type (Q8_0 or a "
 			       "llama-quantize mix: Q4_0, Q4_1, Q5_0, Q5_1, Q2_K ... Q6_K, IQ4_NL, "
-			       "IQ4_XS): %s takes no weights",
+			       "IQ4_XS, MXFP4_MOE): %s takes no weights",
 			       type);
 	if (ck_imatrix_load(path, m, err) < 0)
 		return -1;

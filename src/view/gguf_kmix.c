@@ -159,8 +159,12 @@ uint32_t ck_gguf_kmix_type(const struct ck_gguf_kmix *k, const struct ck_plan *p
 	if (k->pure) /* rows that are not whole blocks still fall back, as newer
 		      * llama.cpp's do (the tested one's --pure aborts there) */
 		return ck_gguf_fit_rows(t, nx);
-	if (!strcmp(name, "output.weight") ||
-	    (!k->has_output && !strcmp(name, "token_embd.weight")))
+	const int output = !strcmp(name, "output.weight") ||
+			   (!k->has_output && !strcmp(name, "token_embd.weight"));
+	if (k->ftype == CK_FTYPE_MXFP4_MOE) /* a stack of experts (ne[2] > 1) MXFP4 */
+		t = !output && p->t[i].v.ndim == 3 && p->t[i].v.shape[0] > 1 ? CK_GGML_MXFP4
+									     : CK_GGML_Q8_0;
+	else if (output)
 		t = nx % 256 ? CK_GGML_Q8_0 : CK_GGML_Q6_K;
 	else if (!strcmp(name, "token_embd.weight"))
 		t = k->base;

@@ -1,6 +1,7 @@
 /* The llama-quantize mixes of the GGUF view (-o gguf=Q4_0, Q4_1, Q5_0,
  * Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K,
- * IQ4_NL, IQ4_XS): which ggml type each matrix gets, as llama-quantize's
+ * IQ4_NL, IQ4_XS, MXFP4_MOE: the stacked experts MXFP4, every other matrix
+ * and the output Q8_0): which ggml type each matrix gets, as llama-quantize's
  * llama_tensor_get_type chooses it (an importance matrix changes only
  * ffn_down's: the IQ4 mixes' and, in the first eighth of the layers, Q4_0's
  * and Q5_0's, which take Q4_1 and Q5_1 there). The base type for most
@@ -36,7 +37,8 @@ enum {
 	CK_FTYPE_Q5_K_M = 17,
 	CK_FTYPE_Q6_K = 18,
 	CK_FTYPE_IQ4_NL = 25,
-	CK_FTYPE_IQ4_XS = 30
+	CK_FTYPE_IQ4_XS = 30,
+	CK_FTYPE_MXFP4_MOE = 38
 };
 
 struct ck_gguf_kmix {

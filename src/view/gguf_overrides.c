@@ -17,15 +17,16 @@ static const struct {
 	const char *name;
 	uint32_t ggml;
 } TENSOR_TYPES[] = {
-    {"F32", CK_GGUF_F32},   {"F16", CK_GGUF_F16},	{"BF16", CK_GGUF_BF16},
-    {"Q8_0", CK_GGML_Q8_0}, {"Q4_0", CK_GGML_Q4_0},	{"Q4_1", CK_GGML_Q4_1},
-    {"Q5_0", CK_GGML_Q5_0}, {"Q5_1", CK_GGML_Q5_1},	{"Q2_K", CK_GGML_Q2_K},
-    {"Q3_K", CK_GGML_Q3_K}, {"Q4_K", CK_GGML_Q4_K},	{"Q5_K", CK_GGML_Q5_K},
-    {"Q6_K", CK_GGML_Q6_K}, {"IQ4_NL", CK_GGML_IQ4_NL}, {"IQ4_XS", CK_GGML_IQ4_XS},
+    {"F32", CK_GGUF_F32},     {"F16", CK_GGUF_F16},	  {"BF16", CK_GGUF_BF16},
+    {"Q8_0", CK_GGML_Q8_0},   {"Q4_0", CK_GGML_Q4_0},	  {"Q4_1", CK_GGML_Q4_1},
+    {"Q5_0", CK_GGML_Q5_0},   {"Q5_1", CK_GGML_Q5_1},	  {"Q2_K", CK_GGML_Q2_K},
+    {"Q3_K", CK_GGML_Q3_K},   {"Q4_K", CK_GGML_Q4_K},	  {"Q5_K", CK_GGML_Q5_K},
+    {"Q6_K", CK_GGML_Q6_K},   {"IQ4_NL", CK_GGML_IQ4_NL}, {"IQ4_XS", CK_GGML_IQ4_XS},
+    {"MXFP4", CK_GGML_MXFP4},
 };
 #define TYPES_SAID                                                                                 \
 	"one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "      \
-	"IQ4_NL, IQ4_XS"
+	"IQ4_NL, IQ4_XS, MXFP4"
 
 static int64_t type_named(const char *name)
 {

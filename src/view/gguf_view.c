@@ -84,10 +84,11 @@ static const struct ftype {
     {"Q6_K", CK_GGML_Q6_K, CK_FTYPE_Q6_K, CK_DT_F32, 1},
     {"IQ4_NL", CK_GGML_IQ4_NL, CK_FTYPE_IQ4_NL, CK_DT_F32, 1},
     {"IQ4_XS", CK_GGML_IQ4_XS, CK_FTYPE_IQ4_XS, CK_DT_F32, 1},
+    {"MXFP4_MOE", CK_GGML_MXFP4, CK_FTYPE_MXFP4_MOE, CK_DT_F32, 1},
 };
 #define TYPE_LIST                                                                                  \
 	"F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, "     \
-	"Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS"
+	"Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE"
 
 static const struct ftype *find_ftype(const char *name)
 {

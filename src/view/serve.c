@@ -127,7 +127,8 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
     {S_GGUF, "gguf", "[TYPE]",
      "also serve model.gguf for llama.cpp: Llama, Mistral, Mixtral, Qwen2, Qwen3, Gemma, Phi-3, "
      "...; TYPE F32, F16, BF16, Q8_0 or llama-quantize's mixes Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, "
-     "Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS (default: the "
+     "Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE "
+     "(default: the "
      "source's float type; quantized on read)"},
     {S_GGUF_PRE, "gguf_pre", "NAME",
      "the BPE pre-tokenizer llama.cpp should use (default: from tokenizer.json's split "
@@ -249,7 +250,7 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 			    err, how, opt,
 			    "F32, F16, BF16, Q8_0 or a llama-quantize mix (Q4_0, Q4_1, Q5_0, "
 			    "Q5_1, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, Q4_K_S, Q4_K_M, Q5_K_S, "
-			    "Q5_K_M, Q6_K, IQ4_NL, IQ4_XS)");
+			    "Q5_K_M, Q6_K, IQ4_NL, IQ4_XS, MXFP4_MOE)");
 		o->gguf.on = 1;
 		o->gguf.type = val;
 		return 1;

@@ -43,7 +43,7 @@ import gguf_source as gs  # noqa: E402  (parse_gguf, QUANT, llama_cpp)
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
 LEGACY = {"Q4_0": 2, "Q4_1": 3, "Q5_0": 8, "Q5_1": 9}
 FTYPE = {**LEGACY, "Q2_K": 10, "Q3_K_S": 11, "Q3_K_M": 12, "Q3_K_L": 13, "Q4_K_S": 14, "Q4_K_M": 15,
-         "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30}  # llama_ftype
+         "Q5_K_S": 16, "Q5_K_M": 17, "Q6_K": 18, "IQ4_NL": 25, "IQ4_XS": 30, "MXFP4_MOE": 38}  # llama_ftype
 SIZES = {0: (1, 4), 1: (1, 2), 30: (1, 2), **{t: (qk, qb) for t, qk, qb in gs.QUANT.values()}}
 NAMES = {t: n for n, (t, _, _) in gs.QUANT.items()} | {0: "F32", 1: "F16", 30: "BF16"}
 
@@ -240,11 +240,14 @@ def hostile_weights(src, rng, extreme, legacy=False):
 
 def same_as_ggml(d, tag, src, mixes):
     """Each quantized tensor of each mix against ggml's own row quantizer
-    (ggml_quantize_chunk) of the unquantized view's values, type for type."""
+    (ggml_quantize_chunk) of the unquantized view's values, type for type
+    ("MIX pure": with --gguf-pure, every matrix the mix's type)."""
     _, plain = tensors(convert(src, os.path.join(d, f"{tag}-F32"), "gguf:F32"))
     n = 0
-    for mix in mixes:
-        _, ours = tensors(convert(src, os.path.join(d, f"{tag}-{mix}"), "gguf:" + mix))
+    for spec in mixes:
+        mix, *opts = spec.split()
+        _, ours = tensors(convert(src, os.path.join(d, f"{tag}-{mix}-{len(opts)}"), "gguf:" + mix,
+                                  *(["--gguf-pure"] if "pure" in opts else [])))
         for name, (t, dims, raw) in ours.items():
             if t in (0, 1):
                 continue
@@ -559,7 +562,11 @@ def main():
         print(f"the same overrides of legacy mixes: {seen}")
         wild = gen(d, "wild", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512")
         hostile_weights(wild, rng, True)
-        n = same_as_ggml(d, "wild", wild, list(FTYPE))
+        # (MXFP4 pure on these blocks: ggml's exponent for a block under
+        # 2^-125 wraps, to 255 for one in [2^-126, 2^-125), which
+        # llama-quantize's validation refuses; ggml's row quantizer is the
+        # reference)
+        n = same_as_ggml(d, "wild", wild, list(FTYPE) + ["MXFP4_MOE pure"])
         print(f"infinities, the largest floats, overflowing sums: {n} quantized tensors as ggml's own "
               "quantizer makes them")
         seen = same_as_llama(lib, d, "dense-ov", dense, ["Q4_K_M output=Q8_0 embd=Q8_0", "Q4_K_M pure",
@@ -604,13 +611,16 @@ def main():
                                "--intermediate", "512", "--moe-intermediate", "256"],
                   ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS"], "Q6_K"),
                  ("gpt-oss", ["--model", "gpt-oss", "--experts", "4", "--layers", "4", "--hidden", "256",
-                              "--intermediate", "256"], ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q4_0"], "Q5_0"),
+                              "--intermediate", "256"], ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q4_0", "MXFP4_MOE",
+                                                        "MXFP4_MOE pure", "MXFP4_MOE output=Q4_K embd=Q5_0"],
+                  "MXFP4"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",
                            "--intermediate", "512"], ["Q4_K_M", "Q5_1", "Q4_K_M output=Q8_0",
                                                       "Q4_K_M pure output=Q8_0", "Q4_K_M tt=token_embd=q5_0",
-                                                      "Q5_K_S output=Q8_0 tt=attn_v=q8_0"], "Q6_K"),
+                                                      "Q5_K_S output=Q8_0 tt=attn_v=q8_0",
+                                                      "Q4_K_M tt=ffn_(up|gate)=mxfp4"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
                               "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL",
                                                   "Q4_1", "Q5_0", "Q4_K_M tt=ffn_down=q6_k tt=attn_output=iq4_xs "

@@ -51,7 +51,8 @@ from mountlib import Mount, skip_unless_fuse  # noqa: E402
 CKPTFS, MKCKPT = os.environ["CKPTFS"], os.environ["MKCKPT"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODULES = os.path.join(gs.TESTS, "..", "build-node", "node_modules")
-BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 14: (256, 210)}  # ggml type: (elems, bytes)
+BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 14: (256, 210),
+         39: (32, 17)}  # ggml type: (elems, bytes)
 TYPES = {"F32": 0, "F16": 1, "BF16": 30, "Q8_0": 8, "Q4_0": 2}
 FILE_TYPE = {"F32": 0, "F16": 1, "BF16": 32, "Q8_0": 7, "Q4_0": 2}
 TOKS = [318, 5, 9, 200, 31, 77, 128, 3, 257, 44]
@@ -840,15 +841,17 @@ def gpt_oss(d, rng, lib):
         w[e + "gate_up_proj"] = np.ascontiguousarray(gu.transpose(0, 2, 1))  # transformers' [E, H, 2I]
         w[e + "down_proj"] = np.ascontiguousarray(dn.transpose(0, 2, 1))  # [E, I, H]
     f32s = {n for n, a in ref.items() if a.ndim < 2 or "ffn_gate_inp" in n or not n.endswith(".weight")}
-    files = {}
-    for ft, opts in (("F32", "gguf=F32"), ("BF16", "gguf"), ("Q8_0", "gguf=Q8_0")):
+    files, mx = {}, None
+    for ft, opts in (("F32", "gguf=F32"), ("BF16", "gguf"), ("Q8_0", "gguf=Q8_0"), ("MXFP4_MOE", "gguf=MXFP4_MOE")):
         with Mount(src, opts=opts + ",gguf_vocab=none") as m:
             files[ft] = open(m.path("model.gguf"), "rb").read()
             meta, infos, tensors = read_gguf(m.path("model.gguf"))
+            if ft == "MXFP4_MOE":
+                mx = (infos, tensors)
         assert set(tensors) == set(ref), sorted(set(tensors) ^ set(ref))
         for name, shape, t, _ in infos:
-            a = ref[name]
-            want_t = 0 if name in f32s else TYPES[ft]
+            a = ref[name]  # MXFP4_MOE: llama-quantize's, the experts MXFP4 and the other matrices Q8_0
+            want_t = 0 if name in f32s else (39 if "_exps" in name else 8) if ft == "MXFP4_MOE" else TYPES[ft]
             assert (t, shape) == (want_t, list(a.shape)), (ft, name, t, shape)
             want = a.astype(np.float32).tobytes() if want_t == 0 else bf16_rne(a).tobytes() if want_t == 30 else \
                 ggml_quantize(lib, want_t, a)
@@ -878,6 +881,27 @@ def gpt_oss(d, rng, lib):
     off_swap = gs.rel(got, gpt_oss_forward(swapped, cfg, TOKS))
     no_window = gs.rel(got, gpt_oss_forward(w, dict(cfg, sliding_window=10 ** 6), TOKS))
     assert min(no_sinks, off_swap, no_window) > 1e-2, (no_sinks, off_swap, no_window)
+    # MXFP4_MOE: the released experts come back exactly (their values fit
+    # ggml's grid: the block's largest magnitude fixes a scale no coarser),
+    # decoded here from the GGUF block layout; llama.cpp's logits against
+    # the model with the other matrices as their Q8_0 blocks hold them
+    back = {g: h for h, g in names.items()}
+    held = dict(w)
+    for name, shape, t, _ in mx[0]:
+        blob = mx[1][name]
+        if t == 39:
+            blk = np.frombuffer(blob, np.uint8).reshape(-1, 17)
+            codes = np.concatenate([blk[:, 1:] & 15, blk[:, 1:] >> 4], 1)
+            vals = gom.E2M1[codes] * np.ldexp(1.0, blk[:, :1].astype(np.int64) - 127)
+            assert np.array_equal(vals.reshape(shape).astype(np.float32), ref[name]), name
+        elif t == 8:
+            a = dequantize(8, blob, shape)
+            hn = {"token_embd.weight": "model.embed_tokens.weight", "output.weight": "lm_head.weight"}.get(name)
+            held[hn or f"model.layers.{name.split('.')[1]}." + back[".".join(name.split(".")[2:])]] = a
+    mpath = os.path.join(out, "mxfp4.gguf")
+    open(mpath, "wb").write(files["MXFP4_MOE"])
+    r_mx = gs.rel(gs.llama_cpp(MODULES, mpath, TOKS), gpt_oss_forward(held, cfg, TOKS))
+    assert r_mx < 3e-2, f"gpt-oss MXFP4_MOE: llama.cpp vs torch over the held weights {r_mx:.2e}"
     # transformers' dequantised experts: the same bytes
     deq = os.path.join(d, "gpt-oss-deq")
     os.makedirs(deq)
@@ -910,7 +934,8 @@ def gpt_oss(d, rng, lib):
                         "rope_scaling.attention_factor: the GGUF view serves yarn")):
         json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
         refused(["inspect", bad, "--format", "gguf"], says, 3)
-    print(f"gpt-oss (MXFP4 experts): every tensor exact in F32, BF16 (the default) and Q8_0, expert biases F32; "
+    print(f"gpt-oss (MXFP4 experts): every tensor exact in F32, BF16 (the default), Q8_0 and MXFP4_MOE (the "
+          f"released experts back exactly; logits {r_mx:.1e} from the held model), expert biases F32; "
           f"transformers' dequantised experts serve the same file; llama.cpp's logits {r:.1e} relative to torch, "
           f"same greedy (without the sinks {no_sinks:.1e}, gate and up swapped {off_swap:.1e}, no window "
           f"{no_window:.1e}); with truncate false llama.cpp differs from Hugging Face's unrounded YaRN range by "
