@@ -205,11 +205,33 @@ static int mount_o_opt(int id, const char *opt, const char *val, struct ck_fs_op
 	}
 }
 
+/* The next option of an -o list, up to a comma; a backslash before a
+ * comma or a backslash makes it part of the value (a --tensor-type
+ * pattern's {1,3}, an override's string), the list rewritten in place;
+ * empty options are skipped. */
+static char *next_opt(char **at)
+{
+	for (;;) {
+		char *s = *at, *r = s, *w = s;
+		if (!s)
+			return NULL;
+		for (; *r && *r != ','; r++, w++) {
+			if (r[0] == '\\' && (r[1] == ',' || r[1] == '\\'))
+				r++;
+			*w = *r;
+		}
+		*at = *r ? r + 1 : NULL;
+		*w = 0;
+		if (*s)
+			return s;
+	}
+}
+
 /* Split one -o list into ckptfs options and FUSE options. */
 static int parse_opts(char *list, struct ck_fs_opts *o, char **fuse_argv, int *fuse_argc,
 		      struct ck_err *err)
 {
-	for (char *save, *opt = strtok_r(list, ",", &save); opt; opt = strtok_r(NULL, ",", &save)) {
+	for (char *at = list, *opt = next_opt(&at); opt; opt = next_opt(&at)) {
 		char *eq = strchr(opt, '=');
 		size_t klen = eq ? (size_t)(eq - opt) : strlen(opt);
 		int r = ck_serve_option(&o->serve, "-o ", opt, err);

@@ -46,6 +46,9 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
      "bytes), as gguf-split --split-max-size cuts them"},
     {CK_CLI_GGUF_SPLIT_MAX_TENSORS, "--gguf-split-max-tensors", "N",
      "--format gguf: the same, N tensors each (gguf-split --split-max-tensors)"},
+    {CK_CLI_GGUF_OVERRIDE_KV, "--gguf-override-kv", "KEY=TYPE:VALUE",
+     "--format gguf: set a metadata pair, TYPE int (u32), float (f32), bool or str "
+     "(llama-quantize's --override-kv; repeatable)"},
     {0, NULL, NULL, NULL},
 };
 
@@ -63,6 +66,8 @@ int ck_cli_gguf_opt(int id, const char *val, struct ck_gguf_opts *g, struct ck_e
 		*(id == CK_CLI_GGUF_PURE ? &g->pure : &g->leave_output) = 1;
 		return 1;
 	}
+	if (id == CK_CLI_GGUF_OVERRIDE_KV)
+		return ck_gguf_opts_add_kv(g, val, err) < 0 ? -1 : 1;
 	if (id == CK_CLI_GGUF_TENSOR_TYPE || id == CK_CLI_GGUF_TENSOR_TYPE_FILE)
 		return ck_gguf_opts_add_tt(g, val, id == CK_CLI_GGUF_TENSOR_TYPE_FILE, err) < 0 ? -1
 												: 1;

@@ -64,6 +64,7 @@ enum {
 	CK_CLI_GGUF_TENSOR_TYPE_FILE,
 	CK_CLI_GGUF_SPLIT_MAX_SIZE,
 	CK_CLI_GGUF_SPLIT_MAX_TENSORS,
+	CK_CLI_GGUF_OVERRIDE_KV,
 	CK_CLI_GGUF_END
 };
 extern const struct ck_cli_opt ck_cli_gguf_opts[];

@@ -1076,7 +1076,81 @@ static int load_maps(const struct ck_catalog *cat, const struct arch *a,
 int ck_gguf_opts_used(const struct ck_gguf_opts *o)
 {
 	return o->pre || o->vocab_none || o->imatrix || o->pure || o->output_type || o->embd_type ||
-	       o->leave_output || o->n_tt || o->split_max_size || o->split_max_tensors;
+	       o->leave_output || o->n_tt || o->split_max_size || o->split_max_tensors || o->n_kv;
+}
+
+int ck_gguf_opts_add_kv(struct ck_gguf_opts *o, const char *arg, struct ck_err *err)
+{
+	struct ck_gguf_kv_set kv;
+	if (ck_gguf_kv_parse(arg, &kv, err) < 0)
+		return -1;
+	if (o->n_kv == CK_GGUF_MAX_KV)
+		return ck_fail(err, CK_E_USAGE, "--gguf-override-kv: at most %d", CK_GGUF_MAX_KV);
+	o->kv[o->n_kv++] = arg;
+	return 0;
+}
+
+/* The hyper-parameters as the final metadata says them, against the
+ * tensors: an override of an architecture key that no longer describes
+ * them (block_count, embedding_length, head counts, widths, expert counts)
+ * would make a file llama.cpp refuses or runs as another model. */
+static int check_overrides(const struct ck_gguf_view *g, const char *arch,
+			   const struct ck_gguf_opts *o, struct ck_err *err)
+{
+	int touched = 0;
+	size_t al = strlen(arch);
+	for (int i = 0; i < o->n_kv; i++)
+		touched |= !strncmp(o->kv[i], arch, al) && o->kv[i][al] == '.';
+	if (!touched)
+		return 0;
+	static const char *const keys[9] = {"embedding_length",
+					    "block_count",
+					    "attention.head_count",
+					    "attention.head_count_kv",
+					    "attention.key_length",
+					    "feed_forward_length",
+					    "expert_count",
+					    "expert_feed_forward_length",
+					    "expert_shared_feed_forward_length"};
+	double v[9];
+	for (int k = 0; k < 9; k++) {
+		char key[160];
+		snprintf(key, sizeof key, "%s.%s", arch, keys[k]);
+		if (!ck_gguf_meta_number(&g->meta, key, &v[k]) || v[k] < 0 || v[k] > UINT32_MAX)
+			v[k] = k == 3		    ? v[2]
+			       : k == 4 && v[2] > 0 ? floor(v[0] / v[2])
+			       : k == 7		    ? v[5]
+						    : 0;
+	}
+	if (!v[6]) /* no experts: their widths unchecked */
+		v[7] = v[8] = 0;
+	const struct ck_gguf_dims d = {(int64_t)v[0], (int64_t)v[1], (int64_t)v[2],
+				       (int64_t)v[3], (int64_t)v[4], (int64_t)v[5],
+				       (int64_t)v[6], (int64_t)v[7], (int64_t)v[8]};
+	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &d, &ck_gguf_words_gguf,
+				 "--gguf-override-kv", err) < 0) {
+		err->kind = CK_E_USAGE; /* the option's doing, not the checkpoint's */
+		return -1;
+	}
+	return 0;
+}
+
+/* The overrides, in order, on the finished metadata. */
+static int apply_overrides(struct ck_gguf_view *g, const char *arch, const struct ck_gguf_opts *o,
+			   struct ck_err *err)
+{
+	if (!o->n_kv)
+		return 0;
+	struct ck_gguf_kv_set *kv = calloc((size_t)o->n_kv, sizeof *kv);
+	if (!kv)
+		return ck_fail_sys(err, ENOMEM, "--gguf-override-kv");
+	int rc = 0;
+	for (int i = 0; i < o->n_kv && rc == 0; i++)
+		rc = ck_gguf_kv_parse(o->kv[i], &kv[i], err);
+	if (rc == 0)
+		rc = ck_gguf_kv_apply(&g->meta, kv, (size_t)o->n_kv, err);
+	free(kv);
+	return rc < 0 ? -1 : check_overrides(g, arch, o, err);
 }
 
 int ck_gguf_opts_split(struct ck_gguf_opts *o, int tensors, const char *val, const char *opt,
@@ -1181,8 +1255,8 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 	if (ck_gguf_overrides_parse(o, ft->name, ft->mix || ft->ggml == CK_GGML_Q8_0, &ov, err) < 0)
 		goto fail;
 	/* Q8_0 with llama-quantize's options is llama-quantize's file */
-	g->by_quantize =
-	    ov.pure || ov.leave_output || ov.output >= 0 || ov.embd >= 0 || ov.n_tt || o->imatrix;
+	g->by_quantize = ov.pure || ov.leave_output || ov.output >= 0 || ov.embd >= 0 || ov.n_tt ||
+			 o->imatrix || o->n_kv;
 	int typed = assign_types(g->plan, ft, a, cfg, o->imatrix != NULL, &ov, err);
 	ck_gguf_overrides_free(&ov);
 	if (typed < 0 ||
@@ -1196,6 +1270,8 @@ int ck_gguf_view_open(const struct ck_catalog *cat, struct ck_mapping *const *ma
 		ck_gguf_meta_append(&g->meta, &tok);
 	else
 		vocab_meta(&g->vocab, &g->meta);
+	if (apply_overrides(g, a->gguf, o, err) < 0)
+		goto fail;
 	if (ck_gguf_build(g->plan, &g->meta, g->extra, g->n_extra, &g->file, err) < 0 ||
 	    split_files(o, g, err) < 0)
 		goto fail;

@@ -15,6 +15,7 @@
 #include "../ckpt/tokenizer.h"
 #include "../plan/gguf_out.h"
 #include "../plan/plan.h"
+#include "gguf_kv.h"
 
 #define CK_GGUF_MAX_TT 64
 
@@ -40,6 +41,9 @@ struct ck_gguf_opts {
 		int file;
 	} tt[CK_GGUF_MAX_TT];
 	int n_tt;
+	/* --override-kv KEY=TYPE:VALUE (gguf_override_kv=), in the order given */
+	const char *kv[CK_GGUF_MAX_KV];
+	int n_kv;
 };
 
 /* Any gguf sub-option given (they need the view: -o gguf, --format gguf). */
@@ -51,6 +55,9 @@ int ck_gguf_opts_split(struct ck_gguf_opts *o, int tensors, const char *val, con
 /* Add a --gguf-tensor-type (file 0) or --gguf-tensor-type-file; refused
  * past CK_GGUF_MAX_TT (a file holds any number). */
 int ck_gguf_opts_add_tt(struct ck_gguf_opts *o, const char *arg, int file, struct ck_err *err);
+/* Add a --gguf-override-kv, checked as it comes; refused past
+ * CK_GGUF_MAX_KV. */
+int ck_gguf_opts_add_kv(struct ck_gguf_opts *o, const char *arg, struct ck_err *err);
 
 struct ck_gguf_view {
 	struct ck_plan *plan; /* targets with GGUF names and types */

@@ -71,6 +71,7 @@ enum {
 	S_GGUF_TENSOR_TYPE_FILE,
 	S_GGUF_SPLIT_MAX_SIZE,
 	S_GGUF_SPLIT_MAX_TENSORS,
+	S_GGUF_OVERRIDE_KV,
 	S_DEVICE,
 	S_ODIRECT,
 	S_NO_STREAM,
@@ -151,8 +152,8 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
      "--leave-output-tensor)"},
     {S_GGUF_TENSOR_TYPE, "gguf_tensor_type", "PATTERN=TYPE",
      "gguf=Q8_0 or a mix with the matrices whose names the ECMAScript regex matches in TYPE, "
-     "the first that matches deciding (llama-quantize's --tensor-type; repeatable; a pattern "
-     "with a comma goes in a file)"},
+     "the first that matches deciding (llama-quantize's --tensor-type; repeatable; in a "
+     "mount's -o list a comma as \\,)"},
     {S_GGUF_TENSOR_TYPE_FILE, "gguf_tensor_type_file", "FILE",
      "the same, PATTERN=TYPE entries split by white space (llama-quantize's "
      "--tensor-type-file)"},
@@ -161,6 +162,9 @@ const struct ck_serve_optdef ck_serve_optdefs[] = {
      "gguf-split --split-max-size cuts them (llama.cpp loads the first)"},
     {S_GGUF_SPLIT_MAX_TENSORS, "gguf_split_max_tensors", "N",
      "the same, N tensors each (gguf-split --split-max-tensors)"},
+    {S_GGUF_OVERRIDE_KV, "gguf_override_kv", "KEY=TYPE:VALUE",
+     "a metadata pair of model.gguf, TYPE int (u32), float (f32), bool or str (llama-quantize's "
+     "--override-kv; repeatable; in a mount's -o list a comma as \\,)"},
     {S_DCP, "dcp", NULL,
      "dcp/, the view as a PyTorch Distributed Checkpoint (.metadata, __R_0.distcp), laid out "
      "at start: a view it cannot show is refused (a mount shows dcp/ anyway, laid out on "
@@ -275,6 +279,10 @@ static int serve_value(struct ck_serve_opts *o, int id, const char *how, const c
 					  err) < 0
 			   ? -1
 			   : 1;
+	case S_GGUF_OVERRIDE_KV:
+		if (!val || !*val)
+			return bad(err, how, opt, "KEY=TYPE:VALUE");
+		return ck_gguf_opts_add_kv(&o->gguf, val, err) < 0 ? -1 : 1;
 	case S_GGUF_TENSOR_TYPE:
 	case S_GGUF_TENSOR_TYPE_FILE:
 		if (!val || !*val)

@@ -78,8 +78,37 @@ class TensorOverride(ctypes.Structure):  # struct llama_model_tensor_override
     _fields_ = [("pattern", ctypes.c_char_p), ("type", ctypes.c_int)]
 
 
+class KvValue(ctypes.Union):  # its union: 8-aligned, so after the key at 136
+    _fields_ = [("i64", ctypes.c_int64), ("f64", ctypes.c_double), ("b", ctypes.c_bool),
+                ("s", ctypes.c_char * 128)]
+
+
+class KvOverride(ctypes.Structure):  # struct llama_model_kv_override: tag, key[128], the union
+    _fields_ = [("tag", ctypes.c_int), ("key", ctypes.c_char * 128), ("val", KvValue)]
+
+
+def kv_overrides(kv):
+    """--override-kv KEY=TYPE:VALUE as llama-quantize parses them
+    (string_parse_kv_override: INT 0 atol, FLOAT 1 atof, BOOL 2, STR 3), in a
+    array ended by an empty key."""
+    arr = (KvOverride * (len(kv) + 1))()
+    for i, spec in enumerate(kv):
+        key, rest = spec.split("=", 1)
+        tag, v = rest.split(":", 1)
+        arr[i].key = key.encode()
+        if tag == "int":
+            arr[i].tag, arr[i].val.i64 = 0, int(v)
+        elif tag == "float":
+            arr[i].tag, arr[i].val.f64 = 1, float(v)
+        elif tag == "bool":
+            arr[i].tag, arr[i].val.b = 2, v == "true"
+        else:
+            arr[i].tag, arr[i].val.s = 3, v.encode()
+    return arr
+
+
 def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None, pure=False, output=None, embd=None, leave=False,
-                   tt=()):
+                   tt=(), kv=()):
     """llama-quantize src into dst as mix (threads 0: one per core); with
     imatrix (name -> float32 values) as llama-quantize --imatrix hands it
     over: the params' imatrix pointer (after four int32 and six bools, at
@@ -90,7 +119,9 @@ def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None, pure=False, outp
     bool, quantize_output_tensor, at 17, cleared); tt, (pattern, type)
     pairs, as --tensor-type hands them over: the params' tt_overrides (at
     40) at a NULL-terminated array of {pattern, ggml type}, each pattern
-    lowercased as llama-quantize's argument parser lowercases it."""
+    lowercased as llama-quantize's argument parser lowercases it; kv,
+    KEY=TYPE:VALUE strings, as --override-kv hands them over: the params'
+    kv_overrides (at 32) at kv_overrides(kv)."""
     lib.llama_model_quantize_default_params.restype = Params
     raw = bytearray(bytes(lib.llama_model_quantize_default_params().raw))
     struct.pack_into("<ii", raw, 0, threads, {**FTYPE, "Q8_0": 7}[mix])
@@ -103,6 +134,9 @@ def llama_quantize(lib, src, dst, mix, threads=2, imatrix=None, pure=False, outp
     rules = (TensorOverride * (len(tt) + 1))(*[TensorOverride(p.lower().encode(), TYPE_OF[t.upper()]) for p, t in tt])
     if tt:
         struct.pack_into("<Q", raw, 40, ctypes.addressof(rules))
+    kvs = kv_overrides(kv)
+    if kv:
+        struct.pack_into("<Q", raw, 32, ctypes.addressof(kvs))
     arrs = {k.encode(): np.ascontiguousarray(v, np.float32) for k, v in (imatrix or {}).items()}
     entries = (ImatrixEntry * (len(arrs) + 1))()
     for i, (k, v) in enumerate(arrs.items()):
@@ -154,10 +188,12 @@ def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
         mix, *opts = spec.split()
         kw = {"pure": "pure" in opts, "leave": "leave" in opts,
               "tt": [tuple(o[3:].rsplit("=", 1)) for o in opts if o.startswith("tt=")],
-              **{k: v for k, v in (o.split("=") for o in opts if "=" in o and not o.startswith("tt="))}}
+              "kv": [o[3:] for o in opts if o.startswith("kv=")],
+              **{k: v for k, v in (o.split("=") for o in opts if "=" in o and not o.startswith(("tt=", "kv=")))}}
         extra = (["--gguf-pure"] if kw["pure"] else []) + (["--gguf-leave-output"] if kw["leave"] else []) + \
             [a for k in ("output", "embd") if kw.get(k) for a in (f"--gguf-{k}-type", kw[k])] + \
-            [a for p, t in kw["tt"] for a in ("--gguf-tensor-type", f"{p}={t}")]
+            [a for p, t in kw["tt"] for a in ("--gguf-tensor-type", f"{p}={t}")] + \
+            [a for o in kw["kv"] for a in ("--gguf-override-kv", o)]
         ours = convert(src, os.path.join(d, f"{tag}-{n_spec}-{mix}"), "gguf:" + mix, *extra)
         ref = os.path.join(d, f"{tag}-{mix}-llama.gguf")
         llama_quantize(lib, plain, ref, mix, **kw)
@@ -170,6 +206,11 @@ def same_as_llama(lib, d, tag, src, mixes, unquantized="F32"):
         assert not wrong, (tag, spec, f"{len(wrong)} tensors differ from llama.cpp's, first", wrong[:3])
         for k in ("general.file_type", "general.quantization_version"):
             assert ometa[k] == rmeta[k], (tag, spec, k, ometa[k], rmeta[k])
+        if kw["kv"]:  # each override: the same value and GGUF type in both files
+            rtypes, otypes = dict(kv_types(ref)), dict(kv_types(ours))
+            for o in kw["kv"]:
+                k = o.split("=", 1)[0]
+                assert (ometa[k], otypes[k]) == (rmeta[k], rtypes[k]), (tag, spec, k, ometa[k], rmeta[k])
         # inspect says the same without reading tensor data
         p = subprocess.run([CKPTFS, "inspect", src, "--format", "gguf:" + mix, "--gguf-vocab", "none", "--json",
                             *extra], capture_output=True, text=True)
@@ -339,6 +380,47 @@ def tensor_types_refused(d, src):
             (args[:4], p.stderr)
         assert not os.path.exists(out), args[:4]
     print(f"--gguf-tensor-type and its file: {len(runs)} wrong uses refused, one line each, nothing written")
+
+
+def override_kv_refused(d, src):
+    """--gguf-override-kv refused with one line naming the option and what
+    is wrong, nothing written: what llama-quantize would take and write as
+    something else (a negative int as its absolute value, atol's and atof's
+    leftovers, a string past 127 bytes), a key written as another type than
+    llama.cpp reads it (a u32 as a string, an array as a scalar), the keys
+    the view writes itself, a key given twice, and hyper-parameters that no
+    longer describe the tensors (blocks, width, head counts)."""
+    out = os.path.join(d, "kv-refused-out")
+    cfg = json.load(open(os.path.join(src, "config.json")))
+    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
+    cases = [("a=int:-5", '"a=int:-5": int: a whole number from 0 to 4294967295', 2),
+             ("a=int:4294967296", "int: a whole number", 2), ("a=int:12abc", "int: a whole number", 2),
+             ("a=float:1e39", "float: a number that is finite in F32", 2),
+             ("a=float:0.5x", "float: a number", 2), ("a=bool:yes", "bool: true or false", 2),
+             ("a=str:" + "x" * 128, "str: 127 bytes at most", 2), ("a=blob:1", "TYPE is int, float, bool or str", 2),
+             ("=int:1", "KEY=TYPE:VALUE, a key of 1 to 127 bytes", 2), ("k" * 128 + "=int:1", "a key of 1 to 127", 2),
+             ("llama.context_length=str:4k", "llama.context_length: the file holds it as u32", 2),
+             ("llama.rope.freq_base=int:10000", "llama.rope.freq_base: the file holds it as f32", 2),
+             ("tokenizer.ggml.tokens=str:a", "tokenizer.ggml.tokens: the file holds it as an array", 2),
+             ("general.alignment=int:64", "general.alignment: the view writes this key itself", 2),
+             ("general.architecture=str:qwen2", "general.architecture: the view writes", 2),
+             ("split.count=int:2", "split.count: the view writes", 2),
+             (f"llama.block_count=int:{L + 1}", f"block_count {L + 1}, but there is no blk.{L}.*", 2),
+             (f"llama.embedding_length=int:{2 * H}", f"embedding_length {2 * H}", 2),
+             ("llama.attention.head_count_kv=int:4", "attention.head_count_kv 4", 2)]
+    runs = [(["--format", "gguf:Q4_K_M", "--gguf-override-kv", a], says, code) for a, says, code in cases]
+    runs += [(["--format", "gguf:Q8_0", "--gguf-override-kv", "a=int:1", "--gguf-override-kv", "a=int:2"],
+              "--gguf-override-kv a: given twice", 2),
+             (["--format", "gguf", *[x for k in range(65) for x in ("--gguf-override-kv", f"k{k}=int:1")]],
+              "--gguf-override-kv: at most 64", 2),
+             (["--gguf-override-kv", "a=int:1"], "go with --format gguf", 2)]
+    for args, says, code in runs:
+        p = subprocess.run([CKPTFS, "convert", src, out, "--quiet", "--gguf-vocab", "none", *args],
+                           capture_output=True, text=True)
+        assert p.returncode == code and says in p.stderr and len(p.stderr.strip().splitlines()) == 1, \
+            (args[:4], p.returncode, p.stderr)
+        assert not os.path.exists(out), args[:4]
+    print(f"--gguf-override-kv: {len(runs)} wrong uses refused, one line each, nothing written")
 
 
 def tensor_type_file(d, src):
@@ -523,6 +605,16 @@ def main():
                 assert open(m.path("model.gguf"), "rb").read() == want
             print("mount -o gguf=Q4_K_M,gguf_leave_output,gguf_tensor_type=...,gguf_tensor_type_file=...: "
                   "convert's bytes")
+            want = open(convert(run, os.path.join(d, "run-kv"), "gguf:Q4_K_M", "--gguf-override-kv",
+                                "general.name=str:mounted, with a comma", "--gguf-override-kv",
+                                "llama.context_length=int:512", "--gguf-tensor-type", "attn_(q|k){1,2}=q8_0"),
+                        "rb").read()
+            with Mount(run, opts="gguf=Q4_K_M,gguf_vocab=none,gguf_override_kv=general.name=str:mounted\\, with a "
+                                 "comma,gguf_override_kv=llama.context_length=int:512,"
+                                 "gguf_tensor_type=attn_(q|k){1\\,2}=q8_0") as m:
+                got = open(m.path("model.gguf"), "rb").read()
+            assert got == want and b"mounted, with a comma" in got
+            print("mount -o gguf_override_kv=...,gguf_tensor_type=... (commas escaped): convert's bytes")
             # gguf-split's pieces through a mount: convert's files, no model.gguf beside them,
             # llama.cpp loads them from the mount
             out = os.path.join(d, "run-split")
@@ -591,6 +683,7 @@ def main():
         assert first["Q8_0"] == 4 and first["BF16"] == 8, first
         print(f"llama-quantize's --tensor-type and --leave-output-tensor: {seen}")
         tensor_types_refused(d, dense)
+        override_kv_refused(d, dense)
         tensor_type_file(d, dense)
         split_files(lib, d, gen(d, "split", *base, "--layers", "4", "--hidden", "256", "--intermediate", "512"))
         half = gen(d, "bf16", *base, "--layers", "8", "--hidden", "256", "--intermediate", "512", "--dtype", "BF16")
@@ -620,7 +713,11 @@ def main():
                            "--intermediate", "512"], ["Q4_K_M", "Q5_1", "Q4_K_M output=Q8_0",
                                                       "Q4_K_M pure output=Q8_0", "Q4_K_M tt=token_embd=q5_0",
                                                       "Q5_K_S output=Q8_0 tt=attn_v=q8_0",
-                                                      "Q4_K_M tt=ffn_(up|gate)=mxfp4"], "Q6_K"),
+                                                      "Q4_K_M tt=ffn_(up|gate)=mxfp4",
+                                                      "Q4_K_M kv=general.name=str:tiny-qwen kv=qwen2.context_length=int:4096 "
+                                                      "kv=my.f=float:0.25 kv=tokenizer.ggml.add_bos_token=bool:false "
+                                                      "kv=my.n=int:7 kv=qwen2.rope.freq_base=float:25000",
+                                                      "Q8_0 kv=my.s=str:x"], "Q6_K"),
                  ("rows160", ["--layers", "4", "--hidden", "160", "--intermediate", "96", "--heads", "5",
                               "--kv-heads", "1"], ["Q4_K_M", "Q5_K_M", "Q6_K", "Q2_K", "Q3_K_M", "IQ4_XS", "IQ4_NL",
                                                   "Q4_1", "Q5_0", "Q4_K_M tt=ffn_down=q6_k tt=attn_output=iq4_xs "

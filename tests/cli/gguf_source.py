@@ -1130,6 +1130,42 @@ def round_trip(d):
     print("round trip: HF -> GGUF (written here) -> ckptfs mapping equals HF; without the permutation it differs")
 
 
+def split_aliases(d, sdir, pieces):
+    """An OUTDIR that would write over a split source's pieces is refused,
+    the pieces unchanged: the pieces' directory (named by the first piece,
+    or as a directory source, or below it), and another directory a later
+    piece is a symbolic link into, also with gguf-split's output, whose
+    names could be the pieces' own."""
+    def digest(paths):
+        return [open(os.path.realpath(x), "rb").read() for x in paths]
+    before = digest(pieces)
+    away = os.path.join(d, "split-elsewhere")
+    linked = os.path.join(d, "split-linked")
+    os.mkdir(away)
+    os.mkdir(linked)
+    for i, piece in enumerate(pieces):  # the second piece lives elsewhere
+        if i == 1:
+            shutil.copy(piece, os.path.join(away, os.path.basename(piece)))
+            os.symlink(os.path.join(away, os.path.basename(piece)), os.path.join(linked, os.path.basename(piece)))
+        else:
+            shutil.copy(piece, os.path.join(linked, os.path.basename(piece)))
+    first = os.path.join(linked, os.path.basename(pieces[0]))
+    cases = [(pieces[0], sdir, "contains the source file"), (sdir, sdir, "lies inside the source"),
+             (sdir, os.path.join(sdir, "out"), "lies inside the source"),
+             (first, away, "contains the source file " + os.path.join(linked, os.path.basename(pieces[1])))]
+    moved = digest([os.path.join(linked, os.path.basename(x)) for x in pieces])
+    for s, out, says in cases:
+        for extra in ([], ["--overwrite"], ["--format", "gguf:Q8_0", "--gguf-vocab", "none",
+                                            "--gguf-split-max-tensors", "7", "--overwrite"]):
+            p = run("convert", s, out, *(extra or ["--mapping", MAP]), "--quiet")
+            assert p.returncode == 2 and len(p.stderr.splitlines()) == 1 and says in p.stderr, (s, out, p.stderr)
+    assert digest(pieces) == before and not os.path.exists(os.path.join(sdir, "out"))
+    assert digest([os.path.join(linked, os.path.basename(x)) for x in pieces]) == moved
+    assert os.listdir(away) == [os.path.basename(pieces[1])], os.listdir(away)
+    print(f"{len(cases) * 3} OUTDIRs over a split source's pieces refused (a later piece linked elsewhere too, "
+          "gguf-split's output as well); the pieces unchanged")
+
+
 def split_source(d):
     """A split GGUF (gguf-split's files, written here), named by its first
     file as llama.cpp loads it, is the single file's source: its HF
@@ -1158,6 +1194,7 @@ def split_source(d):
         assert outs[0] == outs[1] == outs[2], (fmt, sorted(outs[0]), sorted(outs[1]))
     p = run("diff", src, pieces[0], "--mapping", MAP)
     assert p.returncode == 0, p.stdout + p.stderr
+    split_aliases(d, sdir, pieces)
     if "--mount" in sys.argv:  # through a mount: the single file's Q8_0 view
         from mountlib import Mount
         with Mount(pieces[0], opts="gguf=Q8_0,gguf_vocab=none") as m:
