@@ -505,6 +505,7 @@ static const struct {
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},
     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
+    {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
     {"phi3", "Phi3ForCausalLM", "phi3"},
     {"gemma", "GemmaForCausalLM", "gemma"},
     {"gemma2", "Gemma2ForCausalLM", "gemma2"},
@@ -680,6 +681,31 @@ static void qwen_moe_fields(const cJSON *meta, const char *g, double ne, double 
 	cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
 }
 
+/* GPT-OSS's fields beside the common ones: the experts (GptOssConfig reads
+ * num_local_experts and experts_per_token; num_experts_per_tok too) and
+ * their width, intermediate_size, from expert_feed_forward_length as
+ * llama.cpp's gpt-oss reads it, the
+ * window and its pattern, sliding on the even layers as llama.cpp's gpt-oss
+ * runs it, the clamped SwiGLU's limit (llama.cpp's 7), the biases. A
+ * block_count past 65535 gets no pattern: the tensor check refuses it. */
+static void gpt_oss_fields(const cJSON *meta, double layers, double ne, double nu, double eff,
+			   cJSON *c)
+{
+	int ok = 1;
+	cJSON_ReplaceItemInObjectCaseSensitive(c, "intermediate_size", cJSON_CreateNumber(eff));
+	double swa = num(meta, "gpt-oss", "attention.sliding_window", &ok);
+	cJSON_AddNumberToObject(c, "num_local_experts", ne);
+	cJSON_AddNumberToObject(c, "num_experts_per_tok", nu);
+	cJSON_AddNumberToObject(c, "experts_per_token", nu);
+	cJSON_AddNumberToObject(c, "sliding_window", ok ? swa : 128);
+	cJSON *lt = layers <= 65535 ? cJSON_AddArrayToObject(c, "layer_types") : NULL;
+	for (int i = 0; lt && i < (int)layers; i++)
+		cJSON_AddItemToArray(
+		    lt, cJSON_CreateString(i % 2 ? "full_attention" : "sliding_attention"));
+	cJSON_AddNumberToObject(c, "swiglu_limit", 7);
+	cJSON_AddBoolToObject(c, "attention_bias", 1);
+}
+
 int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct ck_gguf_rope *rope,
 		      const char *what, cJSON **out, struct ck_err *err)
 {
@@ -714,8 +740,8 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 	int moe = oke && ne > 0 && !strcmp(g, "llama");
 	int okf = 1;
 	double eff = num(meta, g, "expert_feed_forward_length", &okf);
-	int qmoe = !strcmp(g, "qwen3moe") || !strcmp(g, "qwen2moe");
-	if (qmoe && (!oke || !okf || ne < 1)) {
+	int qmoe = !strcmp(g, "qwen3moe") || !strcmp(g, "qwen2moe"), oss = !strcmp(g, "gpt-oss");
+	if ((qmoe || oss) && (!oke || !okf || ne < 1)) {
 		return ck_fail(err, CK_E_SOURCE,
 			       "%s: %s metadata is incomplete (expert_count, "
 			       "expert_used_count, expert_feed_forward_length)",
@@ -751,6 +777,8 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 	}
 	if (qmoe)
 		qwen_moe_fields(meta, g, ne, nu, eff, ffn, c);
+	if (oss)
+		gpt_oss_fields(meta, layers, ne, nu, eff, c);
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
 	int okr = 1, oka = 1;

@@ -51,7 +51,7 @@ static const struct arch {
     {"Gemma3ForConditionalGeneration", "gemma3", "hf-gemma3-to-gguf", 1, "vlm-language-model",
      NULL},
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL, "gguf-phi3-to-hf"},
-    {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, NULL},
+    {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, "gguf-gpt-oss-to-hf"},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the

@@ -902,6 +902,43 @@ def gpt_oss(d, rng, lib):
     open(mpath, "wb").write(files["MXFP4_MOE"])
     r_mx = gs.rel(gs.llama_cpp(MODULES, mpath, TOKS), gpt_oss_forward(held, cfg, TOKS))
     assert r_mx < 3e-2, f"gpt-oss MXFP4_MOE: llama.cpp vs torch over the held weights {r_mx:.2e}"
+    # the other way: the F32 file and the MXFP4_MOE one as Hugging Face
+    # (gguf-gpt-oss-to-hf, a config.json made from the metadata): the
+    # weights each file holds, the experts in transformers' dequantised
+    # layout, the released ones exactly; served as a GGUF again, the
+    # file's own tensors
+    for tag, gpath, want_w in (("F32", path, w), ("MXFP4_MOE", mpath, held)):
+        hfd = os.path.join(d, "gpt-oss-hf-" + tag)
+        ckref.run(CKPTFS, "convert", gpath, hfd, "--mapping", "gguf-gpt-oss-to-hf", "--quiet")
+        got_w = {k: v[2] for k, v in ckref.read_checkpoint_dir(hfd).items()}
+        assert set(got_w) == set(want_w), sorted(set(got_w) ^ set(want_w))
+        bad_keys = [k for k in got_w if not np.array_equal(got_w[k], np.asarray(want_w[k], np.float32))]
+        assert not bad_keys, (tag, bad_keys[:3])
+        hc = json.load(open(os.path.join(hfd, "config.json")))
+        for k in ("architectures", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                  "num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok", "experts_per_token",
+                  "sliding_window", "layer_types", "swiglu_limit", "rope_theta", "max_position_embeddings"):
+            assert hc.get(k) == cfg.get(k), (tag, k, hc.get(k), cfg.get(k))
+        assert {k: hc["rope_scaling"].get(k) for k in ("rope_type", "factor", "original_max_position_embeddings")} \
+            == {k: cfg["rope_scaling"][k] for k in ("rope_type", "factor", "original_max_position_embeddings")}
+        again = os.path.join(d, "gpt-oss-again-" + tag)
+        ckref.run(CKPTFS, "convert", gpath, again, "--format", "gguf:" + tag, "--gguf-vocab", "none", "--quiet")
+        assert read_gguf(os.path.join(again, "model.gguf"))[1:] == read_gguf(gpath)[1:], tag
+    # a gpt-oss GGUF whose metadata lies: a block count of 4e9 (the window
+    # pattern is one entry per layer: not built, refused by the tensor
+    # check) and an expert width the stacks do not have
+    types = {}
+    _, gmeta, ginfos, gdata, gb = gs.parse_gguf(path, types)
+    gt = {n: (t, list(reversed(dims)), gb[gdata + off:gdata + off + int(np.prod(dims)) * 4])
+          for n, dims, t, off in ginfos}
+    for key, val, says in (("gpt-oss.block_count", 4000000000, "block_count 4000000000"),
+                           ("gpt-oss.expert_feed_forward_length", 64, "expert_feed_forward_length 64 make")):
+        liar = os.path.join(d, "gpt-oss-liar.gguf")
+        arr = {k: (9, (8 if not v or isinstance(v[0], str) else 5 if isinstance(v[0], int) else 6, v))
+               for k, v in gmeta.items() if types[k] == 9}  # tokens, types, merges: their element types
+        gs.write_gguf(liar, {k: arr.get(k, (types[k], val if k == key else v)) for k, v in gmeta.items()}, gt)
+        p = subprocess.run([CKPTFS, "inspect", liar], capture_output=True, text=True, timeout=20)
+        assert p.returncode == 3 and len(p.stderr.splitlines()) == 1 and says in p.stderr, (key, p.stderr)
     # transformers' dequantised experts: the same bytes
     deq = os.path.join(d, "gpt-oss-deq")
     os.makedirs(deq)
@@ -935,7 +972,9 @@ def gpt_oss(d, rng, lib):
         json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
         refused(["inspect", bad, "--format", "gguf"], says, 3)
     print(f"gpt-oss (MXFP4 experts): every tensor exact in F32, BF16 (the default), Q8_0 and MXFP4_MOE (the "
-          f"released experts back exactly; logits {r_mx:.1e} from the held model), expert biases F32; "
+          f"released experts back exactly; logits {r_mx:.1e} from the held model), expert biases F32; both files "
+          f"back to Hugging Face (gguf-gpt-oss-to-hf) as they hold it, config.json from the metadata, and as a GGUF "
+          f"again their own tensors; "
           f"transformers' dequantised experts serve the same file; llama.cpp's logits {r:.1e} relative to torch, "
           f"same greedy (without the sinks {no_sinks:.1e}, gate and up swapped {off_swap:.1e}, no window "
           f"{no_window:.1e}); with truncate false llama.cpp differs from Hugging Face's unrounded YaRN range by "
