@@ -506,6 +506,7 @@ static const struct {
     {"qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"},
     {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
     {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
+    {"olmo2", "Olmo2ForCausalLM", "olmo2"},
     {"phi3", "Phi3ForCausalLM", "phi3"},
     {"gemma", "GemmaForCausalLM", "gemma"},
     {"gemma2", "Gemma2ForCausalLM", "gemma2"},

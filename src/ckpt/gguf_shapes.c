@@ -137,8 +137,9 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	    {"attn_qkv.weight", 0, q + 2 * kv, H, DENSE, 0},
 	    {"ffn_gate.weight", 0, d->ff, H, DENSE, 0},
 	    {"ffn_down.weight", 0, H, d->ff, DENSE, 0},
-	    {"attn_q_norm.weight", 0, d->head_dim, 0, DENSE, 0},
-	    {"attn_k_norm.weight", 0, d->head_dim, 0, DENSE, 0},
+	    {"attn_q_norm.weight", 0, d->whole_qk_norm ? q : d->head_dim, 0, DENSE, 0},
+	    {"attn_k_norm.weight", 0, d->whole_qk_norm ? kv : d->head_dim, 0, DENSE, 0},
+	    {"post_ffw_norm.weight", 0, H, 0, DENSE, 0},
 	    {"post_attention_norm.weight", 0, H, 0, DENSE, 0},
 	    {"attn_sinks.weight", 0, d->heads, 0, DENSE, 0},
 	    {E && fe ? "ffn_gate_exps.weight" : NULL, E, fe, H, MOE, 0},
@@ -212,7 +213,9 @@ int ck_gguf_check_hf_config(const cJSON *c, const void *ctx, size_t n, ck_gguf_t
 		v[EXPERTS] = cJSON_IsNumber(j) ? j->valuedouble : -1;
 		v[FF_EXP] = v[EXPERTS] > 0 ? v[FF] : -1;
 	}
-	struct ck_gguf_dims d;
+	const char *cls = cJSON_GetStringValue(
+	    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "architectures"), 0));
+	struct ck_gguf_dims d = {.whole_qk_norm = cls && !strcmp(cls, "Olmo2ForCausalLM")};
 	int64_t *out[N_FIELDS] = {&d.hidden, &d.layers,	 &d.heads,  &d.kv_heads, &d.head_dim,
 				  &d.ff,     &d.experts, &d.ff_exp, &d.ff_shexp};
 	for (int k = 0; k < N_FIELDS; k++) /* up to 2^53 as they are (refused above u32), else -1 */

@@ -21,6 +21,7 @@
  * expert's): 0 where the model has none, and their tensors unchecked. */
 struct ck_gguf_dims {
 	int64_t hidden, layers, heads, kv_heads, head_dim, ff, experts, ff_exp, ff_shexp;
+	int whole_qk_norm; /* OLMo 2: attn_q_norm / attn_k_norm span every head */
 };
 
 /* What the message calls the fields (in ck_gguf_dims' order) and what

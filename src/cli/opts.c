@@ -27,7 +27,7 @@ const struct ck_cli_opt ck_cli_gguf_opts[] = {
     {CK_CLI_GGUF_PURE, "--gguf-pure", NULL,
      "--format gguf:MIX: every matrix in the mix's base type (llama-quantize's --pure)"},
     {CK_CLI_GGUF_OUTPUT_TYPE, "--gguf-output-type", "TYPE",
-     "--format gguf:Q8_0 or a mix: output.weight's type, F32 ... IQ4_XS (llama-quantize's "
+     "--format gguf:Q8_0 or a mix: output.weight's type, F32 ... IQ4_XS, MXFP4 (llama-quantize's "
      "--output-tensor-type)"},
     {CK_CLI_GGUF_EMBD_TYPE, "--gguf-embd-type", "TYPE",
      "--format gguf:Q8_0 or a mix: token_embd.weight's type (llama-quantize's "

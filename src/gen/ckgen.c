@@ -73,6 +73,8 @@ static const struct preset presets[] = {
     {"qwen3-moe", "30b-a3b", 2048, 6144, 48, 32, 4, 151936, 128, 0, 0},
     {"qwen3-moe", "235b-a22b", 4096, 12288, 94, 64, 4, 151936, 128, 0, 0},
     {"qwen2-moe", "tiny", 64, 96, 2, 4, 2, 256, 4, 0, 0},
+    {"olmo2", "tiny", 64, 96, 2, 4, 2, 256, 0, 0, 0},
+    {"olmo2", "7b", 4096, 11008, 32, 32, 32, 100352, 0, 4096, 0},
     {"qwen2-moe", "a2.7b", 2048, 5632, 24, 16, 16, 151936, 60, 0, 0},
     {"deepseek-v3", "tiny", 64, 96, 3, 4, 4, 256, 4, 0, 0},
     {"deepseek-v3", "671b", 7168, 18432, 61, 128, 128, 129280, 256, 0, 0},
@@ -252,7 +254,10 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 	int r = ckgen_add(l, p, 2, s->vocab, H, "model.embed_tokens.weight");
 	for (int64_t L = 0; L < s->layers && !r; L++) {
 		const char *a = "model.layers.%" PRId64 ".self_attn.%s.weight";
-		r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".input_layernorm.weight", L);
+		int olmo2 = !strcmp(s->arch, "olmo2"); /* norms after attention and MLP only */
+		if (!olmo2)
+			r |= ckgen_add(l, p, 1, H, 0,
+				       "model.layers.%" PRId64 ".input_layernorm.weight", L);
 		int64_t B = s->fp8_block;
 		int phi3 = !strcmp(s->arch, "phi3"); /* HF's own fused [q; k; v], [gate; up] */
 		if (phi3) {
@@ -269,6 +274,10 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "k_proj");
 			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, bias, L, "v_proj");
 		}
+		if (olmo2) { /* RMSNorm over each whole projection, not per head */
+			r |= ckgen_add(l, p, 1, s->heads * hd, 0, a, L, "q_norm");
+			r |= ckgen_add(l, p, 1, s->kv_heads * hd, 0, a, L, "k_norm");
+		}
 		if (!strncmp(s->arch, "qwen3", 5) || !strcmp(s->arch, "gemma3")) {
 			/* per-head RMSNorm of Q and K */
 			r |= ckgen_add(l, p, 1, hd, 0, a, L, "q_norm");
@@ -277,6 +286,10 @@ static int build_llama(const struct ckgen_spec *s, struct glist *l)
 		r |= ckgen_add(l, p, 2, H, s->heads * hd, a, L, "o_proj") || ckgen_make_fp8(l, B);
 		r |= ckgen_add(l, p, 1, H, 0, "model.layers.%" PRId64 ".post_attention_layernorm.weight",
 			 L);
+		if (olmo2)
+			r |= ckgen_add(l, p, 1, H, 0,
+				       "model.layers.%" PRId64 ".post_feedforward_layernorm.weight",
+				       L);
 		if (gemma_generation(s->arch) >= 2) { /* norms around the MLP too */
 			const char *n = "model.layers.%" PRId64 ".%s_feedforward_layernorm.weight";
 			r |= ckgen_add(l, p, 1, H, 0, n, L, "pre");
@@ -433,9 +446,9 @@ static const char *hf_class(const char *arch)
 	static const char *const names[][2] = {
 	    {"mixtral", "MixtralForCausalLM"},	  {"qwen2", "Qwen2ForCausalLM"},
 	    {"qwen3", "Qwen3ForCausalLM"},	  {"qwen3-moe", "Qwen3MoeForCausalLM"},
-	    {"qwen2-moe", "Qwen2MoeForCausalLM"}, {"phi3", "Phi3ForCausalLM"},
-	    {"gemma", "GemmaForCausalLM"},	  {"gemma2", "Gemma2ForCausalLM"},
-	    {"gemma3", "Gemma3ForCausalLM"},
+	    {"qwen2-moe", "Qwen2MoeForCausalLM"}, {"olmo2", "Olmo2ForCausalLM"},
+	    {"phi3", "Phi3ForCausalLM"},	  {"gemma", "GemmaForCausalLM"},
+	    {"gemma2", "Gemma2ForCausalLM"},	  {"gemma3", "Gemma3ForCausalLM"},
 	};
 	for (size_t i = 0; i < sizeof names / sizeof *names; i++)
 		if (!strcmp(arch, names[i][0]))

@@ -85,6 +85,7 @@ const char *ckptfs_version(void);
  *   gguf[=TYPE] gguf_pre=NAME gguf_vocab=none gguf_imatrix=FILE gguf_pure
  *   gguf_output_type=TYPE gguf_embd_type=TYPE gguf_leave_output
  *   gguf_tensor_type=PATTERN=TYPE gguf_tensor_type_file=FILE
+ *   gguf_override_kv=KEY=TYPE:VALUE
  *   gguf_split_max_size=SIZE gguf_split_max_tensors=N dcp torch_dist
  *   eval_delay_ms=N
  *                       as `ckptfs mount -o` (its "serving options", see

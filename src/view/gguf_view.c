@@ -52,6 +52,7 @@ static const struct arch {
      NULL},
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL, "gguf-phi3-to-hf"},
     {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, "gguf-gpt-oss-to-hf"},
+    {"Olmo2ForCausalLM", "olmo2", "hf-olmo2-to-gguf", 0, NULL, "gguf-olmo2-to-hf"},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the
@@ -131,7 +132,8 @@ static const struct arch *find_arch(const cJSON *config, struct ck_err *err)
 		if (strcmp(name, ARCHS[k].hf))
 			continue;
 		/* said before the mapping, which would only miss lm_head.weight */
-		if ((!strcmp(ARCHS[k].gguf, "qwen2moe") || !strcmp(ARCHS[k].gguf, "gpt-oss")) &&
+		if ((!strcmp(ARCHS[k].gguf, "qwen2moe") || !strcmp(ARCHS[k].gguf, "gpt-oss") ||
+		     !strcmp(ARCHS[k].gguf, "olmo2")) &&
 		    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(config, "tie_word_embeddings")))
 			return ck_fail(err, CK_E_SOURCE,
 				       "config.json: tie_word_embeddings is true: llama.cpp's "
@@ -923,9 +925,15 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		return -1;
 	if (moe_of(c, a, ff, &x, err) < 0)
 		return -1;
-	const struct ck_gguf_dims dims = {(int64_t)H,	 (int64_t)L,	(int64_t)nh,
-					  (int64_t)nkv,	 (int64_t)hd,	(int64_t)ff,
-					  (int64_t)x.ne, (int64_t)x.ff, (int64_t)x.shared};
+	const int olmo2 = !strcmp(a->gguf, "olmo2");
+	if (olmo2 && (int64_t)hd * (int64_t)nh != (int64_t)H)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: head_dim %g: llama.cpp's olmo2 takes hidden_size / "
+			       "num_attention_heads (%g) only",
+			       hd, H / nh);
+	const struct ck_gguf_dims dims = {
+	    (int64_t)H,	 (int64_t)L,	(int64_t)nh,   (int64_t)nkv,	  (int64_t)hd,
+	    (int64_t)ff, (int64_t)x.ne, (int64_t)x.ff, (int64_t)x.shared, olmo2};
 	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &dims, &ck_gguf_words_hf,
 				 "config.json", err) < 0)
 		return -1;
@@ -1124,9 +1132,9 @@ static int check_overrides(const struct ck_gguf_view *g, const char *arch,
 	}
 	if (!v[6]) /* no experts: their widths unchecked */
 		v[7] = v[8] = 0;
-	const struct ck_gguf_dims d = {(int64_t)v[0], (int64_t)v[1], (int64_t)v[2],
-				       (int64_t)v[3], (int64_t)v[4], (int64_t)v[5],
-				       (int64_t)v[6], (int64_t)v[7], (int64_t)v[8]};
+	const struct ck_gguf_dims d = {
+	    (int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3], (int64_t)v[4],
+	    (int64_t)v[5], (int64_t)v[6], (int64_t)v[7], (int64_t)v[8], !strcmp(arch, "olmo2")};
 	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &d, &ck_gguf_words_gguf,
 				 "--gguf-override-kv", err) < 0) {
 		err->kind = CK_E_USAGE; /* the option's doing, not the checkpoint's */

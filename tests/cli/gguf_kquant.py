@@ -707,6 +707,8 @@ def main():
                               "--intermediate", "256"], ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q4_0", "MXFP4_MOE",
                                                         "MXFP4_MOE pure", "MXFP4_MOE output=Q4_K embd=Q5_0"],
                   "MXFP4"),
+                 ("olmo2", ["--model", "olmo2", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
+                  ["Q4_K_M", "Q3_K_M", "Q2_K"], "Q6_K"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q4_K_S", "Q3_K_M"], "Q5_K"),
                  ("tied", ["--model", "qwen2", "--tie", "--layers", "4", "--hidden", "256",

@@ -386,8 +386,9 @@ def llama_parts(cfg, hd, T):
 
 
 def llama_forward(w, cfg, toks):
-    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral / Qwen2-MoE in plain
-    torch: RMSNorm, rotary embedding on halves (of part of the head with
+    """Hugging Face's Llama / Qwen2 / Qwen3 / Mixtral / Qwen2-MoE / OLMo 2 in
+    plain torch (OLMo 2: no norm before attention or MLP, RMSNorm after each
+    and over each whole Q and K projection): RMSNorm, rotary embedding on halves (of part of the head with
     Phi-3's partial_rotary_factor), grouped-query attention (with Q/K/V
     biases, per-head Q/K norms), SwiGLU or top-k experts (softmax,
     renormalized unless norm_topk_prob is false; Qwen2-MoE's shared expert
@@ -433,19 +434,30 @@ def llama_forward(w, cfg, toks):
     scale = cfg.get("attention_multiplier", 1.0) if gr else hd ** -0.5
     res = cfg.get("residual_multiplier", 1.0) if gr else 1.0
     x = w["model.embed_tokens.weight"][toks] * (cfg.get("embedding_multiplier", 1.0) if gr else 1.0)
+    olmo2 = cfg.get("model_type") == "olmo2"  # norms after attention and MLP, Q/K norms over all heads
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
-        h = rms(x, w[p + "input_layernorm.weight"])
-        q = lin(h, p + "self_attn.q_proj").view(T, nh, hd)
-        k = lin(h, p + "self_attn.k_proj").view(T, nkv, hd)
+        h = x if olmo2 else rms(x, w[p + "input_layernorm.weight"])
+        q, k = lin(h, p + "self_attn.q_proj"), lin(h, p + "self_attn.k_proj")
+        if olmo2 and cfg.get("qk_norm_per_head"):  # (a negative control: Qwen3's reading)
+            q = rms(q.view(T, nh, hd), w[p + "self_attn.q_norm.weight"].view(nh, hd))
+            k = rms(k.view(T, nkv, hd), w[p + "self_attn.k_norm.weight"].view(nkv, hd))
+        elif olmo2:
+            q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
+        q, k = q.reshape(T, nh, hd), k.reshape(T, nkv, hd)
         v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
-        if p + "self_attn.q_norm.weight" in w:
+        if p + "self_attn.q_norm.weight" in w and not olmo2:
             q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(0, 1), k.transpose(0, 1)
         q, k = turn(q), turn(k)
         k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
         a = torch.softmax(q @ k.transpose(1, 2) * scale + mask, -1) @ v
-        x = x + lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj") * res
+        o = lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj")
+        if olmo2:
+            x = x + rms(o, w[p + "post_attention_layernorm.weight"])
+            x = x + rms(mlp(x, p), w[p + "post_feedforward_layernorm.weight"])
+            continue
+        x = x + o * res
         x = x + mlp(rms(x, w[p + "post_attention_layernorm.weight"]), p) * res
     head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
     return rms(x, w["model.norm.weight"]) @ head.T / (cfg.get("logits_scaling", 1.0) if gr else 1.0)
@@ -806,6 +818,8 @@ def llama_gguf(src, path, do_permute, scale=1.0, arch="llama", extra=None, extra
            "self_attn.qkv_proj": "attn_qkv", "mlp.gate_up_proj": "ffn_up",
            "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
            "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
+    if arch == "olmo2":  # its norms sit after the sublayers
+        per = dict(per, post_attention_layernorm="post_attention_norm", post_feedforward_layernorm="post_ffw_norm")
     vocab, hd = cfg["vocab_size"], cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
     meta = {"general.architecture": (8, arch), f"{arch}.context_length": (4, 2048),
             f"{arch}.embedding_length": (4, cfg["hidden_size"]), f"{arch}.block_count": (4, cfg["num_hidden_layers"]),
@@ -896,7 +910,8 @@ def other_archs(d):
     """Qwen2 (Q/K/V biases, tied embeddings), Qwen3 (Q/K norms, an explicit
     head_dim), Mixtral (stacked experts, permuted Q/K), Qwen3-MoE (stacked
     experts, Q/K norms), Qwen2-MoE (stacked experts, biases, the shared
-    expert and its gate, a vector in the file) and Phi-3 (fused qkv and gate/up; a 128k one with
+    expert and its gate, a vector in the file), OLMo 2 (norms after the
+    sublayers, whole-projection Q/K norms) and Phi-3 (fused qkv and gate/up; a 128k one with
     LongRoPE's divisors, which config.json carries; a Phi-4-mini-style one
     whose rope turns 3/4 of each head, partial_rotary_factor in config.json)
     GGUFs, written here,
@@ -907,7 +922,7 @@ def other_archs(d):
     runs = []
     for model, arch, extra in (("qwen2", "qwen2", ["--tie"]), ("qwen3", "qwen3", ["--head-dim", "16"]),
                                ("mixtral", "llama", []), ("qwen3-moe", "qwen3moe", []),
-                               ("qwen2-moe", "qwen2moe", []), ("phi3", "phi3", []),
+                               ("qwen2-moe", "qwen2moe", []), ("olmo2", "olmo2", []), ("phi3", "phi3", []),
                                ("phi3-longrope", "phi3", []), ("phi3-longrope-partial", "phi3", ["--tie"])):
         src = os.path.join(d, "src-" + model)
         ckref.run(MKCKPT, "--model", model.split("-long")[0], *extra, src)
@@ -979,7 +994,7 @@ def other_archs(d):
             p = run("diff", src, bad, "--mapping", mp)
             assert p.returncode == 5 and "q_proj" in p.stdout and "v_proj" not in p.stdout, p.stdout
     print("qwen2 (biases, tied), qwen3 (Q/K norms, head_dim), Mixtral, Qwen3-MoE and Qwen2-MoE (stacked experts; "
-          "Qwen2-MoE's shared expert) and Phi-3 "
+          "Qwen2-MoE's shared expert), OLMo 2 and Phi-3 "
           "(fused, with and without LongRoPE's divisors; Phi-4-mini's partial rope, tied; llama.cpp's logits on "
           "each equal torch's over the converted model: " + ", ".join(runs) + ") GGUFs, written here "
           "and served by the GGUF view, map back to the Hugging Face bytes with a config.json that says what "

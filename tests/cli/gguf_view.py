@@ -85,7 +85,7 @@ def make_model(d, arch, rng, extra=()):
     src = os.path.join(d, arch)
     base = os.path.join(d, arch + "-gen")
     model = arch if arch in ("mixtral", "gemma", "gemma2", "gemma3", "phi3") else \
-        {"qwen3moe": "qwen3-moe", "qwen2moe": "qwen2-moe"}.get(arch, "llama")
+        {"qwen3moe": "qwen3-moe", "qwen2moe": "qwen2-moe", "olmo2": "olmo2"}.get(arch, "llama")
     args = ["--model", model, "--heads", "8", "--kv-heads", "2", "--vocab", "320", *extra]
     if arch == "qwen3":
         args += ["--head-dim", "16"]
@@ -128,6 +128,8 @@ GGUF_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_n
               "mlp.down_proj": "ffn_down", "block_sparse_moe.gate": "ffn_gate_inp",
               "mlp.shared_expert.gate_proj": "ffn_gate_shexp", "mlp.shared_expert.up_proj": "ffn_up_shexp",
               "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
+OLMO2_NAMES = dict(GGUF_NAMES, post_attention_layernorm="post_attention_norm",
+                   post_feedforward_layernorm="post_ffw_norm")
 GEMMA2_NAMES = dict(GGUF_NAMES, post_attention_layernorm="post_attention_norm",
                     pre_feedforward_layernorm="ffn_norm", post_feedforward_layernorm="post_ffw_norm")
 
@@ -151,7 +153,7 @@ def gguf_reference(w, cfg, arch):
             E, wn = int(parts[5]), parts[6]
             experts.setdefault((L, wn), {})[E] = a
             continue
-        names = GEMMA2_NAMES if arch in ("gemma2", "gemma3") else GGUF_NAMES
+        names = GEMMA2_NAMES if arch in ("gemma2", "gemma3") else OLMO2_NAMES if arch == "olmo2" else GGUF_NAMES
         g = f"blk.{L}.{names['.'.join(parts[3:-1])]}.{parts[-1]}"
         if perm and g.endswith("attn_q.weight"):
             a = gs.permute(a, cfg["num_attention_heads"])
@@ -269,7 +271,7 @@ def check_file(path, w, cfg, arch, ftype, lib):
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
     ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3moe",
-          "qwen2moe": "qwen2moe",
+          "qwen2moe": "qwen2moe", "olmo2": "olmo2",
           "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
@@ -501,6 +503,7 @@ def run_all(d, rng, lib):
     qwen3moe(d, rng, lib)
     qwen2moe(d, rng, lib)
     gpt_oss(d, rng, lib)
+    olmo2(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
     mistral3_defaults(d, rng)
@@ -768,6 +771,54 @@ def gpt_oss_forward(w, cfg, toks):
                 out[t] += top[t, j] * (y @ w[e + "down_proj"][n] + w[e + "down_proj_bias"][n])
         x = x + out
     return rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
+
+
+def olmo2(d, rng, lib):
+    """OLMo 2 (arch olmo2): no norm before attention or MLP,
+    post_attention_norm and post_ffw_norm after them, the Q and K norms over
+    each whole projection (attn_q_norm [heads * head_dim]); every tensor
+    against numpy in F32 and Q8_0; llama.cpp's logits against the torch
+    forward, and off when the Q/K norms are taken per head (Qwen3's) or the
+    norms before the sublayers (Llama's); the file back to Hugging Face
+    (gguf-olmo2-to-hf) and a config.json from its metadata. Refused: a tied
+    output and a head_dim llama.cpp's olmo2 cannot take."""
+    src, cfg, w = make_model(d, "olmo2", rng)
+    with Mount(src, opts="gguf") as m:
+        path = m.path("model.gguf")
+        check_file(path, w, cfg, "olmo2", "F32", lib)
+        r, same = logits(path, w, cfg)
+        f32 = open(path, "rb").read()
+        with Mount(src, opts="gguf=Q8_0") as q:
+            check_file(q.path("model.gguf"), w, cfg, "olmo2", "Q8_0", lib)
+    assert r < 1e-3 and same, f"olmo2: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    out = os.path.join(d, "olmo2-out")
+    os.makedirs(out)
+    path = os.path.join(out, "model.gguf")
+    open(path, "wb").write(f32)
+    got = gs.llama_cpp(MODULES, path, TOKS)
+    nh = cfg["num_attention_heads"]
+    off_head = gs.rel(got, gs.llama_forward(w, dict(cfg, qk_norm_per_head=True), TOKS))
+    pre = {k.replace("post_attention_layernorm", "input_layernorm").replace("post_feedforward_layernorm",
+                                                                           "post_attention_layernorm"): a
+           for k, a in w.items() if "_norm." not in k}
+    off_pre = gs.rel(got, gs.llama_forward(pre, dict(cfg, model_type="llama"), TOKS))
+    assert off_head > 1e-2 and off_pre > 1e-2, (off_head, off_pre)
+    hfd = os.path.join(d, "olmo2-hf")
+    ckref.run(CKPTFS, "convert", path, hfd, "--mapping", "gguf-olmo2-to-hf", "--quiet")
+    back = {k: v[2] for k, v in ckref.read_checkpoint_dir(hfd).items()}
+    assert set(back) == set(w) and all(np.array_equal(back[k], w[k]) for k in w), sorted(set(back) ^ set(w))
+    hc = json.load(open(os.path.join(hfd, "config.json")))
+    assert all(hc[k] == cfg[k] for k in ("architectures", "model_type", "hidden_size", "intermediate_size",
+                                        "num_hidden_layers", "num_attention_heads", "num_key_value_heads")), hc
+    bad = os.path.join(d, "olmo2-bad")
+    shutil.copytree(src, bad)
+    for edit, says in (({"tie_word_embeddings": True}, "olmo2 has no tied output"),
+                       ({"head_dim": 2 * cfg["hidden_size"] // nh}, "llama.cpp's olmo2 takes hidden_size /")):
+        json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    print(f"olmo2: every tensor exact in F32 and Q8_0 (whole-projection Q/K norms, norms after the sublayers); "
+          f"llama.cpp's logits {r:.1e} relative to torch, same greedy (per-head Q/K norms {off_head:.1e}, norms "
+          f"before {off_pre:.1e}); back to Hugging Face exactly; a tied output and another head_dim refused")
 
 
 def same_but_name(a, b):
