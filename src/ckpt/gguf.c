@@ -507,6 +507,7 @@ static const struct {
     {"qwen2moe", "Qwen2MoeForCausalLM", "qwen2_moe"},
     {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
     {"olmo2", "Olmo2ForCausalLM", "olmo2"},
+    {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
     {"phi3", "Phi3ForCausalLM", "phi3"},
     {"gemma", "GemmaForCausalLM", "gemma"},
     {"gemma2", "Gemma2ForCausalLM", "gemma2"},
@@ -780,6 +781,13 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 		qwen_moe_fields(meta, g, ne, nu, eff, ffn, c);
 	if (oss)
 		gpt_oss_fields(meta, layers, ne, nu, eff, c);
+	if (!strcmp(g, "smollm3") &&
+	    layers <= 65535) { /* no rope on every 4th layer: llama.cpp's */
+		cJSON_AddNumberToObject(c, "no_rope_layer_interval", 4);
+		cJSON *nr = cJSON_AddArrayToObject(c, "no_rope_layers");
+		for (int i = 0; nr && i < (int)layers; i++)
+			cJSON_AddItemToArray(nr, cJSON_CreateNumber((i + 1) % 4 != 0));
+	}
 	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
 	int okr = 1, oka = 1;

@@ -53,6 +53,7 @@ static const struct arch {
     {"Phi3ForCausalLM", "phi3", "hf-phi3-to-gguf", 1, NULL, "gguf-phi3-to-hf"},
     {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, "gguf-gpt-oss-to-hf"},
     {"Olmo2ForCausalLM", "olmo2", "hf-olmo2-to-gguf", 0, NULL, "gguf-olmo2-to-hf"},
+    {"SmolLM3ForCausalLM", "smollm3", "hf-llama-to-gguf", 0, NULL, "gguf-llama-to-hf"},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the
@@ -382,6 +383,42 @@ static int gpt_oss_meta(const cJSON *c, double L, struct ck_gguf_meta *m, struct
 		i++;
 	}
 	ck_gguf_meta_u32(m, "gpt-oss.attention.sliding_window", (uint32_t)swa);
+	return 0;
+}
+
+/* SmolLM3: Llama with no rope on every fourth layer, which llama.cpp's
+ * smollm3 fixes (n_no_rope_layer_step 4, no key) where Hugging Face reads
+ * no_rope_layers (1: rope) or builds it from no_rope_layer_interval; a
+ * config that says another pattern, or a sliding window, is refused. */
+static int smollm3_check(const cJSON *c, double L, struct ck_err *err)
+{
+	double step;
+	if (cfg_num(c, "no_rope_layer_interval", 4, 1, 1, 65535, &step, err) < 0)
+		return -1;
+	const cJSON *use = cJSON_GetObjectItemCaseSensitive(c, "no_rope_layers"), *e;
+	if (!use && step != 4)
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: no_rope_layer_interval %g: llama.cpp's "
+			       "smollm3 leaves the rope out of every 4th layer only",
+			       step);
+	if (use && (!cJSON_IsArray(use) || cJSON_GetArraySize(use) != (int)L))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: no_rope_layers must list the %g layers", L);
+	int i = 0;
+	cJSON_ArrayForEach(e, use)
+	{
+		int want = (i + 1) % 4 != 0;
+		if (!cJSON_IsNumber(e) || e->valuedouble != want)
+			return ck_fail(err, CK_E_SOURCE,
+				       "config.json: no_rope_layers[%d] is not %d: llama.cpp's "
+				       "smollm3 leaves the rope out of every 4th layer only",
+				       i, want);
+		i++;
+	}
+	if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window")))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: use_sliding_window: llama.cpp's smollm3 "
+			       "attends to every position");
 	return 0;
 }
 
@@ -971,6 +1008,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "qwen2vl") && qwen2vl_meta(r.scaling, rd, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "gpt-oss") && gpt_oss_meta(c, L, m, err) < 0)
+		return -1;
+	if (!strcmp(a->gguf, "smollm3") && smollm3_check(c, L, err) < 0)
 		return -1;
 #undef KEY
 	return rope_scaling(c, &r, a, ctx, theta, rd, g, err);

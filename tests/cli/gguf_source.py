@@ -449,7 +449,8 @@ def llama_forward(w, cfg, toks):
         if p + "self_attn.q_norm.weight" in w and not olmo2:
             q, k = rms(q, w[p + "self_attn.q_norm.weight"]), rms(k, w[p + "self_attn.k_norm.weight"])
         q, k = q.transpose(0, 1), k.transpose(0, 1)
-        q, k = turn(q), turn(k)
+        if cfg.get("no_rope_layers", [1] * (L + 1))[L]:  # SmolLM3: 0 leaves the layer unturned
+            q, k = turn(q), turn(k)
         k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
         a = torch.softmax(q @ k.transpose(1, 2) * scale + mask, -1) @ v
         o = lin(a.transpose(0, 1).reshape(T, nh * hd), p + "self_attn.o_proj")

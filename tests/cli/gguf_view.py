@@ -95,6 +95,10 @@ def make_model(d, arch, rng, extra=()):
         shutil.copy(os.path.join(base, f), src)
     cfg = json.load(open(os.path.join(base, "config.json")))
     names = {k: v[1] for k, v in ckref.read_checkpoint_dir(base).items()}
+    if arch == "smollm3":  # Llama without the rope on every fourth layer
+        cfg.update(architectures=["SmolLM3ForCausalLM"], model_type="smollm3", no_rope_layer_interval=4,
+                   no_rope_layers=[int((i + 1) % 4 != 0) for i in range(cfg["num_hidden_layers"])],
+                   use_sliding_window=False, sliding_window=None)
     if arch == "gemma2":  # caps that bite on small logits (llama.cpp's defaults are 50 and 30)
         cfg["attn_logit_softcapping"], cfg["final_logit_softcapping"] = 2.0, 3.0
     if arch in ("qwen2", "qwen3"):
@@ -142,7 +146,7 @@ def gguf_reference(w, cfg, arch):
     gemma = arch.startswith("gemma")
     if "lm_head.weight" in w and not gemma:
         out["output.weight"] = w["lm_head.weight"]
-    perm = arch in ("llama", "mixtral")
+    perm = arch in ("llama", "mixtral", "smollm3")
     experts = {}
     for k, a in w.items():
         parts = k.split(".")
@@ -271,7 +275,7 @@ def check_file(path, w, cfg, arch, ftype, lib):
         assert (t, shape) == (want_t, list(ref[name].shape)), (name, t, shape, want_t)
         assert tensors[name] == want, f"{ftype}: {name}: bytes differ from the reference"
     ga = {"llama": "llama", "mixtral": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3moe": "qwen3moe",
-          "qwen2moe": "qwen2moe", "olmo2": "olmo2",
+          "qwen2moe": "qwen2moe", "olmo2": "olmo2", "smollm3": "smollm3",
           "gemma": "gemma", "gemma2": "gemma2", "gemma3": "gemma3"}[arch]
     hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
     want_meta = {"general.architecture": ga, "general.file_type": FILE_TYPE[ftype],
@@ -504,6 +508,7 @@ def run_all(d, rng, lib):
     qwen2moe(d, rng, lib)
     gpt_oss(d, rng, lib)
     olmo2(d, rng, lib)
+    smollm3(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
     mistral3_defaults(d, rng)
@@ -819,6 +824,49 @@ def olmo2(d, rng, lib):
     print(f"olmo2: every tensor exact in F32 and Q8_0 (whole-projection Q/K norms, norms after the sublayers); "
           f"llama.cpp's logits {r:.1e} relative to torch, same greedy (per-head Q/K norms {off_head:.1e}, norms "
           f"before {off_pre:.1e}); back to Hugging Face exactly; a tied output and another head_dim refused")
+
+
+def smollm3(d, rng, lib):
+    """SmolLM3 (arch smollm3): Llama (Q/K permuted for the NORM rope)
+    without the rope on every fourth layer, as no_rope_layers says; every
+    tensor against numpy, llama.cpp's logits against the torch forward
+    (eight layers: two unturned), and off with the rope on every layer; the
+    file back to Hugging Face (gguf-llama-to-hf) with no_rope_layers in
+    the config made from its metadata. Refused: another pattern, another
+    interval, a sliding window."""
+    src, cfg, w = make_model(d, "smollm3", rng, ["--layers", "8"])
+    assert cfg["no_rope_layers"].count(0) == 2
+    with Mount(src, opts="gguf") as m:
+        path = m.path("model.gguf")
+        check_file(path, w, cfg, "smollm3", "F32", lib)
+        r, same = logits(path, w, cfg)
+        got = gs.llama_cpp(MODULES, path, TOKS)
+        f32 = open(path, "rb").read()
+    assert r < 1e-3 and same, f"smollm3: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    off = gs.rel(got, gs.llama_forward(w, dict(cfg, no_rope_layers=[1] * cfg["num_hidden_layers"]), TOKS))
+    assert off > 1e-2, off
+    gpath = os.path.join(d, "smollm3.gguf")
+    open(gpath, "wb").write(f32)
+    hfd = os.path.join(d, "smollm3-hf")
+    ckref.run(CKPTFS, "convert", gpath, hfd, "--mapping", "gguf-llama-to-hf", "--quiet")
+    back = {k: v[2] for k, v in ckref.read_checkpoint_dir(hfd).items()}
+    assert set(back) == set(w) and all(np.array_equal(back[k], w[k]) for k in w), sorted(set(back) ^ set(w))
+    hc = json.load(open(os.path.join(hfd, "config.json")))
+    assert (hc["architectures"], hc["no_rope_layers"], hc["no_rope_layer_interval"]) == \
+        (cfg["architectures"], cfg["no_rope_layers"], 4), hc
+    bad = os.path.join(d, "smollm3-bad")
+    shutil.copytree(src, bad)
+    every3 = [int((i + 1) % 3 != 0) for i in range(cfg["num_hidden_layers"])]
+    for edit, says in (({"no_rope_layers": every3}, "no_rope_layers[2] is not 1"),
+                       ({"no_rope_layers": None, "no_rope_layer_interval": 3}, "no_rope_layer_interval 3"),
+                       ({"no_rope_layers": [1, 1]}, "no_rope_layers must list the 8 layers"),
+                       ({"use_sliding_window": True}, "use_sliding_window")):
+        json.dump({k: v for k, v in dict(cfg, **edit).items() if v is not None or k not in edit},
+                  open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    print(f"smollm3: every tensor exact (Q/K permuted), llama.cpp's logits {r:.1e} relative to torch with two "
+          f"unturned layers of eight, same greedy ({off:.1e} with the rope on every layer); back to Hugging Face "
+          f"with no_rope_layers; another pattern or interval and a sliding window refused")
 
 
 def same_but_name(a, b):
