@@ -10,7 +10,8 @@
 # gguf (GGUF headers), tokenizer (tokenizer.model and tokenizer.json for
 # the GGUF view), imatrix (importance matrices, legacy and GGUF) and
 # ecma_re (llama-quantize's --tensor-type regexes: a pattern must answer as
-# itself in a group).
+# itself in a group) and gguf_kv (--gguf-override-kv over a metadata buffer
+# of any bytes: an override that applies must read back).
 # Each starts from tests/corpus/<target> and writes new inputs to
 # build-fuzz/corpus-<target>. A crash, a slow input (more than 10 s) and an
 # out-of-memory (2 GiB) are all findings: they land in build-fuzz/ as
@@ -21,13 +22,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-targets=("${@:-safetensors index mapping expr pattern torchbin pickle dcp gguf tokenizer imatrix ecma_re}")
+targets=("${@:-safetensors index mapping expr pattern torchbin pickle dcp gguf tokenizer imatrix ecma_re gguf_kv}")
 read -r -a targets <<<"${targets[*]}"
 command -v clang >/dev/null || { apt-get update -qq && apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
 out=build-fuzz
 mkdir -p "$out"
 [ -f build/ckptfs_config.h ] || meson setup build >/dev/null
-core=(src/util/*.c src/ckpt/*.c src/layout/*.c src/map/*.c src/plan/*.c)
+core=(src/util/*.c src/ckpt/*.c src/layout/*.c src/map/*.c src/plan/*.c src/view/gguf_kv.c)
 failed=()
 for t in "${targets[@]}"; do
 	bin="$out/fuzz_$t"

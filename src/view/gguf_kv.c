@@ -129,7 +129,8 @@ static int read_rec(const struct ck_gguf_meta *m, struct rec *r)
 	return 0;
 }
 
-/* key's record in m: 1 (and *r), 0 when m has none, -1 when m is torn. */
+/* key's record in m: 1 (and *r), 0 when m has none, -1 when m is torn (a
+ * record past the end, or bytes after the last). */
 static int find(const struct ck_gguf_meta *m, const char *key, struct rec *r)
 {
 	r->start = 0;
@@ -139,7 +140,7 @@ static int find(const struct ck_gguf_meta *m, const char *key, struct rec *r)
 		if (r->klen == strlen(key) && !memcmp(r->key, key, r->klen))
 			return 1;
 	}
-	return 0;
+	return r->start == m->b.n ? 0 : -1;
 }
 
 int ck_gguf_meta_number(const struct ck_gguf_meta *m, const char *key, double *out)
@@ -202,7 +203,7 @@ static int apply_one(struct ck_gguf_meta *m, const struct ck_gguf_kv_set *kv, st
 	struct rec r;
 	int found = find(m, kv->key, &r);
 	if (found < 0)
-		return ck_fail(err, CK_E_SYS, "GGUF metadata: a record runs past its end");
+		return ck_fail(err, CK_E_SYS, "GGUF metadata: its records do not fill it");
 	if (found && r.type != want)
 		return ck_fail(err, CK_E_USAGE,
 			       "--gguf-override-kv %s: the file holds it as %s, and llama.cpp "
