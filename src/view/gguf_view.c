@@ -308,10 +308,11 @@ static int qwen_moe(const cJSON *c, const char *arch, struct moe *x, struct ck_e
 	if (norm && !cJSON_IsBool(norm))
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: norm_topk_prob must be true or false");
-	if (!q2 && norm && !cJSON_IsTrue(norm))
+	if (!q2 && !cJSON_IsTrue(norm)) /* absent: Qwen3MoeConfig's default, false */
 		return ck_fail(err, CK_E_SOURCE,
-			       "config.json: norm_topk_prob is not true: llama.cpp's "
-			       "qwen3moe always renormalizes the top-k weights");
+			       "config.json: norm_topk_prob is not true (%s): llama.cpp's "
+			       "qwen3moe always renormalizes the top-k weights",
+			       norm ? "false" : "absent, Qwen3MoeConfig's default false");
 	if (q2 && cJSON_IsTrue(norm))
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: norm_topk_prob is true: llama.cpp's qwen2moe "
@@ -1011,6 +1012,12 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 		return -1;
 	if (!strcmp(a->gguf, "smollm3") && smollm3_check(c, L, err) < 0)
 		return -1;
+	if (!strncmp(a->gguf, "qwen", 4) &&
+	    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window")))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: use_sliding_window: llama.cpp's %s attends to every "
+			       "position",
+			       a->gguf);
 #undef KEY
 	return rope_scaling(c, &r, a, ctx, theta, rd, g, err);
 }

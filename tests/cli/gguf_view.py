@@ -635,9 +635,11 @@ def qwen3moe(d, rng, lib):
     assert r < 1e-3 and same, f"qwen3moe: llama.cpp vs torch {r:.2e}, greedy same {same}"
     bad = os.path.join(d, "qwen3moe-bad")
     shutil.copytree(src, bad)
-    for edit, says in (({"norm_topk_prob": False}, "norm_topk_prob is not true"),
+    for edit, says in (({"norm_topk_prob": False}, "norm_topk_prob is not true (false)"),
+                       ({"norm_topk_prob": None}, "norm_topk_prob is not true (absent, Qwen3MoeConfig's default false)"),
                        ({"mlp_only_layers": [0]}, "dense layers among the experts")):
-        json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
+        json.dump({k: v for k, v in dict(cfg, **edit).items() if v is not None or k not in edit},
+                  open(os.path.join(bad, "config.json"), "w"))
         refused(["inspect", bad, "--format", "gguf"], says, 3)
     print(f"qwen3moe: every tensor exact (experts stacked, router F32), expert counts in the metadata; "
           f"llama.cpp's logits {r:.1e} relative to torch, same greedy; raw top-k and dense layers refused")
@@ -680,6 +682,16 @@ def qwen2moe(d, rng, lib):
     off_norm = gs.rel(got, gs.llama_forward(mix, dict(cfg, norm_topk_prob=True), TOKS))
     assert off_shared > 1e-2 and off_norm > 1e-2, (off_shared, off_norm)
     assert gs.rel(got, gs.llama_forward(mix, cfg, TOKS)) < 1e-3
+    # qkv_bias false (Qwen2MoeConfig's default is true): no biases, served without them
+    nob = os.path.join(d, "qwen2moe-nobias")
+    os.makedirs(nob)
+    json.dump(dict(cfg, qkv_bias=False), open(os.path.join(nob, "config.json"), "w"))
+    ckref.write_safetensors(os.path.join(nob, "model.safetensors"),
+                            {k: ("F32", a.shape, a.tobytes()) for k, a in w.items() if not k.endswith("bias")})
+    with Mount(nob, opts="gguf,gguf_vocab=none") as m:
+        r_nob = gs.rel(gs.llama_cpp(MODULES, m.path("model.gguf"), TOKS),
+                       gs.llama_forward({k: a for k, a in mix.items() if not k.endswith("bias")}, cfg, TOKS))
+    assert r_nob < 1e-3, r_nob
     bad = os.path.join(d, "qwen2moe-bad")
     shutil.copytree(src, bad)
     for edit, says in (({"norm_topk_prob": True}, "norm_topk_prob is true: llama.cpp's qwen2moe never"),
@@ -688,13 +700,15 @@ def qwen2moe(d, rng, lib):
                        ({"moe_intermediate_size": cfg["moe_intermediate_size"] * 2},
                         f"moe_intermediate_size {cfg['moe_intermediate_size'] * 2} make blk.0.ffn_down_exps.weight"),
                        ({"shared_expert_intermediate_size": None},  # Qwen2MoeConfig's default, 5632
-                        "shared_expert_intermediate_size 5632 make blk.0.ffn_down_shexp.weight")):
+                        "shared_expert_intermediate_size 5632 make blk.0.ffn_down_shexp.weight"),
+                       ({"use_sliding_window": True}, "use_sliding_window: llama.cpp's qwen2moe attends")):
         json.dump({k: v for k, v in dict(cfg, **edit).items() if v is not None},
                   open(os.path.join(bad, "config.json"), "w"))
         refused(["inspect", bad, "--format", "gguf"], says, 3)
     print(f"qwen2moe: every tensor exact in F32 and Q8_0 (experts stacked, shared expert, its gate a vector); "
           f"llama.cpp's logits {r:.1e} relative to torch, same greedy (without the shared expert {off_shared:.1e}, "
-          f"renormalized {off_norm:.1e}); renormalized top-k, dense layers, tied output and wrong widths refused")
+          f"renormalized {off_norm:.1e}; without Q/K/V biases {r_nob:.1e}); renormalized top-k, dense layers, tied "
+          f"output, a sliding window and wrong widths refused")
 
 
 def yarn_inv_freq(cfg, hd):
