@@ -125,6 +125,7 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	    {"output_norm.weight", 0, H, 0, DENSE, 0},
 	};
 	const int64_t E = d->experts, fe = d->ff_exp, fs = d->ff_shexp;
+	const int ph = d->qk_norm == CK_QK_NORM_PER_HEAD;
 	const unsigned MOE = BIT(HIDDEN) | BIT(EXPERTS) | BIT(FF_EXP),
 		       SH = BIT(HIDDEN) | BIT(FF_SHEXP);
 	const struct want blk[] = {
@@ -137,8 +138,16 @@ int ck_gguf_check_shapes(const void *ctx, size_t n, ck_gguf_tensor_at at,
 	    {"attn_qkv.weight", 0, q + 2 * kv, H, DENSE, 0},
 	    {"ffn_gate.weight", 0, d->ff, H, DENSE, 0},
 	    {"ffn_down.weight", 0, H, d->ff, DENSE, 0},
-	    {"attn_q_norm.weight", 0, d->whole_qk_norm ? q : d->head_dim, 0, DENSE, 0},
-	    {"attn_k_norm.weight", 0, d->whole_qk_norm ? kv : d->head_dim, 0, DENSE, 0},
+	    {"attn_q_norm.weight", 0,
+	     !d->qk_norm ? d->head_dim
+	     : ph	 ? d->heads
+			 : q,
+	     ph ? d->head_dim : 0, DENSE, 0},
+	    {"attn_k_norm.weight", 0,
+	     !d->qk_norm ? d->head_dim
+	     : ph	 ? d->kv_heads
+			 : kv,
+	     ph ? d->head_dim : 0, DENSE, 0},
 	    {"post_ffw_norm.weight", 0, H, 0, DENSE, 0},
 	    {"post_attention_norm.weight", 0, H, 0, DENSE, 0},
 	    {"attn_sinks.weight", 0, d->heads, 0, DENSE, 0},
@@ -215,7 +224,11 @@ int ck_gguf_check_hf_config(const cJSON *c, const void *ctx, size_t n, ck_gguf_t
 	}
 	const char *cls = cJSON_GetStringValue(
 	    cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(c, "architectures"), 0));
-	struct ck_gguf_dims d = {.whole_qk_norm = cls && !strcmp(cls, "Olmo2ForCausalLM")};
+	struct ck_gguf_dims d = {.qk_norm = !cls			       ? 0
+					    : !strcmp(cls, "Olmo2ForCausalLM") ? CK_QK_NORM_WHOLE
+					    : !strcmp(cls, "CohereForCausalLM")
+						? CK_QK_NORM_PER_HEAD
+						: 0};
 	int64_t *out[N_FIELDS] = {&d.hidden, &d.layers,	 &d.heads,  &d.kv_heads, &d.head_dim,
 				  &d.ff,     &d.experts, &d.ff_exp, &d.ff_shexp};
 	for (int k = 0; k < N_FIELDS; k++) /* up to 2^53 as they are (refused above u32), else -1 */

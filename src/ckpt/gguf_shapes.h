@@ -19,9 +19,14 @@
 
 /* experts, ff_exp (each routed expert's width) and ff_shexp (the shared
  * expert's): 0 where the model has none, and their tensors unchecked. */
+enum { CK_QK_NORM_WHOLE = 1, CK_QK_NORM_PER_HEAD = 2 };
+
 struct ck_gguf_dims {
 	int64_t hidden, layers, heads, kv_heads, head_dim, ff, experts, ff_exp, ff_shexp;
-	int whole_qk_norm; /* OLMo 2: attn_q_norm / attn_k_norm span every head */
+	/* attn_q_norm / attn_k_norm: 0 one head's [head_dim], CK_QK_NORM_WHOLE
+	 * every head's as one vector (OLMo 2), CK_QK_NORM_PER_HEAD a [heads,
+	 * head_dim] matrix (Command R+) */
+	int qk_norm;
 };
 
 /* What the message calls the fields (in ck_gguf_dims' order) and what

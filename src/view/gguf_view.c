@@ -54,6 +54,7 @@ static const struct arch {
     {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, "gguf-gpt-oss-to-hf"},
     {"Olmo2ForCausalLM", "olmo2", "hf-olmo2-to-gguf", 0, NULL, "gguf-olmo2-to-hf"},
     {"SmolLM3ForCausalLM", "smollm3", "hf-llama-to-gguf", 0, NULL, "gguf-llama-to-hf"},
+    {"CohereForCausalLM", "command-r", "hf-cohere-to-gguf", 0, NULL, NULL},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the
@@ -420,6 +421,40 @@ static int smollm3_check(const cJSON *c, double L, struct ck_err *err)
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: use_sliding_window: llama.cpp's smollm3 "
 			       "attends to every position");
+	return 0;
+}
+
+/* How the view's architecture shapes attn_q_norm / attn_k_norm. */
+static int qk_norm_of(const char *arch)
+{
+	return !strcmp(arch, "olmo2")	    ? CK_QK_NORM_WHOLE
+	       : !strcmp(arch, "command-r") ? CK_QK_NORM_PER_HEAD
+					    : 0;
+}
+
+/* Cohere Command R / R+: the logit scale (CohereConfig's default 1/16) in
+ * the metadata. llama.cpp's command-r always ties the output to the
+ * embedding and takes the per-head Q/K LayerNorms exactly when there are
+ * 64 layers or more (Command R+): a config that says otherwise is
+ * refused. */
+static int command_r_meta(const cJSON *c, double L, struct ck_gguf_meta *m, struct ck_err *err)
+{
+	double scale;
+	if (cfg_num(c, "logit_scale", 0.0625, 1, -1e9, 1e9, &scale, err) < 0)
+		return -1;
+	const cJSON *tie = cJSON_GetObjectItemCaseSensitive(c, "tie_word_embeddings");
+	if (tie && !cJSON_IsTrue(tie))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: tie_word_embeddings is not true: "
+			       "llama.cpp's command-r uses the embedding as the output");
+	int qk = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_qk_norm"));
+	if (qk != (L >= 64))
+		return ck_fail(
+		    err, CK_E_SOURCE,
+		    "config.json: use_qk_norm is %s with %g layers: llama.cpp's command-r "
+		    "takes the Q/K norms exactly when there are 64 layers or more",
+		    qk ? "true" : "false", L);
+	ck_gguf_meta_f32(m, "command-r.logit_scale", (float)scale);
 	return 0;
 }
 
@@ -943,7 +978,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	/* GemmaConfig, Gemma2Config and Gemma3TextConfig default head_dim to 256
 	 * (Gemma 7B: 16 heads of 256 on a 3072-wide model), the others to
 	 * hidden / heads */
-	int gemma = !strncmp(a->gguf, "gemma", 5);
+	int gemma = !strncmp(a->gguf, "gemma", 5), cohere = !strcmp(a->gguf, "command-r");
 	struct rope_src r;
 	rope_src_of(c, &r);
 	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
@@ -953,7 +988,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	    cfg_num(c, "num_attention_heads", 0, 0, 1, 65535, &nh, err) < 0 ||
 	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
 	    cfg_num(r.theta, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
-	    cfg_num(c, "rms_norm_eps", 0, 0, 0, 1, &eps, err) < 0 ||
+	    cfg_num(c, cohere ? "layer_norm_eps" : "rms_norm_eps", 1e-5, cohere, 0, 1, &eps, err) <
+		0 ||
 	    cfg_num(c, "head_dim",
 		    gemma			  ? 256
 		    : !strcmp(a->gguf, "gpt-oss") ? 64
@@ -971,7 +1007,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 			       hd, H / nh);
 	const struct ck_gguf_dims dims = {
 	    (int64_t)H,	 (int64_t)L,	(int64_t)nh,   (int64_t)nkv,	  (int64_t)hd,
-	    (int64_t)ff, (int64_t)x.ne, (int64_t)x.ff, (int64_t)x.shared, olmo2};
+	    (int64_t)ff, (int64_t)x.ne, (int64_t)x.ff, (int64_t)x.shared, qk_norm_of(a->gguf)};
 	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &dims, &ck_gguf_words_hf,
 				 "config.json", err) < 0)
 		return -1;
@@ -990,7 +1026,10 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	ck_gguf_meta_u32(m, KEY("attention.head_count"), (uint32_t)nh);
 	ck_gguf_meta_u32(m, KEY("attention.head_count_kv"), (uint32_t)nkv);
 	ck_gguf_meta_f32(m, KEY("rope.freq_base"), (float)theta);
-	ck_gguf_meta_f32(m, KEY("attention.layer_norm_rms_epsilon"), (float)eps);
+	if (cohere) /* LayerNorm (mean and variance), no bias */
+		ck_gguf_meta_f32(m, KEY("attention.layer_norm_epsilon"), (float)eps);
+	else
+		ck_gguf_meta_f32(m, KEY("attention.layer_norm_rms_epsilon"), (float)eps);
 	ck_gguf_meta_u32(m, KEY("rope.dimension_count"), (uint32_t)rd);
 	if ((int64_t)hd * (int64_t)nh != (int64_t)H) { /* an explicit head_dim (Qwen3) */
 		ck_gguf_meta_u32(m, KEY("attention.key_length"), (uint32_t)hd);
@@ -1011,6 +1050,8 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	if (!strcmp(a->gguf, "gpt-oss") && gpt_oss_meta(c, L, m, err) < 0)
 		return -1;
 	if (!strcmp(a->gguf, "smollm3") && smollm3_check(c, L, err) < 0)
+		return -1;
+	if (cohere && command_r_meta(c, L, m, err) < 0)
 		return -1;
 	if (!strncmp(a->gguf, "qwen", 4) &&
 	    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, "use_sliding_window")))
@@ -1178,9 +1219,9 @@ static int check_overrides(const struct ck_gguf_view *g, const char *arch,
 	}
 	if (!v[6]) /* no experts: their widths unchecked */
 		v[7] = v[8] = 0;
-	const struct ck_gguf_dims d = {
-	    (int64_t)v[0], (int64_t)v[1], (int64_t)v[2], (int64_t)v[3], (int64_t)v[4],
-	    (int64_t)v[5], (int64_t)v[6], (int64_t)v[7], (int64_t)v[8], !strcmp(arch, "olmo2")};
+	const struct ck_gguf_dims d = {(int64_t)v[0], (int64_t)v[1],   (int64_t)v[2], (int64_t)v[3],
+				       (int64_t)v[4], (int64_t)v[5],   (int64_t)v[6], (int64_t)v[7],
+				       (int64_t)v[8], qk_norm_of(arch)};
 	if (ck_gguf_check_shapes(g->plan, g->plan->n, target_at, &d, &ck_gguf_words_gguf,
 				 "--gguf-override-kv", err) < 0) {
 		err->kind = CK_E_USAGE; /* the option's doing, not the checkpoint's */

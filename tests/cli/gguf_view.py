@@ -95,6 +95,11 @@ def make_model(d, arch, rng, extra=()):
         shutil.copy(os.path.join(base, f), src)
     cfg = json.load(open(os.path.join(base, "config.json")))
     names = {k: v[1] for k, v in ckref.read_checkpoint_dir(base).items()}
+    if arch == "cohere":  # one LayerNorm per layer, attention and MLP side by side, tied
+        names = {k: v for k, v in names.items() if "post_attention_layernorm" not in k and k != "lm_head.weight"}
+        cfg.update(architectures=["CohereForCausalLM"], model_type="cohere", layer_norm_eps=1e-5, logit_scale=0.25,
+                   tie_word_embeddings=True, use_qk_norm=False)
+        cfg.pop("rms_norm_eps")
     if arch == "smollm3":  # Llama without the rope on every fourth layer
         cfg.update(architectures=["SmolLM3ForCausalLM"], model_type="smollm3", no_rope_layer_interval=4,
                    no_rope_layers=[int((i + 1) % 4 != 0) for i in range(cfg["num_hidden_layers"])],
@@ -509,6 +514,7 @@ def run_all(d, rng, lib):
     gpt_oss(d, rng, lib)
     olmo2(d, rng, lib)
     smollm3(d, rng, lib)
+    cohere(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
     mistral3_defaults(d, rng)
@@ -881,6 +887,93 @@ def smollm3(d, rng, lib):
     print(f"smollm3: every tensor exact (Q/K permuted), llama.cpp's logits {r:.1e} relative to torch with two "
           f"unturned layers of eight, same greedy ({off:.1e} with the rope on every layer); back to Hugging Face "
           f"with no_rope_layers; another pattern or interval and a sliding window refused")
+
+
+def cohere_forward(w, cfg, toks, halves=False, rms=False):
+    """Hugging Face's CohereForCausalLM in plain torch, from its
+    description: a LayerNorm without bias (mean and variance) per layer,
+    attention and the SwiGLU MLP both on its output, added to the residual
+    together; the rope on adjacent pairs (cos and sin repeated per pair,
+    (-x2, x1) interleaved); the tied embedding as the output, times
+    logit_scale. halves, rms: negative controls (the rope on halves, as
+    Llama's in Hugging Face; RMSNorm instead of LayerNorm)."""
+    import torch
+    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd, T, eps = H // nh, len(toks), cfg["layer_norm_eps"]
+    w = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in w.items()}
+
+    def ln(x, g):
+        x = x if rms else x - x.mean(-1, keepdim=True)
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * g
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2).double() / hd))
+    ang = torch.arange(T).double()[:, None] * inv[None]
+    ang = torch.cat([ang, ang], -1) if halves else ang.repeat_interleave(2, -1)
+    cos, sin = ang.cos().float(), ang.sin().float()
+
+    def turn(x):
+        if halves:
+            rot = torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1)
+        else:
+            rot = torch.stack([-x[..., 1::2], x[..., 0::2]], -1).flatten(-2)
+        return x * cos + rot * sin
+    mask = torch.full((T, T), float("-inf")).triu(1)
+    x = w["model.embed_tokens.weight"][toks]
+    for L in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{L}."
+        h = ln(x, w[p + "input_layernorm.weight"])
+        q = turn(lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1))
+        k = turn(lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1))
+        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        a = torch.softmax(q @ k.transpose(1, 2) * hd ** -0.5 + mask, -1) @ v
+        attn = lin(a.transpose(0, 1).reshape(T, H), p + "self_attn.o_proj")
+        mlp = lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
+        x = x + attn + mlp
+    return ln(x, w["model.norm.weight"]) @ w["model.embed_tokens.weight"].T * cfg["logit_scale"]
+
+
+def cohere(d, rng, lib):
+    """Cohere Command R (arch command-r): every tensor against numpy (no
+    output.weight: tied), llama.cpp's logits against the forward above, and
+    off with the rope on halves (the NeoX reading), with RMSNorm, or
+    without the logit scale. Refused: an untied output, and Q/K norms on
+    fewer than 64 layers (llama.cpp decides them by the layer count)."""
+    src, cfg, w = make_model(d, "cohere", rng)
+    with Mount(src, opts="gguf") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = read_gguf(path)
+        want = {"token_embd.weight": w["model.embed_tokens.weight"], "output_norm.weight": w["model.norm.weight"]}
+        for k, a in w.items():
+            if k.startswith("model.layers."):
+                parts = k.split(".")
+                g = f"blk.{parts[2]}.{'attn_norm' if parts[3] == 'input_layernorm' else GGUF_NAMES['.'.join(parts[3:-1])]}"
+                want[g + ".weight"] = a
+        assert {n: tensors[n] for n in tensors} == {n: a.astype(np.float32).tobytes() for n, a in want.items()}
+        assert (meta["general.architecture"], meta["command-r.logit_scale"],
+                np.float32(meta["command-r.attention.layer_norm_epsilon"])) == \
+            ("command-r", 0.25, np.float32(cfg["layer_norm_eps"])), meta
+        got = gs.llama_cpp(MODULES, path, TOKS)
+    ref = cohere_forward(w, cfg, TOKS)
+    import torch
+    r, same = gs.rel(got, ref), bool(torch.equal(got.argmax(-1), ref.argmax(-1)))
+    assert r < 1e-3 and same, f"command-r: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    off_scale = gs.rel(got, cohere_forward(w, dict(cfg, logit_scale=1.0), TOKS))
+    off_halves = gs.rel(got, cohere_forward(w, cfg, TOKS, halves=True))
+    off_rms = gs.rel(got, cohere_forward(w, cfg, TOKS, rms=True))
+    assert min(off_scale, off_halves, off_rms) > 1e-2, (off_scale, off_halves, off_rms)
+    bad = os.path.join(d, "cohere-bad")
+    shutil.copytree(src, bad)
+    for edit, says in (({"tie_word_embeddings": False}, "tie_word_embeddings is not true"),
+                       ({"use_qk_norm": True}, "use_qk_norm is true with 2 layers")):
+        json.dump(dict(cfg, **edit), open(os.path.join(bad, "config.json"), "w"))
+        refused(["inspect", bad, "--format", "gguf"], says, 3)
+    print(f"command-r: every tensor exact (tied, no output.weight), logit scale and LayerNorm epsilon in the "
+          f"metadata; llama.cpp's logits {r:.1e} relative to torch, same greedy ({off_scale:.1e} without the logit "
+          f"scale, {off_halves:.1e} with the rope on halves, {off_rms:.1e} with RMSNorm); an untied output and Q/K "
+          f"norms on 2 layers refused")
 
 
 def same_but_name(a, b):

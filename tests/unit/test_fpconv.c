@@ -841,12 +841,24 @@ START_TEST(ggml_quantizers_match_reference)
 					      (double)x[32 * k + 1]);
 		}
 	}
-	/* types no view writes (TQ1_0, TQ2_0, MXFP4) and element types no quantizer
-	 * reads are refused (the K-quants' and Q4_1's blocks:
-	 * tests/cli/gguf_kquant.py) */
+	/* types no view writes (TQ1_0, TQ2_0) and element types no quantizer
+	 * reads are refused (the K-quants', Q4_1's and MXFP4's blocks:
+	 * tests/cli/gguf_kquant.py, against ggml) */
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_TQ1_0, CK_QSRC_F32, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_TQ2_0, CK_QSRC_F32, x, 1, got, 1), -1);
-	ck_assert_int_eq(ck_ggml_quant(CK_GGML_MXFP4, CK_QSRC_F32, x, 1, got, 1), -1);
+	/* MXFP4 (session 50): a block whose largest magnitude is 6 at index 0
+	 * and -1.5 at 17 takes exponent floor(log2 6) - 2 + 127 = 127 (half
+	 * scale 2^-1), 6 the doubled level 12 (code 7), -1.5 the doubled -3
+	 * (code 11) in the high nibble of qs[1] */
+	float mx[32] = {6.0f};
+	mx[17] = -1.5f;
+	unsigned char mq[17];
+	ck_assert_int_eq(ck_ggml_quant(CK_GGML_MXFP4, CK_QSRC_F32, mx, 1, mq, 1), 0);
+	ck_assert_uint_eq(mq[0], 127);
+	ck_assert_uint_eq(mq[1], 7);
+	ck_assert_uint_eq(mq[2], 11 << 4);
+	for (int b = 3; b < 17; b++)
+		ck_assert_uint_eq(mq[b], 0);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q8_0, 3, x, 1, got, 1), -1);
 	ck_assert_int_eq(ck_ggml_quant(CK_GGML_Q4_K, 3, x, 1, got, 1), -1);
 	/* weighted runs: a type that takes no weights, no blocks, and more
