@@ -508,6 +508,7 @@ static const struct {
     {"gpt-oss", "GptOssForCausalLM", "gpt_oss"},
     {"olmo2", "Olmo2ForCausalLM", "olmo2"},
     {"smollm3", "SmolLM3ForCausalLM", "smollm3"},
+    {"command-r", "CohereForCausalLM", "cohere"},
     {"phi3", "Phi3ForCausalLM", "phi3"},
     {"gemma", "GemmaForCausalLM", "gemma"},
     {"gemma2", "Gemma2ForCausalLM", "gemma2"},
@@ -708,6 +709,28 @@ static void gpt_oss_fields(const cJSON *meta, double layers, double ne, double n
 	cJSON_AddBoolToObject(c, "attention_bias", 1);
 }
 
+/* SmolLM3: no rope on every fourth layer, llama.cpp's fixed step (a
+ * block_count past 65535 gets no list: the tensor check refuses it). */
+static void smollm3_fields(double layers, cJSON *c)
+{
+	cJSON_AddNumberToObject(c, "no_rope_layer_interval", 4);
+	cJSON *nr = layers <= 65535 ? cJSON_AddArrayToObject(c, "no_rope_layers") : NULL;
+	for (int i = 0; nr && i < (int)layers; i++)
+		cJSON_AddItemToArray(nr, cJSON_CreateNumber((i + 1) % 4 != 0));
+}
+
+/* Cohere's fields: its LayerNorm's epsilon, the logit scale (CohereConfig's
+ * 1/16 when the file has none), and the per-head Q/K norms llama.cpp's
+ * command-r takes on 64 layers or more. */
+static void cohere_fields(const cJSON *meta, double layers, double eps, cJSON *c)
+{
+	int ok = 1;
+	double scale = num(meta, "command-r", "logit_scale", &ok);
+	cJSON_AddNumberToObject(c, "layer_norm_eps", eps);
+	cJSON_AddNumberToObject(c, "logit_scale", ok ? scale : 0.0625);
+	cJSON_AddBoolToObject(c, "use_qk_norm", layers >= 64);
+}
+
 int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct ck_gguf_rope *rope,
 		      const char *what, cJSON **out, struct ck_err *err)
 {
@@ -720,12 +743,14 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 	if (!cJSON_IsString(a) || ai == sizeof HF_ARCHS / sizeof *HF_ARCHS)
 		return 0; /* no Hugging Face counterpart: the tensors under GGUF names */
 	const char *g = HF_ARCHS[ai].gguf;
+	const int cohere = !strcmp(g, "command-r"); /* LayerNorm, not RMSNorm */
+	const char *eps_key =
+	    cohere ? "attention.layer_norm_epsilon" : "attention.layer_norm_rms_epsilon";
 	int ok = 1;
 	double hidden = num(meta, g, "embedding_length", &ok),
 	       layers = num(meta, g, "block_count", &ok),
 	       ffn = num(meta, g, "feed_forward_length", &ok),
-	       heads = num(meta, g, "attention.head_count", &ok),
-	       eps = num(meta, g, "attention.layer_norm_rms_epsilon", &ok),
+	       heads = num(meta, g, "attention.head_count", &ok), eps = num(meta, g, eps_key, &ok),
 	       ctx = num(meta, g, "context_length", &ok);
 	int ok2 = 1, okh = 1, oke = 1;
 	double kv = num(meta, g, "attention.head_count_kv", &ok2);
@@ -736,8 +761,8 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 		return ck_fail(err, CK_E_SOURCE,
 			       "%s: %s metadata is incomplete (embedding_length, "
 			       "block_count, feed_forward_length, attention.head_count, "
-			       "attention.layer_norm_rms_epsilon, context_length)",
-			       what, g);
+			       "%s, context_length)",
+			       what, g, eps_key);
 	}
 	int moe = oke && ne > 0 && !strcmp(g, "llama");
 	int okf = 1;
@@ -781,14 +806,12 @@ int ck_gguf_hf_config(const cJSON *meta, int64_t vocab, int tied, const struct c
 		qwen_moe_fields(meta, g, ne, nu, eff, ffn, c);
 	if (oss)
 		gpt_oss_fields(meta, layers, ne, nu, eff, c);
-	if (!strcmp(g, "smollm3") &&
-	    layers <= 65535) { /* no rope on every 4th layer: llama.cpp's */
-		cJSON_AddNumberToObject(c, "no_rope_layer_interval", 4);
-		cJSON *nr = cJSON_AddArrayToObject(c, "no_rope_layers");
-		for (int i = 0; nr && i < (int)layers; i++)
-			cJSON_AddItemToArray(nr, cJSON_CreateNumber((i + 1) % 4 != 0));
-	}
-	cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
+	if (!strcmp(g, "smollm3"))
+		smollm3_fields(layers, c);
+	if (cohere)
+		cohere_fields(meta, layers, eps, c);
+	else
+		cJSON_AddNumberToObject(c, "rms_norm_eps", eps);
 	cJSON_AddNumberToObject(c, "rope_theta", theta > 0 ? theta : 10000.0);
 	int okr = 1, oka = 1;
 	double orig = num(meta, g, "rope.scaling.original_context_length", &okr);

@@ -54,7 +54,7 @@ static const struct arch {
     {"GptOssForCausalLM", "gpt-oss", "hf-gpt-oss-to-gguf", 0, NULL, "gguf-gpt-oss-to-hf"},
     {"Olmo2ForCausalLM", "olmo2", "hf-olmo2-to-gguf", 0, NULL, "gguf-olmo2-to-hf"},
     {"SmolLM3ForCausalLM", "smollm3", "hf-llama-to-gguf", 0, NULL, "gguf-llama-to-hf"},
-    {"CohereForCausalLM", "command-r", "hf-cohere-to-gguf", 0, NULL, NULL},
+    {"CohereForCausalLM", "command-r", "hf-cohere-to-gguf", 0, NULL, "gguf-command-r-to-hf"},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the

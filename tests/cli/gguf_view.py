@@ -956,6 +956,17 @@ def cohere(d, rng, lib):
                 np.float32(meta["command-r.attention.layer_norm_epsilon"])) == \
             ("command-r", 0.25, np.float32(cfg["layer_norm_eps"])), meta
         got = gs.llama_cpp(MODULES, path, TOKS)
+        gpath = os.path.join(d, "cohere.gguf")
+        open(gpath, "wb").write(open(path, "rb").read())
+    # back to Hugging Face (gguf-command-r-to-hf), the config from the metadata
+    hfd = os.path.join(d, "cohere-hf")
+    ckref.run(CKPTFS, "convert", gpath, hfd, "--mapping", "gguf-command-r-to-hf", "--quiet")
+    back = {k: v[2] for k, v in ckref.read_checkpoint_dir(hfd).items()}
+    assert set(back) == set(w) and all(np.array_equal(back[k], w[k]) for k in w), sorted(set(back) ^ set(w))
+    hc = json.load(open(os.path.join(hfd, "config.json")))
+    assert all(hc.get(k) == cfg[k] for k in ("architectures", "model_type", "logit_scale", "use_qk_norm",
+                                            "tie_word_embeddings", "num_key_value_heads")) and \
+        np.float32(hc["layer_norm_eps"]) == np.float32(cfg["layer_norm_eps"]) and "rms_norm_eps" not in hc, hc
     ref = cohere_forward(w, cfg, TOKS)
     import torch
     r, same = gs.rel(got, ref), bool(torch.equal(got.argmax(-1), ref.argmax(-1)))
@@ -972,8 +983,8 @@ def cohere(d, rng, lib):
         refused(["inspect", bad, "--format", "gguf"], says, 3)
     print(f"command-r: every tensor exact (tied, no output.weight), logit scale and LayerNorm epsilon in the "
           f"metadata; llama.cpp's logits {r:.1e} relative to torch, same greedy ({off_scale:.1e} without the logit "
-          f"scale, {off_halves:.1e} with the rope on halves, {off_rms:.1e} with RMSNorm); an untied output and Q/K "
-          f"norms on 2 layers refused")
+          f"scale, {off_halves:.1e} with the rope on halves, {off_rms:.1e} with RMSNorm); back to Hugging Face "
+          f"(gguf-command-r-to-hf) exactly; an untied output and Q/K norms on 2 layers refused")
 
 
 def same_but_name(a, b):
