@@ -707,6 +707,8 @@ def main():
                               "--intermediate", "256"], ["Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_XS", "Q4_0", "MXFP4_MOE",
                                                         "MXFP4_MOE pure", "MXFP4_MOE output=Q4_K embd=Q5_0"],
                   "MXFP4"),
+                 ("cohere", ["--layers", "4", "--hidden", "256", "--intermediate", "512"],
+                  ["Q4_K_M", "Q3_K_M", "Q2_K"], "Q6_K"),
                  ("olmo2", ["--model", "olmo2", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
                   ["Q4_K_M", "Q3_K_M", "Q2_K"], "Q6_K"),
                  ("phi3", ["--model", "phi3", "--layers", "4", "--hidden", "256", "--intermediate", "512"],
@@ -734,6 +736,18 @@ def main():
                 json.dump(dict(cfg, architectures=["Qwen2_5_VLForConditionalGeneration"], model_type="qwen2_5_vl",
                                rope_scaling={"type": "mrope", "mrope_section": [16, 8, 8]}),
                           open(os.path.join(src, "config.json"), "w"))
+            if tag == "cohere":  # Command R: a Llama without post-attention norms, tied, LayerNorm
+                cfg = json.load(open(os.path.join(src, "config.json")))
+                cfg.update(architectures=["CohereForCausalLM"], model_type="cohere", layer_norm_eps=1e-5,
+                           logit_scale=0.0625, tie_word_embeddings=True)
+                json.dump(cfg, open(os.path.join(src, "config.json"), "w"))
+                st = ckref.read_checkpoint_dir(src)
+                for f in os.listdir(src):
+                    if f.endswith((".safetensors", ".index.json")):
+                        os.remove(os.path.join(src, f))
+                ckref.write_safetensors(os.path.join(src, "model.safetensors"),
+                                        {k: (dt, shape, a.tobytes()) for k, (dt, shape, a) in st.items()
+                                         if "post_attention_layernorm" not in k and k != "lm_head.weight"})
             seen = same_as_llama(lib, d, tag, src, mixes)
             if tag.startswith(("70b", "qwen2vl")):  # attn_v is Q5_K in every layer only under the 70B rule
                 assert (seen["Q3_K_M"].get("Q5_K", 0) >= 80) == (tag != "qwen2vl-80"), (tag, seen)
