@@ -337,6 +337,31 @@ def check_vocab(meta, src):
     assert meta["tokenizer.chat_template"] == tc["chat_template"]
 
 
+O200K = ("[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+         "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+         "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+         "[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")  # GPT-4o's / GPT-OSS's split, as tokenizer.json has it
+
+
+def pre_names(d, src):
+    """tokenizer.ggml.pre from the Split pattern of tokenizer.json: Llama
+    3's llama-bpe, Qwen2's qwen2, o200k's (GPT-4o, GPT-OSS) gpt-4o, anything
+    else default."""
+    tj = json.load(open(os.path.join(src, "tokenizer.json")))
+    split = tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]
+    llama3 = split["Regex"]
+    cases = [(llama3, "llama-bpe"), (llama3.replace("\\p{N}{1,3}", "\\p{N}"), "qwen2"), (O200K, "gpt-4o"),
+             (llama3 + "|x", "default")]
+    tmp = os.path.join(d, "pre-names")
+    shutil.copytree(src, tmp)
+    for regex, name in cases:
+        split["Regex"] = regex
+        json.dump(tj, open(os.path.join(tmp, "tokenizer.json"), "w"))
+        js = json.loads(ckref.run(CKPTFS, "inspect", tmp, "--format", "gguf", "--json").stdout)
+        assert js["metadata"]["tokenizer.ggml.pre"] == name, (name, js["metadata"]["tokenizer.ggml.pre"])
+    print("tokenizer.ggml.pre from the split pattern: llama-bpe, qwen2, gpt-4o (o200k), else default")
+
+
 def merge_lowest(syms, rank):
     """BPE over a list of symbols: the lowest-ranked merge first (leftmost
     of equals), until no adjacent pair has a rank."""
@@ -446,6 +471,7 @@ def run_all(d, rng, lib):
     print(f"llama F32 view: {len(tensors)} tensors exact, metadata and vocabulary as "
           f"config/tokenizer say (both parsers, llama.cpp's tokens); logits {r:.1e} relative, same greedy")
     lazy(src)
+    pre_names(d, src)
     # negative control: the user's mapping undoes the permutation first
     undo = os.path.join(d, "undo.json")
     json.dump({"ckptfs_mapping": 1, "unused": "keep", "params": {"H": "hidden_size", "nh": "num_attention_heads",
