@@ -55,6 +55,7 @@ static const struct arch {
     {"Olmo2ForCausalLM", "olmo2", "hf-olmo2-to-gguf", 0, NULL, "gguf-olmo2-to-hf"},
     {"SmolLM3ForCausalLM", "smollm3", "hf-llama-to-gguf", 0, NULL, "gguf-llama-to-hf"},
     {"CohereForCausalLM", "command-r", "hf-cohere-to-gguf", 0, NULL, "gguf-command-r-to-hf"},
+    {"Starcoder2ForCausalLM", "starcoder2", "hf-starcoder2-to-gguf", 0, NULL, NULL},
 };
 
 /* The file types: name, ggml type of the matrices, general.file_type, the
@@ -421,6 +422,26 @@ static int smollm3_check(const cJSON *c, double L, struct ck_err *err)
 		return ck_fail(err, CK_E_SOURCE,
 			       "config.json: use_sliding_window: llama.cpp's smollm3 "
 			       "attends to every position");
+	return 0;
+}
+
+/* StarCoder2: llama.cpp's starcoder2 loads every bias (use_bias false is
+ * refused) and attends to every position, where Hugging Face's keeps a
+ * sliding window: the context is served as the window, within which the
+ * two agree (--gguf-override-kv starcoder2.context_length=int:N asks for
+ * more). */
+static int starcoder2_check(const cJSON *c, double *ctx, struct ck_err *err)
+{
+	const cJSON *bias = cJSON_GetObjectItemCaseSensitive(c, "use_bias");
+	if (bias && !cJSON_IsTrue(bias))
+		return ck_fail(err, CK_E_SOURCE,
+			       "config.json: use_bias is not true: llama.cpp's "
+			       "starcoder2 needs every bias");
+	double swa;
+	if (cfg_num(c, "sliding_window", 0, 1, 0, UINT32_MAX, &swa, err) < 0)
+		return -1;
+	if (swa >= 1 && swa < *ctx)
+		*ctx = swa;
 	return 0;
 }
 
@@ -979,6 +1000,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	 * (Gemma 7B: 16 heads of 256 on a 3072-wide model), the others to
 	 * hidden / heads */
 	int gemma = !strncmp(a->gguf, "gemma", 5), cohere = !strcmp(a->gguf, "command-r");
+	int sc2 = !strcmp(a->gguf, "starcoder2"), layer_norm = cohere || sc2;
 	struct rope_src r;
 	rope_src_of(c, &r);
 	if (cfg_num(c, "max_position_embeddings", 0, 0, 1, UINT32_MAX, &ctx, err) < 0 ||
@@ -988,8 +1010,12 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	    cfg_num(c, "num_attention_heads", 0, 0, 1, 65535, &nh, err) < 0 ||
 	    cfg_num(c, "num_key_value_heads", nh, 1, 1, 65535, &nkv, err) < 0 ||
 	    cfg_num(r.theta, "rope_theta", 10000, 1, 1e-6, 1e12, &theta, err) < 0 ||
-	    cfg_num(c, cohere ? "layer_norm_eps" : "rms_norm_eps", 1e-5, cohere, 0, 1, &eps, err) <
-		0 ||
+	    cfg_num(c,
+		    cohere ? "layer_norm_eps"
+		    : sc2  ? "norm_epsilon"
+			   : "rms_norm_eps",
+		    1e-5, layer_norm, 0, 1, &eps, err) < 0 ||
+	    (sc2 && starcoder2_check(c, &ctx, err) < 0) ||
 	    cfg_num(c, "head_dim",
 		    gemma			  ? 256
 		    : !strcmp(a->gguf, "gpt-oss") ? 64
@@ -1026,7 +1052,7 @@ static int arch_meta(const cJSON *c, const struct arch *a, const struct ftype *f
 	ck_gguf_meta_u32(m, KEY("attention.head_count"), (uint32_t)nh);
 	ck_gguf_meta_u32(m, KEY("attention.head_count_kv"), (uint32_t)nkv);
 	ck_gguf_meta_f32(m, KEY("rope.freq_base"), (float)theta);
-	if (cohere) /* LayerNorm (mean and variance), no bias */
+	if (layer_norm) /* LayerNorm (mean and variance) */
 		ck_gguf_meta_f32(m, KEY("attention.layer_norm_epsilon"), (float)eps);
 	else
 		ck_gguf_meta_f32(m, KEY("attention.layer_norm_rms_epsilon"), (float)eps);

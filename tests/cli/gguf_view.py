@@ -100,6 +100,19 @@ def make_model(d, arch, rng, extra=()):
         cfg.update(architectures=["CohereForCausalLM"], model_type="cohere", layer_norm_eps=1e-5, logit_scale=0.25,
                    tie_word_embeddings=True, use_qk_norm=False)
         cfg.pop("rms_norm_eps")
+    if arch == "starcoder2":  # LayerNorms and linears with biases, a GELU MLP (c_fc, c_proj)
+        sc = {}
+        for k, shape in names.items():
+            if ".mlp.gate_proj." in k:
+                continue
+            k = k.replace(".mlp.up_proj.", ".mlp.c_fc.").replace(".mlp.down_proj.", ".mlp.c_proj.")
+            sc[k] = shape
+            if k.endswith(".weight") and ("_proj" in k or ".c_" in k or "layernorm" in k or k == "model.norm.weight"):
+                sc[k[:-len("weight")] + "bias"] = (shape[0],)
+        names = sc
+        cfg.update(architectures=["Starcoder2ForCausalLM"], model_type="starcoder2", norm_epsilon=1e-5,
+                   use_bias=True, hidden_act="gelu_pytorch_tanh", sliding_window=1024)
+        cfg.pop("rms_norm_eps")
     if arch == "smollm3":  # Llama without the rope on every fourth layer
         cfg.update(architectures=["SmolLM3ForCausalLM"], model_type="smollm3", no_rope_layer_interval=4,
                    no_rope_layers=[int((i + 1) % 4 != 0) for i in range(cfg["num_hidden_layers"])],
@@ -541,6 +554,7 @@ def run_all(d, rng, lib):
     olmo2(d, rng, lib)
     smollm3(d, rng, lib)
     cohere(d, rng, lib)
+    starcoder2(d, rng, lib)
     llama3_rope(d, src, cfg, w)
     mistral3(d, src, cfg, w)
     mistral3_defaults(d, rng)
@@ -1011,6 +1025,78 @@ def cohere(d, rng, lib):
           f"metadata; llama.cpp's logits {r:.1e} relative to torch, same greedy ({off_scale:.1e} without the logit "
           f"scale, {off_halves:.1e} with the rope on halves, {off_rms:.1e} with RMSNorm); back to Hugging Face "
           f"(gguf-command-r-to-hf) exactly; an untied output and Q/K norms on 2 layers refused")
+
+
+def starcoder2_forward(w, cfg, toks):
+    """Hugging Face's Starcoder2ForCausalLM in plain torch, from its
+    description: LayerNorms with biases before attention and the MLP, Q/K/V/O
+    with biases, the rope on halves, the MLP c_proj(gelu_tanh(c_fc(x)))."""
+    import torch
+    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd, T, eps = H // nh, len(toks), cfg["norm_epsilon"]
+    w = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in w.items()}
+
+    def ln(x, p):
+        return torch.nn.functional.layer_norm(x, (H,), w[p + ".weight"], w[p + ".bias"], eps)
+
+    def lin(x, p):
+        return x @ w[p + ".weight"].T + w[p + ".bias"]
+    _, rot, cos, sin, mask = gs.llama_parts(dict(cfg, rms_norm_eps=eps), hd, T)
+    x = w["model.embed_tokens.weight"][toks]
+    for L in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{L}."
+        h = ln(x, p + "input_layernorm")
+        q = lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1)
+        k = lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1)
+        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        a = torch.softmax(q @ k.transpose(1, 2) * hd ** -0.5 + mask, -1) @ v
+        x = x + lin(a.transpose(0, 1).reshape(T, H), p + "self_attn.o_proj")
+        h = ln(x, p + "post_attention_layernorm")
+        x = x + lin(torch.nn.functional.gelu(lin(h, p + "mlp.c_fc"), approximate="tanh"), p + "mlp.c_proj")
+    head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
+    return ln(x, "model.norm") @ head.T
+
+
+def starcoder2(d, rng, lib):
+    """StarCoder2 (arch starcoder2): LayerNorms and linears with biases, the
+    GELU MLP as ffn_up / ffn_down; every tensor against numpy; llama.cpp's
+    logits against the forward above, and off without the MLP's biases;
+    the context served
+    as the sliding window (1024 of 2048), where llama.cpp's full attention
+    and Hugging Face's windowed one agree. Refused: use_bias false."""
+    src, cfg, w = make_model(d, "starcoder2", rng)
+    sc = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+          "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+          "mlp.c_fc": "ffn_up", "mlp.c_proj": "ffn_down"}
+    want = {"token_embd.weight": w["model.embed_tokens.weight"], "output.weight": w["lm_head.weight"],
+            "output_norm.weight": w["model.norm.weight"], "output_norm.bias": w["model.norm.bias"]}
+    for k, a in w.items():
+        if k.startswith("model.layers."):
+            parts = k.split(".")
+            want[f"blk.{parts[2]}.{sc['.'.join(parts[3:-1])]}.{parts[-1]}"] = a
+    with Mount(src, opts="gguf,gguf_vocab=none") as m:
+        path = m.path("model.gguf")
+        meta, infos, tensors = read_gguf(path)
+        assert tensors == {n: a.astype(np.float32).tobytes() for n, a in want.items()}, sorted(set(tensors) ^ set(want))
+        assert (meta["starcoder2.context_length"], np.float32(meta["starcoder2.attention.layer_norm_epsilon"])) == \
+            (1024, np.float32(1e-5)), meta
+        got = gs.llama_cpp(MODULES, path, TOKS)
+    import torch
+    ref = starcoder2_forward(w, cfg, TOKS)
+    r, same = gs.rel(got, ref), bool(torch.equal(got.argmax(-1), ref.argmax(-1)))
+    assert r < 1e-3 and same, f"starcoder2: llama.cpp vs torch {r:.2e}, greedy same {same}"
+    nob = {k: (a * 0 if ".mlp.c_" in k and k.endswith("bias") else a) for k, a in w.items()}
+    off = gs.rel(got, starcoder2_forward(nob, cfg, TOKS))
+    assert off > 1e-2, off
+    bad = os.path.join(d, "starcoder2-bad")
+    shutil.copytree(src, bad)
+    json.dump(dict(cfg, use_bias=False), open(os.path.join(bad, "config.json"), "w"))
+    refused(["inspect", bad, "--format", "gguf"], "use_bias is not true", 3)
+    print(f"starcoder2: every tensor exact (biases everywhere), the context served as the 1024-token window; "
+          f"llama.cpp's logits {r:.1e} relative to torch, same greedy ({off:.1e} without the MLP's biases); "
+          f"use_bias false refused")
 
 
 def same_but_name(a, b):
