@@ -757,6 +757,16 @@ def qwen2moe(d, rng, lib):
           f"output, a sliding window and wrong widths refused")
 
 
+def qkv(h, p, lin, turn, cfg, T, hd):
+    """One layer's Q and K (turned) and V, [heads, T, head_dim], K and V
+    repeated for grouped-query attention."""
+    nh, nkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    q = turn(lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1))
+    k = turn(lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1))
+    v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
+    return q, k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+
+
 def yarn_inv_freq(cfg, hd):
     """Hugging Face's _compute_yarn_parameters (written here from its
     description): each pair's frequency blended between the extrapolated
@@ -812,11 +822,7 @@ def gpt_oss_forward(w, cfg, toks):
     x = w["model.embed_tokens.weight"][toks]
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
-        h = rms(x, w[p + "input_layernorm.weight"])
-        q = turn(lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1))
-        k = turn(lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1))
-        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
-        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        q, k, v = qkv(rms(x, w[p + "input_layernorm.weight"]), p, lin, turn, cfg, T, hd)
         allowed = causal & ((i[:, None] - i[None, :] < cfg["sliding_window"]) if L % 2 == 0 else causal)
         s = (q @ k.transpose(1, 2)) * hd ** -0.5 + torch.where(allowed, 0.0, float("-inf"))
         s = torch.cat([s, w[p + "self_attn.sinks"].view(nh, 1, 1).expand(nh, T, 1)], -1)
@@ -964,10 +970,7 @@ def cohere_forward(w, cfg, toks, halves=False, rms=False):
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
         h = ln(x, w[p + "input_layernorm.weight"])
-        q = turn(lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1))
-        k = turn(lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1))
-        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
-        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        q, k, v = qkv(h, p, lin, turn, cfg, T, hd)
         a = torch.softmax(q @ k.transpose(1, 2) * hd ** -0.5 + mask, -1) @ v
         attn = lin(a.transpose(0, 1).reshape(T, H), p + "self_attn.o_proj")
         mlp = lin(torch.nn.functional.silu(lin(h, p + "mlp.gate_proj")) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
@@ -1045,12 +1048,7 @@ def starcoder2_forward(w, cfg, toks):
     x = w["model.embed_tokens.weight"][toks]
     for L in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{L}."
-        h = ln(x, p + "input_layernorm")
-        q = lin(h, p + "self_attn.q_proj").view(T, nh, hd).transpose(0, 1)
-        k = lin(h, p + "self_attn.k_proj").view(T, nkv, hd).transpose(0, 1)
-        v = lin(h, p + "self_attn.v_proj").view(T, nkv, hd).transpose(0, 1)
-        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
-        k, v = k.repeat_interleave(nh // nkv, 0), v.repeat_interleave(nh // nkv, 0)
+        q, k, v = qkv(ln(x, p + "input_layernorm"), p, lin, lambda y: y * cos + rot(y) * sin, cfg, T, hd)
         a = torch.softmax(q @ k.transpose(1, 2) * hd ** -0.5 + mask, -1) @ v
         x = x + lin(a.transpose(0, 1).reshape(T, H), p + "self_attn.o_proj")
         h = ln(x, p + "post_attention_layernorm")
