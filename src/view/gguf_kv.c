@@ -165,14 +165,18 @@ int ck_gguf_meta_number(const struct ck_gguf_meta *m, const char *key, double *o
 	return 1;
 }
 
+/* The GGUF type an override is written as (int: u32, as llama-quantize). */
+static uint32_t type_of(const struct ck_gguf_kv_set *kv)
+{
+	return kv->tag == 'i' ? G_U32 : kv->tag == 'f' ? G_F32 : kv->tag == 'b' ? G_BOOL : G_STR;
+}
+
 static void put_record(struct ck_buf *b, const struct ck_gguf_kv_set *kv)
 {
-	static const uint32_t type[] = {
-	    ['i'] = G_U32, ['f'] = G_F32, ['b'] = G_BOOL, ['s'] = G_STR};
 	size_t kl = strlen(kv->key);
 	ck_buf_le(b, kl, 8);
 	ck_buf_put(b, kv->key, kl);
-	ck_buf_le(b, type[(unsigned char)kv->tag], 4);
+	ck_buf_le(b, type_of(kv), 4);
 	uint32_t bits;
 	switch (kv->tag) {
 	case 'i': ck_buf_le(b, kv->u, 4); break;
@@ -191,9 +195,7 @@ static int reserved(const char *key)
 /* One pair: its record replaces the key's, or follows the others. */
 static int apply_one(struct ck_gguf_meta *m, const struct ck_gguf_kv_set *kv, struct ck_err *err)
 {
-	static const uint32_t type[] = {
-	    ['i'] = G_U32, ['f'] = G_F32, ['b'] = G_BOOL, ['s'] = G_STR};
-	uint32_t want = type[(unsigned char)kv->tag];
+	uint32_t want = type_of(kv);
 	if (reserved(kv->key))
 		return ck_fail(err, CK_E_USAGE,
 			       "--gguf-override-kv %s: the view writes this key itself (the "

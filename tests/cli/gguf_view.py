@@ -801,7 +801,7 @@ def gpt_oss_forward(w, cfg, toks):
     clamped above at 7, up to [-7, 7], (up + 1) * gate * sigmoid(1.702 *
     gate), down_proj [E, I, H] and its bias."""
     import torch
-    H, nh, nkv, hd = (cfg[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim"))
+    nh, hd = cfg["num_attention_heads"], cfg["head_dim"]
     T, eps, lim = len(toks), cfg["rms_norm_eps"], cfg["swiglu_limit"]
     w = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in w.items()}
 
@@ -944,7 +944,7 @@ def cohere_forward(w, cfg, toks, halves=False, rms=False):
     logit_scale. halves, rms: negative controls (the rope on halves, as
     Llama's in Hugging Face; RMSNorm instead of LayerNorm)."""
     import torch
-    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     hd, T, eps = H // nh, len(toks), cfg["layer_norm_eps"]
     w = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in w.items()}
 
@@ -1035,7 +1035,7 @@ def starcoder2_forward(w, cfg, toks):
     description: LayerNorms with biases before attention and the MLP, Q/K/V/O
     with biases, the rope on halves, the MLP c_proj(gelu_tanh(c_fc(x)))."""
     import torch
-    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    H, nh = cfg["hidden_size"], cfg["num_attention_heads"]
     hd, T, eps = H // nh, len(toks), cfg["norm_epsilon"]
     w = {k: torch.tensor(np.asarray(v, np.float32)) for k, v in w.items()}
 
